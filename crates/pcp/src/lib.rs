@@ -1,0 +1,2 @@
+//! pageframe-pcp (work in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! pageframe-swap (work in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! The pageframe lab (work in progress).
+fn main() {}

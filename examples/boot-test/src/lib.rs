@@ -1,0 +1,1 @@
+//! Host-side helpers to build and boot the example kernel (work in progress).

@@ -1,0 +1,2 @@
+//! Buddy core benchmarks (being written).
+fn main() {}

@@ -1,0 +1,99 @@
+//! Freeing: checked free, then insert and coalesce (spec 01 §5).
+
+use crate::error::FreeError;
+use crate::frame::{Idx, State};
+use crate::policy::{ListId, MergePolicy};
+use crate::zone::BuddyZone;
+use crate::{Order, Pfn};
+
+impl<P: MergePolicy> BuddyZone<'_, P> {
+    /// Frees the block of `order` at `pfn`, merging it with its buddy while
+    /// the buddy is a free block of the same order and the policy allows.
+    ///
+    /// Refused with a typed error, changing nothing: an order above the
+    /// maximum, a frame outside the span, misaligned, in a hole, already free,
+    /// inside a block but not its head, or allocated with another order.
+    #[inline]
+    pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let i = self.check_free(pfn, order)?;
+        let list = self.policy.list_for(pfn);
+        self.stats.frees += 1;
+        self.free_block(i, order.get(), list, false);
+        Ok(())
+    }
+
+    /// The metadata index of `pfn` if freeing it at `order` is valid.
+    #[inline]
+    pub(crate) fn check_free(&self, pfn: Pfn, order: Order) -> Result<Idx, FreeError> {
+        if order.get() > self.max_order {
+            return Err(FreeError::OrderTooLarge);
+        }
+        if !self.span.contains(pfn) {
+            return Err(FreeError::OutOfRange);
+        }
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned);
+        }
+        let i = self.idx(pfn);
+        let f = self.view(i);
+        match f.state {
+            State::AllocHead if f.order == order.get() => Ok(i),
+            State::AllocHead => Err(FreeError::WrongOrder { allocated: Order::new_unchecked(f.order) }),
+            State::FreeHead => Err(FreeError::AlreadyFree),
+            State::Hole => Err(FreeError::Hole),
+            State::Tail => match self.containing(i) {
+                Some((h, hf)) if hf.state == State::AllocHead => Err(FreeError::NotBlockHead {
+                    head: self.pfn(h),
+                    order: Order::new_unchecked(hf.order),
+                }),
+                _ => Err(FreeError::AlreadyFree),
+            },
+        }
+    }
+
+    /// Inserts the block at `i` (currently an allocated head whose other
+    /// frames are tails) into the free lists, coalescing upward.
+    #[inline]
+    pub(crate) fn free_block(&mut self, mut i: Idx, mut order: u8, list: ListId, to_tail: bool) {
+        let max = self.max_order;
+        while order < max {
+            let b = i ^ (1 << order);
+            let bf = *self.frames.get(b);
+            if bf.state != State::FreeHead || bf.order != order {
+                break;
+            }
+            let blist = ListId::new(bf.list).unwrap_or_default();
+            if blist != list && !self.policy.can_merge(Order::new_unchecked(order), list, blist) {
+                break;
+            }
+            self.areas.remove(&mut self.frames, b);
+            if blist != list {
+                let bp = self.pfn(b);
+                self.policy.merged(bp, Order::new_unchecked(order), list);
+            }
+            // The higher of the two heads becomes an ordinary frame.
+            let upper = i.max(b);
+            self.frames.get_mut(upper).state = State::Tail;
+            i = i.min(b);
+            order += 1;
+            self.stats.merges += 1;
+        }
+        self.set(i, State::FreeHead, order);
+        let tail = to_tail || self.merge_likely(i, order);
+        self.areas.push(&mut self.frames, i, order, list, tail);
+    }
+
+    /// spec 01 §5.1 (`buddy_merge_likely`): if the parent's buddy one order
+    /// up is already free, this block is likely to merge two levels up once
+    /// its own buddy comes back, so it should be allocated last.
+    #[inline]
+    fn merge_likely(&self, i: Idx, order: u8) -> bool {
+        if order + 1 >= self.max_order {
+            return false;
+        }
+        let parent = i & !(1 << order);
+        let uncle = parent ^ (1 << (order + 1));
+        let f = self.frames.get(uncle);
+        f.state == State::FreeHead && f.order == order + 1
+    }
+}

@@ -1,0 +1,131 @@
+//! Free lists: per order, `MAX_LISTS` intrusive doubly linked lists of block
+//! heads (spec 01 §3.2), linked by frame index so links are 4 bytes.
+
+use crate::frame::{FrameTable, Idx, NIL};
+use crate::order::ORDER_LIMIT;
+use crate::policy::{ListId, MAX_LISTS};
+
+const ORDERS: usize = ORDER_LIMIT as usize + 1;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListHead {
+    pub head: Idx,
+    pub tail: Idx,
+    pub len: u32,
+}
+
+impl ListHead {
+    const EMPTY: ListHead = ListHead { head: NIL, tail: NIL, len: 0 };
+}
+
+/// All free lists of a zone plus the counts derived per list.
+pub(crate) struct FreeAreas {
+    lists: [[ListHead; MAX_LISTS]; ORDERS],
+    /// Bit `o` of `nonempty[l]` is set iff list `l` of order `o` holds a block:
+    /// finds the smallest sufficient order with one bit scan.
+    nonempty: [u32; MAX_LISTS],
+    /// Free frames per list.
+    pages: [u64; MAX_LISTS],
+}
+
+impl FreeAreas {
+    pub const fn new() -> FreeAreas {
+        FreeAreas {
+            lists: [[ListHead::EMPTY; MAX_LISTS]; ORDERS],
+            nonempty: [0; MAX_LISTS],
+            pages: [0; MAX_LISTS],
+        }
+    }
+
+    #[inline]
+    pub fn head(&self, order: u8, list: ListId) -> &ListHead {
+        &self.lists[order as usize][list.index()]
+    }
+
+    /// Free frames on `list` across orders.
+    #[inline]
+    pub fn pages(&self, list: ListId) -> u64 {
+        self.pages[list.index()]
+    }
+
+    #[inline]
+    pub fn nonempty_mask(&self, list: ListId) -> u32 {
+        self.nonempty[list.index()]
+    }
+
+    /// Smallest order `>= order` whose `list` is non-empty, up to `max`.
+    #[inline]
+    pub fn first_nonempty(&self, list: ListId, order: u8, max: u8) -> Option<u8> {
+        let mask = self.nonempty[list.index()] >> order;
+        if mask == 0 {
+            return None;
+        }
+        let o = order + mask.trailing_zeros() as u8;
+        (o <= max).then_some(o)
+    }
+
+    /// Links the free head `i` (state already set, order/list fields set by
+    /// the caller) at the head or tail of its list.
+    #[inline]
+    pub fn push(&mut self, frames: &mut FrameTable<'_>, i: Idx, order: u8, list: ListId, at_tail: bool) {
+        let lh = &mut self.lists[order as usize][list.index()];
+        let f = frames.get_mut(i);
+        f.order = order;
+        f.list = list.get();
+        if lh.len == 0 {
+            f.next = NIL;
+            f.prev = NIL;
+            lh.head = i;
+            lh.tail = i;
+        } else if at_tail {
+            let old = lh.tail;
+            f.prev = old;
+            f.next = NIL;
+            lh.tail = i;
+            frames.get_mut(old).next = i;
+        } else {
+            let old = lh.head;
+            f.next = old;
+            f.prev = NIL;
+            lh.head = i;
+            frames.get_mut(old).prev = i;
+        }
+        lh.len += 1;
+        self.nonempty[list.index()] |= 1 << order;
+        self.pages[list.index()] += 1 << order;
+    }
+
+    /// Unlinks the free head `i` from the list its frame names.
+    #[inline]
+    pub fn remove(&mut self, frames: &mut FrameTable<'_>, i: Idx) {
+        let f = *frames.get(i);
+        let (order, list) = (f.order, f.list as usize);
+        let lh = &mut self.lists[order as usize][list];
+        if f.prev == NIL {
+            lh.head = f.next;
+        } else {
+            frames.get_mut(f.prev).next = f.next;
+        }
+        if f.next == NIL {
+            lh.tail = f.prev;
+        } else {
+            frames.get_mut(f.next).prev = f.prev;
+        }
+        lh.len -= 1;
+        if lh.len == 0 {
+            self.nonempty[list] &= !(1 << order);
+        }
+        self.pages[list] -= 1 << order;
+    }
+
+    /// Unlinks and returns the first block of `list` at `order`.
+    #[inline]
+    pub fn pop(&mut self, frames: &mut FrameTable<'_>, order: u8, list: ListId) -> Option<Idx> {
+        let i = self.lists[order as usize][list.index()].head;
+        if i == NIL {
+            return None;
+        }
+        self.remove(frames, i);
+        Some(i)
+    }
+}

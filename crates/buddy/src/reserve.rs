@@ -1,0 +1,69 @@
+//! Reserving and releasing arbitrary frame ranges (firmware and kernel image
+//! holes discovered late, contiguous allocations).
+
+use crate::error::RangeError;
+use crate::frame::State;
+use crate::policy::MergePolicy;
+use crate::zone::BuddyZone;
+use crate::{Order, PfnRange};
+
+impl<P: MergePolicy> BuddyZone<'_, P> {
+    /// Allocates every frame of `range`, as the largest aligned blocks that
+    /// fit. Fails, changing nothing, if any frame is a hole or not free.
+    pub fn reserve_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.check_range(range)?;
+        let mut p = range.start;
+        while p < range.end {
+            match self.containing(self.idx(p)) {
+                None => return Err(RangeError::Hole { pfn: p }),
+                Some((h, f)) if f.state == State::FreeHead => p = (self.pfn(h) + (1 << f.order)).min(range.end),
+                Some(_) => return Err(RangeError::Busy { pfn: p }),
+            }
+        }
+        let mut p = range.start;
+        while p < range.end {
+            let (_, f) = self.containing(self.idx(p)).unwrap_or_else(|| unreachable!());
+            let align = p.get().trailing_zeros().min(63) as u8;
+            let fit = (63 - (range.end - p).leading_zeros()) as u8;
+            let o = Order::new_unchecked(align.min(fit).min(f.order));
+            // Checked above: the whole block lies in one free block.
+            self.alloc_at(p, o).map_err(|_| RangeError::Busy { pfn: p })?;
+            p = p + o.pages();
+        }
+        Ok(())
+    }
+
+    /// Frees every allocated block of `range`. The range must be tiled
+    /// exactly by allocated blocks (as `reserve_range` leaves it); otherwise
+    /// nothing changes and the first frame where the tiling breaks is named.
+    pub fn release_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.check_range(range)?;
+        let mut p = range.start;
+        while p < range.end {
+            let f = self.view(self.idx(p));
+            match f.state {
+                State::AllocHead if p + (1 << f.order) <= range.end => p = p + (1 << f.order),
+                State::AllocHead | State::Tail => return Err(RangeError::NotBlockAligned { pfn: p }),
+                State::Hole => return Err(RangeError::Hole { pfn: p }),
+                State::FreeHead => return Err(RangeError::Busy { pfn: p }),
+            }
+        }
+        let mut p = range.start;
+        while p < range.end {
+            let order = Order::new_unchecked(self.view(self.idx(p)).order);
+            self.free(p, order).map_err(|_| RangeError::Busy { pfn: p })?;
+            p = p + order.pages();
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        if range.is_empty() {
+            return Err(RangeError::Empty);
+        }
+        if !self.span.contains_range(&range) {
+            return Err(RangeError::OutOfSpan);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,2 @@
+//! pageframe facade (in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! `cargo xtask` (in progress).
+fn main() {}

@@ -21,7 +21,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.stats.alloc_failures += 1;
             return Err(AllocError::OutOfMemory);
         };
-        let i = self.areas.pop(&mut self.frames, o, list).unwrap_or_else(|| unreachable!());
+        let i = self
+            .areas
+            .pop(&mut self.frames, o, list)
+            .unwrap_or_else(|| unreachable!());
         if o == self.max_order && want < o {
             self.init_span(i);
         }
@@ -82,7 +85,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         while o > want {
             o -= 1;
             let upper = cur + (1 << o);
-            let (keep, give) = if target >= upper { (upper, cur) } else { (cur, upper) };
+            let (keep, give) = if target >= upper {
+                (upper, cur)
+            } else {
+                (cur, upper)
+            };
             self.set(give, State::FreeHead, o);
             self.areas.push(&mut self.frames, give, o, list, false);
             self.stats.splits += 1;

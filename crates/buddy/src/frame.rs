@@ -52,7 +52,15 @@ const _: () = assert!(size_of::<Frame>() == 16);
 
 impl Frame {
     pub const fn with_state(state: State) -> Frame {
-        Frame { next: NIL, prev: NIL, state, order: 0, list: 0, flags: 0, tag: 0 }
+        Frame {
+            next: NIL,
+            prev: NIL,
+            state,
+            order: 0,
+            list: 0,
+            flags: 0,
+            tag: 0,
+        }
     }
 }
 
@@ -84,7 +92,10 @@ impl<'a> FrameTable<'a> {
         // validity requirement, so reinterpreting uninitialised bytes as
         // uninitialised frames is sound.
         let slots = unsafe {
-            core::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<MaybeUninit<Frame>>(), frames)
+            core::slice::from_raw_parts_mut(
+                aligned.as_mut_ptr().cast::<MaybeUninit<Frame>>(),
+                frames,
+            )
         };
         Some(FrameTable { slots })
     }

@@ -38,7 +38,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let f = self.view(i);
         match f.state {
             State::AllocHead if f.order == order.get() => Ok(i),
-            State::AllocHead => Err(FreeError::WrongOrder { allocated: Order::new_unchecked(f.order) }),
+            State::AllocHead => Err(FreeError::WrongOrder {
+                allocated: Order::new_unchecked(f.order),
+            }),
             State::FreeHead => Err(FreeError::AlreadyFree),
             State::Hole => Err(FreeError::Hole),
             State::Tail => match self.containing(i) {
@@ -63,7 +65,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 break;
             }
             let blist = ListId::new(bf.list).unwrap_or_default();
-            if blist != list && !self.policy.can_merge(Order::new_unchecked(order), list, blist) {
+            if blist != list
+                && !self
+                    .policy
+                    .can_merge(Order::new_unchecked(order), list, blist)
+            {
                 break;
             }
             self.areas.remove(&mut self.frames, b);

@@ -15,7 +15,11 @@ pub(crate) struct ListHead {
 }
 
 impl ListHead {
-    const EMPTY: ListHead = ListHead { head: NIL, tail: NIL, len: 0 };
+    const EMPTY: ListHead = ListHead {
+        head: NIL,
+        tail: NIL,
+        len: 0,
+    };
 }
 
 /// All free lists of a zone plus the counts derived per list.
@@ -67,7 +71,14 @@ impl FreeAreas {
     /// Links the free head `i` (state already set, order/list fields set by
     /// the caller) at the head or tail of its list.
     #[inline]
-    pub fn push(&mut self, frames: &mut FrameTable<'_>, i: Idx, order: u8, list: ListId, at_tail: bool) {
+    pub fn push(
+        &mut self,
+        frames: &mut FrameTable<'_>,
+        i: Idx,
+        order: u8,
+        list: ListId,
+        at_tail: bool,
+    ) {
         let lh = &mut self.lists[order as usize][list.index()];
         let f = frames.get_mut(i);
         f.order = order;

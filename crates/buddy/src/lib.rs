@@ -57,7 +57,7 @@ mod zone;
 
 pub use error::{AllocError, FreeError, InitError, RangeError, ValidateError};
 pub use order::{COSTLY_ORDER, DEFAULT_MAX_ORDER, ORDER_LIMIT, Order};
-pub use pfn::{AlignedBlocks, PAGE_SHIFT, PAGE_SIZE, PfnRange, PhysAddr, Pfn};
+pub use pfn::{AlignedBlocks, PAGE_SHIFT, PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 pub use stats::{BuddyInfo, Stats};
 pub use zone::{BlockInfo, BuddyConfig, BuddyZone};

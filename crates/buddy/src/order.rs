@@ -27,7 +27,11 @@ impl Order {
     /// `Some(order)` if `n <= ORDER_LIMIT`.
     #[inline]
     pub const fn new(n: u8) -> Option<Order> {
-        if n <= ORDER_LIMIT { Some(Order(n)) } else { None }
+        if n <= ORDER_LIMIT {
+            Some(Order(n))
+        } else {
+            None
+        }
     }
 
     #[inline]
@@ -60,7 +64,11 @@ impl Order {
             return Some(Order(0));
         }
         let o = 64 - (pages - 1).leading_zeros();
-        if o <= ORDER_LIMIT as u32 { Some(Order(o as u8)) } else { None }
+        if o <= ORDER_LIMIT as u32 {
+            Some(Order(o as u8))
+        } else {
+            None
+        }
     }
 }
 

@@ -52,7 +52,7 @@ impl Pfn {
         let mask = order.pages() - 1;
         match self.0.checked_add(mask) {
             Some(v) => Pfn(v & !mask),
-            None => Pfn(u64::MAX & !mask),
+            None => Pfn(!mask),
         }
     }
 }
@@ -143,7 +143,10 @@ impl PfnRange {
     /// either edge are left out (firmware maps are not page aligned).
     #[inline]
     pub const fn from_addrs(start: PhysAddr, end: PhysAddr) -> Self {
-        PfnRange { start: start.pfn_up(), end: end.pfn_down() }
+        PfnRange {
+            start: start.pfn_up(),
+            end: end.pfn_down(),
+        }
     }
 
     /// Number of frames (0 for an empty or inverted range).
@@ -183,7 +186,11 @@ impl PfnRange {
     /// largest first from the left: the decomposition `reserve_range` and
     /// `release_range` agree on.
     pub fn blocks(&self, max: Order) -> AlignedBlocks {
-        AlignedBlocks { next: self.start.0, end: self.end.0, max }
+        AlignedBlocks {
+            next: self.start.0,
+            end: self.end.0,
+            max,
+        }
     }
 }
 
@@ -208,7 +215,11 @@ impl Iterator for AlignedBlocks {
         if self.next >= self.end {
             return None;
         }
-        let align = if self.next == 0 { 63 } else { self.next.trailing_zeros() };
+        let align = if self.next == 0 {
+            63
+        } else {
+            self.next.trailing_zeros()
+        };
         let fit = 63 - (self.end - self.next).leading_zeros();
         let o = align.min(fit).min(self.max.get() as u32) as u8;
         let pfn = Pfn(self.next);

@@ -22,7 +22,11 @@ impl ListId {
     /// `Some(list)` if `n < MAX_LISTS`.
     #[inline]
     pub const fn new(n: u8) -> Option<ListId> {
-        if (n as usize) < MAX_LISTS { Some(ListId(n)) } else { None }
+        if (n as usize) < MAX_LISTS {
+            Some(ListId(n))
+        } else {
+            None
+        }
     }
 
     /// The raw list number.

@@ -16,18 +16,23 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         while p < range.end {
             match self.containing(self.idx(p)) {
                 None => return Err(RangeError::Hole { pfn: p }),
-                Some((h, f)) if f.state == State::FreeHead => p = (self.pfn(h) + (1 << f.order)).min(range.end),
+                Some((h, f)) if f.state == State::FreeHead => {
+                    p = (self.pfn(h) + (1 << f.order)).min(range.end)
+                }
                 Some(_) => return Err(RangeError::Busy { pfn: p }),
             }
         }
         let mut p = range.start;
         while p < range.end {
-            let (_, f) = self.containing(self.idx(p)).unwrap_or_else(|| unreachable!());
+            let (_, f) = self
+                .containing(self.idx(p))
+                .unwrap_or_else(|| unreachable!());
             let align = p.get().trailing_zeros().min(63) as u8;
             let fit = (63 - (range.end - p).leading_zeros()) as u8;
             let o = Order::new_unchecked(align.min(fit).min(f.order));
             // Checked above: the whole block lies in one free block.
-            self.alloc_at(p, o).map_err(|_| RangeError::Busy { pfn: p })?;
+            self.alloc_at(p, o)
+                .map_err(|_| RangeError::Busy { pfn: p })?;
             p = p + o.pages();
         }
         Ok(())
@@ -43,7 +48,15 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             let f = self.view(self.idx(p));
             match f.state {
                 State::AllocHead if p + (1 << f.order) <= range.end => p = p + (1 << f.order),
-                State::AllocHead | State::Tail => return Err(RangeError::NotBlockAligned { pfn: p }),
+                State::AllocHead => return Err(RangeError::NotBlockAligned { pfn: p }),
+                State::Tail => {
+                    let in_free = matches!(self.containing(self.idx(p)), Some((_, h)) if h.state == State::FreeHead);
+                    return Err(if in_free {
+                        RangeError::Busy { pfn: p }
+                    } else {
+                        RangeError::NotBlockAligned { pfn: p }
+                    });
+                }
                 State::Hole => return Err(RangeError::Hole { pfn: p }),
                 State::FreeHead => return Err(RangeError::Busy { pfn: p }),
             }
@@ -51,7 +64,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let mut p = range.start;
         while p < range.end {
             let order = Order::new_unchecked(self.view(self.idx(p)).order);
-            self.free(p, order).map_err(|_| RangeError::Busy { pfn: p })?;
+            self.free(p, order)
+                .map_err(|_| RangeError::Busy { pfn: p })?;
             p = p + order.pages();
         }
         Ok(())

@@ -2,9 +2,9 @@
 
 use core::fmt;
 
+use crate::Order;
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
-use crate::Order;
 
 /// Event counters of a zone (monotonic; `add_free_range` does not count).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,7 +29,10 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
 
     /// Free frames over all lists.
     pub fn free_pages(&self) -> u64 {
-        (0..MAX_LISTS as u8).filter_map(ListId::new).map(|l| self.areas.pages(l)).sum()
+        (0..MAX_LISTS as u8)
+            .filter_map(ListId::new)
+            .map(|l| self.areas.pages(l))
+            .sum()
     }
 
     /// Free frames on one list.
@@ -39,7 +42,10 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
 
     /// Free blocks of `order` over all lists (Linux's `nr_free`).
     pub fn free_blocks(&self, order: Order) -> u64 {
-        (0..MAX_LISTS as u8).filter_map(ListId::new).map(|l| self.free_blocks_in(order, l)).sum()
+        (0..MAX_LISTS as u8)
+            .filter_map(ListId::new)
+            .map(|l| self.free_blocks_in(order, l))
+            .sum()
     }
 
     /// Free blocks of `order` on `list`.
@@ -52,7 +58,10 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
 
     /// A `/proc/buddyinfo`-style line: free blocks per order.
     pub fn buddyinfo(&self) -> BuddyInfo<'_, 'a, P> {
-        BuddyInfo { zone: self, name: "zone" }
+        BuddyInfo {
+            zone: self,
+            name: "zone",
+        }
     }
 
     /// The same, naming the zone.

@@ -1,10 +1,10 @@
 //! `validate()`: walks every invariant of spec 01 §13 that applies to one zone.
 
+use crate::Order;
 use crate::error::ValidateError;
 use crate::frame::{F_SPAN_INIT, Idx, NIL, State};
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
-use crate::Order;
 
 fn bad(rule: &'static str, pfn: Option<crate::Pfn>) -> ValidateError {
     ValidateError { rule, pfn }
@@ -41,13 +41,19 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     }
                     let f = self.view(i);
                     if f.state != State::FreeHead || f.order != o || f.list != l.get() {
-                        return Err(bad("listed block is not a free head of this order and list", Some(p)));
+                        return Err(bad(
+                            "listed block is not a free head of this order and list",
+                            Some(p),
+                        ));
                     }
                     if f.prev != prev {
                         return Err(bad("broken back link", Some(p)));
                     }
                     let ord = Order::new_unchecked(o);
-                    if !p.is_aligned(ord) || !self.span.contains(p) || !self.span.contains(p + (ord.pages() - 1)) {
+                    if !p.is_aligned(ord)
+                        || !self.span.contains(p)
+                        || !self.span.contains(p + (ord.pages() - 1))
+                    {
                         return Err(bad("free block misaligned or outside the span", Some(p)));
                     }
                     pages += ord.pages();
@@ -73,9 +79,13 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             if i == h {
                 let hf = *self.frames.get(h);
                 if hf.flags & F_SPAN_INIT == 0 {
-                    let whole = hf.order == max && matches!(hf.state, State::FreeHead | State::AllocHead);
+                    let whole =
+                        hf.order == max && matches!(hf.state, State::FreeHead | State::AllocHead);
                     if hf.state != State::Hole && !whole {
-                        return Err(bad("unwritten max-order block is neither a hole nor a whole block", Some(self.pfn(h))));
+                        return Err(bad(
+                            "unwritten max-order block is neither a hole nor a whole block",
+                            Some(self.pfn(h)),
+                        ));
                     }
                 }
             }

@@ -7,7 +7,7 @@ use crate::frame::{F_SPAN_INIT, Frame, FrameTable, Idx, State, table_bytes};
 use crate::free_area::FreeAreas;
 use crate::policy::{ListId, MergePolicy, SingleList};
 use crate::stats::Stats;
-use crate::{Order, ORDER_LIMIT, Pfn, PfnRange};
+use crate::{ORDER_LIMIT, Order, Pfn, PfnRange};
 
 /// Build-time choices of a zone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +18,9 @@ pub struct BuddyConfig {
 
 impl Default for BuddyConfig {
     fn default() -> Self {
-        BuddyConfig { max_order: Order::DEFAULT_MAX }
+        BuddyConfig {
+            max_order: Order::DEFAULT_MAX,
+        }
     }
 }
 
@@ -188,7 +190,11 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if head.flags & F_SPAN_INIT != 0 {
             return;
         }
-        let fill = if head.state == State::Hole { State::Hole } else { State::Tail };
+        let fill = if head.state == State::Hole {
+            State::Hole
+        } else {
+            State::Tail
+        };
         for i in h + 1..h + (1 << self.max_order) {
             self.frames.write(i, Frame::with_state(fill));
         }
@@ -231,7 +237,10 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
                 order: Order::new_unchecked(f.order),
                 list: ListId::new(f.list).unwrap_or_default(),
             },
-            Some((h, f)) => BlockInfo::Allocated { head: self.pfn(h), order: Order::new_unchecked(f.order) },
+            Some((h, f)) => BlockInfo::Allocated {
+                head: self.pfn(h),
+                order: Order::new_unchecked(f.order),
+            },
         })
     }
 
@@ -260,8 +269,8 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
                 if head.state != State::Hole {
                     return Err(RangeError::Overlap { pfn: part.start });
                 }
-            } else if let Some(p) =
-                (part.start.get()..part.end.get()).find(|&p| self.view(self.idx(Pfn(p))).state != State::Hole)
+            } else if let Some(p) = (part.start.get()..part.end.get())
+                .find(|&p| self.view(self.idx(Pfn(p))).state != State::Hole)
             {
                 return Err(RangeError::Overlap { pfn: Pfn(p) });
             }
@@ -277,7 +286,8 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             if part.len() == maxpages && self.frames.get(hi).flags & F_SPAN_INIT == 0 {
                 self.set(hi, State::FreeHead, self.max_order);
                 let list = self.policy.list_for(h);
-                self.areas.push(&mut self.frames, hi, self.max_order, list, true);
+                self.areas
+                    .push(&mut self.frames, hi, self.max_order, list, true);
             } else {
                 self.init_span(hi);
                 for (p, o) in part.blocks(max) {

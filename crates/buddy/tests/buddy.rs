@@ -1,0 +1,351 @@
+//! Behaviour of the buddy core: split, merge, placement, bad input.
+
+mod common;
+
+use common::{config, meta, o, snapshot};
+use pageframe_buddy::{
+    AllocError, BlockInfo, BuddyZone, FreeError, InitError, ListId, Order, Pfn, PfnRange,
+    RangeError, SingleList,
+};
+
+const L: ListId = ListId::DEFAULT;
+
+fn r(a: u64, b: u64) -> PfnRange {
+    PfnRange::new(Pfn(a), Pfn(b))
+}
+
+#[test]
+fn free_of_alloc_restores_exact_state() {
+    // spec 01 §13.11, for every order, on a zone with an odd start and a hole.
+    let span = r(0x1003, 0x3000);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0x1003, 0x1c00)).unwrap();
+    z.add_free_range(r(0x1d00, 0x3000)).unwrap();
+    let before = snapshot(&z);
+    for k in 0..=10 {
+        let p = z.alloc(o(k), L).unwrap();
+        assert!(p.is_aligned(o(k)));
+        assert_ne!(snapshot(&z), before);
+        z.free(p, o(k)).unwrap();
+        assert_eq!(snapshot(&z), before, "order {k}");
+        z.validate().unwrap();
+    }
+}
+
+#[test]
+fn split_returns_upper_halves_at_ascending_addresses() {
+    // spec 01 §13.6: taking order k from an order-o block adds exactly one
+    // free block of each order k..o, each above the returned block.
+    let span = r(0, 1024);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let p = z.alloc(o(2), L).unwrap();
+    assert_eq!(p, Pfn(0));
+    for k in 2..10u8 {
+        assert_eq!(z.free_blocks(o(k)), 1);
+        assert_eq!(
+            z.block_at(Pfn(1 << k)),
+            Some(BlockInfo::Free {
+                head: Pfn(1 << k),
+                order: o(k),
+                list: L
+            })
+        );
+    }
+    assert_eq!(z.free_blocks(o(10)), 0);
+    // Repeated small allocations hand out ascending addresses.
+    let next: Vec<u64> = (0..6).map(|_| z.alloc(o(2), L).unwrap().get()).collect();
+    assert_eq!(next, vec![4, 8, 12, 16, 20, 24]);
+    assert_eq!(z.stats().splits, 8 + 1 + 2 + 1);
+    z.validate().unwrap();
+}
+
+#[test]
+fn merges_stop_at_max_order_and_at_holes() {
+    let span = r(0, 64);
+    let mut m = meta(span, 3);
+    let mut z = BuddyZone::new(span, config(3), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0, 64)).unwrap();
+    assert_eq!(snapshot(&z), vec![0, 0, 0, 8]);
+    // A hole at frame 9 keeps 8 and 10..16 from ever forming an order-3 block.
+    let span2 = r(0, 16);
+    let mut m2 = meta(span2, 3);
+    let mut z2 = BuddyZone::new(span2, config(3), &mut m2, SingleList).unwrap();
+    z2.add_free_range(r(0, 9)).unwrap();
+    z2.add_free_range(r(10, 16)).unwrap();
+    assert_eq!(snapshot(&z2), vec![1, 1, 1, 1]);
+    let all: Vec<Pfn> = std::iter::from_fn(|| z2.alloc(o(0), L).ok()).collect();
+    assert_eq!(all.len(), 15);
+    assert!(!all.contains(&Pfn(9)), "a hole was handed out");
+    for p in all {
+        z2.free(p, o(0)).unwrap();
+    }
+    assert_eq!(snapshot(&z2), vec![1, 1, 1, 1]);
+    z2.validate().unwrap();
+}
+
+#[test]
+fn likely_merge_goes_to_the_tail() {
+    // spec 01 §5.1. Max order 4: one 16-frame block, all taken as order 0.
+    let span = r(0, 16);
+    let mut m = meta(span, 4);
+    let mut z = BuddyZone::new(span, config(4), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    for _ in 0..16 {
+        z.alloc(o(0), L).unwrap();
+    }
+    for p in [4, 5, 6, 7] {
+        z.free(Pfn(p), o(0)).unwrap(); // order-2 block at 4
+    }
+    for p in [8, 9] {
+        z.free(Pfn(p), o(0)).unwrap(); // order-1 at 8: its uncle (12) is busy -> head
+    }
+    for p in [2, 3] {
+        z.free(Pfn(p), o(0)).unwrap(); // order-1 at 2: its uncle (4) is free -> tail
+    }
+    assert_eq!(z.free_blocks(o(1)), 2);
+    // The block likely to merge soon is allocated last.
+    assert_eq!(z.alloc(o(1), L).unwrap(), Pfn(8));
+    assert_eq!(z.alloc(o(1), L).unwrap(), Pfn(2));
+    z.validate().unwrap();
+}
+
+#[test]
+fn bad_frees_are_refused_and_change_nothing() {
+    let span = r(0x100, 0x900);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0x100, 0x500)).unwrap();
+    z.add_free_range(r(0x600, 0x900)).unwrap();
+    let b = z.alloc(o(3), L).unwrap();
+    let single = z.alloc(o(0), L).unwrap();
+    let (before, stats) = (snapshot(&z), z.stats());
+    let cases = [
+        (b, o(11), FreeError::OrderTooLarge),
+        (Pfn(0x900), o(0), FreeError::OutOfRange),
+        (Pfn(0xff), o(0), FreeError::OutOfRange),
+        (b + 1, o(3), FreeError::Misaligned),
+        (Pfn(0x540), o(0), FreeError::Hole),
+        (
+            b + 2,
+            o(0),
+            FreeError::NotBlockHead {
+                head: b,
+                order: o(3),
+            },
+        ),
+        (b, o(2), FreeError::WrongOrder { allocated: o(3) }),
+        (b, o(4), FreeError::WrongOrder { allocated: o(3) }),
+        (Pfn(0x700), o(0), FreeError::AlreadyFree),
+        (Pfn(0x800), o(8), FreeError::AlreadyFree),
+    ];
+    for (p, k, want) in cases {
+        assert_eq!(z.free(p, k), Err(want), "free({p:?}, {k:?})");
+        assert_eq!((snapshot(&z), z.stats()), (before.clone(), stats));
+    }
+    z.free(single, o(0)).unwrap();
+    assert_eq!(
+        z.free(single, o(0)),
+        Err(FreeError::AlreadyFree),
+        "double free"
+    );
+    z.free(b, o(3)).unwrap();
+    z.validate().unwrap();
+}
+
+#[test]
+fn order_above_the_zone_maximum_is_refused() {
+    let span = r(0, 64);
+    let mut m = meta(span, 3);
+    let mut z = BuddyZone::new(span, config(3), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    assert_eq!(z.alloc(o(4), L), Err(AllocError::OrderTooLarge));
+    assert_eq!(z.free(Pfn(0), o(4)), Err(FreeError::OrderTooLarge));
+    assert!(Order::new(16).is_none());
+}
+
+#[test]
+fn init_errors() {
+    let span = r(0, 4096);
+    let need = BuddyZone::<SingleList>::metadata_bytes(span, config(10));
+    assert!(need <= 4096 * 16 + 15, "at most 16 bytes a frame");
+    let mut small = vec![std::mem::MaybeUninit::uninit(); need - 16];
+    assert!(matches!(
+        BuddyZone::new(span, config(10), &mut small, SingleList),
+        Err(InitError::MetadataTooSmall { .. })
+    ));
+    let mut m = meta(span, 10);
+    assert!(matches!(
+        BuddyZone::new(r(5, 5), config(10), &mut m, SingleList),
+        Err(InitError::EmptySpan)
+    ));
+    let huge = r(0, 1 << 40);
+    assert_eq!(BuddyZone::<SingleList>::metadata_bytes(huge, config(10)), 0);
+    assert!(matches!(
+        BuddyZone::new(huge, config(10), &mut m, SingleList),
+        Err(InitError::SpanTooLarge)
+    ));
+}
+
+#[test]
+fn add_free_range_rejects_overlap_and_out_of_span() {
+    let span = r(0x10, 0x2010);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0x10, 0x800)).unwrap();
+    let before = (snapshot(&z), z.managed_pages());
+    assert_eq!(
+        z.add_free_range(r(0x7ff, 0x900)),
+        Err(RangeError::Overlap { pfn: Pfn(0x7ff) })
+    );
+    assert_eq!(
+        z.add_free_range(r(0x400, 0x401)),
+        Err(RangeError::Overlap { pfn: Pfn(0x400) })
+    );
+    assert_eq!(
+        z.add_free_range(r(0x2000, 0x2011)),
+        Err(RangeError::OutOfSpan)
+    );
+    assert_eq!(z.add_free_range(r(0x900, 0x900)), Err(RangeError::Empty));
+    assert_eq!((snapshot(&z), z.managed_pages()), before);
+    // Whole max-order blocks added one by one and partially: all merge.
+    z.add_free_range(r(0x800, 0xc00)).unwrap();
+    z.add_free_range(r(0xc00, 0x2010)).unwrap();
+    assert_eq!(z.managed_pages(), 0x2000);
+    assert_eq!(
+        z.add_free_range(r(0x1000, 0x1400)),
+        Err(RangeError::Overlap { pfn: Pfn(0x1000) })
+    );
+    z.validate().unwrap();
+    assert_eq!(z.free_blocks(o(10)), 7);
+}
+
+#[test]
+fn alloc_at_carves_a_block_and_keeps_the_rest_free() {
+    let span = r(0, 2048);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0, 2000)).unwrap();
+    let free0 = z.free_pages();
+    z.alloc_at(Pfn(0x2c8), o(3)).unwrap();
+    assert_eq!(z.free_pages(), free0 - 8);
+    assert_eq!(
+        z.block_at(Pfn(0x2cb)),
+        Some(BlockInfo::Allocated {
+            head: Pfn(0x2c8),
+            order: o(3)
+        })
+    );
+    z.validate().unwrap();
+    let snap = snapshot(&z);
+    assert_eq!(z.alloc_at(Pfn(0x2c8), o(0)), Err(AllocError::Busy));
+    assert_eq!(z.alloc_at(Pfn(0x2c0), o(4)), Err(AllocError::Busy));
+    assert_eq!(z.alloc_at(Pfn(0x2c1), o(1)), Err(AllocError::Misaligned));
+    assert_eq!(z.alloc_at(Pfn(2000), o(0)), Err(AllocError::Hole));
+    assert_eq!(z.alloc_at(Pfn(2048), o(0)), Err(AllocError::OutOfRange));
+    assert_eq!(z.alloc_at(Pfn(1024), o(11)), Err(AllocError::OrderTooLarge));
+    assert_eq!(snapshot(&z), snap);
+    z.free(Pfn(0x2c8), o(3)).unwrap();
+    assert_eq!(z.free_pages(), free0);
+    z.validate().unwrap();
+}
+
+#[test]
+fn reserve_and_release_ranges() {
+    let span = r(0, 4096);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(r(0, 3000)).unwrap();
+    let before = snapshot(&z);
+    // A kernel image at an odd place.
+    z.reserve_range(r(0x123, 0x5a1)).unwrap();
+    assert_eq!(z.free_pages(), 3000 - (0x5a1 - 0x123));
+    z.validate().unwrap();
+    let snap = snapshot(&z);
+    assert_eq!(
+        z.reserve_range(r(0x500, 0x600)),
+        Err(RangeError::Busy { pfn: Pfn(0x500) })
+    );
+    assert_eq!(
+        z.reserve_range(r(2990, 3010)),
+        Err(RangeError::Hole { pfn: Pfn(3000) })
+    );
+    assert_eq!(z.reserve_range(r(4000, 4200)), Err(RangeError::OutOfSpan));
+    assert_eq!(
+        z.release_range(r(0x125, 0x5a1)),
+        Err(RangeError::NotBlockAligned { pfn: Pfn(0x125) })
+    );
+    assert_eq!(
+        z.release_range(r(0x120, 0x5a1)),
+        Err(RangeError::Busy { pfn: Pfn(0x120) })
+    );
+    assert_eq!(
+        z.release_range(r(0x123, 0x5a2)),
+        Err(RangeError::Busy { pfn: Pfn(0x5a1) })
+    );
+    assert_eq!(snapshot(&z), snap);
+    // No frame of the reserved range is ever handed out.
+    let got: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(0), L).ok()).collect();
+    assert!(got.iter().all(|p| !(0x123..0x5a1).contains(&p.get())));
+    for p in got {
+        z.free(p, o(0)).unwrap();
+    }
+    z.release_range(r(0x123, 0x5a1)).unwrap();
+    assert_eq!(snapshot(&z), before);
+    z.validate().unwrap();
+}
+
+#[test]
+fn tags_live_on_allocated_heads_only() {
+    let span = r(0, 1024);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let p = z.alloc(o(1), L).unwrap();
+    assert_eq!(z.tag(p), Some(0));
+    assert!(z.set_tag(p, 7));
+    assert_eq!(z.tag(p), Some(7));
+    assert!(!z.set_tag(p + 1, 7), "not a head");
+    assert!(!z.set_tag(Pfn(512), 7), "free");
+    z.free(p, o(1)).unwrap();
+    assert_eq!(z.tag(p), None);
+    let q = z.alloc(o(1), L).unwrap();
+    assert_eq!(
+        (q, z.tag(q)),
+        (p, Some(0)),
+        "a new allocation starts untagged"
+    );
+}
+
+#[test]
+fn buddyinfo_lists_free_blocks_per_order() {
+    let span = r(0, 1024 + 3);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let line = z.buddyinfo_named("DMA32").to_string();
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .skip(2)
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(nums, vec![1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    assert!(line.starts_with("Zone    DMA32"));
+}
+
+#[test]
+fn large_zone_sets_up_lazily_and_serves_everything() {
+    // 64 GiB of frames: only max-order heads are written at init, so this is
+    // fast even unoptimised; the metadata buffer stays mostly untouched.
+    let span = r(0, 16 << 20);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    assert_eq!(z.free_blocks(o(10)), 16 << 10);
+    let p = z.alloc(o(0), L).unwrap();
+    z.free(p, o(0)).unwrap();
+    assert_eq!(z.free_blocks(o(10)), 16 << 10);
+    assert_eq!(z.free_blocks(o(0)), 0);
+}

@@ -251,31 +251,9 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// Errors (state unchanged): an empty range, a range outside the span, or
     /// a frame that was already handed over.
     pub fn add_free_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
-        if range.is_empty() {
-            return Err(RangeError::Empty);
-        }
-        if !self.span.contains_range(&range) {
-            return Err(RangeError::OutOfSpan);
-        }
+        self.check_add_range(range)?;
         let max = Order::new_unchecked(self.max_order);
         let maxpages = max.pages();
-        // Check first: every frame must still be a hole.
-        let mut h = range.start.align_down(max);
-        while h < range.end {
-            let part = range.intersect(&PfnRange::new(h, h + maxpages));
-            let hi = self.idx(h);
-            let head = *self.frames.get(hi);
-            if head.flags & F_SPAN_INIT == 0 {
-                if head.state != State::Hole {
-                    return Err(RangeError::Overlap { pfn: part.start });
-                }
-            } else if let Some(p) = (part.start.get()..part.end.get())
-                .find(|&p| self.view(self.idx(Pfn(p))).state != State::Hole)
-            {
-                return Err(RangeError::Overlap { pfn: Pfn(p) });
-            }
-            h = h + maxpages;
-        }
         // Then apply. Boot memory goes to the tail of the lists (spec 01 §5.1,
         // FPI_TO_TAIL), so recently freed memory is reused first.
         let saved = self.stats;
@@ -304,6 +282,35 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         }
         self.stats = saved;
         self.managed += range.len();
+        Ok(())
+    }
+
+    /// Whether [`BuddyZone::add_free_range`] would accept `range`: non-empty,
+    /// inside the span, and every frame still a hole. Costs one read per
+    /// untouched max-order block.
+    pub fn check_add_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        if range.is_empty() {
+            return Err(RangeError::Empty);
+        }
+        if !self.span.contains_range(&range) {
+            return Err(RangeError::OutOfSpan);
+        }
+        let max = Order::new_unchecked(self.max_order);
+        let mut h = range.start.align_down(max);
+        while h < range.end {
+            let part = range.intersect(&PfnRange::new(h, h + max.pages()));
+            let head = *self.frames.get(self.idx(h));
+            if head.flags & F_SPAN_INIT == 0 {
+                if head.state != State::Hole {
+                    return Err(RangeError::Overlap { pfn: part.start });
+                }
+            } else if let Some(p) = (part.start.get()..part.end.get())
+                .find(|&p| self.view(self.idx(Pfn(p))).state != State::Hole)
+            {
+                return Err(RangeError::Overlap { pfn: Pfn(p) });
+            }
+            h = h + max.pages();
+        }
         Ok(())
     }
 

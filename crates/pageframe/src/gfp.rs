@@ -1,0 +1,177 @@
+//! GFP flags: what an allocation request may do and where it may come from
+//! (spec 01 §8.1; bit positions as in Linux 6.18).
+
+use bitflags::bitflags;
+
+use crate::ZoneKind;
+
+bitflags! {
+    /// Allocation request flags (`gfp_t`).
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+    pub struct Gfp: u32 {
+        /// Zone selector: the DMA zone (x86: below 16 MiB).
+        const DMA = 1 << 0;
+        /// Zone selector: high memory (32-bit only; with MOVABLE selects the Movable zone).
+        const HIGHMEM = 1 << 1;
+        /// Zone selector: memory below 4 GiB.
+        const DMA32 = 1 << 2;
+        /// The frames can be migrated (user pages, page cache).
+        const MOVABLE = 1 << 3;
+        /// The frames can be reclaimed (shrinkable caches).
+        const RECLAIMABLE = 1 << 4;
+        /// High priority: may dip into half of the min reserve.
+        const HIGH = 1 << 5;
+        /// Reclaim may start I/O (compaction requires it).
+        const IO = 1 << 6;
+        /// Reclaim may call into file systems.
+        const FS = 1 << 7;
+        /// Caller wants zeroed memory. The allocator never touches frame
+        /// contents (frames are numbers): the caller zeroes through its mapping.
+        const ZERO = 1 << 8;
+        /// The caller may sleep and do direct reclaim or compaction.
+        const DIRECT_RECLAIM = 1 << 10;
+        /// The caller may wake the background reclaimer.
+        const KSWAPD_RECLAIM = 1 << 11;
+        /// Do not report a failure.
+        const NOWARN = 1 << 13;
+        /// Try hard, may still fail; never the OOM killer.
+        const RETRY_MAYFAIL = 1 << 14;
+        /// Never fail (order <= 1 expected).
+        const NOFAIL = 1 << 15;
+        /// One attempt at reclaim/compaction, then fail.
+        const NORETRY = 1 << 16;
+        /// Ignore watermarks entirely (memory for freeing memory).
+        const MEMALLOC = 1 << 17;
+        /// Build a compound page.
+        const COMP = 1 << 18;
+        /// Never use the reserves (overrides MEMALLOC).
+        const NOMEMALLOC = 1 << 19;
+        /// Enforce the cpuset.
+        const HARDWALL = 1 << 20;
+        /// Only this node.
+        const THISNODE = 1 << 21;
+
+        /// Both reclaim flags.
+        const RECLAIM = Self::DIRECT_RECLAIM.bits() | Self::KSWAPD_RECLAIM.bits();
+        /// Ordinary kernel allocation: may sleep, reclaim, do I/O.
+        const KERNEL = Self::RECLAIM.bits() | Self::IO.bits() | Self::FS.bits();
+        /// Cannot sleep, high priority (interrupt context).
+        const ATOMIC = Self::HIGH.bits() | Self::KSWAPD_RECLAIM.bits();
+        /// Cannot sleep, no reserve access.
+        const NOWAIT = Self::KSWAPD_RECLAIM.bits() | Self::NOWARN.bits();
+        /// May sleep but no I/O.
+        const NOIO = Self::RECLAIM.bits();
+        /// May sleep, I/O but no file-system calls.
+        const NOFS = Self::RECLAIM.bits() | Self::IO.bits();
+        /// User-space allocation.
+        const USER = Self::KERNEL.bits() | Self::HARDWALL.bits();
+        /// Movable user-space allocation that may use high zones.
+        const HIGHUSER_MOVABLE = Self::USER.bits() | Self::HIGHMEM.bits() | Self::MOVABLE.bits();
+        /// Transparent huge page, opportunistic: no reclaim at all.
+        const TRANSHUGE_LIGHT = (Self::HIGHUSER_MOVABLE.bits() | Self::COMP.bits() | Self::NOMEMALLOC.bits()
+            | Self::NOWARN.bits()) & !Self::RECLAIM.bits();
+        /// Transparent huge page that may compact directly.
+        const TRANSHUGE = Self::TRANSHUGE_LIGHT.bits() | Self::DIRECT_RECLAIM.bits();
+    }
+}
+
+impl Gfp {
+    /// The highest zone the request may use (`gfp_zone`, spec 01 §3.5), or
+    /// `None` for an invalid selector combination (more than one of
+    /// DMA/DMA32/HIGHMEM, except HIGHMEM with MOVABLE).
+    pub const fn highest_zone(self) -> Option<ZoneKind> {
+        let dma = self.contains(Gfp::DMA);
+        let dma32 = self.contains(Gfp::DMA32);
+        let high = self.contains(Gfp::HIGHMEM);
+        let movable = self.contains(Gfp::MOVABLE);
+        match (dma, dma32, high) {
+            (false, false, false) => Some(ZoneKind::Normal),
+            (true, false, false) => Some(ZoneKind::Dma),
+            (false, true, false) => Some(ZoneKind::Dma32),
+            // No HIGHMEM on 64-bit: it means Normal, or Movable with MOVABLE.
+            (false, false, true) => Some(if movable {
+                ZoneKind::Movable
+            } else {
+                ZoneKind::Normal
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether both mobility bits are set (invalid, spec 01 §8.1).
+    pub const fn is_valid(self) -> bool {
+        !self.contains(Gfp::MOVABLE.union(Gfp::RECLAIMABLE)) && self.highest_zone().is_some()
+    }
+}
+
+bitflags! {
+    /// Allocator-internal flags derived from GFP (spec 01 §8.2); exposed for
+    /// tests and for layers that drive zones directly.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+    pub struct AllocFlags: u32 {
+        /// Watermark index bits (0 = min, 1 = low, 2 = high).
+        const WMARK_MASK = 0x3;
+        /// Skip watermark checks.
+        const NO_WATERMARKS = 0x04;
+        /// OOM-victim partial reserve access.
+        const OOM = 0x08;
+        /// The caller cannot block.
+        const NON_BLOCK = 0x10;
+        /// `__GFP_HIGH`: may use half the min reserve.
+        const MIN_RESERVE = 0x20;
+        /// May wake kswapd.
+        const KSWAPD = 0x800;
+    }
+}
+
+/// Which watermark an allocation is checked against.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum Mark {
+    /// The min watermark (slow path).
+    Min = 0,
+    /// The low watermark (fast path).
+    Low = 1,
+    /// The high watermark.
+    High = 2,
+}
+
+impl AllocFlags {
+    /// The watermark these flags test.
+    pub const fn mark(self) -> Mark {
+        match self.bits() & 3 {
+            0 => Mark::Min,
+            1 => Mark::Low,
+            _ => Mark::High,
+        }
+    }
+
+    /// Fast-path flags: the low watermark (spec 01 §8.3).
+    pub const fn fast(gfp: Gfp) -> AllocFlags {
+        let mut f = Mark::Low as u32;
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            f |= AllocFlags::KSWAPD.bits();
+        }
+        AllocFlags::from_bits_retain(f)
+    }
+
+    /// Slow-path flags (`gfp_to_alloc_flags` plus the reserve override,
+    /// spec 01 §8.3): the min watermark, reserve access for callers that
+    /// cannot block or are high priority, no watermarks for MEMALLOC.
+    pub const fn slow(gfp: Gfp) -> AllocFlags {
+        if gfp.contains(Gfp::MEMALLOC) && !gfp.contains(Gfp::NOMEMALLOC) {
+            return AllocFlags::NO_WATERMARKS;
+        }
+        let mut f = Mark::Min as u32;
+        if gfp.contains(Gfp::HIGH) {
+            f |= AllocFlags::MIN_RESERVE.bits();
+        }
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            f |= AllocFlags::KSWAPD.bits();
+        }
+        if !gfp.contains(Gfp::DIRECT_RECLAIM) && !gfp.contains(Gfp::NOMEMALLOC) {
+            f |= AllocFlags::NON_BLOCK.bits();
+        }
+        AllocFlags::from_bits_retain(f)
+    }
+}

@@ -1,0 +1,249 @@
+//! A zone: one buddy allocator over an address-range class, its watermarks,
+//! behind one spin lock (spec 01 §3.3).
+
+use core::fmt;
+use core::mem::MaybeUninit;
+
+use pageframe_buddy::{
+    BuddyConfig, BuddyZone, FreeError, InitError, ListId, Order, Pfn, PfnRange, RangeError,
+    SingleList, Stats, ValidateError,
+};
+use spin::Mutex;
+
+use crate::error::AllocError;
+use crate::gfp::{AllocFlags, Gfp};
+use crate::watermark::{
+    DEFAULT_WATERMARK_SCALE_FACTOR, Watermarks, default_min_free_kbytes, watermark_ok,
+};
+
+/// Address-range classes of memory, low to high (spec 01 §3.5). A zone's
+/// index is its place in this order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[repr(u8)]
+pub enum ZoneKind {
+    /// Below 16 MiB on x86 (legacy ISA DMA).
+    Dma = 0,
+    /// Below 4 GiB.
+    Dma32 = 1,
+    /// Everything else.
+    Normal = 2,
+    /// Only movable allocations (carved out by configuration).
+    Movable = 3,
+}
+
+/// Number of zone kinds.
+pub const NR_ZONE_KINDS: usize = 4;
+
+impl ZoneKind {
+    /// All kinds, low to high.
+    pub const ALL: [ZoneKind; NR_ZONE_KINDS] = [
+        ZoneKind::Dma,
+        ZoneKind::Dma32,
+        ZoneKind::Normal,
+        ZoneKind::Movable,
+    ];
+
+    /// Linux's name for the zone.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ZoneKind::Dma => "DMA",
+            ZoneKind::Dma32 => "DMA32",
+            ZoneKind::Normal => "Normal",
+            ZoneKind::Movable => "Movable",
+        }
+    }
+
+    /// The zone's index.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+pub(crate) struct ZoneInner<'a> {
+    pub buddy: BuddyZone<'a, SingleList>,
+    pub wmark: Watermarks,
+    /// Frames withheld from requests whose highest usable zone is the index.
+    pub lowmem_reserve: [u64; NR_ZONE_KINDS],
+    pub watermark_failures: u64,
+}
+
+/// A zone: a [`BuddyZone`] with watermarks behind a spin lock. All methods
+/// take `&self`, so a zone (or the [`crate::Node`] holding it) can be shared.
+pub struct Zone<'a> {
+    kind: ZoneKind,
+    span: PfnRange,
+    pub(crate) inner: Mutex<ZoneInner<'a>>,
+}
+
+impl<'a> Zone<'a> {
+    /// Metadata bytes a zone over `span` needs (≤ 16 a frame, plus rounding
+    /// of the span to 4 MiB and alignment slack).
+    pub const fn metadata_bytes(span: PfnRange) -> usize {
+        BuddyZone::<SingleList>::metadata_bytes(
+            span,
+            BuddyConfig {
+                max_order: Order::DEFAULT_MAX,
+            },
+        )
+    }
+
+    /// A zone of `kind` over `span`, with every frame a hole until handed
+    /// over with [`Zone::add_free_range`]. `meta` is the metadata buffer, at
+    /// least [`Zone::metadata_bytes`] long, typically carved from the RAM the
+    /// zone will manage (and then left out of the free ranges).
+    pub fn new(
+        kind: ZoneKind,
+        span: PfnRange,
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Zone<'a>, InitError> {
+        let buddy = BuddyZone::new(span, BuddyConfig::default(), meta, SingleList)?;
+        Ok(Zone {
+            kind,
+            span,
+            inner: Mutex::new(ZoneInner {
+                buddy,
+                wmark: Watermarks::default(),
+                lowmem_reserve: [0; NR_ZONE_KINDS],
+                watermark_failures: 0,
+            }),
+        })
+    }
+
+    /// The zone's kind.
+    pub fn kind(&self) -> ZoneKind {
+        self.kind
+    }
+
+    /// The span, holes included.
+    pub fn span(&self) -> PfnRange {
+        self.span
+    }
+
+    /// Hands usable frames over. The watermarks are recomputed as if this
+    /// zone were alone; a [`crate::Node`] recomputes them over all its zones.
+    pub fn add_free_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        let mut z = self.inner.lock();
+        z.buddy.add_free_range(range)?;
+        let managed = z.buddy.managed_pages();
+        let pages_min = default_min_free_kbytes(managed * 4) / 4;
+        z.wmark = Watermarks::compute(pages_min, managed, DEFAULT_WATERMARK_SCALE_FACTOR);
+        Ok(())
+    }
+
+    /// Allocates `2^order` frames: first against the low watermark, then
+    /// against the min watermark with the reserve access `gfp` grants (there
+    /// is no reclaim to wait for). The zone ignores zone-selector bits.
+    pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        if !gfp.is_valid() {
+            return Err(AllocError::InvalidGfp);
+        }
+        self.try_alloc(order, AllocFlags::fast(gfp), self.kind)
+            .or_else(|_| self.try_alloc(order, AllocFlags::slow(gfp), self.kind))
+    }
+
+    /// One attempt under one lock acquisition: the watermark check for a
+    /// requester whose highest usable zone is `highest`, then the buddy.
+    pub fn try_alloc(
+        &self,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
+        let mut z = self.inner.lock();
+        let mark = z.wmark.get(flags.mark());
+        let reserve = z.lowmem_reserve[highest.index()];
+        let b = &z.buddy;
+        if order > b.max_order() {
+            return Err(AllocError::OrderTooLarge);
+        }
+        let ok = watermark_ok(b.free_pages(), order.get(), mark, reserve, flags, |o| {
+            (o..=b.max_order().get()).any(|k| b.free_blocks(Order::new(k).unwrap_or_default()) > 0)
+        });
+        if !ok {
+            z.watermark_failures += 1;
+            return Err(AllocError::OutOfMemory);
+        }
+        z.buddy
+            .alloc(order, ListId::DEFAULT)
+            .map_err(AllocError::from)
+    }
+
+    /// Frees a block; bad input gets a [`FreeError`] and changes nothing.
+    pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.inner.lock().buddy.free(pfn, order)
+    }
+
+    /// Allocates the specific block at `pfn`, ignoring watermarks (for
+    /// contiguous ranges and late reservations).
+    pub fn alloc_at(&self, pfn: Pfn, order: Order) -> Result<(), AllocError> {
+        self.inner
+            .lock()
+            .buddy
+            .alloc_at(pfn, order)
+            .map_err(AllocError::from)
+    }
+
+    /// Reserves every frame of `range` (must all be free).
+    pub fn reserve_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        self.inner.lock().buddy.reserve_range(range)
+    }
+
+    /// Frees a range that `reserve_range` reserved.
+    pub fn release_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        self.inner.lock().buddy.release_range(range)
+    }
+
+    /// Free frames.
+    pub fn free_pages(&self) -> u64 {
+        self.inner.lock().buddy.free_pages()
+    }
+
+    /// Frames handed over (free or allocated).
+    pub fn managed_pages(&self) -> u64 {
+        self.inner.lock().buddy.managed_pages()
+    }
+
+    /// Free blocks of `order`.
+    pub fn free_blocks(&self, order: Order) -> u64 {
+        self.inner.lock().buddy.free_blocks(order)
+    }
+
+    /// The buddy layer's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.lock().buddy.stats()
+    }
+
+    /// Allocations refused by the watermark check.
+    pub fn watermark_failures(&self) -> u64 {
+        self.inner.lock().watermark_failures
+    }
+
+    /// Current watermarks.
+    pub fn watermarks(&self) -> Watermarks {
+        self.inner.lock().wmark
+    }
+
+    /// The lowmem reserve held against requesters whose highest zone is `kind`.
+    pub fn lowmem_reserve(&self, kind: ZoneKind) -> u64 {
+        self.inner.lock().lowmem_reserve[kind.index()]
+    }
+
+    /// Checks every invariant of the zone.
+    pub fn validate(&self) -> Result<(), ValidateError> {
+        self.inner.lock().buddy.validate()
+    }
+
+    /// Runs `f` on the buddy zone under the lock (for diagnostics and for
+    /// layers that drive the buddy directly).
+    pub fn with_buddy<R>(&self, f: impl FnOnce(&mut BuddyZone<'a, SingleList>) -> R) -> R {
+        f(&mut self.inner.lock().buddy)
+    }
+}
+
+impl fmt::Display for Zone<'_> {
+    /// One `/proc/buddyinfo` line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let z = self.inner.lock();
+        write!(f, "{}", z.buddy.buddyinfo_named(self.kind.name()))
+    }
+}

@@ -1,0 +1,106 @@
+//! Cycles per allocation and per free inside the VM, measured with `rdtsc`
+//! over batches (alloc a batch, then free it newest first), median of
+//! several rounds. Under QEMU's software emulation a "cycle" is host TSC
+//! time spent emulating, so figures compare runs on one host, not hardware.
+
+use crate::pf::{AllocError, FreeError, Gfp, Node, Order, Pfn};
+use crate::time::Instant;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// Rounds per measurement; the median is reported.
+const ROUNDS: usize = 9;
+
+/// One order's result.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchResult {
+    /// Block order.
+    pub order: Order,
+    /// Blocks per batch.
+    pub batch: usize,
+    /// Median cycles per allocation.
+    pub alloc: u64,
+    /// Median cycles per free.
+    pub free: u64,
+    /// Fastest round's cycles per allocation.
+    pub alloc_min: u64,
+    /// Fastest round's cycles per free.
+    pub free_min: u64,
+}
+
+/// A bench that could not run.
+#[derive(Debug)]
+pub enum BenchError {
+    /// The heap could not hold the batch.
+    NoBuffer,
+    /// Not even one block of the order is free.
+    NoMemory(Order),
+    /// An allocation failed mid-batch.
+    Alloc(AllocError),
+    /// A free was refused.
+    Free(Pfn, FreeError),
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// Measures `order` with batches of up to `batch` blocks (fewer when the
+/// node has less than twice that free).
+pub fn run(
+    node: &Node<'_>,
+    order: Order,
+    batch: usize,
+    free_pages: u64,
+) -> Result<BenchResult, BenchError> {
+    let batch = batch.min((free_pages / order.pages() / 2) as usize);
+    if batch == 0 {
+        return Err(BenchError::NoMemory(order));
+    }
+    let mut pfns: Vec<Pfn> = Vec::new();
+    pfns.try_reserve_exact(batch)
+        .map_err(|_| BenchError::NoBuffer)?;
+    let mut alloc = [0u64; ROUNDS];
+    let mut free = [0u64; ROUNDS];
+    for round in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..batch {
+            // Capacity reserved above: push never reallocates.
+            pfns.push(node.alloc(Gfp::KERNEL, order).map_err(BenchError::Alloc)?);
+        }
+        alloc[round] = start.elapsed().0 / batch as u64;
+        let start = Instant::now();
+        while let Some(pfn) = pfns.pop() {
+            node.free(pfn, order)
+                .map_err(|e| BenchError::Free(pfn, e))?;
+        }
+        free[round] = start.elapsed().0 / batch as u64;
+    }
+    alloc.sort_unstable();
+    free.sort_unstable();
+    Ok(BenchResult {
+        order,
+        batch,
+        alloc: alloc[ROUNDS / 2],
+        free: free[ROUNDS / 2],
+        alloc_min: alloc[0],
+        free_min: free[0],
+    })
+}
+
+impl fmt::Display for BenchResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bench: order {} alloc {} cycles/op, free {} cycles/op (median of {ROUNDS} batches of {}; best {} / {})",
+            self.order.get(),
+            self.alloc,
+            self.free,
+            self.batch,
+            self.alloc_min,
+            self.free_min
+        )
+    }
+}

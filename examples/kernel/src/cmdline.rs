@@ -1,0 +1,106 @@
+//! The kernel command line (`qemu -append "..."`): which modes to run.
+//!
+//! Words are separated by spaces. A mode word selects a mode; `seed=N` sets
+//! the seed of the self-test's random free order. With no mode word the
+//! kernel runs [`Modes::DEFAULT`]. New modes are one line in [`MODES`] plus
+//! their runner in `main.rs`.
+
+use bitflags::bitflags;
+use core::fmt;
+
+bitflags! {
+    /// What the kernel runs after bringing up the allocator.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Modes: u32 {
+        /// Allocate every free frame, write, verify, free in random order,
+        /// check the allocator is back to its initial state.
+        const SELFTEST = 1 << 0;
+        /// Cycles per alloc/free for order 0 and order 9.
+        const BENCH = 1 << 1;
+        /// Panic on purpose after set-up (proves the failure path).
+        const PANIC = 1 << 2;
+        /// Write to an unmapped address (proves the exception path).
+        const FAULT = 1 << 3;
+    }
+}
+
+impl Modes {
+    /// What runs when the command line names no mode.
+    pub const DEFAULT: Self = Self::SELFTEST.union(Self::BENCH);
+}
+
+/// Mode words, their flags and one-line descriptions (printed in the report).
+pub const MODES: &[(&str, Modes, &str)] = &[
+    (
+        "selftest",
+        Modes::SELFTEST,
+        "fill all RAM, verify, free, recheck",
+    ),
+    (
+        "bench",
+        Modes::BENCH,
+        "cycles per alloc/free, order 0 and 9",
+    ),
+    ("panic", Modes::PANIC, "panic on purpose (failure path)"),
+    (
+        "fault",
+        Modes::FAULT,
+        "page fault on purpose (exception path)",
+    ),
+];
+
+/// Seed used when the command line gives none.
+pub const DEFAULT_SEED: u64 = 0x5eed_f00d_cafe_d00d;
+
+/// The parsed command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Modes to run, in the order of [`MODES`].
+    pub modes: Modes,
+    /// Seed of the self-test's random free order.
+    pub seed: u64,
+}
+
+/// A command line the kernel does not understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdlineError<'a> {
+    /// A word that is neither a mode nor an option.
+    UnknownWord(&'a str),
+    /// `seed=` followed by something other than a decimal or 0x-hex u64.
+    BadSeed(&'a str),
+}
+
+impl fmt::Display for CmdlineError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownWord(w) => write!(f, "unknown command-line word {w:?}"),
+            Self::BadSeed(s) => write!(f, "bad seed {s:?}"),
+        }
+    }
+}
+
+/// Parses the command line.
+pub fn parse(line: &str) -> Result<Options, CmdlineError<'_>> {
+    let mut modes = Modes::empty();
+    let mut seed = DEFAULT_SEED;
+    for word in line.split_ascii_whitespace() {
+        if let Some(value) = word.strip_prefix("seed=") {
+            seed = parse_u64(value).ok_or(CmdlineError::BadSeed(value))?;
+        } else if let Some((_, flag, _)) = MODES.iter().find(|(name, _, _)| *name == word) {
+            modes |= *flag;
+        } else {
+            return Err(CmdlineError::UnknownWord(word));
+        }
+    }
+    if modes.is_empty() {
+        modes = Modes::DEFAULT;
+    }
+    Ok(Options { modes, seed })
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}

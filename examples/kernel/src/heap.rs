@@ -1,0 +1,110 @@
+//! The kernel heap, fed by the page allocator.
+//!
+//! Requests of a page or more go straight to `pageframe` as one block of
+//! the smallest order that fits (blocks are naturally aligned, so any
+//! alignment up to the block size is met). Smaller requests come from a
+//! first-fit list heap living in one block taken from the allocator at
+//! start-up. Before [`init`] every request fails (returns null).
+
+use crate::memmap::PAGE_SIZE;
+use crate::pf::{Gfp, Node, Order, Pfn};
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::null_mut;
+use linked_list_allocator::Heap;
+use spin::{Mutex, Once};
+
+/// Order of the block behind the small-object heap (64 KiB).
+const SMALL_HEAP_ORDER: u8 = 4;
+
+/// The global allocator.
+pub struct KernelHeap {
+    node: Once<&'static Node<'static>>,
+    small: Mutex<Heap>,
+}
+
+#[global_allocator]
+static HEAP: KernelHeap = KernelHeap {
+    node: Once::new(),
+    small: Mutex::new(Heap::empty()),
+};
+
+/// Why the heap could not start.
+#[derive(Debug, Clone, Copy)]
+pub struct HeapInitError(pub crate::pf::AllocError);
+
+/// Starts the heap over `node`; returns the small heap's size in bytes.
+pub fn init(node: &'static Node<'static>) -> Result<usize, HeapInitError> {
+    let order = Order::new(SMALL_HEAP_ORDER).expect("order 4 is valid");
+    let pfn = node.alloc(Gfp::KERNEL, order).map_err(HeapInitError)?;
+    let bytes = (order.pages() * PAGE_SIZE) as usize;
+    // SAFETY: a block just allocated for the heap alone, mapped at its
+    // physical address (the direct map covers all RAM), never freed.
+    unsafe { HEAP.small.lock().init(pfn.addr().get() as *mut u8, bytes) };
+    HEAP.node.call_once(|| node);
+    Ok(bytes)
+}
+
+/// Where a request is served.
+enum Route {
+    /// Below a page: the small-object heap.
+    Small,
+    /// A block of this order from the page allocator.
+    Pages(Order),
+    /// Larger than any block: fails.
+    TooLarge,
+}
+
+fn route(layout: Layout) -> Route {
+    let bytes = layout.size().max(layout.align()) as u64;
+    if bytes < PAGE_SIZE {
+        return Route::Small;
+    }
+    match Order::for_pages(bytes.div_ceil(PAGE_SIZE)) {
+        Some(order) => Route::Pages(order),
+        None => Route::TooLarge,
+    }
+}
+
+// SAFETY: blocks are exclusive to their requester until freed; the small
+// heap is behind a lock; alignment is met (see the module comment).
+unsafe impl GlobalAlloc for KernelHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match route(layout) {
+            Route::TooLarge => null_mut(),
+            Route::Pages(order) => match self.node.get() {
+                Some(node) => node
+                    .alloc(Gfp::KERNEL, order)
+                    .map_or(null_mut(), |pfn| pfn.addr().get() as *mut u8),
+                None => null_mut(),
+            },
+            Route::Small => self
+                .small
+                .lock()
+                .allocate_first_fit(layout)
+                .map_or(null_mut(), |p| p.as_ptr()),
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        match route(layout) {
+            // Never handed out, so never freed.
+            Route::TooLarge => {}
+            Route::Pages(order) => {
+                let node = self
+                    .node
+                    .get()
+                    .expect("a page block was allocated, so init ran");
+                let pfn = Pfn::new(ptr as u64 / PAGE_SIZE);
+                if let Err(e) = node.free(pfn, order) {
+                    panic!("heap: freeing block {pfn:?} order {order:?}: {e:?}");
+                }
+            }
+            // SAFETY: `ptr` came from this heap with this layout (caller).
+            Route::Small => unsafe {
+                self.small
+                    .lock()
+                    .deallocate(core::ptr::NonNull::new_unchecked(ptr), layout)
+            },
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Turning the firmware memory map into `pageframe` zones.
+//!
+//! Usable RAM is the map's RAM minus low memory (below 1 MiB: real-mode
+//! structures and the boot data), the kernel image and the boot data. Each
+//! zone (DMA32 below 4 GiB, Normal above, as the map dictates) spans its
+//! usable RAM, holes included; its metadata is carved from the top of that
+//! same zone's usable RAM and the rest is handed over. Nothing is sized for
+//! one machine: metadata scales with the span the map reports.
+
+use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
+use crate::pf::{Pfn, PfnRange, Zone, ZoneKind};
+use crate::time::{Cycles, Instant};
+use core::fmt;
+use core::mem::MaybeUninit;
+
+/// Everything below this address stays out of the allocator.
+pub const LOW_MEMORY_END: u64 = 1 << 20;
+/// The DMA32 zone ends at 4 GiB.
+pub const DMA32_END: u64 = 1 << 32;
+
+/// The address window of each zone kind the kernel creates.
+pub const ZONE_WINDOWS: [(ZoneKind, PhysRange); 2] = [
+    (ZoneKind::Dma32, PhysRange::new(0, DMA32_END)),
+    (ZoneKind::Normal, PhysRange::new(DMA32_END, u64::MAX)),
+];
+
+/// Why RAM could not be handed to the allocator.
+#[derive(Debug)]
+pub enum ZoneSetupError {
+    /// A range set overflowed (a memory map with absurdly many holes).
+    TooManyRanges,
+    /// No usable range in the zone is large enough for its metadata.
+    NoRoomForMetadata {
+        /// The zone.
+        kind: ZoneKind,
+        /// Bytes needed.
+        bytes: usize,
+    },
+    /// The allocator refused the zone.
+    Init(ZoneKind, crate::pf::InitError),
+    /// The allocator refused a usable range.
+    Range(ZoneKind, PhysRange, crate::pf::RangeError),
+}
+
+impl fmt::Display for ZoneSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyRanges => write!(f, "memory map too fragmented"),
+            Self::NoRoomForMetadata { kind, bytes } => {
+                write!(f, "no room for {bytes} bytes of {kind:?} metadata")
+            }
+            Self::Init(kind, e) => write!(f, "zone {kind:?}: {e:?}"),
+            Self::Range(kind, r, e) => write!(f, "zone {kind:?} range {r}: {e:?}"),
+        }
+    }
+}
+
+impl From<CapacityError> for ZoneSetupError {
+    fn from(_: CapacityError) -> Self {
+        Self::TooManyRanges
+    }
+}
+
+/// Usable RAM: `ram` without low memory and the `reserved` ranges, in
+/// whole pages.
+pub fn usable_ram(ram: &RangeSet, reserved: &[PhysRange]) -> Result<RangeSet, CapacityError> {
+    let mut usable = ram.clone();
+    usable.remove(PhysRange::new(0, LOW_MEMORY_END))?;
+    for r in reserved {
+        // Widen to whole pages: a partly reserved page is reserved.
+        let pages = PhysRange::new(
+            r.start / PAGE_SIZE * PAGE_SIZE,
+            r.end.next_multiple_of(PAGE_SIZE),
+        );
+        usable.remove(pages)?;
+    }
+    Ok(usable)
+}
+
+/// What setting up one zone did, for the report.
+#[derive(Debug, Clone, Copy)]
+pub struct ZoneSetup {
+    /// The zone.
+    pub kind: ZoneKind,
+    /// Its span, holes included.
+    pub span: PfnRange,
+    /// Where its metadata lives.
+    pub metadata: PhysRange,
+    /// Bytes of metadata the zone asked for.
+    pub metadata_bytes: usize,
+    /// Usable ranges handed over.
+    pub ranges: usize,
+    /// Time to create the zone and hand the ranges over.
+    pub cycles: Cycles,
+}
+
+/// Builds the zone of `kind` over the part of `usable` inside `window`.
+/// Its metadata is carved out of `usable`, which afterwards holds exactly
+/// the frames handed over. `Ok(None)` when the window holds no usable RAM.
+///
+/// # Safety
+/// Every address in `usable ∩ window` must be RAM that nothing else uses
+/// and that is identity-mapped, writable, for the rest of the kernel's life.
+pub unsafe fn build_zone(
+    kind: ZoneKind,
+    window: PhysRange,
+    usable: &mut RangeSet,
+) -> Result<Option<(Zone<'static>, ZoneSetup)>, ZoneSetupError> {
+    let start = Instant::now();
+    let inside = usable.clipped(window);
+    let (Some(first), Some(last)) = (inside.ranges().first(), inside.ranges().last()) else {
+        return Ok(None);
+    };
+    let span = PfnRange::new(
+        Pfn::new(first.start / PAGE_SIZE),
+        Pfn::new(last.end / PAGE_SIZE),
+    );
+    let bytes = Zone::metadata_bytes(span);
+    let metadata = usable
+        .take_top(bytes as u64, window)
+        .ok_or(ZoneSetupError::NoRoomForMetadata { kind, bytes })?;
+    // SAFETY: `metadata` was usable RAM inside the window and is now removed
+    // from `usable`, so nothing else will use it; the caller guarantees it
+    // is mapped at its physical address for the kernel's lifetime.
+    let meta: &'static mut [MaybeUninit<u8>] =
+        unsafe { core::slice::from_raw_parts_mut(metadata.start as *mut MaybeUninit<u8>, bytes) };
+    let zone = Zone::new(kind, span, meta).map_err(|e| ZoneSetupError::Init(kind, e))?;
+    let handed = usable.clipped(window);
+    for r in handed.ranges() {
+        let range = PfnRange::new(Pfn::new(r.start / PAGE_SIZE), Pfn::new(r.end / PAGE_SIZE));
+        zone.add_free_range(range)
+            .map_err(|e| ZoneSetupError::Range(kind, *r, e))?;
+    }
+    let setup = ZoneSetup {
+        kind,
+        span,
+        metadata,
+        metadata_bytes: bytes,
+        ranges: handed.ranges().len(),
+        cycles: start.elapsed(),
+    };
+    Ok(Some((zone, setup)))
+}

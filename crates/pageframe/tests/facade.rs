@@ -15,7 +15,7 @@ fn r(a: u64, b: u64) -> PfnRange {
     PfnRange::new(Pfn(a), Pfn(b))
 }
 
-fn buf(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
+fn buf(span: PfnRange) -> Meta {
     Box::new_uninit_slice(Zone::metadata_bytes(span))
 }
 
@@ -36,7 +36,9 @@ fn two_zones<'a>(
     node
 }
 
-fn bufs() -> (Box<[MaybeUninit<u8>]>, Box<[MaybeUninit<u8>]>) {
+type Meta = Box<[MaybeUninit<u8>]>;
+
+fn bufs() -> (Meta, Meta) {
     (buf(r(256, 4 * GIB)), buf(r(4 * GIB, 8 * GIB)))
 }
 
@@ -117,7 +119,7 @@ fn reserves_grant_deeper_access_in_order_of_privilege() {
     zone.add_free_range(span).unwrap();
     let w = zone.watermarks();
     assert!(w.min > 0 && w.min <= w.low && w.low <= w.high && w.high <= w.promo);
-    let mut drain = |gfp: Gfp| {
+    let drain = |gfp: Gfp| {
         let mut n = Vec::new();
         while let Ok(p) = zone.alloc(gfp, Order::ZERO) {
             n.push(p);

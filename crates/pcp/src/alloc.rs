@@ -1,0 +1,155 @@
+//! The allocation path (spec 04 §4).
+
+use crate::error::AllocMiss;
+use crate::pcp::PerCpuPages;
+use crate::types::{Frame, ListIndex, Migratetype, Order};
+use crate::zone::{PcpZone, RefillSink, ZoneFlags};
+
+impl PerCpuPages<'_> {
+    /// `rmqueue_pcplist` (spec 04 §4.1): pops the head of the `(order, mt)`
+    /// list, refilling it from the zone in one batch when empty.
+    #[inline]
+    pub fn alloc<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: Migratetype,
+    ) -> Result<Frame, AllocMiss> {
+        let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
+        // An allocation breaks a free streak.
+        self.free_count >>= 1;
+        if let Some(f) = self.lists.pop_head(li) {
+            self.count -= order.pages();
+            self.stats.allocs += 1;
+            self.stats.local_hits += 1;
+            return Ok(f);
+        }
+        self.alloc_refill(zone, order, mt, li)
+    }
+
+    #[inline(never)]
+    fn alloc_refill<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: Migratetype,
+        li: ListIndex,
+    ) -> Result<Frame, AllocMiss> {
+        let n = self.nr_pcp_alloc(zone.flags(), order);
+        self.refill(zone, order, mt, li, n);
+        match self.lists.pop_head(li) {
+            Some(f) => {
+                self.count -= order.pages();
+                self.stats.allocs += 1;
+                Ok(f)
+            }
+            None => {
+                self.stats.misses += 1;
+                Err(AllocMiss::ZoneEmpty)
+            }
+        }
+    }
+
+    /// Fills `out` with blocks of `(order, mt)`, refilling as needed; returns
+    /// how many were written (fewer only if the zone ran dry). The per-block
+    /// work is the same as [`alloc`](Self::alloc) without the per-call
+    /// overhead (like `alloc_pages_bulk`).
+    pub fn alloc_bulk<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: Migratetype,
+        out: &mut [Frame],
+    ) -> Result<usize, AllocMiss> {
+        let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
+        self.free_count >>= 1;
+        let pages = order.pages();
+        let mut done = 0;
+        while done < out.len() {
+            match self.lists.pop_head(li) {
+                Some(f) => {
+                    out[done] = f;
+                    done += 1;
+                    self.count -= pages;
+                    self.stats.local_hits += 1;
+                }
+                None => {
+                    let n = self.nr_pcp_alloc(zone.flags(), order);
+                    if self.refill(zone, order, mt, li, n) == 0 {
+                        self.stats.misses += 1;
+                        break;
+                    }
+                    // The first block after a refill is not a local hit.
+                    if let Some(f) = self.lists.pop_head(li) {
+                        out[done] = f;
+                        done += 1;
+                        self.count -= pages;
+                    }
+                }
+            }
+        }
+        self.stats.allocs += done as u64;
+        Ok(done)
+    }
+
+    /// `nr_pcp_alloc` (spec 04 §4.2): refill size in blocks of `order`.
+    /// Grows `high` (the CPU keeps refilling, so it wants a bigger cache) and
+    /// doubles the next order-0 refill while there is room below `high`.
+    pub(crate) fn nr_pcp_alloc(&mut self, zflags: ZoneFlags, order: Order) -> u32 {
+        let base = self.sizing.batch();
+        let mut high = self.clamped_high();
+        if high < base {
+            return 1; // disabled or boot pageset
+        }
+        let mut b = if order.0 > 0 {
+            base
+        } else {
+            base << self.alloc_factor
+        };
+        if !self.sizing.is_fixed() && !zflags.contains(ZoneFlags::BELOW_HIGH) {
+            high = (high + b).min(self.sizing.high_max());
+            self.high = high;
+        }
+        if order.0 == 0 {
+            let cap = (high as i64 - self.count as i64 - base as i64).max(base as i64);
+            if (b as i64) <= cap && self.alloc_factor < self.config.scale_max() {
+                self.alloc_factor += 1;
+            }
+            b = (b as i64).min(cap) as u32;
+        }
+        if b > 1 {
+            // Same page volume for higher orders.
+            b = (b >> order.0).max(2);
+        }
+        b
+    }
+
+    /// One `rmqueue_bulk` call: asks the zone for up to `n` blocks (fewer if
+    /// the slot memory is short). Returns the blocks received.
+    pub(crate) fn refill<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: Migratetype,
+        li: ListIndex,
+        n: u32,
+    ) -> usize {
+        if self.lists.free_slots() == 0 {
+            // Every slot holds some other list's block: make room first.
+            let b = self.sizing.batch().max(1);
+            self.spill(zone, b, li);
+        }
+        let max = (n as usize).min(self.lists.free_slots());
+        if max == 0 {
+            return 0;
+        }
+        let mut sink = RefillSink::new(&mut self.lists, li, max);
+        zone.refill(order, mt, &mut sink);
+        let got = sink.taken();
+        self.count += got as u32 * order.pages();
+        self.stats.refills += 1;
+        self.stats.refilled_blocks += got as u64;
+        self.stats.zone_lock_acquisitions += 1;
+        got
+    }
+}

@@ -1,0 +1,133 @@
+//! The free path (spec 04 §5.2-5.4).
+
+use crate::error::PcpError;
+use crate::pcp::{PcpFlags, PerCpuPages};
+use crate::types::{COSTLY_ORDER, Frame, ListIndex, Migratetype, Order};
+use crate::zone::{PcpZone, ZoneFlags};
+
+/// What a free did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeOutcome {
+    /// The block went on the list; nothing left the cache.
+    Cached,
+    /// The block went on the list and `count` reached the threshold, so this
+    /// many base pages were spilled to the zone under one lock.
+    Spilled(u32),
+}
+
+impl PerCpuPages<'_> {
+    /// `free_frozen_page_commit` (spec 04 §5.2): pushes the block at the head
+    /// of its list, tracks the free streak, and spills a batch to the zone
+    /// when `count` reaches the (possibly shrunk) threshold.
+    ///
+    /// `mt` is the list type; map a pageblock type with
+    /// [`Migratetype::for_free`] first (ISOLATE pages must bypass the PCP).
+    /// The PCP does not check that `frame` is allocated: the facade's checked
+    /// free does that before calling. `Err(NotCached)` leaves state unchanged.
+    #[inline]
+    pub fn free<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        frame: Frame,
+        order: Order,
+        mt: Migratetype,
+    ) -> Result<FreeOutcome, PcpError> {
+        let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
+        if self.lists.free_slots() == 0 {
+            // Slot memory exhausted (fewer slots than suggested): spill a
+            // batch first so the block can be cached. Never loses a frame.
+            let b = self.sizing.batch().max(1);
+            self.spill(zone, b, li);
+        }
+        if self.lists.push_head(li, frame).is_err() {
+            // Only if the zone declined the spill above: the caller frees
+            // the block to the zone directly (like a failed trylock, §12(9)).
+            return Err(PcpError::NoRoom);
+        }
+        // A free halves the refill scale.
+        self.alloc_factor >>= 1;
+        let pages = order.pages();
+        self.count += pages;
+        self.stats.frees += 1;
+        let batch = self.sizing.batch();
+
+        let mut free_high = false;
+        if order.0 > 0 && order.0 <= COSTLY_ORDER {
+            // spec 04 §5.2 / §11(1): only a second consecutive high-order free
+            // within a long free streak drains everything.
+            free_high = self.free_count >= batch + self.sizing.high_min() / 2
+                && self.flags.contains(PcpFlags::PREV_FREE_HIGH_ORDER)
+                && (!self.flags.contains(PcpFlags::FREE_HIGH_BATCH) || self.count >= batch);
+            self.flags.insert(PcpFlags::PREV_FREE_HIGH_ORDER);
+        } else if self.flags.contains(PcpFlags::PREV_FREE_HIGH_ORDER) {
+            self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
+        }
+        if self.free_count < batch << self.config.scale_max() {
+            self.free_count += pages;
+        }
+
+        let zflags = zone.flags();
+        let high = self.nr_pcp_high(zflags, batch, free_high);
+        if self.count < high {
+            return Ok(FreeOutcome::Cached);
+        }
+        let n = self.nr_pcp_free(batch, high, free_high);
+        if free_high {
+            self.stats.free_high_spills += 1;
+        }
+        let spilled = self.spill(zone, n, li);
+        if zflags.contains(ZoneFlags::BELOW_HIGH) {
+            zone.recheck_below_high();
+        }
+        Ok(FreeOutcome::Spilled(spilled))
+    }
+
+    /// `nr_pcp_high` (spec 04 §5.3): the threshold for this free, adjusting
+    /// `high` on the way (shrink on free streaks, reclaim and pressure; make
+    /// room for a batch on a mostly-freeing CPU).
+    pub(crate) fn nr_pcp_high(&mut self, zflags: ZoneFlags, batch: u32, free_high: bool) -> u32 {
+        let high = self.clamped_high();
+        let high_min = self.sizing.high_min();
+        if high == 0 {
+            return 0;
+        }
+        if free_high {
+            let cut = (batch as u64) << self.config.scale_max();
+            self.high = (high as u64).saturating_sub(cut).max(high_min as u64) as u32;
+            return 0;
+        }
+        if zflags.contains(ZoneFlags::RECLAIM_ACTIVE) {
+            let fc = self.free_count.max(batch);
+            self.high = high.saturating_sub(fc).max(high_min);
+            return (4 * batch).min(self.high);
+        }
+        if self.sizing.is_fixed() {
+            return high;
+        }
+        if zflags.contains(ZoneFlags::BELOW_HIGH) {
+            let fc = self.free_count.max(batch);
+            self.high = high.saturating_sub(fc).max(high_min);
+            return self.count.max(high_min);
+        }
+        if self.count >= high {
+            let need = self.free_count + batch;
+            if self.high < need {
+                self.high = need.clamp(high_min, self.sizing.high_max());
+            }
+        }
+        high
+    }
+
+    /// `nr_pcp_free` (spec 04 §5.4): how many pages to spill.
+    pub(crate) fn nr_pcp_free(&self, batch: u32, high: u32, free_high: bool) -> u32 {
+        if free_high {
+            return self.count.min(batch << self.config.scale_max());
+        }
+        if high < batch {
+            return 1;
+        }
+        // Kernel clamp(v, lo, hi) = min(max(v, lo), hi): leave >= batch pages,
+        // spill more after a longer free streak.
+        self.free_count.max(batch).min(high - batch)
+    }
+}

@@ -1,0 +1,186 @@
+//! `per_cpu_pages`: one CPU's cache for one zone (spec 04 §2.1).
+//!
+//! Every method takes `&mut self`: exclusive access is the caller's
+//! contract, proven by the borrow (see [`crate::percpu`] for how a CPU gets
+//! one). Nothing here is atomic.
+
+use crate::error::PcpError;
+use crate::lists::{Lists, Slot};
+use crate::sizing::{PcpConfig, PcpSizing};
+use crate::stats::PcpStats;
+use crate::types::{ListIndex, NR_PCP_LISTS, Order};
+
+bitflags::bitflags! {
+    /// `PCPF_*` flags (spec 04 §2.1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct PcpFlags: u8 {
+        /// The previous free was of a cached order above 0 (§5.2).
+        const PREV_FREE_HIGH_ORDER = 1 << 0;
+        /// This CPU's LLC slice holds more than 3 batches (§8).
+        const FREE_HIGH_BATCH = 1 << 1;
+    }
+}
+
+/// One CPU's page cache for one zone.
+#[derive(Debug)]
+pub struct PerCpuPages<'m> {
+    pub(crate) lists: Lists<'m>,
+    pub(crate) count: u32,
+    pub(crate) high: u32,
+    pub(crate) sizing: PcpSizing,
+    pub(crate) config: PcpConfig,
+    pub(crate) flags: PcpFlags,
+    pub(crate) alloc_factor: u8,
+    pub(crate) free_count: u32,
+    pub(crate) stats: PcpStats,
+}
+
+impl<'m> PerCpuPages<'m> {
+    /// A cache over the caller's `slots` (one per cached block; see
+    /// [`PcpSizing::suggested_slots`]). `high` starts at `high_min`.
+    pub fn new(
+        slots: &'m mut [Slot],
+        sizing: PcpSizing,
+        config: PcpConfig,
+    ) -> Result<PerCpuPages<'m>, PcpError> {
+        // Page counts are u32: the largest possible content must fit.
+        let max_block = config.thp_order().map_or(8, |o| o.pages() as u64);
+        if slots.is_empty() || (slots.len() as u64).saturating_mul(max_block) >= 1 << 31 {
+            return Err(PcpError::InvalidStorage);
+        }
+        let mut flags = PcpFlags::empty();
+        flags.set(PcpFlags::FREE_HIGH_BATCH, sizing.free_high_batch());
+        Ok(PerCpuPages {
+            lists: Lists::new(slots),
+            count: 0,
+            high: sizing.high_min(),
+            sizing,
+            config,
+            flags,
+            alloc_factor: 0,
+            free_count: 0,
+            stats: PcpStats::default(),
+        })
+    }
+
+    /// Installs new zone-level values (`pageset_update`, spec 04 §2.3) and
+    /// clamps `high` into the new bounds at once, so `high_min <= high <=
+    /// high_max` holds between operations too (Linux clamps lazily on the
+    /// next read; every path here clamps before use as well).
+    pub fn set_sizing(&mut self, sizing: PcpSizing) {
+        self.sizing = sizing;
+        self.high = self.high.clamp(sizing.high_min(), sizing.high_max());
+        self.flags
+            .set(PcpFlags::FREE_HIGH_BATCH, sizing.free_high_batch());
+    }
+
+    /// Base pages on all lists.
+    #[inline]
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+    /// The current, auto-tuned drain threshold.
+    #[inline]
+    pub fn high(&self) -> u32 {
+        self.high
+    }
+    /// Current zone-level values.
+    #[inline]
+    pub fn sizing(&self) -> PcpSizing {
+        self.sizing
+    }
+    /// Static configuration.
+    #[inline]
+    pub fn config(&self) -> PcpConfig {
+        self.config
+    }
+    /// `PCPF_*` flags.
+    #[inline]
+    pub fn flags(&self) -> PcpFlags {
+        self.flags
+    }
+    /// Refill scale: an order-0 refill asks for `batch << alloc_factor`.
+    #[inline]
+    pub fn alloc_factor(&self) -> u8 {
+        self.alloc_factor
+    }
+    /// Recent consecutive-free volume in pages.
+    #[inline]
+    pub fn free_count(&self) -> u32 {
+        self.free_count
+    }
+    /// Counters.
+    #[inline]
+    pub fn stats(&self) -> &PcpStats {
+        &self.stats
+    }
+    /// Blocks on list `li`.
+    #[inline]
+    pub fn list_len(&self, li: ListIndex) -> u32 {
+        self.lists.len(li)
+    }
+    /// Slots (blocks) the cache can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.lists.capacity()
+    }
+    /// Visits every cached block as `(list, frame)`, list by list, head first.
+    pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Frame)) {
+        for i in 0..NR_PCP_LISTS {
+            if let Some(li) = ListIndex::new(i) {
+                self.lists.for_each(li, |fr| f(li, fr));
+            }
+        }
+    }
+
+    pub(crate) fn thp(&self) -> Order {
+        // Lists 12/13 stay empty without THP; the order is never used then.
+        self.config.thp_order().unwrap_or(Order(0))
+    }
+
+    /// `high` clamped into `[high_min, high_max]` (every read clamps first,
+    /// spec 04 §4.2/§5.3).
+    #[inline]
+    pub(crate) fn clamped_high(&mut self) -> u32 {
+        let h = self
+            .high
+            .clamp(self.sizing.high_min(), self.sizing.high_max());
+        self.high = h;
+        h
+    }
+
+    /// Walks all invariants of spec 04 §12 that a single cache can check:
+    /// list links and slot accounting, `count` equals the pages on the lists
+    /// (1), `high` within bounds (2), and the tuning state within range.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        self.lists.check()?;
+        let thp = self.thp();
+        let mut pages = 0u64;
+        for i in 0..NR_PCP_LISTS {
+            let li = ListIndex::new(i).ok_or("list index")?;
+            let len = self.lists.len(li) as u64;
+            if i >= crate::types::NR_LOWORDER_LISTS && self.config.thp_order().is_none() && len > 0
+            {
+                return Err("THP list used without a THP order");
+            }
+            pages += len * li.order(thp).pages() as u64;
+        }
+        if pages != self.count as u64 {
+            return Err("count differs from the pages on the lists");
+        }
+        if self.high < self.sizing.high_min() || self.high > self.sizing.high_max() {
+            return Err("high outside [high_min, high_max]");
+        }
+        if self.alloc_factor > self.config.scale_max() {
+            return Err("alloc_factor above scale_max");
+        }
+        // free_count only grows while below batch << scale_max, by at most
+        // one THP block.
+        let cap =
+            ((self.sizing.batch() as u64) << self.config.scale_max()) + (thp.pages() as u64).max(8);
+        if self.free_count as u64 >= cap {
+            return Err("free_count above its cap");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! The zone side of the PCP, as a trait the facade implements.
+//!
+//! The PCP never takes a lock itself: a refill or a spill is one call into
+//! the zone, which takes its lock once for the whole batch (spec 04 §4.1
+//! `rmqueue_bulk`, §5.5 `free_pcppages_bulk`; principle 5).
+
+use crate::lists::Lists;
+use crate::types::{Frame, ListIndex, Migratetype, NR_PCP_LISTS, Order};
+
+bitflags::bitflags! {
+    /// Zone state the PCP consults (spec 04 §2.3).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct ZoneFlags: u8 {
+        /// An allocation saw free pages below the high watermark: stop
+        /// growing `high`, shrink it on frees (spec 04 §4.2, §5.3).
+        const BELOW_HIGH = 1 << 0;
+        /// kswapd is reclaiming this zone: keep caches small (spec 04 §5.3).
+        const RECLAIM_ACTIVE = 1 << 1;
+    }
+}
+
+/// What a zone must provide to back per-CPU caches.
+///
+/// Methods take `&self`: the zone is shared by all CPUs and serialises
+/// itself (one lock acquisition per call).
+pub trait PcpZone {
+    /// `rmqueue_bulk`: under one acquisition of the zone lock, take up to
+    /// [`RefillSink::remaining`] blocks of `order` for migratetype `mt`
+    /// (fallbacks included, as the zone's own allocator would) and
+    /// [`push`](RefillSink::push) each one, in the order taken. Stop early
+    /// when the zone has nothing suitable. A frame the sink refuses stays
+    /// with the zone.
+    fn refill(&self, order: Order, mt: Migratetype, sink: &mut RefillSink<'_, '_>);
+
+    /// `free_pcppages_bulk`: under one acquisition of the zone lock, free
+    /// every block the batch yields (it yields `(frame, order)`, coldest
+    /// first). The zone looks up each block's pageblock type itself (spec 04
+    /// §5.1: the real type is re-read when a page leaves the PCP). Blocks
+    /// not pulled from the iterator stay cached: nothing is lost.
+    fn spill(&self, batch: &mut SpillBatch<'_, '_>);
+
+    /// Current [`ZoneFlags`]; a relaxed read is enough.
+    fn flags(&self) -> ZoneFlags {
+        ZoneFlags::empty()
+    }
+
+    /// Called after a spill triggered by a free while `BELOW_HIGH` was set:
+    /// the zone clears `BELOW_HIGH` if free pages are back above the high
+    /// watermark (spec 04 §5.2, tail).
+    fn recheck_below_high(&self) {}
+}
+
+/// Receives the blocks of one refill, appending them to the list's tail.
+pub struct RefillSink<'a, 'm> {
+    lists: &'a mut Lists<'m>,
+    li: ListIndex,
+    remaining: usize,
+    taken: usize,
+}
+
+impl<'a, 'm> RefillSink<'a, 'm> {
+    pub(crate) fn new(lists: &'a mut Lists<'m>, li: ListIndex, max: usize) -> Self {
+        RefillSink {
+            lists,
+            li,
+            remaining: max,
+            taken: 0,
+        }
+    }
+
+    /// How many more blocks the cache accepts in this refill.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    /// Hands one block to the cache. `Err(frame)` (the zone keeps it) when
+    /// the refill is complete.
+    #[inline]
+    pub fn push(&mut self, frame: Frame) -> Result<(), Frame> {
+        if self.remaining == 0 {
+            return Err(frame);
+        }
+        self.lists.push_tail(self.li, frame)?;
+        self.remaining -= 1;
+        self.taken += 1;
+        Ok(())
+    }
+
+    pub(crate) fn taken(&self) -> usize {
+        self.taken
+    }
+}
+
+/// The blocks of one spill, popped lazily from the lists' tails in the
+/// round-robin order of spec 04 §5.5.
+pub struct SpillBatch<'a, 'm> {
+    lists: &'a mut Lists<'m>,
+    thp: Order,
+    idx: usize,
+    in_list: bool,
+    remaining: i64,
+    pages: u64,
+    blocks: u32,
+}
+
+impl<'a, 'm> SpillBatch<'a, 'm> {
+    /// `pages` to free starting at list `start` (the list just freed to).
+    pub(crate) fn new(lists: &'a mut Lists<'m>, thp: Order, pages: u32, start: ListIndex) -> Self {
+        SpillBatch {
+            lists,
+            thp,
+            idx: (start.get() + NR_PCP_LISTS - 1) % NR_PCP_LISTS,
+            in_list: false,
+            remaining: pages as i64,
+            pages: 0,
+            blocks: 0,
+        }
+    }
+
+    /// Base pages pulled so far.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Blocks pulled so far.
+    pub fn blocks(&self) -> u32 {
+        self.blocks
+    }
+}
+
+impl Iterator for SpillBatch<'_, '_> {
+    type Item = (Frame, Order);
+
+    fn next(&mut self) -> Option<(Frame, Order)> {
+        if self.remaining <= 0 {
+            return None;
+        }
+        let mut li = ListIndex::new(self.idx)?;
+        if !self.in_list || self.lists.is_empty(li) {
+            // spec 04 §5.5: advance round robin to the next non-empty list.
+            let mut tries = 0;
+            loop {
+                self.idx = (self.idx + 1) % NR_PCP_LISTS;
+                li = ListIndex::new(self.idx)?;
+                if !self.lists.is_empty(li) {
+                    break;
+                }
+                tries += 1;
+                if tries == NR_PCP_LISTS {
+                    return None;
+                }
+            }
+            self.in_list = true;
+        }
+        let frame = self.lists.pop_tail(li)?;
+        let order = li.order(self.thp);
+        let pages = order.pages();
+        // Whole blocks leave, so the total may overshoot by < 2^order (§5.5).
+        self.remaining -= pages as i64;
+        self.pages += pages as u64;
+        self.blocks += 1;
+        Some((frame, order))
+    }
+}

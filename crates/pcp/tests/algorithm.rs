@@ -1,0 +1,378 @@
+//! Deterministic checks of the spec 04 rules, step by step.
+
+use pageframe_pcp::testing::RefZone;
+use pageframe_pcp::{
+    AllocMiss, FreeOutcome, ListIndex, Migratetype, Order, PcpConfig, PcpError, PcpFlags,
+    PcpSizing, PerCpuPages, Slot, ZoneFlags,
+};
+
+const O0: Order = Order(0);
+const U: Migratetype = Migratetype::UNMOVABLE;
+const M: Migratetype = Migratetype::MOVABLE;
+const R: Migratetype = Migratetype::RECLAIMABLE;
+
+fn sizing(batch: u32, lo: u32, hi: u32) -> PcpSizing {
+    PcpSizing::new(batch, lo, hi).unwrap()
+}
+
+fn cache(mem: &mut [Slot], s: PcpSizing) -> PerCpuPages<'_> {
+    PerCpuPages::new(mem, s, PcpConfig::X86_64).unwrap()
+}
+
+#[test]
+fn refill_grows_high_and_doubles_batch() {
+    let zone = RefZone::with_blocks(O0, 0, 1000);
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    assert_eq!(c.high(), 16);
+    // First refill: b = 4, high 16 -> 20, cap = 20 - 0 - 4 = 16 >= 4 so the
+    // next refill doubles (spec 04 §4.2).
+    c.alloc(&zone, O0, U).unwrap();
+    assert_eq!((c.high(), c.count(), c.alloc_factor()), (20, 3, 1));
+    assert_eq!(c.stats().refilled_blocks, 4);
+    for _ in 0..3 {
+        c.alloc(&zone, O0, U).unwrap();
+    }
+    assert_eq!(c.stats().refills, 1);
+    assert_eq!(c.stats().local_hits, 3);
+    // Second refill: b = 4 << 1 = 8, high 20 -> 28.
+    c.alloc(&zone, O0, U).unwrap();
+    assert_eq!((c.high(), c.count(), c.alloc_factor()), (28, 7, 2));
+    assert_eq!(c.stats().refilled_blocks, 12);
+    assert_eq!(c.stats().zone_lock_acquisitions, 2);
+    // Refills keep growing high up to high_max and never past it.
+    for _ in 0..400 {
+        c.alloc(&zone, O0, U).unwrap();
+        assert!(c.high() <= 64);
+        c.validate().unwrap();
+    }
+    assert_eq!(c.high(), 64);
+}
+
+#[test]
+fn refill_respects_invariant_7() {
+    // An order-0 refill with alloc_factor f brings in <= batch << f and
+    // <= max(batch, high' - count - batch) pages (spec 04 §12(7)).
+    let zone = RefZone::with_blocks(O0, 0, 100_000);
+    let mut mem = vec![Slot::EMPTY; 4096];
+    let mut c = cache(&mut mem, sizing(31, 124, 2000));
+    for _ in 0..5000 {
+        let (f, count, refilled) = (c.alloc_factor(), c.count(), c.stats().refilled_blocks);
+        c.alloc(&zone, O0, M).unwrap();
+        let got = c.stats().refilled_blocks - refilled;
+        if got > 0 {
+            assert_eq!(count, 0, "refill only on an empty list");
+            assert!(got <= (31u64 << f));
+            assert!(got <= 31u64.max(c.high() as u64 - count as u64 - 31));
+        }
+    }
+}
+
+#[test]
+fn free_spills_when_count_reaches_high_and_keeps_a_batch() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    for i in 0..15 {
+        assert_eq!(
+            c.free(&zone, pageframe_pcp::Frame(i), O0, U),
+            Ok(FreeOutcome::Cached)
+        );
+    }
+    // 16th free: count 16 >= high 16. high is raised to free_count + batch
+    // = 20 and clamp(free_count 16, batch 4, high - batch 12) = 12 pages go.
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(15), O0, U),
+        Ok(FreeOutcome::Spilled(12))
+    );
+    assert_eq!((c.count(), c.high()), (4, 20));
+    assert_eq!(zone.free_blocks(O0), 12);
+    // Coldest first: the first frames freed are the ones spilled.
+    let mut back = zone.blocks(O0);
+    back.sort();
+    assert_eq!(back, (0..12).collect::<Vec<u64>>());
+    c.validate().unwrap();
+}
+
+#[test]
+fn high_order_free_streak_drains_on_second_consecutive_free() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    let o1 = Order(1);
+    // free_high needs free_count >= batch + high_min / 2 = 12 and the
+    // previous free to be high-order too (spec 04 §5.2).
+    for i in 0..6 {
+        assert_eq!(
+            c.free(&zone, pageframe_pcp::Frame(2 * i), o1, U),
+            Ok(FreeOutcome::Cached)
+        );
+    }
+    // An order-0 free breaks the PREV_FREE_HIGH_ORDER streak...
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(100), O0, U),
+        Ok(FreeOutcome::Cached)
+    );
+    assert!(!c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
+    // ...so the next order-1 free only re-arms it,
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(200), o1, U),
+        Ok(FreeOutcome::Cached)
+    );
+    assert_eq!(c.count(), 15);
+    // and the second consecutive one drains everything (count 17 < high
+    // would not spill otherwise).
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(202), o1, U),
+        Ok(FreeOutcome::Spilled(17))
+    );
+    assert_eq!(c.count(), 0);
+    assert_eq!(c.stats().free_high_spills, 1);
+    assert_eq!(c.high(), 16);
+    c.validate().unwrap();
+}
+
+#[test]
+fn free_high_batch_keeps_a_batch_cached() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 128];
+    // FREE_HIGH_BATCH: free_high also needs count >= batch (spec 04 §8).
+    let s = sizing(8, 16, 64).with_free_high_batch(true);
+    let mut c = cache(&mut mem, s);
+    assert!(c.flags().contains(PcpFlags::FREE_HIGH_BATCH));
+    // Build a free streak of 16 pages on order 0, then spill it all with a
+    // drain so count restarts at 0 while free_count stays high.
+    for i in 0..20 {
+        c.free(&zone, pageframe_pcp::Frame(i), O0, U).unwrap();
+    }
+    c.drain(&zone);
+    assert!(c.free_count() >= 8 + 8);
+    // Two order-1 frees: the second has count 4 < batch 8, so no free_high.
+    c.free(&zone, pageframe_pcp::Frame(100), Order(1), U)
+        .unwrap();
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(102), Order(1), U),
+        Ok(FreeOutcome::Cached)
+    );
+    assert_eq!(c.stats().free_high_spills, 0);
+}
+
+#[test]
+fn decay_by_an_eighth_down_to_high_min() {
+    let zone = RefZone::with_blocks(O0, 0, 1000);
+    let mut mem = vec![Slot::EMPTY; 256];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held.push(c.alloc(&zone, O0, U).unwrap());
+    }
+    assert_eq!(c.high(), 64);
+    assert!(c.count() <= 64);
+    let mut prev = c.high();
+    while prev > 16 {
+        let before = c.count();
+        let more = c.decay(&zone);
+        let expect = (prev - prev / 8).max(16);
+        assert_eq!(c.high(), expect);
+        assert!(c.count() <= c.high());
+        // More work while high is above high_min or something was spilled.
+        assert_eq!(more, expect > 16 || before > expect);
+        prev = expect;
+    }
+    assert!(!c.decay(&zone), "nothing left to do at high_min");
+    c.validate().unwrap();
+}
+
+#[test]
+fn decay_spills_the_excess_over_high() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 256];
+    // Manual mode high 40: fill to 39, then lower high_max to 20 via sizing
+    // with auto bounds so decay has to push count under the new high.
+    let mut c = cache(&mut mem, sizing(4, 40, 40));
+    for i in 0..39 {
+        c.free(&zone, pageframe_pcp::Frame(i), O0, U).unwrap();
+    }
+    assert_eq!(c.count(), 39);
+    c.set_sizing(sizing(4, 10, 20));
+    assert_eq!(c.high(), 20);
+    assert!(c.decay(&zone));
+    // high = max(39 - 128, 20 - 2, 10) = 18; the 21 pages above it spill.
+    assert_eq!((c.high(), c.count()), (18, 18));
+    assert_eq!(zone.free_pages(), 21);
+}
+
+#[test]
+fn decay_stalls_below_eight_as_linux_does() {
+    let zone = RefZone::with_blocks(O0, 0, 1000);
+    let mut mem = vec![Slot::EMPTY; 64];
+    let mut c = cache(&mut mem, sizing(1, 2, 7));
+    for _ in 0..20 {
+        c.alloc(&zone, O0, U).unwrap();
+    }
+    assert_eq!(c.high(), 7);
+    for _ in 0..10 {
+        // 7 / 8 == 0: high stays above high_min and work is reported.
+        assert!(c.decay(&zone));
+        assert_eq!(c.high(), 7);
+    }
+}
+
+#[test]
+fn pressure_shrinks_high() {
+    let zone = RefZone::with_blocks(O0, 0, 1000);
+    let mut mem = vec![Slot::EMPTY; 256];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held.push(c.alloc(&zone, O0, U).unwrap());
+    }
+    assert_eq!(c.high(), 64);
+    // BELOW_HIGH: refills stop growing high...
+    zone.set_flags(ZoneFlags::BELOW_HIGH);
+    let before = c.high();
+    held.push(c.alloc(&zone, O0, U).unwrap());
+    assert_eq!(c.high(), before);
+    c.drain(&zone);
+    // ...and every free shrinks it by max(free_count, batch) and spills down
+    // to high_min once count reaches it.
+    let mut last = c.high();
+    for f in held.drain(..40) {
+        c.free(&zone, f, O0, U).unwrap();
+        assert!(c.high() < last || c.high() == 16);
+        assert!(c.count() <= 16);
+        last = c.high();
+    }
+    assert_eq!(c.high(), 16);
+    assert!(zone.below_high_rechecks() > 0);
+    // RECLAIM_ACTIVE: the threshold is capped at 4 * batch = 16.
+    zone.set_flags(ZoneFlags::RECLAIM_ACTIVE);
+    for f in held.drain(..40) {
+        c.free(&zone, f, O0, U).unwrap();
+        assert!(c.count() < 16);
+    }
+    c.validate().unwrap();
+}
+
+#[test]
+fn manual_mode_keeps_high_fixed() {
+    let zone = RefZone::with_blocks(O0, 0, 2000);
+    let mut mem = vec![Slot::EMPTY; 256];
+    let mut c = cache(&mut mem, sizing(4, 32, 32));
+    let mut held = Vec::new();
+    for i in 0..1000 {
+        if i % 3 == 2 {
+            let f = held.pop().unwrap();
+            c.free(&zone, f, O0, U).unwrap();
+        } else {
+            held.push(c.alloc(&zone, O0, U).unwrap());
+        }
+        c.decay(&zone);
+        assert_eq!(c.high(), 32);
+    }
+}
+
+#[test]
+fn boot_pageset_refills_one_and_spills_every_free() {
+    let zone = RefZone::with_blocks(O0, 0, 10);
+    let mut mem = vec![Slot::EMPTY; 16];
+    let mut c = cache(&mut mem, PcpSizing::BOOT);
+    let f = c.alloc(&zone, O0, U).unwrap();
+    assert_eq!((c.count(), c.stats().refilled_blocks), (0, 1));
+    assert_eq!(c.free(&zone, f, O0, U), Ok(FreeOutcome::Spilled(1)));
+    assert_eq!(c.count(), 0);
+    assert_eq!(zone.free_blocks(O0), 10);
+}
+
+#[test]
+fn spill_is_round_robin_and_coldest_first() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 16];
+    let mut c = cache(&mut mem, sizing(1, 4, 4));
+    let f = pageframe_pcp::Frame;
+    c.free(&zone, f(10), O0, U).unwrap();
+    c.free(&zone, f(20), O0, M).unwrap();
+    c.free(&zone, f(30), O0, R).unwrap();
+    // count 4 >= 4: clamp(free_count 4, 1, 3) = 3 pages, starting at the
+    // MOVABLE list: 20 (tail, coldest), 21, then the next list: 30.
+    assert_eq!(c.free(&zone, f(21), O0, M), Ok(FreeOutcome::Spilled(3)));
+    assert_eq!(zone.blocks(O0), vec![20, 21, 30]);
+    assert_eq!(c.list_len(ListIndex::new(0).unwrap()), 1);
+}
+
+#[test]
+fn thp_order_uses_its_own_lists() {
+    let thp = Order(9);
+    let zone = RefZone::with_blocks(thp, 0, 8);
+    let mut mem = vec![Slot::EMPTY; 16];
+    let mut c = cache(&mut mem, sizing(4, 2048, 4096));
+    let f = c.alloc(&zone, thp, M).unwrap();
+    // A refill of a high order takes max(batch >> order, 2) = 2 blocks.
+    assert_eq!(c.count(), 512);
+    assert_eq!(c.list_len(ListIndex::new(13).unwrap()), 1);
+    c.free(&zone, f, thp, R).unwrap();
+    assert_eq!(c.list_len(ListIndex::new(12).unwrap()), 1);
+    assert_eq!(c.count(), 1024);
+    c.validate().unwrap();
+}
+
+#[test]
+fn uncached_orders_are_refused_without_change() {
+    let zone = RefZone::with_blocks(Order(4), 0, 8);
+    let mut mem = vec![Slot::EMPTY; 16];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    c.free(&zone, pageframe_pcp::Frame(1), O0, U).unwrap();
+    let (count, high, stats) = (c.count(), c.high(), *c.stats());
+    assert_eq!(c.alloc(&zone, Order(4), U), Err(AllocMiss::NotCached));
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Frame(64), Order(5), U),
+        Err(PcpError::NotCached)
+    );
+    assert_eq!((c.count(), c.high(), *c.stats()), (count, high, stats));
+    assert_eq!(zone.free_blocks(Order(4)), 8);
+}
+
+#[test]
+fn empty_zone_is_a_miss() {
+    let zone = RefZone::new();
+    let mut mem = vec![Slot::EMPTY; 16];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    assert_eq!(c.alloc(&zone, O0, U), Err(AllocMiss::ZoneEmpty));
+    assert_eq!(c.stats().misses, 1);
+}
+
+#[test]
+fn small_slot_memory_never_loses_frames() {
+    let zone = RefZone::with_blocks(O0, 0, 500);
+    let mut mem = vec![Slot::EMPTY; 5];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        held.push(c.alloc(&zone, O0, U).unwrap());
+        assert!(c.count() <= 5);
+    }
+    for f in held.drain(..) {
+        c.free(&zone, f, O0, M).unwrap();
+        assert!(c.count() <= 5);
+        c.validate().unwrap();
+    }
+    assert_eq!(zone.free_pages() + c.count() as u64, 500);
+}
+
+#[test]
+fn alloc_bulk_fills_the_slice() {
+    let zone = RefZone::with_blocks(O0, 0, 5000);
+    let mut mem = vec![Slot::EMPTY; 512];
+    let mut c = cache(&mut mem, sizing(63, 252, 400));
+    let mut out = vec![pageframe_pcp::Frame(0); 4096];
+    assert_eq!(c.alloc_bulk(&zone, O0, U, &mut out), Ok(4096));
+    let mut v: Vec<u64> = out.iter().map(|f| f.0).collect();
+    v.sort();
+    v.dedup();
+    assert_eq!(v.len(), 4096);
+    assert_eq!(zone.free_pages() + c.count() as u64, 5000 - 4096);
+    let mut rest = vec![pageframe_pcp::Frame(0); 2000];
+    let got = c.alloc_bulk(&zone, O0, U, &mut rest).unwrap();
+    assert_eq!(got, 5000 - 4096);
+    c.validate().unwrap();
+}

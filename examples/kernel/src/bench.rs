@@ -3,10 +3,10 @@
 //! several rounds. Under QEMU's software emulation a "cycle" is host TSC
 //! time spent emulating, so figures compare runs on one host, not hardware.
 
-use crate::pf::{AllocError, FreeError, Gfp, Node, Order, Pfn};
 use crate::time::Instant;
 use alloc::vec::Vec;
 use core::fmt;
+use pageframe::{AllocError, FreeError, Gfp, Node, Order, Pfn};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 9;
@@ -43,7 +43,12 @@ pub enum BenchError {
 
 impl fmt::Display for BenchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self:?}")
+        match self {
+            Self::NoBuffer => write!(f, "no heap memory for the batch"),
+            Self::NoMemory(o) => write!(f, "no free block of order {}", o.get()),
+            Self::Alloc(e) => write!(f, "allocation failed mid-batch: {e}"),
+            Self::Free(pfn, e) => write!(f, "free of {:#x} refused: {e}", pfn.get()),
+        }
     }
 }
 

@@ -300,12 +300,9 @@ unsafe extern "C" {
 
 /// The physical span of the kernel image, `.bss`, boot tables and stack.
 pub fn kernel_image() -> PhysRange {
-    // SAFETY: linker-script symbols; only their addresses are taken.
-    let (start, end) = unsafe {
-        (
-            &raw const __kernel_start as u64,
-            &raw const __kernel_end as u64,
-        )
-    };
-    PhysRange::new(start, end)
+    // Linker-script symbols: only their addresses are taken.
+    PhysRange::new(
+        &raw const __kernel_start as u64,
+        &raw const __kernel_end as u64,
+    )
 }

@@ -7,10 +7,10 @@
 //! start-up. Before [`init`] every request fails (returns null).
 
 use crate::memmap::PAGE_SIZE;
-use crate::pf::{Gfp, Node, Order, Pfn};
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::null_mut;
 use linked_list_allocator::Heap;
+use pageframe::{Gfp, Node, Order, Pfn};
 use spin::{Mutex, Once};
 
 /// Order of the block behind the small-object heap (64 KiB).
@@ -30,7 +30,13 @@ static HEAP: KernelHeap = KernelHeap {
 
 /// Why the heap could not start.
 #[derive(Debug, Clone, Copy)]
-pub struct HeapInitError(pub crate::pf::AllocError);
+pub struct HeapInitError(pub pageframe::AllocError);
+
+impl core::fmt::Display for HeapInitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "no block for the small-object heap: {}", self.0)
+    }
+}
 
 /// Starts the heap over `node`; returns the small heap's size in bytes.
 pub fn init(node: &'static Node<'static>) -> Result<usize, HeapInitError> {

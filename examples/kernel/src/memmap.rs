@@ -188,11 +188,6 @@ impl RangeSet {
         &self.ranges[..self.len]
     }
 
-    /// Total bytes in the set.
-    pub fn bytes(&self) -> u64 {
-        self.ranges().iter().map(PhysRange::len).sum()
-    }
-
     /// True when `addr` belongs to the set.
     pub fn contains(&self, addr: u64) -> bool {
         self.ranges()

@@ -48,13 +48,12 @@ impl core::fmt::Display for MapError {
     }
 }
 
-impl<S: PageSize> From<MapToError<S>> for MapError {
-    fn from(e: MapToError<S>) -> Self {
-        match e {
-            MapToError::FrameAllocationFailed => Self::OutOfFrames,
-            MapToError::ParentEntryHugePage | MapToError::PageAlreadyMapped(_) => {
-                Self::AlreadyMapped(0)
-            }
+/// Converts the x86_64 crate's error for a mapping at `addr`.
+fn map_error<S: PageSize>(addr: u64) -> impl FnOnce(MapToError<S>) -> MapError {
+    move |e| match e {
+        MapToError::FrameAllocationFailed => MapError::OutOfFrames,
+        MapToError::ParentEntryHugePage | MapToError::PageAlreadyMapped(_) => {
+            MapError::AlreadyMapped(addr)
         }
     }
 }
@@ -126,10 +125,7 @@ pub unsafe fn build_and_switch<A: FrameAllocator<Size4KiB>>(
                 // are not live yet; no existing reference is affected.
                 let flush: MapperFlush<Size2MiB> =
                     unsafe { mapper.map_to(page, frame, flags_for(addr, huge), &mut frames) }
-                        .map_err(|e| match e {
-                            MapToError::FrameAllocationFailed => MapError::OutOfFrames,
-                            _ => MapError::AlreadyMapped(addr),
-                        })?;
+                        .map_err(map_error(addr))?;
                 flush.ignore();
                 map.huge_pages += 1;
                 addr += huge;
@@ -139,10 +135,7 @@ pub unsafe fn build_and_switch<A: FrameAllocator<Size4KiB>>(
                 // SAFETY: as above.
                 let flush =
                     unsafe { mapper.map_to(page, frame, flags_for(addr, PAGE_SIZE), &mut frames) }
-                        .map_err(|e| match e {
-                            MapToError::FrameAllocationFailed => MapError::OutOfFrames,
-                            _ => MapError::AlreadyMapped(addr),
-                        })?;
+                        .map_err(map_error(addr))?;
                 flush.ignore();
                 map.small_pages += 1;
                 addr += PAGE_SIZE;

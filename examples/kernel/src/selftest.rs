@@ -4,11 +4,11 @@
 
 use crate::memmap::{PAGE_SIZE, RangeSet};
 use crate::permutation::Permutation;
-use crate::pf::{AllocError, FreeError, Gfp, Node, Order, Pfn, ValidateError, ZoneKind};
 use crate::snapshot::Snapshot;
 use crate::time::{Cycles, Instant, TscRate};
 use alloc::vec::Vec;
 use core::fmt;
+use pageframe::{AllocError, FreeError, Gfp, Node, Order, Pfn, ValidateError, ZoneKind};
 
 /// A check that failed.
 #[derive(Debug)]
@@ -62,7 +62,31 @@ impl fmt::Display for SelftestError {
             Self::NotRestored(zone, None, a, b) => {
                 write!(f, "zone {zone:?}: {a} free pages before, {b} after")
             }
-            other => write!(f, "{other:?}"),
+            Self::NoBitmap => write!(f, "no heap memory for the frame bitmap"),
+            Self::Alloc(e) => write!(f, "allocation failed: {e}"),
+            Self::Duplicate(p) => write!(f, "frame {:#x} handed out twice", p.get()),
+            Self::NotManaged(p) => write!(f, "frame {:#x} was never handed over", p.get()),
+            Self::Corrupt { pfn, found } => write!(
+                f,
+                "frame {:#x} holds {:#x}/{:#x}, not its number",
+                pfn.get(),
+                found.0,
+                found.1
+            ),
+            Self::Count { expected, got } => {
+                write!(f, "{got} frames allocated, {expected} were free")
+            }
+            Self::Leftover(n) => write!(f, "{n} frames still free after taking all"),
+            Self::AllocWhenEmpty(p) => {
+                write!(
+                    f,
+                    "allocation of {:#x} succeeded with nothing free",
+                    p.get()
+                )
+            }
+            Self::Free(p, e) => write!(f, "free of {:#x} refused: {e}", p.get()),
+            Self::DoubleFreeAccepted(p) => write!(f, "double free of {:#x} accepted", p.get()),
+            Self::Validate(e) => write!(f, "validate: {e}"),
         }
     }
 }
@@ -146,6 +170,9 @@ pub struct SelftestReport {
     pub seed: u64,
 }
 
+/// The self-test takes every free frame, reserves included: MEMALLOC is
+/// the GFP bit that ignores watermarks (spec 01 §8.3, ALLOC_NO_WATERMARKS).
+const TAKE_ALL: Gfp = Gfp::KERNEL.union(Gfp::MEMALLOC);
 /// Frames at or above this number are above 4 GiB.
 const PFN_4G: u64 = (1 << 32) / PAGE_SIZE;
 /// Written into a frame's last word, xored with its number.
@@ -171,7 +198,7 @@ pub fn run(
         (0u64, 0u64, Pfn::new(u64::MAX), Pfn::new(0));
     let start = Instant::now();
     loop {
-        let pfn = match node.alloc(Gfp::KERNEL, order0) {
+        let pfn = match node.alloc(TAKE_ALL, order0) {
             Ok(pfn) => pfn,
             Err(AllocError::OutOfMemory) => break,
             Err(e) => return Err(SelftestError::Alloc(e)),
@@ -198,7 +225,7 @@ pub fn run(
     if left != 0 {
         return Err(SelftestError::Leftover(left));
     }
-    if let Ok(pfn) = node.alloc(Gfp::KERNEL, order0) {
+    if let Ok(pfn) = node.alloc(TAKE_ALL, order0) {
         return Err(SelftestError::AllocWhenEmpty(pfn));
     }
 
@@ -275,7 +302,7 @@ impl SelftestReport {
         crate::println!(
             "selftest: allocated {} frames ({} MiB), {} above 4 GiB, pfn {:#x}..={:#x}",
             self.frames,
-            self.frames * PAGE_SIZE >> 20,
+            (self.frames * PAGE_SIZE) >> 20,
             self.frames_above_4g,
             self.lowest.get(),
             self.highest.get()

@@ -1,6 +1,6 @@
 //! The allocator's observable state, to check it returns to where it was.
 
-use crate::pf::{Node, Order, ZoneKind};
+use pageframe::{Node, Order, ZoneKind};
 
 /// Most zones a node has.
 const ZONES_MAX: usize = 4;

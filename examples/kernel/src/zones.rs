@@ -8,21 +8,25 @@
 //! one machine: metadata scales with the span the map reports.
 
 use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
-use crate::pf::{Pfn, PfnRange, Zone, ZoneKind};
 use crate::time::{Cycles, Instant};
 use core::fmt;
 use core::mem::MaybeUninit;
+use pageframe::{Pfn, PfnRange, Zone, ZoneKind};
 
 /// Everything below this address stays out of the allocator.
 pub const LOW_MEMORY_END: u64 = 1 << 20;
 /// The DMA32 zone ends at 4 GiB.
 pub const DMA32_END: u64 = 1 << 32;
 
-/// The address window of each zone kind the kernel creates.
-pub const ZONE_WINDOWS: [(ZoneKind, PhysRange); 2] = [
-    (ZoneKind::Dma32, PhysRange::new(0, DMA32_END)),
-    (ZoneKind::Normal, PhysRange::new(DMA32_END, u64::MAX)),
-];
+/// The address window of a zone kind the kernel creates.
+pub const fn window(kind: ZoneKind) -> PhysRange {
+    match kind {
+        ZoneKind::Dma32 => PhysRange::new(0, DMA32_END),
+        ZoneKind::Normal => PhysRange::new(DMA32_END, u64::MAX),
+        // Not created: no ISA DMA devices, no movable carve-out.
+        ZoneKind::Dma | ZoneKind::Movable => PhysRange::EMPTY,
+    }
+}
 
 /// Why RAM could not be handed to the allocator.
 #[derive(Debug)]
@@ -37,9 +41,9 @@ pub enum ZoneSetupError {
         bytes: usize,
     },
     /// The allocator refused the zone.
-    Init(ZoneKind, crate::pf::InitError),
+    Init(ZoneKind, pageframe::InitError),
     /// The allocator refused a usable range.
-    Range(ZoneKind, PhysRange, crate::pf::RangeError),
+    Range(ZoneKind, PhysRange, pageframe::RangeError),
 }
 
 impl fmt::Display for ZoneSetupError {
@@ -47,10 +51,10 @@ impl fmt::Display for ZoneSetupError {
         match self {
             Self::TooManyRanges => write!(f, "memory map too fragmented"),
             Self::NoRoomForMetadata { kind, bytes } => {
-                write!(f, "no room for {bytes} bytes of {kind:?} metadata")
+                write!(f, "no room for {bytes} bytes of {} metadata", kind.name())
             }
-            Self::Init(kind, e) => write!(f, "zone {kind:?}: {e:?}"),
-            Self::Range(kind, r, e) => write!(f, "zone {kind:?} range {r}: {e:?}"),
+            Self::Init(kind, e) => write!(f, "zone {}: {e}", kind.name()),
+            Self::Range(kind, r, e) => write!(f, "zone {} range {r}: {e}", kind.name()),
         }
     }
 }
@@ -61,18 +65,20 @@ impl From<CapacityError> for ZoneSetupError {
     }
 }
 
-/// Usable RAM: `ram` without low memory and the `reserved` ranges, in
-/// whole pages.
-pub fn usable_ram(ram: &RangeSet, reserved: &[PhysRange]) -> Result<RangeSet, CapacityError> {
+/// Usable RAM: `ram` without low memory, the kernel image and the boot
+/// data, in whole pages (a partly reserved page is reserved).
+pub fn usable_ram(
+    ram: &RangeSet,
+    kernel: PhysRange,
+    boot_data: &[PhysRange],
+) -> Result<RangeSet, CapacityError> {
     let mut usable = ram.clone();
     usable.remove(PhysRange::new(0, LOW_MEMORY_END))?;
-    for r in reserved {
-        // Widen to whole pages: a partly reserved page is reserved.
-        let pages = PhysRange::new(
+    for r in core::iter::once(&kernel).chain(boot_data) {
+        usable.remove(PhysRange::new(
             r.start / PAGE_SIZE * PAGE_SIZE,
             r.end.next_multiple_of(PAGE_SIZE),
-        );
-        usable.remove(pages)?;
+        ))?;
     }
     Ok(usable)
 }
@@ -94,7 +100,7 @@ pub struct ZoneSetup {
     pub cycles: Cycles,
 }
 
-/// Builds the zone of `kind` over the part of `usable` inside `window`.
+/// Builds the zone of `kind` over the part of `usable` inside its window.
 /// Its metadata is carved out of `usable`, which afterwards holds exactly
 /// the frames handed over. `Ok(None)` when the window holds no usable RAM.
 ///
@@ -103,10 +109,10 @@ pub struct ZoneSetup {
 /// and that is identity-mapped, writable, for the rest of the kernel's life.
 pub unsafe fn build_zone(
     kind: ZoneKind,
-    window: PhysRange,
     usable: &mut RangeSet,
 ) -> Result<Option<(Zone<'static>, ZoneSetup)>, ZoneSetupError> {
     let start = Instant::now();
+    let window = window(kind);
     let inside = usable.clipped(window);
     let (Some(first), Some(last)) = (inside.ranges().first(), inside.ranges().last()) else {
         return Ok(None);

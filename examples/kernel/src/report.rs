@@ -1,0 +1,139 @@
+//! The serial report. Lines start with stable prefixes (`zone `,
+//! `frames managed:`, `selftest:`, `bench:`, `RESULT:`) that the host boot
+//! test reads.
+
+use crate::boot::BootInfo;
+use crate::bringup::Memory;
+use crate::memmap::{PAGE_SIZE, PhysRange};
+use crate::println;
+use crate::time::{Cycles, TscRate};
+use core::fmt;
+use pageframe::buddy::{ListId, MAX_LISTS};
+use pageframe::{Mark, Node, Order};
+
+/// The firmware map and what stays out of the allocator.
+pub fn boot(info: &BootInfo, kernel: PhysRange) {
+    println!("memory map ({} entries):", info.memmap.entries().len());
+    crate::print!("{}", info.memmap);
+    println!(
+        "RAM reported: {} MiB ({} frames)",
+        info.memmap.ram_bytes() >> 20,
+        info.memmap.ram_bytes() / PAGE_SIZE
+    );
+    println!("kept out: low memory [0-1 MiB), kernel image {kernel}");
+    for r in info.boot_ranges() {
+        println!("kept out: boot data {r}");
+    }
+}
+
+/// Zones, overhead and set-up times.
+pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
+    let node = mem.node;
+    for s in mem.zones() {
+        let Some(zone) = node.zone(s.kind) else {
+            continue;
+        };
+        println!(
+            "zone {}: span pfn {:#x}..{:#x} ({} frames), managed {} frames ({} MiB) from {} usable range(s), \
+             metadata {} KiB at {}, init {}",
+            s.kind.name(),
+            s.span.start.get(),
+            s.span.end.get(),
+            s.span.len(),
+            zone.managed_pages(),
+            (zone.managed_pages() * PAGE_SIZE) >> 20,
+            s.ranges,
+            s.metadata_bytes >> 10,
+            s.metadata,
+            rate.duration(s.cycles),
+        );
+    }
+    let ram_frames = info.memmap.ram_bytes() / PAGE_SIZE;
+    let managed = node.managed_pages();
+    let meta: u64 = mem.zones().map(|s| s.metadata_bytes as u64).sum();
+    println!(
+        "frames managed: {managed} of {ram_frames} RAM frames ({})",
+        Percent(managed, ram_frames)
+    );
+    println!(
+        "metadata: {meta} bytes, {} bytes per managed frame, {} of managed RAM",
+        Decimal2(meta * 100 / managed.max(1)),
+        Percent(meta, managed * PAGE_SIZE)
+    );
+    println!(
+        "allocator init: {} (zones created, RAM handed over)",
+        rate.duration(mem.allocator_init())
+    );
+    println!(
+        "direct map: {} x 2 MiB + {} x 4 KiB pages, {} table frames from the allocator, root {:#x}, built in {}",
+        mem.map.huge_pages,
+        mem.map.small_pages,
+        mem.map.table_frames,
+        mem.map.root,
+        rate.duration(mem.map_cycles)
+    );
+    println!(
+        "heap: {} KiB small-object arena + whole blocks for requests of a page or more",
+        mem.small_heap >> 10
+    );
+    println!(
+        "setup: {} from entry to allocator, page tables and heap ready",
+        rate.duration(setup)
+    );
+}
+
+/// `/proc/buddyinfo`, `/proc/pagetypeinfo` and the watermarks.
+pub fn free_lists(node: &Node<'_>) {
+    println!("buddyinfo:");
+    crate::print!("{}", node.buddyinfo());
+    println!("pagetypeinfo (free blocks per order and free list):");
+    for zone in node.zones() {
+        zone.with_buddy(|b| {
+            let max = b.max_order().get();
+            for list in (0..MAX_LISTS as u8).filter_map(ListId::new) {
+                if list != ListId::DEFAULT && b.free_pages_in(list) == 0 {
+                    continue;
+                }
+                crate::print!(
+                    "Node 0, zone {:>8}, list {}",
+                    zone.kind().name(),
+                    list.get()
+                );
+                for o in (0..=max).filter_map(Order::new) {
+                    crate::print!(" {:>6}", b.free_blocks_in(o, list));
+                }
+                println!();
+            }
+        });
+    }
+    for zone in node.zones() {
+        let w = zone.watermarks();
+        println!(
+            "zone {} watermarks: min {} low {} high {} pages, free {}",
+            zone.kind().name(),
+            w.get(Mark::Min),
+            w.get(Mark::Low),
+            w.get(Mark::High),
+            zone.free_pages()
+        );
+    }
+}
+
+/// `a / b` as a percentage with two decimals.
+struct Percent(u64, u64);
+
+impl fmt::Display for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hundredths = u128::from(self.0) * 10_000 / u128::from(self.1.max(1));
+        write!(f, "{}%", Decimal2(hundredths as u64))
+    }
+}
+
+/// A value in hundredths, printed with two decimals.
+struct Decimal2(u64);
+
+impl fmt::Display for Decimal2 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:02}", self.0 / 100, self.0 % 100)
+    }
+}

@@ -47,6 +47,8 @@ mod error;
 mod frame;
 mod free;
 mod free_area;
+#[cfg(feature = "std")]
+pub mod model;
 mod order;
 mod pfn;
 mod policy;

@@ -1,0 +1,249 @@
+//! A reference model of a zone (frame by frame: hole, free or allocated) and
+//! an operation language, shared by the property tests and the fuzz target
+//! so both check the same rules. Host only (`std` feature).
+
+use std::collections::BTreeMap;
+use std::format;
+use std::string::String;
+use std::vec;
+use std::vec::Vec;
+
+use crate::{AllocError, BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Order, Pfn, PfnRange, RangeError};
+
+/// One operation on a zone.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Allocate a block of this order (may exceed the maximum).
+    Alloc(u8),
+    /// Free the n-th live block (modulo their number).
+    Free(usize),
+    /// Free an arbitrary frame with an arbitrary order: usually bad input.
+    FreeAny(u64, u8),
+    /// Allocate the block at a frame.
+    AllocAt(u64, u8),
+    /// Reserve `[start, start + len)`.
+    Reserve(u64, u64),
+    /// Release the n-th reserved range.
+    Release(usize),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum F {
+    Hole,
+    Free,
+    Used,
+}
+
+/// What the zone should look like.
+pub struct Model {
+    span: PfnRange,
+    max: u8,
+    frames: Vec<F>,
+    live: BTreeMap<u64, u8>,
+    reserved: Vec<(u64, u64)>,
+}
+
+macro_rules! ensure {
+    ($c:expr, $($t:tt)*) => { if !$c { return Err(format!($($t)*)); } };
+}
+
+impl Model {
+    /// A model of a zone over `span` with maximum order `max`, all holes.
+    pub fn new(span: PfnRange, max: Order) -> Model {
+        Model { span, max: max.get(), frames: vec![F::Hole; span.len() as usize], live: BTreeMap::new(), reserved: vec![] }
+    }
+
+    fn at(&self, p: u64) -> F {
+        self.frames[(p - self.span.start.get()) as usize]
+    }
+
+    fn all_free(&self, a: u64, b: u64) -> bool {
+        (a..b).all(|p| self.at(p) == F::Free)
+    }
+
+    fn set(&mut self, a: u64, b: u64, f: F) {
+        let s = self.span.start.get();
+        self.frames[(a - s) as usize..(b - s) as usize].fill(f);
+    }
+
+    fn take(&mut self, p: u64, k: u8) {
+        self.set(p, p + (1 << k), F::Used);
+        self.live.insert(p, k);
+    }
+
+    fn release(&mut self, p: u64, k: u8) {
+        self.live.remove(&p);
+        self.set(p, p + (1 << k), F::Free);
+        self.reserved.retain(|&(a, b)| !(a <= p && p < b));
+    }
+
+    /// Free frames.
+    pub fn free_count(&self) -> u64 {
+        self.frames.iter().filter(|f| **f == F::Free).count() as u64
+    }
+
+    /// Whether some aligned block of order `k` is wholly free: with full
+    /// merging the buddy must then be able to serve it.
+    fn fits(&self, k: u8) -> bool {
+        let n = 1u64 << k;
+        let (s, e) = (self.span.start.get(), self.span.end.get());
+        (s.div_ceil(n) * n..e).step_by(n as usize).any(|p| p + n <= e && self.all_free(p, p + n))
+    }
+
+    /// Hands `range` over to both; the zone must accept exactly the ranges
+    /// that overlap nothing handed over before.
+    pub fn add_range<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>, range: PfnRange) -> Result<(), String> {
+        let range = range.intersect(&self.span);
+        let clash = (range.start.get()..range.end.get()).find(|&p| self.at(p) != F::Hole);
+        match z.add_free_range(range) {
+            Ok(()) => {
+                ensure!(clash.is_none(), "accepted an overlapping range {range:?}");
+                self.set(range.start.get(), range.end.get(), F::Free);
+            }
+            Err(RangeError::Overlap { pfn }) => ensure!(Some(pfn.get()) == clash, "overlap at {pfn:?}, model {clash:?}"),
+            Err(e) => ensure!(range.is_empty() && e == RangeError::Empty, "unexpected {e:?}"),
+        }
+        self.check(z)
+    }
+
+    /// Applies `op` to both and compares.
+    pub fn step<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>, op: &Op) -> Result<(), String> {
+        let max = self.max;
+        let span = self.span;
+        match *op {
+            Op::Alloc(k) => {
+                let Some(order) = Order::new(k) else { return Ok(()) };
+                let res = z.alloc(order, ListId::DEFAULT);
+                if k > max {
+                    ensure!(res == Err(AllocError::OrderTooLarge), "order {k} above max: {res:?}");
+                } else {
+                    let possible = self.fits(k);
+                    match res {
+                        Ok(p) => {
+                            ensure!(possible, "allocated although nothing fits");
+                            ensure!(p.is_aligned(order), "misaligned block {p:?}");
+                            ensure!(self.all_free(p.get(), p.get() + (1 << k)), "handed out a busy frame at {p:?}");
+                            self.take(p.get(), k);
+                        }
+                        Err(e) => ensure!(e == AllocError::OutOfMemory && !possible, "refused ({e:?}) although a block fits"),
+                    }
+                }
+            }
+            Op::Free(n) => {
+                if let Some((&p, &k)) = self.live.iter().nth(n % self.live.len().max(1)) {
+                    let res = z.free(Pfn(p), Order::new(k).unwrap_or_default());
+                    ensure!(res.is_ok(), "free of a live block failed: {res:?}");
+                    self.release(p, k);
+                }
+            }
+            Op::FreeAny(p, k) => {
+                let Some(order) = Order::new(k) else { return Ok(()) };
+                let before = (z.free_pages(), z.stats());
+                let res = z.free(Pfn(p), order);
+                if self.live.get(&p) == Some(&k) {
+                    ensure!(res.is_ok(), "valid free refused: {res:?}");
+                    self.release(p, k);
+                } else {
+                    let Err(e) = res else { return Err(format!("bad free of {p:#x}/{k} accepted")) };
+                    ensure!((z.free_pages(), z.stats()) == before, "a refused free changed state");
+                    let want = if k > max {
+                        FreeError::OrderTooLarge
+                    } else if !span.contains(Pfn(p)) {
+                        FreeError::OutOfRange
+                    } else if p % (1 << k) != 0 {
+                        FreeError::Misaligned
+                    } else {
+                        match self.at(p) {
+                            F::Hole => FreeError::Hole,
+                            F::Free => FreeError::AlreadyFree,
+                            F::Used => e,
+                        }
+                    };
+                    ensure!(e == want, "free({p:#x}, {k}) gave {e:?}, model {want:?}");
+                    if let FreeError::NotBlockHead { head, order } = e {
+                        ensure!(self.live.get(&head.get()) == Some(&order.get()), "wrong head {head:?}");
+                        ensure!(head.get() < p && p < head.get() + order.pages(), "head does not contain frame");
+                    }
+                    if let FreeError::WrongOrder { allocated } = e {
+                        ensure!(self.live.get(&p) == Some(&allocated.get()), "wrong order reported");
+                    }
+                }
+            }
+            Op::AllocAt(p, k) => {
+                let Some(order) = Order::new(k.min(max)) else { return Ok(()) };
+                let k = order.get();
+                let end = p.saturating_add(1 << k);
+                let ok = span.contains(Pfn(p)) && end <= span.end.get() && p % (1 << k) == 0 && self.all_free(p, end);
+                let res = z.alloc_at(Pfn(p), order);
+                ensure!(res.is_ok() == ok, "alloc_at({p:#x}, {k}) = {res:?}, model says {ok}");
+                if ok {
+                    self.take(p, k);
+                }
+            }
+            Op::Reserve(a, n) => {
+                let b = a.saturating_add(n).min(span.end.get());
+                let ok = a < b && span.contains(Pfn(a)) && self.all_free(a, b);
+                let res = z.reserve_range(PfnRange::new(Pfn(a), Pfn(b)));
+                ensure!(res.is_ok() == ok, "reserve [{a:#x}, {b:#x}) = {res:?}, model says {ok}");
+                if ok {
+                    let mut p = a;
+                    while p < b {
+                        let Some(BlockInfo::Allocated { head, order }) = z.block_at(Pfn(p)) else {
+                            return Err(format!("reserved frame {p:#x} not allocated"));
+                        };
+                        ensure!(head.get() == p, "reserved blocks do not tile the range");
+                        self.take(p, order.get());
+                        p += order.pages();
+                    }
+                    ensure!(p == b, "reserved blocks overrun the range");
+                    self.reserved.push((a, b));
+                }
+            }
+            Op::Release(n) => {
+                if !self.reserved.is_empty() {
+                    let (a, b) = self.reserved.remove(n % self.reserved.len());
+                    let res = z.release_range(PfnRange::new(Pfn(a), Pfn(b)));
+                    ensure!(res.is_ok(), "release of a reserved range failed: {res:?}");
+                    self.live.retain(|&p, _| !(a <= p && p < b));
+                    self.set(a, b, F::Free);
+                }
+            }
+        }
+        self.check(z)
+    }
+
+    /// `validate()` and the free-frame count.
+    pub fn check<P: MergePolicy>(&self, z: &BuddyZone<'_, P>) -> Result<(), String> {
+        z.validate().map_err(|e| format!("validate: {e:?}"))?;
+        ensure!(z.free_pages() == self.free_count(), "free pages {} vs model {}", z.free_pages(), self.free_count());
+        Ok(())
+    }
+
+    /// Frees every live block, then checks that only maximal blocks remain:
+    /// each run of usable frames tiled by the largest aligned blocks.
+    pub fn free_all_and_check<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>) -> Result<(), String> {
+        for (p, k) in core::mem::take(&mut self.live) {
+            z.free(Pfn(p), Order::new(k).unwrap_or_default()).map_err(|e| format!("final free: {e:?}"))?;
+            self.set(p, p + (1 << k), F::Free);
+        }
+        self.reserved.clear();
+        self.check(z)?;
+        let mut want = vec![0u64; self.max as usize + 1];
+        let (s, e) = (self.span.start.get(), self.span.end.get());
+        let mut p = s;
+        while p < e {
+            if self.at(p) == F::Hole {
+                p += 1;
+                continue;
+            }
+            let q = (p..e).find(|&q| self.at(q) == F::Hole).unwrap_or(e);
+            for (_, k) in PfnRange::new(Pfn(p), Pfn(q)).blocks(Order::new(self.max).unwrap_or_default()) {
+                want[k.get() as usize] += 1;
+            }
+            p = q;
+        }
+        let got: Vec<u64> = (0..=self.max).map(|k| z.free_blocks(Order::new(k).unwrap_or_default())).collect();
+        ensure!(got == want, "after freeing everything: {got:?}, maximal merging gives {want:?}");
+        Ok(())
+    }
+}

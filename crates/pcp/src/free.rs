@@ -10,8 +10,8 @@ use crate::zone::{PcpZone, ZoneFlags};
 pub enum FreeOutcome {
     /// The block went on the list; nothing left the cache.
     Cached,
-    /// The block went on the list and `count` reached the threshold, so this
-    /// many base pages were spilled to the zone under one lock.
+    /// The block went on the list and this many base pages were spilled to
+    /// the zone (`count` reached the threshold, or the slot memory was full).
     Spilled(u32),
 }
 
@@ -33,11 +33,12 @@ impl PerCpuPages<'_> {
         mt: Migratetype,
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
+        let mut made_room = 0;
         if self.lists.free_slots() == 0 {
             // Slot memory exhausted (fewer slots than suggested): spill a
             // batch first so the block can be cached. Never loses a frame.
             let b = self.sizing.batch().max(1);
-            self.spill(zone, b, li);
+            made_room = self.spill(zone, b, li);
         }
         if self.lists.push_head(li, frame).is_err() {
             // Only if the zone declined the spill above: the caller frees
@@ -69,7 +70,11 @@ impl PerCpuPages<'_> {
         let zflags = zone.flags();
         let high = self.nr_pcp_high(zflags, batch, free_high);
         if self.count < high {
-            return Ok(FreeOutcome::Cached);
+            return Ok(if made_room == 0 {
+                FreeOutcome::Cached
+            } else {
+                FreeOutcome::Spilled(made_room)
+            });
         }
         let n = self.nr_pcp_free(batch, high, free_high);
         if free_high {
@@ -79,7 +84,11 @@ impl PerCpuPages<'_> {
         if zflags.contains(ZoneFlags::BELOW_HIGH) {
             zone.recheck_below_high();
         }
-        Ok(FreeOutcome::Spilled(spilled))
+        // nr_pcp_free can be 0 (high == batch): then nothing left.
+        Ok(match made_room + spilled {
+            0 => FreeOutcome::Cached,
+            n => FreeOutcome::Spilled(n),
+        })
     }
 
     /// `nr_pcp_high` (spec 04 §5.3): the threshold for this free, adjusting

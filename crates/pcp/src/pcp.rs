@@ -174,13 +174,6 @@ impl<'m> PerCpuPages<'m> {
         if self.alloc_factor > self.config.scale_max() {
             return Err("alloc_factor above scale_max");
         }
-        // free_count only grows while below batch << scale_max, by at most
-        // one THP block.
-        let cap =
-            ((self.sizing.batch() as u64) << self.config.scale_max()) + (thp.pages() as u64).max(8);
-        if self.free_count as u64 >= cap {
-            return Err("free_count above its cap");
-        }
         Ok(())
     }
 }

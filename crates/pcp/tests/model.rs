@@ -1,0 +1,158 @@
+//! Property tests against a reference zone (spec 04 §12): conservation of
+//! frames between the zone, the cache and the caller, count bounds, `high`
+//! within `[high_min, high_max]`, and the decay rule.
+
+use std::collections::BTreeMap;
+
+use pageframe_pcp::testing::RefZone;
+use pageframe_pcp::{
+    Frame, FreeOutcome, Migratetype, Order, PcpConfig, PcpSizing, PerCpuPages, Slot, ZoneFlags,
+};
+use proptest::prelude::*;
+
+const ORDERS: [u8; 5] = [0, 1, 2, 3, 9];
+const INITIAL: [(u8, u64, u64); 5] = [
+    // (order, first frame, blocks): disjoint ranges.
+    (0, 0, 600),
+    (1, 1_000, 60),
+    (2, 2_000, 40),
+    (3, 3_000, 30),
+    (9, 1 << 20, 6),
+];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { order: usize, mt: u8 },
+    Free { pick: usize, mt: u8 },
+    Decay,
+    Drain,
+    DrainBatch,
+    Flags(u8),
+    Resize { batch: u32, lo: u32, span: u32 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..ORDERS.len(), 0u8..3).prop_map(|(order, mt)| Op::Alloc { order, mt }),
+        6 => (any::<usize>(), 0u8..3).prop_map(|(pick, mt)| Op::Free { pick, mt }),
+        1 => Just(Op::Decay),
+        1 => Just(Op::Drain),
+        1 => Just(Op::DrainBatch),
+        1 => (0u8..4).prop_map(Op::Flags),
+        1 => (1u32..8, 0u32..64, 0u32..256).prop_map(|(batch, lo, span)| Op::Resize { batch, lo, span }),
+    ]
+}
+
+/// Every frame is in exactly one place, and the places add up to the start.
+fn check_conservation(zone: &RefZone, c: &PerCpuPages<'_>, held: &[(Frame, Order)]) {
+    let mut seen: BTreeMap<(u8, u64), u32> = BTreeMap::new();
+    for &o in &ORDERS {
+        for f in zone.blocks(Order(o)) {
+            *seen.entry((o, f)).or_default() += 1;
+        }
+    }
+    let thp = c.config().thp_order().unwrap();
+    c.for_each_block(|li, f| *seen.entry((li.order(thp).0, f.0)).or_default() += 1);
+    for &(f, o) in held {
+        *seen.entry((o.0, f.0)).or_default() += 1;
+    }
+    let expected: usize = INITIAL.iter().map(|&(_, _, n)| n as usize).sum();
+    assert_eq!(seen.len(), expected, "a frame was lost or invented");
+    for ((o, f), n) in seen {
+        assert_eq!(n, 1, "frame {f} of order {o} is in two places");
+        let (_, first, count) = INITIAL.iter().find(|x| x.0 == o).copied().unwrap();
+        assert!(f >= first && f < first + (count << o) && (f - first) % (1 << o) == 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pcp_matches_the_model(
+        slots in 4usize..300,
+        batch in 1u32..16,
+        lo in 0u32..128,
+        span in 0u32..512,
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        let zone = RefZone::new();
+        for (o, first, n) in INITIAL {
+            zone.add_blocks(Order(o), first, n);
+        }
+        let mut mem = vec![Slot::EMPTY; slots];
+        let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
+        let mut c = PerCpuPages::new(&mut mem, sizing, PcpConfig::X86_64).unwrap();
+        let mut held: Vec<(Frame, Order)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc { order, mt } => {
+                    let o = Order(ORDERS[order]);
+                    if let Ok(f) = c.alloc(&zone, o, Migratetype::new(mt).unwrap()) {
+                        held.push((f, o));
+                    }
+                }
+                Op::Free { pick, mt } => {
+                    if !held.is_empty() {
+                        let (f, o) = held.swap_remove(pick % held.len());
+                        let count = c.count();
+                        let r = c.free(&zone, f, o, Migratetype::new(mt).unwrap()).unwrap();
+                        match r {
+                            FreeOutcome::Cached => prop_assert_eq!(c.count(), count + o.pages()),
+                            // Whole blocks leave, so the spill may overshoot
+                            // by less than one block (spec 04 §5.5).
+                            FreeOutcome::Spilled(n) => {
+                                prop_assert!(n > 0);
+                                prop_assert_eq!(c.count() + n, count + o.pages());
+                            }
+                        }
+                    }
+                }
+                Op::Decay => {
+                    let (h, count) = (c.high() as i64, c.count() as i64);
+                    let s = c.sizing();
+                    let min = s.high_min() as i64;
+                    c.decay(&zone);
+                    let new = c.high() as i64;
+                    if h > min {
+                        let idle = count - ((s.batch() as i64) << c.config().scale_max());
+                        let want = idle.max(h - h / 8).max(min).min(s.high_max() as i64);
+                        prop_assert_eq!(new, want);
+                    } else {
+                        prop_assert_eq!(new, h);
+                    }
+                    if count <= h {
+                        prop_assert!(new <= h, "decay raised high");
+                    }
+                    prop_assert!(c.count() <= c.high());
+                }
+                Op::Drain => {
+                    c.drain(&zone);
+                    prop_assert_eq!(c.count(), 0);
+                }
+                Op::DrainBatch => {
+                    let before = c.count();
+                    let n = c.drain_batch(&zone);
+                    prop_assert_eq!(c.count() + n, before);
+                }
+                Op::Flags(f) => zone.set_flags(ZoneFlags::from_bits_truncate(f)),
+                Op::Resize { batch, lo, span } => {
+                    c.set_sizing(PcpSizing::new(batch, lo, lo + span).unwrap());
+                }
+            }
+            if let Err(e) = c.validate() {
+                prop_assert!(false, "validate: {}", e);
+            }
+            let s = c.sizing();
+            prop_assert!(c.high() >= s.high_min() && c.high() <= s.high_max());
+            prop_assert!(c.count() as u64 <= slots as u64 * 512);
+            check_conservation(&zone, &c, &held);
+        }
+        c.drain(&zone);
+        for (f, o) in held.drain(..) {
+            zone.put(f, o);
+        }
+        let total: u64 = INITIAL.iter().map(|&(o, _, n)| n << o).sum();
+        prop_assert_eq!(zone.free_pages(), total);
+    }
+}

@@ -1,0 +1,119 @@
+//! Threads: one CPU allocates, another frees what it got, a third drains
+//! everything and changes the sizing while they run. Checks that no frame is
+//! lost or handed out twice. Bounded in iterations.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pageframe_pcp::testing::RefZone;
+use pageframe_pcp::{
+    CpuId, Frame, Migratetype, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Slot,
+};
+
+const FRAMES: u64 = 4096;
+const ROUNDS: usize = 300;
+
+#[test]
+fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
+    let zone = RefZone::with_blocks(Order(0), 0, FRAMES);
+    let sizing = PcpSizing::new(15, 64, 1024).unwrap();
+    let mut mems: Vec<Vec<Slot>> = (0..3).map(|_| vec![Slot::EMPTY; 1200]).collect();
+    let slots: Vec<PcpSlot<'_>> = mems
+        .iter_mut()
+        .map(|m| PcpSlot::new(PerCpuPages::new(m, sizing, PcpConfig::X86_64).unwrap()))
+        .collect();
+    let set = PcpSet::new(&slots);
+    let taken: Vec<AtomicBool> = (0..FRAMES).map(|_| AtomicBool::new(false)).collect();
+    let finished = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::sync_channel::<Vec<Frame>>(4);
+
+    let (set, zone, taken, finished) = (&set, &zone, &taken, &finished);
+    thread::scope(|s| {
+        // CPU 0: allocates bursts and hands them over.
+        s.spawn(move || {
+            let mut cpu = set.claim(CpuId(0)).unwrap();
+            let bursts = [32usize, 256, 7, 1000];
+            for r in 0..ROUNDS {
+                let want = bursts[r % bursts.len()];
+                let mut got = Vec::with_capacity(want);
+                for i in 0..want {
+                    let mt = Migratetype::new((i % 3) as u8).unwrap();
+                    match cpu.alloc(zone, Order(0), mt) {
+                        Ok(f) => {
+                            let was = taken[f.0 as usize].swap(true, Ordering::AcqRel);
+                            assert!(!was, "frame {} handed out twice", f.0);
+                            got.push(f);
+                        }
+                        Err(_) => break, // everything is in flight or cached elsewhere
+                    }
+                }
+                if r % 16 == 0 {
+                    cpu.decay(zone);
+                }
+                tx.send(got).unwrap();
+            }
+            drop(tx);
+            // Make sure the remote-drain path really ran against this owner.
+            let t0 = Instant::now();
+            while cpu.stats().drains == 0 && t0.elapsed() < Duration::from_secs(5) {
+                cpu.poll(zone);
+                thread::yield_now();
+            }
+            assert!(cpu.stats().drains > 0, "no remote drain was honoured");
+            cpu.inspect(|c| c.validate()).unwrap();
+            finished.fetch_add(1, Ordering::Release);
+        });
+        // CPU 1: frees what CPU 0 allocated.
+        s.spawn(move || {
+            let mut cpu = set.claim(CpuId(1)).unwrap();
+            loop {
+                match rx.recv_timeout(Duration::from_millis(1)) {
+                    Ok(batch) => {
+                        for f in batch {
+                            let was = taken[f.0 as usize].swap(false, Ordering::AcqRel);
+                            assert!(was, "frame {} freed while not allocated", f.0);
+                            cpu.free(zone, f, Order(0), Migratetype::MOVABLE).unwrap();
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => cpu.poll(zone),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            // Make sure the remote-drain path really ran against this owner.
+            let t0 = Instant::now();
+            while cpu.stats().drains == 0 && t0.elapsed() < Duration::from_secs(5) {
+                cpu.poll(zone);
+                thread::yield_now();
+            }
+            assert!(cpu.stats().drains > 0, "no remote drain was honoured");
+            cpu.inspect(|c| c.validate()).unwrap();
+            finished.fetch_add(1, Ordering::Release);
+        });
+        // CPU 2: drains everybody, now and then resizes.
+        s.spawn(|| {
+            let mut cpu = set.claim(CpuId(2)).unwrap();
+            let mut i = 0u32;
+            while finished.load(Ordering::Acquire) < 2 && i < 5000 {
+                set.drain_all(zone, Some(&mut cpu), |_| thread::yield_now());
+                if i % 50 == 0 {
+                    let lo = 16 + (i % 7) * 16;
+                    set.update_sizing(PcpSizing::new(1 + i % 31, lo, lo + 900).unwrap());
+                }
+                i += 1;
+                thread::yield_now();
+            }
+        });
+    });
+
+    set.drain_all(zone, None, |_| {});
+    assert!(taken.iter().all(|t| !t.load(Ordering::Relaxed)));
+    let mut frames = zone.blocks(Order(0));
+    frames.sort_unstable();
+    assert_eq!(
+        frames,
+        (0..FRAMES).collect::<Vec<_>>(),
+        "lost or duplicated frames"
+    );
+}

@@ -49,7 +49,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
                         Err(_) => break, // everything is in flight or cached elsewhere
                     }
                 }
-                if r % 16 == 0 {
+                if r.is_multiple_of(16) {
                     cpu.decay(zone);
                 }
                 tx.send(got).unwrap();
@@ -97,7 +97,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
             let mut i = 0u32;
             while finished.load(Ordering::Acquire) < 2 && i < 5000 {
                 set.drain_all(zone, Some(&mut cpu), |_| thread::yield_now());
-                if i % 50 == 0 {
+                if i.is_multiple_of(50) {
                     let lo = 16 + (i % 7) * 16;
                     set.update_sizing(PcpSizing::new(1 + i % 31, lo, lo + 900).unwrap());
                 }

@@ -1,0 +1,156 @@
+//! Boots the example kernel in QEMU and checks its verdict and report.
+//!
+//! The kernel is built once per test binary (release, its own target
+//! directory). QEMU must be installed: these tests fail, not skip, without
+//! it (`apt-get install -y --no-install-recommends qemu-system-x86`).
+
+use pageframe_boot_test::{Boot, BootConfig, Verdict, boot, build_kernel};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// The kernel ELF, built on first use.
+fn kernel() -> PathBuf {
+    static ELF: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ELF.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernel-target");
+        build_kernel(&dir).map_err(|e| e.to_string())
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Boots with `mem` RAM and `append`. Boots that touch gigabytes run one at
+/// a time, so the host never holds two large guests at once.
+fn run(mem: &str, append: &str) -> Boot {
+    static LARGE: Mutex<()> = Mutex::new(());
+    let elf = kernel();
+    let large = mem.ends_with('G');
+    let _guard = large.then(|| LARGE.lock().unwrap_or_else(|e| e.into_inner()));
+    let b = boot(&elf, &BootConfig::new(mem, append)).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "-m {mem} {append:?}: {:?} in {:.2} s\n{}{}",
+        b.verdict,
+        b.elapsed.as_secs_f64(),
+        b.serial,
+        b.stderr
+    );
+    b
+}
+
+/// `frames managed: M of R RAM frames` -> (M, R).
+fn managed(b: &Boot) -> (u64, u64) {
+    let line = b.line("frames managed: ").expect("frames managed line");
+    let mut words = line.split_whitespace();
+    let m = words
+        .next()
+        .and_then(|w| w.parse().ok())
+        .expect("managed count");
+    let r = words
+        .nth(1)
+        .and_then(|w| w.parse().ok())
+        .expect("RAM count");
+    (m, r)
+}
+
+/// `selftest: allocated N frames (.. MiB), A above 4 GiB, ..` -> (N, A).
+fn allocated(b: &Boot) -> (u64, u64) {
+    let n = b.value("selftest: allocated ").expect("allocated count");
+    let line = b.line("selftest: allocated ").expect("allocated line");
+    let above = line
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" above 4 GiB"))
+        .and_then(|w| w.parse().ok())
+        .expect("frames above 4 GiB");
+    (n, above)
+}
+
+/// Checks shared by every passing self-test boot; returns managed frames.
+fn assert_selftest_passed(b: &Boot) -> u64 {
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\nselftest: PASS\n"), "self-test verdict");
+    assert!(b.serial.ends_with("RESULT: PASS\n"), "last line");
+    assert!(b.line("buddyinfo:").is_some() && b.line("Node 0, ").is_some());
+    assert!(b.line("pagetypeinfo").is_some());
+    let (managed, ram) = managed(b);
+    // Kept out: low memory (1 MiB), the kernel image, 16 bytes of
+    // metadata per frame (0.4%): at least 99% of a 2 GiB guest's RAM.
+    assert!(managed <= ram, "more frames managed than RAM");
+    // Every frame free at the start was allocated once; only the heap's
+    // blocks, the bitmap and the page tables were in use.
+    let (n, _) = allocated(b);
+    assert!(
+        n <= managed && n + 1024 >= managed,
+        "allocated {n} of {managed}"
+    );
+    managed
+}
+
+#[test]
+fn two_gib_selftest_and_bench_pass() {
+    let b = run("2G", "selftest bench");
+    let managed = assert_selftest_passed(&b);
+    let (_, ram) = self::managed(&b);
+    assert!(managed * 100 >= ram * 99, "managed {managed} of {ram}");
+    assert!(b.line("zone DMA32: ").is_some());
+    assert!(
+        b.line("zone Normal: ").is_none(),
+        "no RAM above 4 GiB at -m 2G"
+    );
+    assert_eq!(allocated(&b).1, 0);
+    for order in [0, 9] {
+        let line = b
+            .line(&format!("bench: order {order} alloc "))
+            .unwrap_or_else(|| panic!("bench line for order {order}"));
+        let cycles: u64 = line
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        assert!(cycles > 0);
+    }
+}
+
+#[test]
+fn six_gib_uses_ram_above_4_gib() {
+    let b = run("6G", "selftest");
+    assert_selftest_passed(&b);
+    let normal = b.line("zone Normal: ").expect("a Normal zone at -m 6G");
+    assert!(normal.starts_with("span pfn 0x100000.."), "{normal}");
+    let (_, above) = allocated(&b);
+    // q35 puts 4 GiB of a 6 GiB guest above 4 GiB.
+    assert!(above > 1_000_000, "{above} frames above 4 GiB");
+}
+
+#[test]
+fn small_guest_passes() {
+    let b = run("128M", "selftest");
+    assert_selftest_passed(&b);
+}
+
+#[test]
+fn panic_fails_the_run() {
+    let b = run("128M", "panic");
+    assert_eq!(b.verdict, Verdict::Fail);
+    assert!(b.serial.contains("PANIC: "), "panic message");
+    assert!(b.serial.contains("RESULT: FAIL"));
+}
+
+#[test]
+fn page_fault_fails_the_run() {
+    let b = run("128M", "fault");
+    assert_eq!(b.verdict, Verdict::Fail);
+    let line = b.line("EXCEPTION vector ").expect("exception report");
+    assert!(line.starts_with("14 "), "a page fault: {line}");
+    assert!(line.ends_with("cr2 0x0"), "at address 0: {line}");
+}
+
+#[test]
+fn unknown_command_line_word_fails() {
+    let b = run("128M", "selftest frobnicate");
+    assert_eq!(b.verdict, Verdict::Fail);
+    assert!(
+        b.serial
+            .contains("unknown command-line word \"frobnicate\"")
+    );
+    assert!(b.line("selftest: ").is_none(), "nothing ran");
+}

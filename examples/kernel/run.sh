@@ -26,15 +26,17 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust from https://rustup.rs, then rerun." >&2
     exit 127
 fi
-# rust-toolchain.toml lists the target; older rustup versions do not add
+# A first cargo call lets rustup install the pinned toolchain if needed.
+# rust-toolchain.toml lists the target, but older rustup versions do not add
 # targets to an already-installed toolchain, so check.
+(cd "$here" && cargo --version >/dev/null)
 if command -v rustup >/dev/null 2>&1 && ! (cd "$here" && rustup target list --installed) | grep -qx "$target"; then
     (cd "$here" && rustup target add "$target")
 fi
 
 cd "$here"
-# The runner for $target (.cargo/config.toml at the repository root) is
-# qemu.sh; call it directly too, so this works from any checkout layout.
+# qemu.sh is also the cargo runner for $target (.cargo/config.toml at the
+# repository root); calling it directly keeps options like --mem simple.
 cargo build --release --target "$target"
 dir=${CARGO_TARGET_DIR:-$here/target}
 case $dir in /*) ;; *) dir=$here/$dir ;; esac

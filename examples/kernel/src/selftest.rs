@@ -308,7 +308,7 @@ impl SelftestReport {
             self.highest.get()
         );
         crate::println!(
-            "selftest: alloc order-0 all: {} cycles/op ({})",
+            "selftest: alloc order-0 until empty: {} cycles/op with bookkeeping ({})",
             per(self.alloc),
             rate.duration(self.alloc)
         );
@@ -319,7 +319,7 @@ impl SelftestReport {
             rate.duration(self.verify)
         );
         crate::println!(
-            "selftest: free order-0 all, random order (seed {:#x}): {} cycles/op ({})",
+            "selftest: free order-0 all in random order (seed {:#x}): {} cycles/op with the permutation walk ({})",
             self.seed,
             per(self.free),
             rate.duration(self.free)

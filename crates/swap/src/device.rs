@@ -108,7 +108,12 @@ impl<'a> SwapDevice<'a> {
             None => ContPool::empty(),
             Some(mut mem) => {
                 let per = size_of::<Page<'static>>() + cs;
-                let pages = mem.len().saturating_sub(per + 16) / per;
+                // The stack of page references comes first (aligned), the
+                // byte digits right after it (no padding).
+                let pad = mem
+                    .as_ptr()
+                    .align_offset(core::mem::align_of::<Page<'static>>());
+                let pages = mem.len().saturating_sub(pad) / per;
                 let stack = take::<Page<'a>>(&mut mem, pages);
                 let digits = take::<u8>(&mut mem, pages * cs);
                 match (stack, digits) {

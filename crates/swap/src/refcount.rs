@@ -127,13 +127,18 @@ impl<'a> SwapDevice<'a> {
             if first - 1 == 0 { n } else { 0 }
         } else {
             let mut freed = 0;
+            let mut borrowed = false;
             for i in 0..n {
                 let mut d = Digits {
                     levels: cont,
                     index: off + i,
                 };
+                borrowed |= map::low(map[off + i]) == 0;
                 map[off + i] = d.decrement(map[off + i]);
                 freed += (map[off + i] == 0) as usize;
+            }
+            if borrowed {
+                self.trim_continuation(cont);
             }
             freed
         };
@@ -219,6 +224,23 @@ impl<'a> SwapDevice<'a> {
             freed += (*b == 0) as usize;
         }
         freed
+    }
+
+    /// After a borrow, give back the top continuation pages no slot of the
+    /// cluster uses any more (Linux keeps them until swapoff; the pool here
+    /// is small and shared, so it is refilled as soon as possible).
+    fn trim_continuation(&self, cont: &mut [Option<&'a mut [u8]>]) {
+        for c in cont.iter_mut().rev() {
+            match c {
+                Some(page) if page.iter().all(|&d| d == 0) => {
+                    if let Some(page) = c.take() {
+                        self.pool.lock().give(page);
+                    }
+                }
+                Some(_) => return,
+                None => {}
+            }
+        }
     }
 
     fn account_freed(&self, idx: usize, g: &mut ClusterInner<'a>, freed: usize) {

@@ -1,1 +1,102 @@
-//! Shared helpers for the pageframe benchmarks.
+//! Shared set-up for the pageframe benchmarks: simulated zones (frames are
+//! numbers, never touched) and the peer allocator behind one small trait, so
+//! every scenario runs the same code against each allocator.
+
+use std::mem::MaybeUninit;
+
+use buddy_system_allocator::FrameAllocator as Peer;
+use pageframe::{Gfp, Zone, ZoneKind};
+use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order, Pfn, PfnRange, SingleList};
+
+/// Frames in 4 GiB.
+pub const FRAMES_4G: u64 = 1 << 20;
+
+/// What the benchmarks need of an allocator.
+pub trait Frames {
+    /// Allocates `2^order` frames; `None` when out of memory.
+    fn alloc(&mut self, order: u8) -> Option<u64>;
+    /// Frees a block.
+    fn free(&mut self, pfn: u64, order: u8);
+}
+
+/// An owned, untouched metadata buffer.
+pub fn meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
+    Box::new_uninit_slice(BuddyZone::<SingleList>::metadata_bytes(
+        span,
+        BuddyConfig::default(),
+    ))
+}
+
+/// The span of a zone of `frames` frames starting at 4 GiB.
+pub fn span(frames: u64) -> PfnRange {
+    PfnRange::new(Pfn(FRAMES_4G), Pfn(FRAMES_4G + frames))
+}
+
+/// The buddy core over `span`, all of it free.
+pub fn core_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> BuddyZone<'_> {
+    let mut z = BuddyZone::new(span, BuddyConfig::default(), meta, SingleList).expect("zone");
+    z.add_free_range(span).expect("range");
+    z
+}
+
+/// The facade zone (spin lock + watermarks) over `span`, all of it free.
+pub fn facade_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> Zone<'_> {
+    let z = Zone::new(ZoneKind::Normal, span, meta).expect("zone");
+    z.add_free_range(span).expect("range");
+    z
+}
+
+/// The peer over the same frames.
+pub fn peer(span: PfnRange) -> Peer<33> {
+    let mut p = Peer::<33>::new();
+    p.add_frame(span.start.get() as usize, span.end.get() as usize);
+    p
+}
+
+impl Frames for BuddyZone<'_> {
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        BuddyZone::alloc(self, Order::new(order)?, ListId::DEFAULT)
+            .ok()
+            .map(Pfn::get)
+    }
+    #[inline]
+    fn free(&mut self, pfn: u64, order: u8) {
+        BuddyZone::free(self, Pfn(pfn), Order::new(order).expect("order")).expect("free");
+    }
+}
+
+/// The facade zone, with watermarks lifted so benchmarks may fill it.
+pub struct Facade<'z, 'a>(pub &'z Zone<'a>);
+
+impl Frames for Facade<'_, '_> {
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        self.0
+            .alloc(Gfp::KERNEL | Gfp::MEMALLOC, Order::new(order)?)
+            .ok()
+            .map(Pfn::get)
+    }
+    #[inline]
+    fn free(&mut self, pfn: u64, order: u8) {
+        self.0
+            .free(Pfn(pfn), Order::new(order).expect("order"))
+            .expect("free");
+    }
+}
+
+impl Frames for Peer<33> {
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        Peer::alloc(self, 1 << order).map(|p| p as u64)
+    }
+    #[inline]
+    fn free(&mut self, pfn: u64, order: u8) {
+        self.dealloc(pfn as usize, 1 << order)
+    }
+}
+
+/// Allocates blocks of `order` until none is left.
+pub fn fill(a: &mut impl Frames, order: u8) -> Vec<u64> {
+    std::iter::from_fn(|| a.alloc(order)).collect()
+}

@@ -1,7 +1,7 @@
 //! Allocation: take the smallest sufficient block and split it (spec 01 §6).
 
 use crate::error::AllocError;
-use crate::frame::{F_SPAN_INIT, Idx, State};
+use crate::frame::{F_SPAN_INIT, Frame, Idx, State};
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn};
@@ -41,7 +41,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         while high > low {
             high -= 1;
             let half = i + (1 << high);
-            self.set(half, State::FreeHead, high);
+            // `half` is never max-order aligned, so it has no flags to keep.
+            self.frames.write(half, Frame::with_state(State::FreeHead));
             self.areas.push(&mut self.frames, half, high, list, false);
             self.stats.splits += 1;
         }
@@ -76,7 +77,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             Some((h, f)) if f.state == State::FreeHead && f.order >= want => (h, f),
             Some(_) => return Err(AllocError::Busy),
         };
-        let list = ListId::new(f.list).unwrap_or_default();
+        let list = ListId::from_stored(f.list);
         let mut o = f.order;
         self.areas.remove(&mut self.frames, cur);
         if o == self.max_order && want < o && self.frames.get(cur).flags & F_SPAN_INIT == 0 {

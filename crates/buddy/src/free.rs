@@ -64,7 +64,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             if bf.state != State::FreeHead || bf.order != order {
                 break;
             }
-            let blist = ListId::new(bf.list).unwrap_or_default();
+            let blist = ListId::from_stored(bf.list);
             if blist != list
                 && !self
                     .policy

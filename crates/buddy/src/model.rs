@@ -8,7 +8,10 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-use crate::{AllocError, BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Order, Pfn, PfnRange, RangeError};
+use crate::{
+    AllocError, BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Order, Pfn, PfnRange,
+    RangeError,
+};
 
 /// One operation on a zone.
 #[derive(Clone, Debug)]
@@ -50,7 +53,13 @@ macro_rules! ensure {
 impl Model {
     /// A model of a zone over `span` with maximum order `max`, all holes.
     pub fn new(span: PfnRange, max: Order) -> Model {
-        Model { span, max: max.get(), frames: vec![F::Hole; span.len() as usize], live: BTreeMap::new(), reserved: vec![] }
+        Model {
+            span,
+            max: max.get(),
+            frames: vec![F::Hole; span.len() as usize],
+            live: BTreeMap::new(),
+            reserved: vec![],
+        }
     }
 
     fn at(&self, p: u64) -> F {
@@ -87,12 +96,18 @@ impl Model {
     fn fits(&self, k: u8) -> bool {
         let n = 1u64 << k;
         let (s, e) = (self.span.start.get(), self.span.end.get());
-        (s.div_ceil(n) * n..e).step_by(n as usize).any(|p| p + n <= e && self.all_free(p, p + n))
+        (s.div_ceil(n) * n..e)
+            .step_by(n as usize)
+            .any(|p| p + n <= e && self.all_free(p, p + n))
     }
 
     /// Hands `range` over to both; the zone must accept exactly the ranges
     /// that overlap nothing handed over before.
-    pub fn add_range<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>, range: PfnRange) -> Result<(), String> {
+    pub fn add_range<P: MergePolicy>(
+        &mut self,
+        z: &mut BuddyZone<'_, P>,
+        range: PfnRange,
+    ) -> Result<(), String> {
         let range = range.intersect(&self.span);
         let clash = (range.start.get()..range.end.get()).find(|&p| self.at(p) != F::Hole);
         match z.add_free_range(range) {
@@ -100,32 +115,53 @@ impl Model {
                 ensure!(clash.is_none(), "accepted an overlapping range {range:?}");
                 self.set(range.start.get(), range.end.get(), F::Free);
             }
-            Err(RangeError::Overlap { pfn }) => ensure!(Some(pfn.get()) == clash, "overlap at {pfn:?}, model {clash:?}"),
-            Err(e) => ensure!(range.is_empty() && e == RangeError::Empty, "unexpected {e:?}"),
+            Err(RangeError::Overlap { pfn }) => ensure!(
+                Some(pfn.get()) == clash,
+                "overlap at {pfn:?}, model {clash:?}"
+            ),
+            Err(e) => ensure!(
+                range.is_empty() && e == RangeError::Empty,
+                "unexpected {e:?}"
+            ),
         }
         self.check(z)
     }
 
     /// Applies `op` to both and compares.
-    pub fn step<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>, op: &Op) -> Result<(), String> {
+    pub fn step<P: MergePolicy>(
+        &mut self,
+        z: &mut BuddyZone<'_, P>,
+        op: &Op,
+    ) -> Result<(), String> {
         let max = self.max;
         let span = self.span;
         match *op {
             Op::Alloc(k) => {
-                let Some(order) = Order::new(k) else { return Ok(()) };
+                let Some(order) = Order::new(k) else {
+                    return Ok(());
+                };
                 let res = z.alloc(order, ListId::DEFAULT);
                 if k > max {
-                    ensure!(res == Err(AllocError::OrderTooLarge), "order {k} above max: {res:?}");
+                    ensure!(
+                        res == Err(AllocError::OrderTooLarge),
+                        "order {k} above max: {res:?}"
+                    );
                 } else {
                     let possible = self.fits(k);
                     match res {
                         Ok(p) => {
                             ensure!(possible, "allocated although nothing fits");
                             ensure!(p.is_aligned(order), "misaligned block {p:?}");
-                            ensure!(self.all_free(p.get(), p.get() + (1 << k)), "handed out a busy frame at {p:?}");
+                            ensure!(
+                                self.all_free(p.get(), p.get() + (1 << k)),
+                                "handed out a busy frame at {p:?}"
+                            );
                             self.take(p.get(), k);
                         }
-                        Err(e) => ensure!(e == AllocError::OutOfMemory && !possible, "refused ({e:?}) although a block fits"),
+                        Err(e) => ensure!(
+                            e == AllocError::OutOfMemory && !possible,
+                            "refused ({e:?}) although a block fits"
+                        ),
                     }
                 }
             }
@@ -137,15 +173,22 @@ impl Model {
                 }
             }
             Op::FreeAny(p, k) => {
-                let Some(order) = Order::new(k) else { return Ok(()) };
+                let Some(order) = Order::new(k) else {
+                    return Ok(());
+                };
                 let before = (z.free_pages(), z.stats());
                 let res = z.free(Pfn(p), order);
                 if self.live.get(&p) == Some(&k) {
                     ensure!(res.is_ok(), "valid free refused: {res:?}");
                     self.release(p, k);
                 } else {
-                    let Err(e) = res else { return Err(format!("bad free of {p:#x}/{k} accepted")) };
-                    ensure!((z.free_pages(), z.stats()) == before, "a refused free changed state");
+                    let Err(e) = res else {
+                        return Err(format!("bad free of {p:#x}/{k} accepted"));
+                    };
+                    ensure!(
+                        (z.free_pages(), z.stats()) == before,
+                        "a refused free changed state"
+                    );
                     let want = if k > max {
                         FreeError::OrderTooLarge
                     } else if !span.contains(Pfn(p)) {
@@ -161,21 +204,38 @@ impl Model {
                     };
                     ensure!(e == want, "free({p:#x}, {k}) gave {e:?}, model {want:?}");
                     if let FreeError::NotBlockHead { head, order } = e {
-                        ensure!(self.live.get(&head.get()) == Some(&order.get()), "wrong head {head:?}");
-                        ensure!(head.get() < p && p < head.get() + order.pages(), "head does not contain frame");
+                        ensure!(
+                            self.live.get(&head.get()) == Some(&order.get()),
+                            "wrong head {head:?}"
+                        );
+                        ensure!(
+                            head.get() < p && p < head.get() + order.pages(),
+                            "head does not contain frame"
+                        );
                     }
                     if let FreeError::WrongOrder { allocated } = e {
-                        ensure!(self.live.get(&p) == Some(&allocated.get()), "wrong order reported");
+                        ensure!(
+                            self.live.get(&p) == Some(&allocated.get()),
+                            "wrong order reported"
+                        );
                     }
                 }
             }
             Op::AllocAt(p, k) => {
-                let Some(order) = Order::new(k.min(max)) else { return Ok(()) };
+                let Some(order) = Order::new(k.min(max)) else {
+                    return Ok(());
+                };
                 let k = order.get();
                 let end = p.saturating_add(1 << k);
-                let ok = span.contains(Pfn(p)) && end <= span.end.get() && p % (1 << k) == 0 && self.all_free(p, end);
+                let ok = span.contains(Pfn(p))
+                    && end <= span.end.get()
+                    && p % (1 << k) == 0
+                    && self.all_free(p, end);
                 let res = z.alloc_at(Pfn(p), order);
-                ensure!(res.is_ok() == ok, "alloc_at({p:#x}, {k}) = {res:?}, model says {ok}");
+                ensure!(
+                    res.is_ok() == ok,
+                    "alloc_at({p:#x}, {k}) = {res:?}, model says {ok}"
+                );
                 if ok {
                     self.take(p, k);
                 }
@@ -184,7 +244,10 @@ impl Model {
                 let b = a.saturating_add(n).min(span.end.get());
                 let ok = a < b && span.contains(Pfn(a)) && self.all_free(a, b);
                 let res = z.reserve_range(PfnRange::new(Pfn(a), Pfn(b)));
-                ensure!(res.is_ok() == ok, "reserve [{a:#x}, {b:#x}) = {res:?}, model says {ok}");
+                ensure!(
+                    res.is_ok() == ok,
+                    "reserve [{a:#x}, {b:#x}) = {res:?}, model says {ok}"
+                );
                 if ok {
                     let mut p = a;
                     while p < b {
@@ -215,15 +278,24 @@ impl Model {
     /// `validate()` and the free-frame count.
     pub fn check<P: MergePolicy>(&self, z: &BuddyZone<'_, P>) -> Result<(), String> {
         z.validate().map_err(|e| format!("validate: {e:?}"))?;
-        ensure!(z.free_pages() == self.free_count(), "free pages {} vs model {}", z.free_pages(), self.free_count());
+        ensure!(
+            z.free_pages() == self.free_count(),
+            "free pages {} vs model {}",
+            z.free_pages(),
+            self.free_count()
+        );
         Ok(())
     }
 
     /// Frees every live block, then checks that only maximal blocks remain:
     /// each run of usable frames tiled by the largest aligned blocks.
-    pub fn free_all_and_check<P: MergePolicy>(&mut self, z: &mut BuddyZone<'_, P>) -> Result<(), String> {
+    pub fn free_all_and_check<P: MergePolicy>(
+        &mut self,
+        z: &mut BuddyZone<'_, P>,
+    ) -> Result<(), String> {
         for (p, k) in core::mem::take(&mut self.live) {
-            z.free(Pfn(p), Order::new(k).unwrap_or_default()).map_err(|e| format!("final free: {e:?}"))?;
+            z.free(Pfn(p), Order::new(k).unwrap_or_default())
+                .map_err(|e| format!("final free: {e:?}"))?;
             self.set(p, p + (1 << k), F::Free);
         }
         self.reserved.clear();
@@ -237,13 +309,20 @@ impl Model {
                 continue;
             }
             let q = (p..e).find(|&q| self.at(q) == F::Hole).unwrap_or(e);
-            for (_, k) in PfnRange::new(Pfn(p), Pfn(q)).blocks(Order::new(self.max).unwrap_or_default()) {
+            for (_, k) in
+                PfnRange::new(Pfn(p), Pfn(q)).blocks(Order::new(self.max).unwrap_or_default())
+            {
                 want[k.get() as usize] += 1;
             }
             p = q;
         }
-        let got: Vec<u64> = (0..=self.max).map(|k| z.free_blocks(Order::new(k).unwrap_or_default())).collect();
-        ensure!(got == want, "after freeing everything: {got:?}, maximal merging gives {want:?}");
+        let got: Vec<u64> = (0..=self.max)
+            .map(|k| z.free_blocks(Order::new(k).unwrap_or_default()))
+            .collect();
+        ensure!(
+            got == want,
+            "after freeing everything: {got:?}, maximal merging gives {want:?}"
+        );
         Ok(())
     }
 }

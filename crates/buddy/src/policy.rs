@@ -35,6 +35,13 @@ impl ListId {
         self.0
     }
 
+    /// From a list number stored in frame metadata (always `< MAX_LISTS`).
+    #[inline]
+    pub(crate) const fn from_stored(n: u8) -> ListId {
+        debug_assert!((n as usize) < MAX_LISTS);
+        ListId(n)
+    }
+
     #[inline]
     pub(crate) const fn index(self) -> usize {
         self.0 as usize

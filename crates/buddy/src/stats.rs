@@ -78,7 +78,7 @@ pub struct BuddyInfo<'z, 'a, P: MergePolicy> {
 
 impl<P: MergePolicy> fmt::Display for BuddyInfo<'_, '_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Zone {:>8} ", self.name)?;
+        write!(f, "zone {:>8} ", self.name)?;
         for o in 0..=self.zone.max_order {
             write!(f, " {:>6}", self.zone.free_blocks(Order::new_unchecked(o)))?;
         }

@@ -332,7 +332,7 @@ fn buddyinfo_lists_free_blocks_per_order() {
         .map(|s| s.parse().unwrap())
         .collect();
     assert_eq!(nums, vec![1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-    assert!(line.starts_with("Zone    DMA32"));
+    assert!(line.starts_with("zone    DMA32"));
 }
 
 #[test]

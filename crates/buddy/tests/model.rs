@@ -9,22 +9,37 @@ use pageframe_buddy::{BuddyZone, Pfn, PfnRange, SingleList};
 use proptest::prelude::*;
 
 fn scenario() -> impl Strategy<Value = (u8, u64, u64, Vec<(u64, u64)>, Vec<Op>)> {
-    (prop_oneof![Just(3u8), Just(5u8), Just(10u8)], 0u64..5000, 64u64..3000).prop_flat_map(|(max, start, len)| {
-        let ranges = prop::collection::vec((0..len, 1..len), 1..4);
-        let op = prop_oneof![
-            4 => (0..=max + 1).prop_map(Op::Alloc),
-            4 => any::<usize>().prop_map(Op::Free),
-            1 => (0..len + 8, 0..=max + 1).prop_map(move |(p, k)| Op::FreeAny(start + p, k)),
-            1 => (0..len + 8, 0..=max).prop_map(move |(p, k)| Op::AllocAt(start + p, k)),
-            1 => (0..len + 8, 1u64..200).prop_map(move |(p, n)| Op::Reserve(start + p, n)),
-            1 => any::<usize>().prop_map(Op::Release),
-        ];
-        (Just(max), Just(start), Just(len), ranges, prop::collection::vec(op, 1..120))
-    })
+    (
+        prop_oneof![Just(3u8), Just(5u8), Just(10u8)],
+        0u64..5000,
+        64u64..3000,
+    )
+        .prop_flat_map(|(max, start, len)| {
+            let ranges = prop::collection::vec((0..len, 1..len), 1..4);
+            let op = prop_oneof![
+                4 => (0..=max + 1).prop_map(Op::Alloc),
+                4 => any::<usize>().prop_map(Op::Free),
+                1 => (0..len + 8, 0..=max + 1).prop_map(move |(p, k)| Op::FreeAny(start + p, k)),
+                1 => (0..len + 8, 0..=max).prop_map(move |(p, k)| Op::AllocAt(start + p, k)),
+                1 => (0..len + 8, 1u64..200).prop_map(move |(p, n)| Op::Reserve(start + p, n)),
+                1 => any::<usize>().prop_map(Op::Release),
+            ];
+            (
+                Just(max),
+                Just(start),
+                Just(len),
+                ranges,
+                prop::collection::vec(op, 1..120),
+            )
+        })
 }
 
 fn cases() -> ProptestConfig {
-    ProptestConfig { cases: if cfg!(miri) { 2 } else { 256 }, failure_persistence: None, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 256 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
 }
 
 proptest! {

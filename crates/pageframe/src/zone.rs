@@ -133,6 +133,7 @@ impl<'a> Zone<'a> {
     /// Allocates `2^order` frames: first against the low watermark, then
     /// against the min watermark with the reserve access `gfp` grants (there
     /// is no reclaim to wait for). The zone ignores zone-selector bits.
+    #[inline]
     pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         if !gfp.is_valid() {
             return Err(AllocError::InvalidGfp);
@@ -143,6 +144,7 @@ impl<'a> Zone<'a> {
 
     /// One attempt under one lock acquisition: the watermark check for a
     /// requester whose highest usable zone is `highest`, then the buddy.
+    #[inline]
     pub fn try_alloc(
         &self,
         order: Order,
@@ -169,6 +171,7 @@ impl<'a> Zone<'a> {
     }
 
     /// Frees a block; bad input gets a [`FreeError`] and changes nothing.
+    #[inline]
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         self.inner.lock().buddy.free(pfn, order)
     }

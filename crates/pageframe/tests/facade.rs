@@ -219,8 +219,8 @@ fn buddyinfo_names_every_zone() {
     let text = node.buddyinfo().to_string();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("Node 0, Zone    DMA32"));
-    assert!(lines[1].starts_with("Node 0, Zone   Normal"));
+    assert!(lines[0].starts_with("Node 0, zone    DMA32"));
+    assert!(lines[1].starts_with("Node 0, zone   Normal"));
     assert_eq!(lines[1].split_whitespace().last(), Some("1"));
 }
 

@@ -1,2 +1,175 @@
-//! `cargo xtask` (in progress).
-fn main() {}
+//! `cargo xtask <command>`: the project's chores in one place.
+//!
+//! * `test`            install QEMU if missing (root + apt), then every test
+//! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
+//! * `miri`            the Miri subset (crates with `unsafe`)
+//! * `bench [filter]`  criterion benches, then a table of medians per op and
+//!   ratios to the peer allocator
+//! * `bench-table`     only the table, from the last bench run
+//! * `qemu [args]`     build and boot the example kernel (README's main job)
+//! * `lab <args>`      run a lab scenario
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// Crates whose tests run under Miri: those with `unsafe` code.
+const MIRI_CRATES: &[&str] = &["pageframe-buddy", "pageframe-swap", "pageframe-pcp"];
+/// The apt package that provides `qemu-system-x86_64`.
+const QEMU_PACKAGE: &str = "qemu-system-x86";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("+ {cmd:?}");
+    let st = cmd.current_dir(root()).status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if st.success() { Ok(()) } else { Err(format!("{cmd:?} failed: {st}")) }
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {program} >/dev/null 2>&1")]).status().is_ok_and(|s| s.success())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// QEMU is needed by the boot tests: install it when we can, else say how.
+fn ensure_qemu() -> Result<(), String> {
+    if have("qemu-system-x86_64") {
+        return Ok(());
+    }
+    let cmd = format!("apt-get update && apt-get install -y --no-install-recommends {QEMU_PACKAGE}");
+    if is_root() && have("apt-get") {
+        return run(Command::new("sh").args(["-c", &cmd]));
+    }
+    Err(format!("qemu-system-x86_64 is missing; install it with: sudo sh -c '{cmd}'"))
+}
+
+fn ensure_nightly_component(component: &str) -> Result<(), String> {
+    run(Command::new("rustup").args(["+nightly", "component", "add", component]))
+}
+
+fn ensure_cargo_fuzz() -> Result<(), String> {
+    let ok = Command::new("cargo").args(["+nightly", "fuzz", "--version"]).output().is_ok_and(|o| o.status.success());
+    if ok { Ok(()) } else { run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"])) }
+}
+
+fn fuzz_targets() -> Result<Vec<String>, String> {
+    let out = Command::new("cargo")
+        .args(["+nightly", "fuzz", "list"])
+        .current_dir(root().join("fuzz"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
+}
+
+fn fuzz(target: &str, seconds: &str) -> Result<(), String> {
+    ensure_cargo_fuzz()?;
+    let targets = if target == "all" { fuzz_targets()? } else { vec![target.to_owned()] };
+    for t in targets {
+        run(Command::new("cargo")
+            .args(["+nightly", "fuzz", "run", &t, "--", &format!("-max_total_time={seconds}")])
+            .current_dir(root().join("fuzz")))?;
+    }
+    Ok(())
+}
+
+fn miri() -> Result<(), String> {
+    ensure_nightly_component("miri")?;
+    ensure_nightly_component("rust-src")?;
+    for c in MIRI_CRATES {
+        run(Command::new("cargo").args(["+nightly", "miri", "test", "-p", c]).env("MIRIFLAGS", "-Zmiri-strict-provenance"))?;
+    }
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+/// `"key": <number>` after the first occurrence of `scope` in a JSON text.
+fn json_number(text: &str, scope: &str, key: &str) -> Option<f64> {
+    let rest = &text[text.find(scope)?..];
+    let rest = &rest[rest.find(&format!("\"{key}\""))? + key.len() + 2..];
+    let rest = rest.trim_start_matches([':', ' ']);
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if p.file_name().is_some_and(|n| n == "new") && p.join("estimates.json").exists() {
+                out.push(p);
+            } else if p.file_name().is_none_or(|n| n != "report" && n != "base" && n != "change") {
+                collect(&p, out);
+            }
+        }
+    }
+}
+
+/// Prints one row per benchmark: median ns per iteration (one operation in
+/// this project's benches), ns per element where a throughput was declared,
+/// and the peer's median divided by ours where a `peer` sibling exists.
+fn bench_table() -> Result<(), String> {
+    let base = target_dir().join("criterion");
+    let mut dirs = Vec::new();
+    collect(&base, &mut dirs);
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(format!("no criterion results under {}", base.display()));
+    }
+    let median = |d: &Path| -> Option<f64> {
+        json_number(&fs::read_to_string(d.join("estimates.json")).ok()?, "\"median\"", "point_estimate")
+    };
+    println!("| benchmark | median ns/iter | ns/element | peer ÷ this |");
+    println!("|---|---:|---:|---:|");
+    for d in &dirs {
+        let bench = d.parent().expect("bench dir");
+        let name = bench.strip_prefix(&base).unwrap_or(bench).display().to_string();
+        let Some(m) = median(d) else { continue };
+        let elems = fs::read_to_string(d.join("benchmark.json"))
+            .ok()
+            .and_then(|t| json_number(&t, "\"throughput\"", "Elements"))
+            .filter(|&e| e > 1.0);
+        let per = elems.map_or(String::from("-"), |e| format!("{:.3}", m / e));
+        let peer = bench.parent().map(|p| p.join("peer").join("new")).filter(|p| p.exists() && p != d);
+        let ratio = peer.and_then(|p| median(&p)).map_or(String::from("-"), |pm| format!("{:.1}x", pm / m));
+        println!("| {name} | {m:.1} | {per} | {ratio} |");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let rest = || args.iter().skip(1).map(String::as_str);
+    let result = match args.first().map(String::as_str) {
+        Some("test") => ensure_qemu().and_then(|()| {
+            run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest()))
+        }),
+        Some("fuzz") => match (args.get(1), args.get(2)) {
+            (Some(t), Some(s)) => fuzz(t, s),
+            _ => Err("usage: cargo xtask fuzz <target|all> <seconds>".into()),
+        },
+        Some("miri") => miri(),
+        Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
+            .and_then(|()| bench_table()),
+        Some("bench-table") => bench_table(),
+        Some("qemu") => ensure_qemu().and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
+        Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
+        _ => Err("usage: cargo xtask <test|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

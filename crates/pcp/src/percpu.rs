@@ -6,8 +6,8 @@
 //! That is sound because exactly one [`LocalPcp`] handle exists per CPU cache
 //! at a time, and every operation needs `&mut LocalPcp`:
 //!
-//! * [`PcpSet::claim`] hands out the handle once (one atomic swap on an
-//!   ownership flag) and dropping the handle gives it back. Claiming is the
+//! * [`PcpSet::claim`] hands out the handle once (one atomic compare-exchange on
+//!   an ownership flag) and dropping the handle gives it back. Claiming is the
 //!   only way to reach a cache, so two owners cannot exist; this is the whole
 //!   of the memory-safety argument and it does not depend on which CPU runs
 //!   the code.
@@ -30,7 +30,8 @@
 //! acknowledgement, and takes the handle itself if the owner released it
 //! (CPU offline, thread exit), so a drain completes as long as every owner
 //! either keeps operating, runs its periodic [`LocalPcp::decay`], or
-//! releases its handle. `tests/loom.rs` model-checks this protocol.
+//! releases its handle. `tests/loom.rs` model-checks this protocol:
+//! `RUSTFLAGS="--cfg loom" cargo test -p pageframe-pcp --test loom --release`.
 
 use crate::error::{AllocMiss, PcpError};
 use crate::free::FreeOutcome;
@@ -73,7 +74,7 @@ pub struct PcpSlot<'m> {
 
 // SAFETY: the cache inside the `UnsafeCell` is only reached through a
 // `LocalPcp`, and at most one `LocalPcp` per slot exists at a time (the
-// `owned` flag is taken with an acquiring swap and released with a releasing
+// `owned` flag is taken with an acquiring compare-exchange and released with a releasing
 // store, which also orders the cache contents between successive owners).
 // Every other field is atomic. `PerCpuPages` is `Send` (it holds a
 // `&mut [Slot]` of plain data), so moving access between threads is fine.
@@ -100,10 +101,14 @@ impl<'m> PcpSlot<'m> {
     }
 
     fn claim(&self) -> Option<LocalPcp<'_, 'm>> {
-        if self.owned.swap(true, Ordering::Acquire) {
-            None
-        } else {
-            Some(LocalPcp { slot: self })
+        // A failed claim must not write the flag (it would only bounce the
+        // cache line), hence a compare-exchange rather than a swap.
+        match self
+            .owned
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => Some(LocalPcp { slot: self }),
+            Err(_) => None,
         }
     }
 
@@ -313,7 +318,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     #[inline(always)]
     fn with<R>(&mut self, f: impl FnOnce(&mut PerCpuPages<'m>) -> R) -> R {
         // SAFETY: `self` is the only `LocalPcp` for this slot (claimed with
-        // an acquiring swap of `owned`, released only by `drop`), and we hold
+        // an acquiring compare-exchange of `owned`, released only by `drop`), and we hold
         // `&mut self`, so no other reference to the cache exists for the
         // duration of `f`. Remote CPUs only touch the atomic mailbox fields.
         self.slot.cache.with_mut(|p| f(unsafe { &mut *p }))

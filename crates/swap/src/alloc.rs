@@ -8,10 +8,8 @@ use crate::error::{AllocError, FallbackReason};
 use crate::lists::ListId;
 use crate::map::MapFlags;
 use crate::percpu::SwapCpu;
-use crate::scan::find_free_run;
+use crate::scan::{find_free_run, find_free_slot, mark_groups, refresh};
 use crate::slot::{Order, Slot};
-
-type Guard<'g, 'a> = spin::MutexGuard<'g, ClusterInner<'a>>;
 
 impl<'a> SwapDevice<'a> {
     /// Allocates an entry of `2^order` naturally aligned slots, each marked
@@ -160,40 +158,59 @@ impl<'a> SwapDevice<'a> {
         None
     }
 
-    /// Isolates the first lockable cluster of `list`: off the list, flag NONE,
-    /// returned locked (spec 05 §4 `isolate_lock_cluster`; contended
-    /// clusters are skipped, so a non-empty list can yield nothing).
-    fn isolate(&self, list: ListId) -> Option<(usize, Guard<'_, 'a>)> {
-        let mut l = self.lock_lists();
-        let mut cur = l.first(list);
-        while let Some(idx) = cur {
-            if let Some(mut g) = self.clusters[idx as usize].0.try_lock() {
-                l.move_to(idx, ListId::OFF);
-                g.flag = ClusterFlag::None;
-                return Some((idx as usize, g));
-            }
-            cur = l.next(idx);
-        }
-        None
-    }
-
+    /// Tries the first lockable cluster of `list`.
     fn try_one(&self, cpu: &mut SwapCpu, list: ListId, k: u8) -> Option<Slot> {
-        let (idx, mut g) = self.isolate(list)?;
-        let found = self.scan_take(&mut g, 0, k);
-        self.relocate(idx, &mut g);
-        self.remember(cpu, idx, &g, found, k)
+        self.try_list(cpu, list, k, &mut Some(1))
     }
 
     /// Tries each cluster of `list` once (failures move to the tail of their
     /// FRAG list, so the walk ends).
     fn try_all(&self, cpu: &mut SwapCpu, list: ListId, k: u8) -> Option<Slot> {
-        let n = self.lists.lock().len(list);
-        for _ in 0..n {
-            if let Some(s) = self.try_one(cpu, list, k) {
+        self.try_list(cpu, list, k, &mut None)
+    }
+
+    /// Tries clusters of `list` one at a time until one yields an entry or
+    /// `budget` (the list length when first seen, if `None`) runs out. Each
+    /// try isolates the first lockable cluster (spec 05 §4
+    /// `isolate_lock_cluster`: contended clusters are skipped, so a
+    /// non-empty list can yield nothing), scans it from its start and puts
+    /// it on the list its new state calls for, all under one hold of the
+    /// list lock (Linux drops and retakes it between isolation and
+    /// relocation; holding it across the short scan halves the lock traffic).
+    fn try_list(
+        &self,
+        cpu: &mut SwapCpu,
+        list: ListId,
+        k: u8,
+        budget: &mut Option<u32>,
+    ) -> Option<Slot> {
+        loop {
+            let mut l = self.lock_lists();
+            let left = budget.get_or_insert(l.len(list));
+            if *left == 0 {
+                return None;
+            }
+            *left -= 1;
+            let mut cur = l.first(list);
+            let (idx, mut g) = loop {
+                let idx = cur?;
+                if let Some(g) = self.clusters[idx as usize].0.try_lock() {
+                    break (idx, g);
+                }
+                cur = l.next(idx);
+            };
+            // Isolated (NONE) while scanned, then straight onto the list
+            // its new state calls for.
+            g.flag = ClusterFlag::None;
+            let found = self.scan_take(&mut g, 0, k);
+            let target = self.settled_flag(&mut g);
+            g.flag = target;
+            l.move_to(idx, ListId::for_flag(target, g.order));
+            drop(l);
+            if let Some(s) = self.remember(cpu, idx as usize, &g, found, k) {
                 return Some(s);
             }
         }
-        None
     }
 
     /// spec 05 §5.5 `scan_cluster`: the first aligned run of `2^k` free slots
@@ -206,15 +223,30 @@ impl<'a> SwapDevice<'a> {
         let off = if g.count == 0 {
             0
         } else {
-            find_free_run(g.map, from, n)?
+            // Nothing is free before the hint.
+            let from = from.max(g.hint as usize);
+            if n == 1 {
+                find_free_slot(&g.summary, g.map, from)?
+            } else {
+                find_free_run(g.map, from, n)?
+            }
         };
         g.map[off..off + n].fill(MapFlags::HAS_CACHE.bits());
+        if n >= 8 {
+            // Whole groups taken.
+            mark_groups(&mut g.summary, off / 8, (off + n) / 8, false);
+        } else {
+            refresh(&mut g.summary, g.map, off, off + n);
+        }
         if g.count == 0 {
             // spec 05 §3.3: the first allocation into an empty cluster
             // dedicates it to its order.
             g.order = k;
         }
         g.count += n as u32;
+        if (off..off + n).contains(&(g.hint as usize)) {
+            g.hint = (off + n) as u32;
+        }
         if k == self.cfg.cluster_order {
             g.huge = true;
         }

@@ -39,6 +39,11 @@ pub struct ClusterSnapshot {
 /// count bytes of its slots and the continuation pages attached to it.
 pub(crate) struct ClusterInner<'a> {
     pub map: &'a mut [u8],
+    /// No slot before this offset is free (a lower bound the scans start
+    /// from; lowered on every free, raised past runs taken at it).
+    pub hint: u32,
+    /// Which 8-slot groups have a free slot (order-0 search in O(1)).
+    pub summary: crate::scan::Summary,
     pub cont: [Option<&'a mut [u8]>; MAX_CONT_LEVELS],
     pub count: u32,
     pub flag: ClusterFlag,

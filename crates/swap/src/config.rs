@@ -1,7 +1,7 @@
 //! Device configuration (spec 05 §2, §3.2 flags, §11).
 
 use crate::error::InitError;
-use crate::slot::{DEFAULT_CLUSTER_ORDER, MAX_CLUSTER_ORDER, Order};
+use crate::slot::{DEFAULT_CLUSTER_ORDER, MAX_CLUSTER_ORDER, MIN_CLUSTER_ORDER, Order};
 
 bitflags::bitflags! {
     /// Device properties that change allocation (spec 05 §3.2 `flags`).
@@ -98,7 +98,8 @@ impl SwapConfig {
 
     /// Checks the configuration.
     pub const fn check(&self) -> Result<(), InitError> {
-        if self.cluster_order == 0 || self.cluster_order > MAX_CLUSTER_ORDER {
+        // Scans work on eight count bytes at a time: clusters of 8+ slots.
+        if self.cluster_order < MIN_CLUSTER_ORDER || self.cluster_order > MAX_CLUSTER_ORDER {
             return Err(InitError::BadClusterOrder);
         }
         // The header plus at least one usable slot; the padded size must

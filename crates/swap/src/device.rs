@@ -85,13 +85,16 @@ impl<'a> SwapDevice<'a> {
             let m: &'a mut [u8] = chunks.next().unwrap_or_default();
             let count = m.iter().filter(|&&b| b != 0).count() as u32;
             // spec 05 §4: at swapon a cluster with bad slots starts NONFULL[0].
+            let hint = m.iter().position(|&b| b == 0).unwrap_or(m.len()) as u32;
             let flag = if count == 0 {
                 ClusterFlag::Free
             } else {
                 ClusterFlag::Nonfull
             };
             ClusterCell(spin::Mutex::new(ClusterInner {
+                summary: crate::scan::summarize(m),
                 map: m,
+                hint,
                 cont: [const { None }; MAX_CONT_LEVELS],
                 count,
                 flag,
@@ -273,6 +276,8 @@ impl<'a> SwapDevice<'a> {
     /// pages, then FREE or (with page discard) DISCARD.
     pub(crate) fn free_cluster(&self, idx: usize, g: &mut ClusterInner<'a>) {
         g.order = 0;
+        g.hint = 0;
+        crate::scan::mark_groups(&mut g.summary, 0, self.cs / 8, true);
         g.huge = false;
         if g.cont.iter().any(|c| c.is_some()) {
             let mut pool = self.pool.lock();
@@ -292,22 +297,27 @@ impl<'a> SwapDevice<'a> {
             .move_to(idx as u32, ListId::for_flag(flag, 0));
     }
 
-    /// spec 05 §4 `relocate` after an allocation attempt on a cluster that
-    /// is isolated (NONE) or on a list: FREE if untouched, FRAG[order] if
-    /// partial, FULL if full. Only takes the list lock when the list changes.
-    pub(crate) fn relocate(&self, idx: usize, g: &mut ClusterInner<'a>) {
-        let target = if g.flag == ClusterFlag::Discard {
-            return;
-        } else if g.count == 0 {
-            // An isolated free cluster nothing was taken from goes straight
-            // back: it was discarded already.
+    /// spec 05 §4 after an allocation attempt: FREE if untouched (an
+    /// isolated free cluster goes straight back: it was discarded already),
+    /// FRAG[order] if partial, FULL if full.
+    pub(crate) fn settled_flag(&self, g: &mut ClusterInner<'a>) -> ClusterFlag {
+        if g.count == 0 {
             g.order = 0;
             ClusterFlag::Free
         } else if (g.count as usize) < self.cs {
             ClusterFlag::Frag
         } else {
             ClusterFlag::Full
-        };
+        }
+    }
+
+    /// spec 05 §4 `relocate` for a cluster on a list (the per-CPU fast
+    /// path): takes the list lock only when the list changes.
+    pub(crate) fn relocate(&self, idx: usize, g: &mut ClusterInner<'a>) {
+        if g.flag == ClusterFlag::Discard {
+            return;
+        }
+        let target = self.settled_flag(g);
         if g.flag != target {
             g.flag = target;
             self.lock_lists()

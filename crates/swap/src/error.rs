@@ -7,7 +7,8 @@ use crate::slot::Slot;
 /// Why a device could not be set up.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum InitError {
-    /// The cluster order is 0 or above [`crate::MAX_CLUSTER_ORDER`].
+    /// The cluster order is below [`crate::MIN_CLUSTER_ORDER`] or above
+    /// [`crate::MAX_CLUSTER_ORDER`].
     BadClusterOrder,
     /// Fewer than two slots (the header and one usable slot).
     TooFewSlots,
@@ -186,6 +187,11 @@ pub enum ValidateError {
     Continuation {
         /// Slot.
         slot: Slot,
+    },
+    /// A free slot lies before the cluster's scan hint.
+    HintPastFree {
+        /// Cluster index.
+        cluster: u32,
     },
     /// Continuation pages attached plus free differ from the pool size.
     PoolLeak,

@@ -75,5 +75,8 @@ pub use error::{AllocError, FallbackReason, InitError, SwapError, ValidateError}
 pub use huge::{SwapinDecision, SwapinPolicy, VmaFlags};
 pub use map::{CONT_MAX, MAP_BAD, MAP_MAX, MAX_CONT_LEVELS, MapFlags, SlotState};
 pub use percpu::{CpuStats, SwapCpu};
-pub use slot::{ClusterIndex, DEFAULT_CLUSTER_ORDER, MAX_CLUSTER_ORDER, MAX_ORDERS, Order, Slot};
+pub use slot::{
+    ClusterIndex, DEFAULT_CLUSTER_ORDER, MAX_CLUSTER_ORDER, MAX_ORDERS, MIN_CLUSTER_ORDER, Order,
+    Slot,
+};
 pub use stats::DeviceStats;

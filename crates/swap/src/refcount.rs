@@ -142,7 +142,7 @@ impl<'a> SwapDevice<'a> {
             }
             freed
         };
-        self.account_freed(idx, &mut g, freed);
+        self.account_freed(idx, off..off + n, &mut g, freed);
         Ok(freed as u32)
     }
 
@@ -161,7 +161,7 @@ impl<'a> SwapDevice<'a> {
             return Err(SwapError::NoCache(Slot::new(slot.get() + i as u32)));
         }
         let freed = self.drop_cache(&mut g, off, n);
-        self.account_freed(idx, &mut g, freed);
+        self.account_freed(idx, off..off + n, &mut g, freed);
         Ok(freed as u32)
     }
 
@@ -186,7 +186,7 @@ impl<'a> SwapDevice<'a> {
             }
         }
         let freed = self.drop_cache(&mut g, off, n);
-        self.account_freed(idx, &mut g, freed);
+        self.account_freed(idx, off..off + n, &mut g, freed);
         Ok(())
     }
 
@@ -243,8 +243,16 @@ impl<'a> SwapDevice<'a> {
         }
     }
 
-    fn account_freed(&self, idx: usize, g: &mut ClusterInner<'a>, freed: usize) {
+    fn account_freed(
+        &self,
+        idx: usize,
+        range: core::ops::Range<usize>,
+        g: &mut ClusterInner<'a>,
+        freed: usize,
+    ) {
         if freed > 0 {
+            g.hint = g.hint.min(range.start as u32);
+            crate::scan::refresh(&mut g.summary, g.map, range.start, range.end);
             g.count -= freed as u32;
             self.settle_after_free(idx, g);
         }

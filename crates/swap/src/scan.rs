@@ -69,6 +69,90 @@ pub(crate) fn find_free_run(map: &[u8], from: usize, n: usize) -> Option<usize> 
     None
 }
 
+/// Words of the free summary: one bit per 8-slot group, up to 4096 slots.
+pub(crate) const SUMMARY_WORDS: usize = 8;
+
+/// One bit per group of eight count bytes: set iff the group has a free
+/// slot. Lets an order-0 allocation find a hole in O(1) instead of scanning
+/// up to 512 bytes.
+pub(crate) type Summary = [u64; SUMMARY_WORDS];
+
+/// The summary of a whole map.
+pub(crate) fn summarize(map: &[u8]) -> Summary {
+    let mut sum = [0; SUMMARY_WORDS];
+    refresh(&mut sum, map, 0, map.len());
+    sum
+}
+
+/// Sets (free) or clears (taken) the summary bits of groups `from..to`
+/// without reading the map: for ranges made entirely free or taken.
+pub(crate) fn mark_groups(sum: &mut Summary, from: usize, to: usize, free: bool) {
+    let mut g = from;
+    while g < to {
+        let w = g / 64;
+        let hi = to.min((w + 1) * 64);
+        let span = hi - g;
+        let mask = if span == 64 {
+            !0
+        } else {
+            ((1u64 << span) - 1) << (g % 64)
+        };
+        if free {
+            sum[w] |= mask;
+        } else {
+            sum[w] &= !mask;
+        }
+        g = hi;
+    }
+}
+
+/// Recomputes the summary bits of the groups covering `map[from..to]`.
+pub(crate) fn refresh(sum: &mut Summary, map: &[u8], from: usize, to: usize) {
+    if from.is_multiple_of(8) && to.is_multiple_of(8) && to - from >= 64 {
+        // Whole groups: one test per group is still needed, but a range
+        // that is entirely zero or entirely non-zero is the common case.
+        if map[from..to].iter().all(|&b| b == 0) {
+            return mark_groups(sum, from / 8, to / 8, true);
+        }
+    }
+    let mut g = from / 8;
+    while g * 8 < to {
+        let bit = 1u64 << (g % 64);
+        if zero_bytes(word(map, g * 8)) != 0 {
+            sum[g / 64] |= bit;
+        } else {
+            sum[g / 64] &= !bit;
+        }
+        g += 1;
+    }
+}
+
+/// First free slot at or after `from`, using the summary.
+pub(crate) fn find_free_slot(sum: &Summary, map: &[u8], from: usize) -> Option<usize> {
+    let groups = map.len() / 8;
+    let mut g = from / 8;
+    while g < groups {
+        let bits = sum[g / 64] & (!0u64 << (g % 64));
+        if bits == 0 {
+            g = (g / 64 + 1) * 64;
+            continue;
+        }
+        g = (g / 64) * 64 + bits.trailing_zeros() as usize;
+        if g >= groups {
+            return None;
+        }
+        let mut z = zero_bytes(word(map, g * 8));
+        if g * 8 < from {
+            z &= !0u64 << (8 * (from - g * 8));
+        }
+        if z != 0 {
+            return Some(g * 8 + (z.trailing_zeros() / 8) as usize);
+        }
+        g += 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +166,37 @@ mod tests {
             off += n;
         }
         None
+    }
+
+    #[test]
+    fn summary_search_matches_a_byte_by_byte_scan() {
+        let mut x: u32 = 0x9e37_79b9;
+        for round in 0..100 {
+            let mut map = [0x40u8; 512];
+            for b in map.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                if x.is_multiple_of(3 + round) {
+                    *b = 0;
+                }
+            }
+            let mut sum = summarize(&map);
+            for from in [0, 1, 7, 8, 100, 255, 256, 511] {
+                assert_eq!(
+                    find_free_slot(&sum, &map, from),
+                    naive(&map, from, 1),
+                    "from {from}"
+                );
+            }
+            // Taking slots and refreshing keeps the summary exact.
+            while let Some(s) = find_free_slot(&sum, &map, 0) {
+                assert_eq!(Some(s), naive(&map, 0, 1));
+                map[s] = 0x40;
+                refresh(&mut sum, &map, s, s + 1);
+            }
+            assert_eq!(naive(&map, 0, 1), None);
+        }
     }
 
     #[test]

@@ -6,6 +6,9 @@ use core::fmt;
 /// huge page with 4 KiB base pages). Linux uses 9 (`HPAGE_PMD_NR` = 512).
 pub const MAX_CLUSTER_ORDER: u8 = 12;
 
+/// Smallest supported cluster order: clusters of 8 slots.
+pub const MIN_CLUSTER_ORDER: u8 = 3;
+
 /// Number of allocation orders a device can have (`SWAP_NR_ORDERS` for the
 /// largest supported cluster).
 pub const MAX_ORDERS: usize = MAX_CLUSTER_ORDER as usize + 1;

@@ -59,6 +59,11 @@ impl<'a> SwapDevice<'a> {
             {
                 return Err(ValidateError::BadHuge { cluster });
             }
+            if g.map[..(g.hint as usize).min(cs)].contains(&0)
+                || crate::scan::summarize(g.map) != g.summary
+            {
+                return Err(ValidateError::HintPastFree { cluster });
+            }
             attached += g.cont.iter().filter(|c| c.is_some()).count();
             for off in 0..cs {
                 let s = i * cs + off;

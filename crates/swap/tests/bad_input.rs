@@ -133,7 +133,7 @@ fn init_errors_are_typed() {
         Some(InitError::TooFewSlots)
     );
     assert_eq!(
-        SwapDevice::new(SwapConfig::new(1024).with_cluster_order(0), &mut meta, None).err(),
+        SwapDevice::new(SwapConfig::new(1024).with_cluster_order(2), &mut meta, None).err(),
         Some(InitError::BadClusterOrder)
     );
     assert_eq!(

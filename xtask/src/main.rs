@@ -3,6 +3,7 @@
 //! * `test`            install QEMU if missing (root + apt), then every test
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
+//! * `lint`            rustfmt check and clippy with warnings denied
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
 //! * `bench-table`     only the table, from the last bench run
@@ -20,21 +21,37 @@ const MIRI_CRATES: &[&str] = &["pageframe-buddy", "pageframe-swap", "pageframe-p
 const QEMU_PACKAGE: &str = "qemu-system-x86";
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("+ {cmd:?}");
-    let st = cmd.current_dir(root()).status().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if st.success() { Ok(()) } else { Err(format!("{cmd:?} failed: {st}")) }
+    let st = cmd
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {st}"))
+    }
 }
 
 fn have(program: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {program} >/dev/null 2>&1")]).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 /// QEMU is needed by the boot tests: install it when we can, else say how.
@@ -42,11 +59,14 @@ fn ensure_qemu() -> Result<(), String> {
     if have("qemu-system-x86_64") {
         return Ok(());
     }
-    let cmd = format!("apt-get update && apt-get install -y --no-install-recommends {QEMU_PACKAGE}");
+    let cmd =
+        format!("apt-get update && apt-get install -y --no-install-recommends {QEMU_PACKAGE}");
     if is_root() && have("apt-get") {
         return run(Command::new("sh").args(["-c", &cmd]));
     }
-    Err(format!("qemu-system-x86_64 is missing; install it with: sudo sh -c '{cmd}'"))
+    Err(format!(
+        "qemu-system-x86_64 is missing; install it with: sudo sh -c '{cmd}'"
+    ))
 }
 
 fn ensure_nightly_component(component: &str) -> Result<(), String> {
@@ -54,8 +74,15 @@ fn ensure_nightly_component(component: &str) -> Result<(), String> {
 }
 
 fn ensure_cargo_fuzz() -> Result<(), String> {
-    let ok = Command::new("cargo").args(["+nightly", "fuzz", "--version"]).output().is_ok_and(|o| o.status.success());
-    if ok { Ok(()) } else { run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"])) }
+    let ok = Command::new("cargo")
+        .args(["+nightly", "fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Ok(())
+    } else {
+        run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+    }
 }
 
 fn fuzz_targets() -> Result<Vec<String>, String> {
@@ -64,15 +91,30 @@ fn fuzz_targets() -> Result<Vec<String>, String> {
         .current_dir(root().join("fuzz"))
         .output()
         .map_err(|e| e.to_string())?;
-    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect())
 }
 
 fn fuzz(target: &str, seconds: &str) -> Result<(), String> {
     ensure_cargo_fuzz()?;
-    let targets = if target == "all" { fuzz_targets()? } else { vec![target.to_owned()] };
+    let targets = if target == "all" {
+        fuzz_targets()?
+    } else {
+        vec![target.to_owned()]
+    };
     for t in targets {
         run(Command::new("cargo")
-            .args(["+nightly", "fuzz", "run", &t, "--", &format!("-max_total_time={seconds}")])
+            .args([
+                "+nightly",
+                "fuzz",
+                "run",
+                &t,
+                "--",
+                &format!("-max_total_time={seconds}"),
+            ])
             .current_dir(root().join("fuzz")))?;
     }
     Ok(())
@@ -82,13 +124,17 @@ fn miri() -> Result<(), String> {
     ensure_nightly_component("miri")?;
     ensure_nightly_component("rust-src")?;
     for c in MIRI_CRATES {
-        run(Command::new("cargo").args(["+nightly", "miri", "test", "-p", c]).env("MIRIFLAGS", "-Zmiri-strict-provenance"))?;
+        run(Command::new("cargo")
+            .args(["+nightly", "miri", "test", "-p", c])
+            .env("MIRIFLAGS", "-Zmiri-strict-provenance"))?;
     }
     Ok(())
 }
 
 fn target_dir() -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
 }
 
 /// `"key": <number>` after the first occurrence of `scope` in a JSON text.
@@ -107,7 +153,10 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
         if p.is_dir() {
             if p.file_name().is_some_and(|n| n == "new") && p.join("estimates.json").exists() {
                 out.push(p);
-            } else if p.file_name().is_none_or(|n| n != "report" && n != "base" && n != "change") {
+            } else if p
+                .file_name()
+                .is_none_or(|n| n != "report" && n != "base" && n != "change")
+            {
                 collect(&p, out);
             }
         }
@@ -126,21 +175,34 @@ fn bench_table() -> Result<(), String> {
         return Err(format!("no criterion results under {}", base.display()));
     }
     let median = |d: &Path| -> Option<f64> {
-        json_number(&fs::read_to_string(d.join("estimates.json")).ok()?, "\"median\"", "point_estimate")
+        json_number(
+            &fs::read_to_string(d.join("estimates.json")).ok()?,
+            "\"median\"",
+            "point_estimate",
+        )
     };
     println!("| benchmark | median ns/iter | ns/element | peer ÷ this |");
     println!("|---|---:|---:|---:|");
     for d in &dirs {
         let bench = d.parent().expect("bench dir");
-        let name = bench.strip_prefix(&base).unwrap_or(bench).display().to_string();
+        let name = bench
+            .strip_prefix(&base)
+            .unwrap_or(bench)
+            .display()
+            .to_string();
         let Some(m) = median(d) else { continue };
         let elems = fs::read_to_string(d.join("benchmark.json"))
             .ok()
             .and_then(|t| json_number(&t, "\"throughput\"", "Elements"))
             .filter(|&e| e > 1.0);
         let per = elems.map_or(String::from("-"), |e| format!("{:.3}", m / e));
-        let peer = bench.parent().map(|p| p.join("peer").join("new")).filter(|p| p.exists() && p != d);
-        let ratio = peer.and_then(|p| median(&p)).map_or(String::from("-"), |pm| format!("{:.1}x", pm / m));
+        let peer = bench
+            .parent()
+            .map(|p| p.join("peer").join("new"))
+            .filter(|p| p.exists() && p != d);
+        let ratio = peer
+            .and_then(|p| median(&p))
+            .map_or(String::from("-"), |pm| format!("{:.1}x", pm / m));
         println!("| {name} | {m:.1} | {per} | {ratio} |");
     }
     Ok(())
@@ -158,12 +220,15 @@ fn main() -> ExitCode {
             _ => Err("usage: cargo xtask fuzz <target|all> <seconds>".into()),
         },
         Some("miri") => miri(),
+        Some("lint") => run(Command::new("cargo").args(["fmt", "--all", "--", "--check"])).and_then(|()| {
+            run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))
+        }),
         Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),
         Some("qemu") => ensure_qemu().and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -56,7 +56,22 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Inserts the block at `i` (currently an allocated head whose other
     /// frames are tails) into the free lists, coalescing upward.
     #[inline]
-    pub(crate) fn free_block(&mut self, mut i: Idx, mut order: u8, list: ListId, to_tail: bool) {
+    pub(crate) fn free_block(&mut self, i: Idx, order: u8, list: ListId, to_tail: bool) {
+        self.insert_merging(i, order, list, to_tail, true);
+    }
+
+    /// Inserts the block at `i` on `list`, merging upward with free buddies
+    /// on the same list, and with buddies on other lists too if `cross` and
+    /// the policy allows. Returns the final head and order.
+    #[inline]
+    pub(crate) fn insert_merging(
+        &mut self,
+        mut i: Idx,
+        mut order: u8,
+        list: ListId,
+        to_tail: bool,
+        cross: bool,
+    ) -> (Idx, u8) {
         let max = self.max_order;
         while order < max {
             let b = i ^ (1 << order);
@@ -87,6 +102,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.set(i, State::FreeHead, order);
         let tail = to_tail || self.merge_likely(i, order);
         self.areas.push(&mut self.frames, i, order, list, tail);
+        (i, order)
     }
 
     /// spec 01 §5.1 (`buddy_merge_likely`): if the parent's buddy one order

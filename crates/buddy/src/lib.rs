@@ -55,6 +55,7 @@ mod policy;
 mod reserve;
 mod stats;
 mod validate;
+mod walk;
 mod zone;
 
 pub use error::{AllocError, FreeError, InitError, RangeError, ValidateError};
@@ -62,6 +63,7 @@ pub use order::{COSTLY_ORDER, DEFAULT_MAX_ORDER, ORDER_LIMIT, Order};
 pub use pfn::{AlignedBlocks, PAGE_SHIFT, PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 pub use stats::{BuddyInfo, Stats};
+pub use walk::{Walk, WalkItem};
 pub use zone::{BlockInfo, BuddyConfig, BuddyZone};
 
 /// Bytes of metadata per frame.

@@ -251,7 +251,8 @@ impl Model {
                 if ok {
                     let mut p = a;
                     while p < b {
-                        let Some(BlockInfo::Allocated { head, order }) = z.block_at(Pfn(p)) else {
+                        let Some(BlockInfo::Allocated { head, order, .. }) = z.block_at(Pfn(p))
+                        else {
                             return Err(format!("reserved frame {p:#x} not allocated"));
                         };
                         ensure!(head.get() == p, "reserved blocks do not tile the range");

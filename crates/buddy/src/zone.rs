@@ -44,6 +44,8 @@ pub enum BlockInfo {
         head: Pfn,
         /// The block's order.
         order: Order,
+        /// The tag the layers above keep on the block (see [`BuddyZone::tag`]).
+        tag: u32,
     },
 }
 
@@ -235,11 +237,12 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             Some((h, f)) if f.state == State::FreeHead => BlockInfo::Free {
                 head: self.pfn(h),
                 order: Order::new_unchecked(f.order),
-                list: ListId::new(f.list).unwrap_or_default(),
+                list: ListId::from_stored(f.list),
             },
             Some((h, f)) => BlockInfo::Allocated {
                 head: self.pfn(h),
                 order: Order::new_unchecked(f.order),
+                tag: f.tag,
             },
         })
     }

@@ -81,9 +81,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             }
             let blist = ListId::from_stored(bf.list);
             if blist != list
-                && !self
-                    .policy
-                    .can_merge(Order::new_unchecked(order), list, blist)
+                && !(cross
+                    && self
+                        .policy
+                        .can_merge(Order::new_unchecked(order), list, blist))
             {
                 break;
             }

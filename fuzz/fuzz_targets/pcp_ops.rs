@@ -141,13 +141,19 @@ fn run(data: &[u8]) -> Result<()> {
                 }
             }
             11 => {
+                // drain_all from one CPU; the "IPI" (kick) makes the other
+                // owner poll, as a kernel would.
                 let (a, b) = cpus.split_at_mut(1);
-                let local = if cpu == 0 {
-                    a[0].as_mut()
+                let (local, other) = if cpu == 0 {
+                    (&mut a[0], &mut b[0])
                 } else {
-                    b[0].as_mut()
+                    (&mut b[0], &mut a[0])
                 };
-                set.drain_all(&zone, local, |_| {});
+                set.drain_all(&zone, local.as_mut(), |_| {
+                    if let Some(o) = other.as_mut() {
+                        o.poll(&zone);
+                    }
+                });
                 for c in cpus.iter_mut().flatten() {
                     assert_eq!(c.count(), 0);
                 }

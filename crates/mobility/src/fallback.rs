@@ -1,0 +1,200 @@
+//! Fallback when a type's own lists are empty: claim a whole pageblock of
+//! another type, or steal one block from it (spec 02 §5), and retyping a
+//! pageblock with its free memory (`move_freepages_block`, spec 02 §4).
+
+use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
+
+use crate::zone::{AllocMode, MobileZone};
+use crate::{BlockError, MigrateType, fallbacks, tag};
+
+/// What `find_suitable_fallback` found at one order.
+enum Found {
+    Type(MigrateType),
+    None,
+    /// Claiming is not worth it at this order or below.
+    TooSmall,
+}
+
+impl MobileZone<'_> {
+    /// spec 02 §5.3 `should_try_claim_block`.
+    fn should_try_claim(&self, cur: Order, mt: MigrateType) -> bool {
+        let pb = self.pageblock_order().get();
+        cur.get() >= pb / 2
+            || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+            || !self.mobility().grouping
+    }
+
+    fn find_fallback(&self, cur: Order, mt: MigrateType, claimable: bool) -> Found {
+        if claimable && !self.should_try_claim(cur, mt) {
+            return Found::TooSmall;
+        }
+        fallbacks(mt)
+            .iter()
+            .copied()
+            .find(|fb| self.free_blocks_of(cur, *fb) > 0)
+            .map_or(Found::None, Found::Type)
+    }
+
+    /// spec 02 §5.3 `__rmqueue_claim`: largest fallback block first.
+    pub(crate) fn claim(&mut self, order: Order, mt: MigrateType, mode: AllocMode) -> Option<Pfn> {
+        let pb = self.pageblock_order();
+        let min = if order < pb && mode.contains(AllocMode::NOFRAGMENT) {
+            pb
+        } else {
+            order
+        };
+        let max = self.buddy.max_order();
+        for cur in (min.get()..=max.get()).rev() {
+            let cur = Order::new(cur)?;
+            let fb = match self.find_fallback(cur, mt, true) {
+                Found::Type(fb) => fb,
+                Found::None => continue,
+                Found::TooSmall => break,
+            };
+            let head = self.buddy.first_free(cur, fb.list())?;
+            if let Some(p) = self.try_claim(head, cur, order, mt, fb) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// spec 02 §5.3 `try_to_claim_block`.
+    fn try_claim(
+        &mut self,
+        head: Pfn,
+        cur: Order,
+        order: Order,
+        mt: MigrateType,
+        fb: MigrateType,
+    ) -> Option<Pfn> {
+        let pb = self.pageblock_order();
+        if cur >= pb {
+            // Whole pageblocks are free: retype them all and split for us.
+            self.retype_span(PfnRange::new(head, head + cur.pages()), mt);
+            self.buddy.move_free_block(head, mt.list())?;
+            self.buddy.alloc_at(head, order).ok()?;
+            let s = &mut self.buddy.policy_mut().stats;
+            s.claims_whole += 1;
+            return Some(head);
+        }
+        self.buddy.policy_mut().stats.fragmenting += 1;
+        let block = self.mobility().blocks.block_range(head);
+        if !self.span().contains_range(&block) {
+            return None;
+        }
+        let (mut free, mut movable) = (0u64, 0u64);
+        for (_, info) in self.buddy.walk(block) {
+            match info {
+                BlockInfo::Free { order, .. } => free += order.pages(),
+                BlockInfo::Allocated { order, tag: t, .. }
+                    if t & tag::MT_MASK == MigrateType::Movable as u32 =>
+                {
+                    movable += order.pages()
+                }
+                _ => {}
+            }
+        }
+        let pages = block.len();
+        let alike = if mt == MigrateType::Movable {
+            movable
+        } else if fb == MigrateType::Movable {
+            pages - free - movable
+        } else {
+            0
+        };
+        if free + alike >= pages / 2 || !self.mobility().grouping {
+            self.move_block_free_lists(block.start, mt);
+            self.buddy.policy_mut().stats.claims_partial += 1;
+            return self.smallest(order, mt);
+        }
+        self.buddy.policy_mut().stats.claims_refused += 1;
+        None
+    }
+
+    /// spec 02 §5.4 `__rmqueue_steal`: the smallest fallback block, split
+    /// with its remainders left on the fallback type's lists.
+    pub(crate) fn steal(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+        for cur in order.get()..=self.buddy.max_order().get() {
+            let cur = Order::new(cur)?;
+            if let Found::Type(fb) = self.find_fallback(cur, mt, false) {
+                let head = self.buddy.first_free(cur, fb.list())?;
+                self.buddy.alloc_at(head, order).ok()?;
+                let fragmenting = cur < self.pageblock_order();
+                let s = &mut self.buddy.policy_mut().stats;
+                s.steals += 1;
+                s.fragmenting += u64::from(fragmenting);
+                return Some(head);
+            }
+        }
+        None
+    }
+
+    /// Sets the type of every pageblock in `range` (no list changes).
+    pub(crate) fn retype_span(&mut self, range: PfnRange, mt: MigrateType) {
+        let step = self.mobility().blocks.pages();
+        let mut p = range.start.align_down(self.pageblock_order());
+        while p < range.end {
+            self.buddy.policy_mut().blocks.set(p, mt);
+            p = p + step;
+        }
+    }
+
+    /// Retypes `pfn`'s pageblock to `mt` and moves its free memory to `mt`'s
+    /// lists (`move_freepages_block`). Returns the free frames moved.
+    /// Refused for `Isolate` and `HighAtomic` (use `isolate_block` and
+    /// `reserve_highatomic`), and for blocks that are isolated or reserved.
+    pub fn set_block_type(&mut self, pfn: Pfn, mt: MigrateType) -> Result<u64, BlockError> {
+        if !self.span().contains(pfn) {
+            return Err(BlockError::OutOfRange);
+        }
+        // Isolation and the highatomic reserve have their own operations,
+        // which keep their accounting.
+        if matches!(mt, MigrateType::Isolate | MigrateType::HighAtomic)
+            || self.mobility().blocks.is_isolated(pfn)
+        {
+            return Err(BlockError::BadType);
+        }
+        if self.mobility().blocks.get(pfn) == Some(MigrateType::HighAtomic) {
+            return Err(BlockError::BadType);
+        }
+        let block = self.mobility().blocks.block_range(pfn);
+        if !self.span().contains_range(&block) {
+            return Err(BlockError::PartialBlock);
+        }
+        Ok(self.move_block_free_lists(block.start, mt))
+    }
+
+    /// Sets the type bits of the block at `start` and moves every free block
+    /// inside it to the list of its new effective type; a free block larger
+    /// than the pageblock is carved first. Returns the frames moved.
+    pub(crate) fn move_block_free_lists(&mut self, start: Pfn, mt: MigrateType) -> u64 {
+        if mt != MigrateType::Isolate {
+            self.buddy.policy_mut().blocks.set(start, mt);
+        }
+        let eff = self.mobility().blocks.get(start).unwrap_or(mt);
+        let pb = self.pageblock_order();
+        let end = start + pb.pages();
+        let mut moved = 0;
+        let mut p = start;
+        while p < end {
+            p = match self.buddy.block_at(p) {
+                Some(BlockInfo::Free { head, order, list }) => {
+                    if list != eff.list() {
+                        let size = order.pages().min(pb.pages());
+                        moved += size;
+                        if head < start || head + order.pages() > end {
+                            self.buddy.carve_free_block(p, pb, eff.list());
+                        } else {
+                            self.buddy.move_free_block(head, eff.list());
+                        }
+                    }
+                    (head + order.pages()).max(p + 1)
+                }
+                Some(BlockInfo::Allocated { head, order, .. }) => (head + order.pages()).max(p + 1),
+                _ => p + 1,
+            };
+        }
+        moved
+    }
+}

@@ -1,0 +1,27 @@
+//! Fallback event counters (spec 02 §6).
+
+/// What the fallback paths did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallbackStats {
+    /// Allocations served from the requested type's own lists.
+    pub own: u64,
+    /// Whole free blocks of pageblock order or more claimed from a fallback type.
+    pub claims_whole: u64,
+    /// Pageblocks claimed because enough of them was free or alike.
+    pub claims_partial: u64,
+    /// Claim attempts that found too little free or alike memory.
+    pub claims_refused: u64,
+    /// Single blocks stolen from a fallback type without retyping.
+    pub steals: u64,
+    /// Claims and steals below pageblock order (Linux "fragmenting" events;
+    /// each one would boost the watermarks).
+    pub fragmenting: u64,
+    /// Allocations served from the highatomic reserve.
+    pub highatomic_used: u64,
+    /// Pageblocks reserved as highatomic / given back.
+    pub highatomic_reserved: u64,
+    /// Pageblocks given back from the highatomic reserve.
+    pub highatomic_unreserved: u64,
+    /// Allocations that found nothing.
+    pub failures: u64,
+}

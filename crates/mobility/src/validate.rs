@@ -1,0 +1,53 @@
+//! Invariants of the mobility layer on top of the buddy core's.
+
+use pageframe_buddy::{BlockInfo, ValidateError};
+
+use crate::MigrateType;
+use crate::zone::MobileZone;
+
+fn bad(rule: &'static str, pfn: Option<pageframe_buddy::Pfn>) -> ValidateError {
+    ValidateError { rule, pfn }
+}
+
+impl MobileZone<'_> {
+    /// The buddy core's invariants, then: every free block sits on the list
+    /// of the type of every pageblock it covers (spec 02 §11.1, isolated
+    /// blocks on the isolate list); the highatomic count matches the
+    /// highatomic pageblocks and stays within its cap (§11.6).
+    pub fn validate(&self) -> Result<(), ValidateError> {
+        self.buddy.validate()?;
+        let blocks = &self.mobility().blocks;
+        for (p, info) in self.buddy.walk(self.span()) {
+            if let BlockInfo::Free { head, order, list } = info {
+                let mut q = head.max(p);
+                while q < head + order.pages() {
+                    if blocks.get(q).map(MigrateType::list) != Some(list) {
+                        return Err(bad(
+                            "free block on a list other than its pageblock's type",
+                            Some(head),
+                        ));
+                    }
+                    q = q.align_down(blocks.order()) + blocks.pages();
+                }
+            }
+        }
+        let by_type = blocks.count_by_type();
+        let isolated_highatomic = (0..blocks.len())
+            .filter(|&i| {
+                let s = blocks.block_start(i);
+                blocks.is_isolated(s) && blocks.base(s) == Some(MigrateType::HighAtomic)
+            })
+            .count() as u64;
+        let ha_blocks = by_type[MigrateType::HighAtomic as usize] + isolated_highatomic;
+        if self.highatomic_reserved() != ha_blocks * blocks.pages() {
+            return Err(bad(
+                "highatomic count disagrees with highatomic pageblocks",
+                None,
+            ));
+        }
+        if self.highatomic_reserved() > self.highatomic_limit() {
+            return Err(bad("highatomic reserve above its cap", None));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,317 @@
+//! A buddy zone grouped by mobility: the buddy core with the [`Mobility`]
+//! policy, and the allocation path that uses it (spec 01 §6.3-6.4).
+
+use core::mem::MaybeUninit;
+
+use bitflags::bitflags;
+use pageframe_buddy::{
+    AllocError, BlockInfo, BuddyConfig, BuddyZone, FreeError, InitError, Order, Pfn, PfnRange,
+    RangeError, Stats,
+};
+
+use crate::policy::Mobility;
+use crate::stats::FallbackStats;
+use crate::{MigrateType, Pageblocks, tag};
+
+/// Build-time choices of a mobility zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MobilityConfig {
+    /// The buddy core's choices (maximum order).
+    pub buddy: BuddyConfig,
+    /// Pageblock order (spec 02 §3: 9 on x86-64, a 2 MiB huge page).
+    pub pageblock_order: Order,
+    /// Group by mobility. Off, every request is treated as unmovable and
+    /// fallback never happens (Linux on tiny systems; the lab's baseline).
+    pub grouping: bool,
+}
+
+impl Default for MobilityConfig {
+    fn default() -> Self {
+        MobilityConfig {
+            buddy: BuddyConfig::default(),
+            pageblock_order: Order::HUGE_2M,
+            grouping: true,
+        }
+    }
+}
+
+bitflags! {
+    /// How an allocation may use fallbacks and reserves (the part of
+    /// Linux's `ALLOC_*` flags that reaches the free lists).
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+    pub struct AllocMode: u8 {
+        /// Do not claim below pageblock order and do not steal (spec 02 §5.5).
+        const NOFRAGMENT = 1 << 0;
+        /// Try the highatomic reserve first (high-order atomic request).
+        const HIGHATOMIC = 1 << 1;
+        /// May use the highatomic reserve as a last resort (non-blocking or
+        /// OOM-victim requests, spec 01 §6.4).
+        const RESERVES = 1 << 2;
+    }
+}
+
+/// A buddy zone whose free lists are split by migratetype.
+pub struct MobileZone<'a> {
+    pub(crate) buddy: BuddyZone<'a, Mobility<'a>>,
+}
+
+impl<'a> MobileZone<'a> {
+    /// Metadata bytes for `span`: frame metadata plus one byte a pageblock.
+    pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
+        let b = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.buddy);
+        if b == 0 {
+            0
+        } else {
+            b + Pageblocks::bytes(span, config.pageblock_order)
+        }
+    }
+
+    /// A zone over `span`, all frames holes until handed over. Every
+    /// pageblock starts Movable (Unmovable with grouping off), as at boot.
+    pub fn new(
+        span: PfnRange,
+        config: MobilityConfig,
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Self, InitError> {
+        if config.pageblock_order > config.buddy.max_order {
+            return Err(InitError::BadMaxOrder);
+        }
+        let needed = Self::metadata_bytes(span, config);
+        let given = meta.len();
+        let buddy_bytes = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.buddy);
+        if needed == 0 {
+            return Err(if span.is_empty() {
+                InitError::EmptySpan
+            } else {
+                InitError::SpanTooLarge
+            });
+        }
+        if given < needed {
+            return Err(InitError::MetadataTooSmall { needed, given });
+        }
+        let (frames, bits) = meta.split_at_mut(buddy_bytes);
+        let initial = if config.grouping {
+            MigrateType::Movable
+        } else {
+            MigrateType::Unmovable
+        };
+        let blocks = Pageblocks::new(span, config.pageblock_order, bits, initial)
+            .ok_or(InitError::MetadataTooSmall { needed, given })?;
+        let policy = Mobility {
+            blocks,
+            grouping: config.grouping,
+            reserved_highatomic: 0,
+            stats: FallbackStats::default(),
+        };
+        Ok(MobileZone {
+            buddy: BuddyZone::new(span, config.buddy, frames, policy)?,
+        })
+    }
+
+    /// The buddy core underneath (read-only: mutation goes through the
+    /// mobility operations so the free-list hygiene rule holds).
+    pub fn buddy(&self) -> &BuddyZone<'a, Mobility<'a>> {
+        &self.buddy
+    }
+
+    /// The mobility state.
+    pub fn mobility(&self) -> &Mobility<'a> {
+        self.buddy.policy()
+    }
+
+    /// Mutable access to the pageblock bitmap's hint bits for compaction.
+    pub fn pageblocks_mut(&mut self) -> &mut Pageblocks<'a> {
+        self.buddy.policy_mut().pageblocks_mut()
+    }
+
+    /// The zone's span.
+    pub fn span(&self) -> PfnRange {
+        self.buddy.span()
+    }
+
+    /// Pageblock order.
+    pub fn pageblock_order(&self) -> Order {
+        self.mobility().blocks.order()
+    }
+
+    /// Hands usable frames over; they go to their pageblocks' lists.
+    pub fn add_free_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.buddy.add_free_range(range)
+    }
+
+    /// Allocates `2^order` frames for a request of type `mt`: its own lists
+    /// first, then claiming a fallback block, then stealing one (spec 02
+    /// §5.2), with the highatomic reserve as `mode` allows. The block's tag
+    /// records `mt` (see [`tag`]).
+    pub fn alloc(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        mode: AllocMode,
+    ) -> Result<Pfn, AllocError> {
+        if order > self.buddy.max_order() {
+            return Err(AllocError::OrderTooLarge);
+        }
+        let mt = if self.mobility().grouping {
+            mt
+        } else {
+            MigrateType::Unmovable
+        };
+        let got = self.rmqueue(order, mt, mode);
+        match got {
+            Some(p) => {
+                self.buddy.set_tag(p, mt as u32);
+                Ok(p)
+            }
+            None => {
+                self.buddy.policy_mut().stats.failures += 1;
+                Err(AllocError::OutOfMemory)
+            }
+        }
+    }
+
+    fn rmqueue(&mut self, order: Order, mt: MigrateType, mode: AllocMode) -> Option<Pfn> {
+        // spec 01 §6.4: highatomic first for those who may reserve it.
+        if mode.contains(AllocMode::HIGHATOMIC)
+            && let Some(p) = self.smallest(order, MigrateType::HighAtomic)
+        {
+            self.buddy.policy_mut().stats.highatomic_used += 1;
+            return Some(p);
+        }
+        if !matches!(
+            mt,
+            MigrateType::Unmovable | MigrateType::Movable | MigrateType::Reclaimable
+        ) {
+            return self.smallest(order, mt);
+        }
+        if let Some(p) = self.smallest(order, mt) {
+            self.buddy.policy_mut().stats.own += 1;
+            return Some(p);
+        }
+        if let Some(p) = self.claim(order, mt, mode) {
+            return Some(p);
+        }
+        if !mode.contains(AllocMode::NOFRAGMENT)
+            && let Some(p) = self.steal(order, mt)
+        {
+            return Some(p);
+        }
+        if mode.intersects(AllocMode::RESERVES | AllocMode::HIGHATOMIC) {
+            let p = self.smallest(order, MigrateType::HighAtomic)?;
+            self.buddy.policy_mut().stats.highatomic_used += 1;
+            return Some(p);
+        }
+        None
+    }
+
+    /// `__rmqueue_smallest`: the smallest sufficient block on `mt`'s lists.
+    pub(crate) fn smallest(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+        self.buddy.alloc(order, mt.list()).ok()
+    }
+
+    /// Frees a block. Blocks above pageblock order are freed pageblock by
+    /// pageblock so each piece reaches its own block's list (spec 01 §5.2).
+    pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let pb = self.pageblock_order();
+        if order > pb {
+            self.buddy.free_in_pieces(pfn, order, pb)
+        } else {
+            self.buddy.free(pfn, order)
+        }
+    }
+
+    /// The migratetype of `pfn`'s pageblock (`Isolate` if isolated).
+    pub fn block_type(&self, pfn: Pfn) -> Option<MigrateType> {
+        if !self.span().contains(pfn) {
+            return None;
+        }
+        self.mobility().blocks.get(pfn)
+    }
+
+    /// The type an allocated block was requested as, from its tag.
+    pub fn allocated_type(&self, head: Pfn) -> Option<MigrateType> {
+        self.buddy
+            .tag(head)
+            .and_then(|t| MigrateType::from_value((t & tag::MT_MASK) as u8))
+    }
+
+    /// Pins or unpins an allocated block: a pinned block is treated as
+    /// unmovable (isolation refuses it, compaction skips it). `false`,
+    /// changing nothing, if `head` is not an allocated block's head.
+    pub fn set_pinned(&mut self, head: Pfn, pinned: bool) -> bool {
+        let Some(t) = self.buddy.tag(head) else {
+            return false;
+        };
+        let t = if pinned {
+            t | tag::PINNED
+        } else {
+            t & !tag::PINNED
+        };
+        self.buddy.set_tag(head, t)
+    }
+
+    /// Whether an allocated block is pinned.
+    pub fn is_pinned(&self, head: Pfn) -> bool {
+        self.buddy.tag(head).is_some_and(|t| t & tag::PINNED != 0)
+    }
+
+    /// Free frames that can be allocated (isolated lists excluded, spec 02
+    /// §11.9).
+    pub fn free_pages(&self) -> u64 {
+        self.buddy.free_pages() - self.buddy.free_pages_in(MigrateType::Isolate.list())
+    }
+
+    /// Free frames on one type's lists.
+    pub fn free_pages_of(&self, mt: MigrateType) -> u64 {
+        self.buddy.free_pages_in(mt.list())
+    }
+
+    /// Free blocks of `order` on `mt`'s list.
+    pub fn free_blocks_of(&self, order: Order, mt: MigrateType) -> u64 {
+        self.buddy.free_blocks_in(order, mt.list())
+    }
+
+    /// The fallback counters.
+    pub fn stats(&self) -> FallbackStats {
+        self.mobility().stats
+    }
+
+    /// The buddy core's counters.
+    pub fn buddy_stats(&self) -> Stats {
+        self.buddy.stats()
+    }
+
+    /// Frames of memory (free or allocated) in pageblocks of each type.
+    pub fn pageblocks_by_type(&self) -> [u64; crate::MIGRATE_TYPES] {
+        self.mobility().blocks.count_by_type()
+    }
+
+    /// Free blocks per order over all lists (the input of the indices).
+    pub fn nr_free(&self) -> [u64; pageframe_buddy::ORDER_LIMIT as usize + 1] {
+        let mut n = [0u64; pageframe_buddy::ORDER_LIMIT as usize + 1];
+        for (o, slot) in n
+            .iter_mut()
+            .enumerate()
+            .take(self.buddy.max_order().get() as usize + 1)
+        {
+            *slot = self
+                .buddy
+                .free_blocks(Order::new(o as u8).unwrap_or_default());
+        }
+        n
+    }
+
+    /// Pageblocks that hold at least one allocated block of a type other
+    /// than movable (the lab's "pollution" numerator).
+    pub fn polluted_pageblocks(&self) -> u64 {
+        let b = &self.mobility().blocks;
+        (0..b.len())
+            .filter(|&i| {
+                let start = b.block_start(i);
+                self.buddy.walk(PfnRange::new(start, start + b.pages())).any(|(_, info)| {
+                    matches!(info, BlockInfo::Allocated { tag: t, .. } if (t & tag::MT_MASK) != MigrateType::Movable as u32)
+                })
+            })
+            .count() as u64
+    }
+}

@@ -8,6 +8,9 @@ use pageframe_buddy::model::{Model, Op};
 use pageframe_buddy::{BuddyZone, Pfn, PfnRange, SingleList};
 use proptest::prelude::*;
 
+/// Span lengths; small under Miri, where every step's `validate()` is slow.
+const MAX_LEN: u64 = if cfg!(miri) { 600 } else { 3000 };
+
 fn scenario() -> impl Strategy<Value = (u8, u64, u64, Vec<(u64, u64)>, Vec<Op>)> {
     (
         prop_oneof![Just(3u8), Just(5u8), Just(10u8)],

@@ -1,0 +1,41 @@
+//! The scenario registry: one module per scenario, one entry in [`ALL`].
+
+use crate::args::Opts;
+
+mod mthp_fallback;
+mod swap_latency;
+mod thp_swap;
+
+/// A runnable experiment.
+pub struct Scenario {
+    /// Command-line name.
+    pub name: &'static str,
+    /// One line for `pageframe-lab list`.
+    pub about: &'static str,
+    /// Runs it, printing tables; plots go under `opts.out`.
+    pub run: fn(&Opts) -> Result<(), String>,
+}
+
+/// Every scenario, in `list` order. Add new ones here.
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "thp-swap",
+        about: "2018 THP swap out/in in one piece: split vs whole-out vs whole-out-and-in (spec 05 §10)",
+        run: thp_swap::run,
+    },
+    Scenario {
+        name: "mthp-fallback",
+        about: "2024 mTHP swap allocator test: 64 KiB swap-out fallback per iteration (spec 05 §5.4)",
+        run: mthp_fallback::run,
+    },
+    Scenario {
+        name: "swap-latency",
+        about: "swap-slot allocation latency percentiles at 50/90/99% fill vs a linear-scan peer",
+        run: swap_latency::run,
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    ALL.iter().find(|s| s.name == name)
+}

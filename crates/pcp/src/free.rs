@@ -33,6 +33,39 @@ impl PerCpuPages<'_> {
         mt: Migratetype,
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
+        if order.0 != 0 || self.lists.free_slots() == 0 {
+            return self.free_slow(zone, frame, order, li);
+        }
+        // Order-0 fast path: the same steps as `free_slow` with the
+        // high-order streak logic folded away, and a quick exit when the
+        // zone is calm and `count` stays below `high`: `nr_pcp_high` would
+        // then change nothing (high is kept within bounds between calls).
+        if self.lists.push_head(li, frame).is_err() {
+            return Err(PcpError::NoRoom);
+        }
+        self.alloc_factor >>= 1;
+        self.count += 1;
+        self.stats.frees += 1;
+        self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
+        if self.free_count < self.sizing.batch() << self.config.scale_max() {
+            self.free_count += 1;
+        }
+        let zflags = zone.flags();
+        if zflags.is_empty() && self.count < self.high {
+            return Ok(FreeOutcome::Cached);
+        }
+        Ok(self.commit_threshold(zone, zflags, li, false, 0))
+    }
+
+    /// The general free path: high orders, full slot memory.
+    #[inline(never)]
+    fn free_slow<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        frame: Frame,
+        order: Order,
+        li: ListIndex,
+    ) -> Result<FreeOutcome, PcpError> {
         let mut made_room = 0;
         if self.lists.free_slots() == 0 {
             // Slot memory exhausted (fewer slots than suggested): spill a
@@ -66,15 +99,29 @@ impl PerCpuPages<'_> {
         if self.free_count < batch << self.config.scale_max() {
             self.free_count += pages;
         }
-
         let zflags = zone.flags();
+        Ok(self.commit_threshold(zone, zflags, li, free_high, made_room))
+    }
+
+    /// Tail of `free_frozen_page_commit`: compute the threshold and spill if
+    /// `count` reached it. `made_room`: pages already spilled by this free.
+    #[inline(never)]
+    fn commit_threshold<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        zflags: ZoneFlags,
+        li: ListIndex,
+        free_high: bool,
+        made_room: u32,
+    ) -> FreeOutcome {
+        let batch = self.sizing.batch();
         let high = self.nr_pcp_high(zflags, batch, free_high);
         if self.count < high {
-            return Ok(if made_room == 0 {
+            return if made_room == 0 {
                 FreeOutcome::Cached
             } else {
                 FreeOutcome::Spilled(made_room)
-            });
+            };
         }
         let n = self.nr_pcp_free(batch, high, free_high);
         if free_high {
@@ -85,10 +132,10 @@ impl PerCpuPages<'_> {
             zone.recheck_below_high();
         }
         // nr_pcp_free can be 0 (high == batch): then nothing left.
-        Ok(match made_room + spilled {
+        match made_room + spilled {
             0 => FreeOutcome::Cached,
             n => FreeOutcome::Spilled(n),
-        })
+        }
     }
 
     /// `nr_pcp_high` (spec 04 §5.3): the threshold for this free, adjusting

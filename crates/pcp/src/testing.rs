@@ -132,6 +132,7 @@ impl PcpZone for RefZone {
         }
     }
 
+    #[inline]
     fn flags(&self) -> ZoneFlags {
         ZoneFlags::from_bits_truncate(self.flags.load(Ordering::Relaxed))
     }

@@ -98,7 +98,19 @@ impl Gfp {
         }
     }
 
-    /// Whether both mobility bits are set (invalid, spec 01 §8.1).
+    /// The migratetype the mobility bits select (spec 01 §8.1:
+    /// `(gfp >> 3) & 3`); both bits set is invalid and reads as unmovable.
+    pub const fn migratetype(self) -> pageframe_mobility::MigrateType {
+        use pageframe_mobility::MigrateType;
+        match (self.contains(Gfp::MOVABLE), self.contains(Gfp::RECLAIMABLE)) {
+            (true, false) => MigrateType::Movable,
+            (false, true) => MigrateType::Reclaimable,
+            _ => MigrateType::Unmovable,
+        }
+    }
+
+    /// Whether the flags are a valid combination: at most one mobility bit
+    /// and a valid zone selector (spec 01 §8.1).
     pub const fn is_valid(self) -> bool {
         !self.contains(Gfp::MOVABLE.union(Gfp::RECLAIMABLE)) && self.highest_zone().is_some()
     }
@@ -119,8 +131,14 @@ bitflags! {
         const NON_BLOCK = 0x10;
         /// `__GFP_HIGH`: may use half the min reserve.
         const MIN_RESERVE = 0x20;
+        /// Avoid fallbacks below pageblock order (spec 02 §5.5).
+        const NOFRAGMENT = 0x100;
+        /// May use and reserve highatomic pageblocks.
+        const HIGHATOMIC = 0x200;
         /// May wake kswapd.
         const KSWAPD = 0x800;
+        /// Any of the reserve-access flags (spec 01 §8.2).
+        const RESERVES = Self::NON_BLOCK.bits() | Self::MIN_RESERVE.bits() | Self::HIGHATOMIC.bits() | Self::OOM.bits();
     }
 }
 
@@ -157,8 +175,9 @@ impl AllocFlags {
 
     /// Slow-path flags (`gfp_to_alloc_flags` plus the reserve override,
     /// spec 01 §8.3): the min watermark, reserve access for callers that
-    /// cannot block or are high priority, no watermarks for MEMALLOC.
-    pub const fn slow(gfp: Gfp) -> AllocFlags {
+    /// cannot block or are high priority (and the highatomic reserve for
+    /// such callers' high-order requests), no watermarks for MEMALLOC.
+    pub const fn slow(gfp: Gfp, order: pageframe_buddy::Order) -> AllocFlags {
         if gfp.contains(Gfp::MEMALLOC) && !gfp.contains(Gfp::NOMEMALLOC) {
             return AllocFlags::NO_WATERMARKS;
         }
@@ -171,6 +190,9 @@ impl AllocFlags {
         }
         if !gfp.contains(Gfp::DIRECT_RECLAIM) && !gfp.contains(Gfp::NOMEMALLOC) {
             f |= AllocFlags::NON_BLOCK.bits();
+            if order.get() > 0 && gfp.contains(Gfp::HIGH) {
+                f |= AllocFlags::HIGHATOMIC.bits();
+            }
         }
         AllocFlags::from_bits_retain(f)
     }

@@ -67,8 +67,9 @@ pub use node::{BuddyInfo, Node};
 pub use pageframe_buddy::{
     self as buddy, BlockInfo, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, Stats,
 };
+pub use pageframe_mobility::{self as mobility, FallbackStats, MigrateType, MobilityConfig};
 pub use watermark::{
     DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, Watermarks, default_min_free_kbytes,
     watermark_ok,
 };
-pub use zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+pub use zone::{NR_ZONE_KINDS, PageTypeInfo, Zone, ZoneKind};

@@ -83,7 +83,7 @@ impl<'a> Node<'a> {
         for z in self.zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
-                z.with_buddy(|b| b.check_add_range(part))?;
+                z.with_zone(|m| m.buddy().check_add_range(part))?;
             }
         }
         for z in self.zones() {
@@ -162,9 +162,10 @@ impl<'a> Node<'a> {
 
     /// Allocates `2^order` frames: walks the zones the GFP flags allow from
     /// the highest down (the zonelist, spec 01 §3.6, §9), first against the
-    /// low watermarks, then against the min watermarks with the reserve access
-    /// the flags grant. There is no reclaim: if both passes fail the request
-    /// fails.
+    /// low watermarks (without fragmenting fallbacks when a DMA32 zone backs
+    /// a Normal request, spec 02 §5.5; then again allowing them), then
+    /// against the min watermarks with the reserve access the flags grant.
+    /// There is no reclaim: if every pass fails the request fails.
     pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         if !gfp.is_valid() {
             return Err(AllocError::InvalidGfp);
@@ -179,9 +180,24 @@ impl<'a> Node<'a> {
             return Err(AllocError::NoEligibleZone);
         }
         let mut last = AllocError::OutOfMemory;
-        for flags in [AllocFlags::fast(gfp), AllocFlags::slow(gfp)] {
+        let fast = AllocFlags::fast(gfp);
+        let nofragment = highest >= ZoneKind::Normal
+            && self
+                .zone(ZoneKind::Dma32)
+                .is_some_and(|z| z.managed_pages() > 0);
+        let first = if nofragment {
+            fast | AllocFlags::NOFRAGMENT
+        } else {
+            fast
+        };
+        let passes = [
+            Some(first),
+            nofragment.then_some(fast),
+            Some(AllocFlags::slow(gfp, order)),
+        ];
+        for flags in passes.into_iter().flatten() {
             for z in self.zones().rev().filter(|z| z.kind() <= highest) {
-                match z.try_alloc(order, flags, highest) {
+                match z.try_alloc(gfp, order, flags, highest) {
                     Ok(p) => return Ok(p),
                     Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
                     Err(e) => last = e,

@@ -5,9 +5,9 @@ use core::fmt;
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{
-    BuddyConfig, BuddyZone, FreeError, InitError, ListId, Order, Pfn, PfnRange, RangeError,
-    SingleList, Stats, ValidateError,
+    FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats, ValidateError,
 };
+use pageframe_mobility::{AllocMode, FallbackStats, MigrateType, MobileZone, MobilityConfig};
 use spin::Mutex;
 
 use crate::error::AllocError;
@@ -60,15 +60,16 @@ impl ZoneKind {
 }
 
 pub(crate) struct ZoneInner<'a> {
-    pub buddy: BuddyZone<'a, SingleList>,
+    pub buddy: MobileZone<'a>,
     pub wmark: Watermarks,
     /// Frames withheld from requests whose highest usable zone is the index.
     pub lowmem_reserve: [u64; NR_ZONE_KINDS],
     pub watermark_failures: u64,
 }
 
-/// A zone: a [`BuddyZone`] with watermarks behind a spin lock. All methods
-/// take `&self`, so a zone (or the [`crate::Node`] holding it) can be shared.
+/// A zone: a buddy allocator grouped by mobility ([`MobileZone`]) with
+/// watermarks, behind a spin lock. All methods take `&self`, so a zone (or
+/// the [`crate::Node`] holding it) can be shared.
 pub struct Zone<'a> {
     kind: ZoneKind,
     span: PfnRange,
@@ -76,15 +77,15 @@ pub struct Zone<'a> {
 }
 
 impl<'a> Zone<'a> {
-    /// Metadata bytes a zone over `span` needs (≤ 16 a frame, plus rounding
-    /// of the span to 4 MiB and alignment slack).
+    /// Metadata bytes a zone over `span` needs: 16 a frame (the span rounded
+    /// to 4 MiB) plus one a pageblock, plus alignment slack.
     pub const fn metadata_bytes(span: PfnRange) -> usize {
-        BuddyZone::<SingleList>::metadata_bytes(
-            span,
-            BuddyConfig {
-                max_order: Order::DEFAULT_MAX,
-            },
-        )
+        Self::metadata_bytes_with(span, MOBILITY_DEFAULT)
+    }
+
+    /// The same for a zone built with `config`.
+    pub const fn metadata_bytes_with(span: PfnRange, config: MobilityConfig) -> usize {
+        MobileZone::metadata_bytes(span, config)
     }
 
     /// A zone of `kind` over `span`, with every frame a hole until handed
@@ -96,7 +97,17 @@ impl<'a> Zone<'a> {
         span: PfnRange,
         meta: &'a mut [MaybeUninit<u8>],
     ) -> Result<Zone<'a>, InitError> {
-        let buddy = BuddyZone::new(span, BuddyConfig::default(), meta, SingleList)?;
+        Self::with_config(kind, span, MOBILITY_DEFAULT, meta)
+    }
+
+    /// A zone with explicit mobility choices (pageblock order, grouping).
+    pub fn with_config(
+        kind: ZoneKind,
+        span: PfnRange,
+        config: MobilityConfig,
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<Zone<'a>, InitError> {
+        let buddy = MobileZone::new(span, config, meta)?;
         Ok(Zone {
             kind,
             span,
@@ -124,7 +135,7 @@ impl<'a> Zone<'a> {
     pub fn add_free_range(&self, range: PfnRange) -> Result<(), RangeError> {
         let mut z = self.inner.lock();
         z.buddy.add_free_range(range)?;
-        let managed = z.buddy.managed_pages();
+        let managed = z.buddy.buddy().managed_pages();
         let pages_min = default_min_free_kbytes(managed * 4) / 4;
         z.wmark = Watermarks::compute(pages_min, managed, DEFAULT_WATERMARK_SCALE_FACTOR);
         Ok(())
@@ -132,21 +143,26 @@ impl<'a> Zone<'a> {
 
     /// Allocates `2^order` frames: first against the low watermark, then
     /// against the min watermark with the reserve access `gfp` grants (there
-    /// is no reclaim to wait for). The zone ignores zone-selector bits.
+    /// is no reclaim to wait for). The zone ignores zone-selector bits; the
+    /// mobility bits choose the migratetype.
     #[inline]
     pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         if !gfp.is_valid() {
             return Err(AllocError::InvalidGfp);
         }
-        self.try_alloc(order, AllocFlags::fast(gfp), self.kind)
-            .or_else(|_| self.try_alloc(order, AllocFlags::slow(gfp), self.kind))
+        self.try_alloc(gfp, order, AllocFlags::fast(gfp), self.kind)
+            .or_else(|_| self.try_alloc(gfp, order, AllocFlags::slow(gfp, order), self.kind))
     }
 
     /// One attempt under one lock acquisition: the watermark check for a
-    /// requester whose highest usable zone is `highest`, then the buddy.
+    /// requester whose highest usable zone is `highest`, then the free lists
+    /// of the migratetype `gfp` selects, with fallback as `flags` allow
+    /// (`rmqueue`, spec 01 §6.3-6.4). A high-order atomic success reserves
+    /// its pageblock for later ones (spec 02 §7).
     #[inline]
     pub fn try_alloc(
         &self,
+        gfp: Gfp,
         order: Order,
         flags: AllocFlags,
         highest: ZoneKind,
@@ -154,46 +170,67 @@ impl<'a> Zone<'a> {
         let mut z = self.inner.lock();
         let mark = z.wmark.get(flags.mark());
         let reserve = z.lowmem_reserve[highest.index()];
-        let b = &z.buddy;
-        if order > b.max_order() {
+        let zone = &z.buddy;
+        if order > zone.buddy().max_order() {
             return Err(AllocError::OrderTooLarge);
         }
-        let ok = watermark_ok(b.free_pages(), order.get(), mark, reserve, flags, |o| {
-            (o..=b.max_order().get()).any(|k| b.free_blocks(Order::new(k).unwrap_or_default()) > 0)
+        let reserves = flags.intersects(AllocFlags::RESERVES);
+        let mut free = zone.free_pages();
+        if !reserves {
+            // spec 01 §7.4: the highatomic reserve is not for everyone.
+            free -= zone.free_pages_of(MigrateType::HighAtomic).min(free);
+        }
+        let ok = watermark_ok(free, order.get(), mark, reserve, flags, |o| {
+            let types: &[MigrateType] =
+                if flags.intersects(AllocFlags::HIGHATOMIC | AllocFlags::OOM) {
+                    &[
+                        MigrateType::Unmovable,
+                        MigrateType::Movable,
+                        MigrateType::Reclaimable,
+                        MigrateType::HighAtomic,
+                    ]
+                } else {
+                    &[
+                        MigrateType::Unmovable,
+                        MigrateType::Movable,
+                        MigrateType::Reclaimable,
+                    ]
+                };
+            (o..=zone.buddy().max_order().get())
+                .filter_map(Order::new)
+                .any(|k| types.iter().any(|&t| zone.free_blocks_of(k, t) > 0))
         });
         if !ok {
             z.watermark_failures += 1;
             return Err(AllocError::OutOfMemory);
         }
-        z.buddy
-            .alloc(order, ListId::DEFAULT)
-            .map_err(AllocError::from)
+        let mut mode = AllocMode::empty();
+        mode.set(
+            AllocMode::NOFRAGMENT,
+            flags.contains(AllocFlags::NOFRAGMENT),
+        );
+        mode.set(
+            AllocMode::HIGHATOMIC,
+            flags.contains(AllocFlags::HIGHATOMIC),
+        );
+        mode.set(
+            AllocMode::RESERVES,
+            flags.intersects(AllocFlags::NON_BLOCK | AllocFlags::OOM),
+        );
+        let p = z
+            .buddy
+            .alloc(order, gfp.migratetype(), mode)
+            .map_err(AllocError::from)?;
+        if flags.contains(AllocFlags::HIGHATOMIC) {
+            z.buddy.reserve_highatomic(p, order);
+        }
+        Ok(p)
     }
 
     /// Frees a block; bad input gets a [`FreeError`] and changes nothing.
     #[inline]
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         self.inner.lock().buddy.free(pfn, order)
-    }
-
-    /// Allocates the specific block at `pfn`, ignoring watermarks (for
-    /// contiguous ranges and late reservations).
-    pub fn alloc_at(&self, pfn: Pfn, order: Order) -> Result<(), AllocError> {
-        self.inner
-            .lock()
-            .buddy
-            .alloc_at(pfn, order)
-            .map_err(AllocError::from)
-    }
-
-    /// Reserves every frame of `range` (must all be free).
-    pub fn reserve_range(&self, range: PfnRange) -> Result<(), RangeError> {
-        self.inner.lock().buddy.reserve_range(range)
-    }
-
-    /// Frees a range that `reserve_range` reserved.
-    pub fn release_range(&self, range: PfnRange) -> Result<(), RangeError> {
-        self.inner.lock().buddy.release_range(range)
     }
 
     /// Free frames.
@@ -203,16 +240,21 @@ impl<'a> Zone<'a> {
 
     /// Frames handed over (free or allocated).
     pub fn managed_pages(&self) -> u64 {
-        self.inner.lock().buddy.managed_pages()
+        self.inner.lock().buddy.buddy().managed_pages()
     }
 
-    /// Free blocks of `order`.
+    /// Free blocks of `order` (all types).
     pub fn free_blocks(&self, order: Order) -> u64 {
-        self.inner.lock().buddy.free_blocks(order)
+        self.inner.lock().buddy.buddy().free_blocks(order)
     }
 
     /// The buddy layer's counters.
     pub fn stats(&self) -> Stats {
+        self.inner.lock().buddy.buddy_stats()
+    }
+
+    /// The mobility layer's fallback counters.
+    pub fn fallback_stats(&self) -> FallbackStats {
         self.inner.lock().buddy.stats()
     }
 
@@ -236,9 +278,9 @@ impl<'a> Zone<'a> {
         self.inner.lock().buddy.validate()
     }
 
-    /// Runs `f` on the buddy zone under the lock (for diagnostics and for
-    /// layers that drive the buddy directly).
-    pub fn with_buddy<R>(&self, f: impl FnOnce(&mut BuddyZone<'a, SingleList>) -> R) -> R {
+    /// Runs `f` on the mobility zone under the lock (diagnostics, and the
+    /// layers that drive the free lists directly: compaction, isolation).
+    pub fn with_zone<R>(&self, f: impl FnOnce(&mut MobileZone<'a>) -> R) -> R {
         f(&mut self.inner.lock().buddy)
     }
 }
@@ -247,6 +289,32 @@ impl fmt::Display for Zone<'_> {
     /// One `/proc/buddyinfo` line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let z = self.inner.lock();
-        write!(f, "{}", z.buddy.buddyinfo_named(self.kind.name()))
+        write!(f, "{}", z.buddy.buddy().buddyinfo_named(self.kind.name()))
     }
 }
+
+/// A zone's `/proc/pagetypeinfo` section; see [`Zone::pagetypeinfo`].
+pub struct PageTypeInfo<'z, 'a>(&'z Zone<'a>);
+
+impl fmt::Display for PageTypeInfo<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let z = self.0.inner.lock();
+        write!(f, "{}", z.buddy.pagetypeinfo(self.0.kind.name()))
+    }
+}
+
+impl<'a> Zone<'a> {
+    /// Free blocks per order per migratetype and pageblocks per type.
+    pub fn pagetypeinfo(&self) -> PageTypeInfo<'_, 'a> {
+        PageTypeInfo(self)
+    }
+}
+
+/// The mobility configuration zones get by default.
+const MOBILITY_DEFAULT: MobilityConfig = MobilityConfig {
+    buddy: pageframe_buddy::BuddyConfig {
+        max_order: Order::DEFAULT_MAX,
+    },
+    pageblock_order: Order::HUGE_2M,
+    grouping: true,
+};

@@ -307,3 +307,72 @@ fn x86_64_frame_allocator_adapter() {
     assert_eq!(a.rejected_frees(), 1);
     assert_eq!(node.free_pages(), before);
 }
+
+#[test]
+fn gfp_mobility_bits_choose_the_migratetype_and_keep_types_apart() {
+    use pageframe::MigrateType;
+    assert_eq!(Gfp::KERNEL.migratetype(), MigrateType::Unmovable);
+    assert_eq!(Gfp::HIGHUSER_MOVABLE.migratetype(), MigrateType::Movable);
+    assert_eq!(
+        (Gfp::KERNEL | Gfp::RECLAIMABLE).migratetype(),
+        MigrateType::Reclaimable
+    );
+    let (mut m1, mut m2) = bufs();
+    let node = two_zones(&mut m1, &mut m2, 16 << 10, 16 << 10);
+    let mut got = Vec::new();
+    for i in 0..3000u32 {
+        let gfp = match i % 3 {
+            0 => Gfp::KERNEL,
+            1 => Gfp::KERNEL | Gfp::MOVABLE,
+            _ => Gfp::KERNEL | Gfp::RECLAIMABLE,
+        };
+        let p = node.alloc(gfp, Order::ZERO).unwrap();
+        got.push((p, gfp.migratetype()));
+    }
+    // Every frame sits in a pageblock of its own type: no mixing.
+    let normal = node.zone(ZoneKind::Normal).unwrap();
+    for &(p, mt) in &got {
+        let t = normal.with_zone(|z| z.block_type(p)).unwrap();
+        assert_eq!(t, mt, "{p:?}");
+    }
+    let s = normal.fallback_stats();
+    assert!(
+        s.claims_whole >= 2,
+        "unmovable and reclaimable each claimed a block"
+    );
+    assert_eq!(s.steals, 0);
+    for (p, _) in got {
+        node.free(p, Order::ZERO).unwrap();
+    }
+    node.validate().unwrap();
+    assert!(
+        normal
+            .pagetypeinfo()
+            .to_string()
+            .contains("type  Reclaimable")
+    );
+}
+
+#[test]
+fn high_order_atomic_requests_reserve_a_highatomic_block() {
+    // spec 02 §7: after a high-order atomic success in the slow path, its
+    // pageblock becomes reserve (zones of >= 100 pageblocks only).
+    let span = r(0, 128 * 512);
+    let mut m = buf(span);
+    let zone = Zone::new(ZoneKind::Normal, span, &mut m).unwrap();
+    zone.add_free_range(span).unwrap();
+    // Drain to the low watermark so the atomic request reaches the slow pass.
+    let low = zone.watermarks().low;
+    let mut held = Vec::new();
+    while zone.free_pages() > low {
+        held.push(zone.alloc(Gfp::KERNEL, Order::ZERO).unwrap());
+    }
+    let p = zone.alloc(Gfp::ATOMIC, Order::new(2).unwrap()).unwrap();
+    let t = zone.with_zone(|z| (z.block_type(p), z.highatomic_reserved()));
+    assert_eq!(t, (Some(pageframe::MigrateType::HighAtomic), 512));
+    zone.free(p, Order::new(2).unwrap()).unwrap();
+    for q in held {
+        zone.free(q, Order::ZERO).unwrap();
+    }
+    zone.validate().unwrap();
+}

@@ -8,8 +8,7 @@ use crate::memmap::{PAGE_SIZE, PhysRange};
 use crate::println;
 use crate::time::{Cycles, TscRate};
 use core::fmt;
-use pageframe::buddy::{ListId, MAX_LISTS};
-use pageframe::{Mark, Node, Order};
+use pageframe::{Mark, Node};
 
 /// The firmware map and what stays out of the allocator.
 pub fn boot(info: &BootInfo, kernel: PhysRange) {
@@ -86,25 +85,9 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
 pub fn free_lists(node: &Node<'_>) {
     println!("buddyinfo:");
     crate::print!("{}", node.buddyinfo());
-    println!("pagetypeinfo (free blocks per order and free list):");
+    println!("pagetypeinfo:");
     for zone in node.zones() {
-        zone.with_buddy(|b| {
-            let max = b.max_order().get();
-            for list in (0..MAX_LISTS as u8).filter_map(ListId::new) {
-                if list != ListId::DEFAULT && b.free_pages_in(list) == 0 {
-                    continue;
-                }
-                crate::print!(
-                    "Node 0, zone {:>8}, list {}",
-                    zone.kind().name(),
-                    list.get()
-                );
-                for o in (0..=max).filter_map(Order::new) {
-                    crate::print!(" {:>6}", b.free_blocks_in(o, list));
-                }
-                println!();
-            }
-        });
+        crate::print!("{}", zone.pagetypeinfo());
     }
     for zone in node.zones() {
         let w = zone.watermarks();

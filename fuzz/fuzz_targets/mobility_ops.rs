@@ -13,7 +13,7 @@ use pageframe_mobility::model::{Model, Op};
 use pageframe_mobility::{MobileZone, MobilityConfig};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=19u8)? {
+    Ok(match u.int_in_range(0..=20u8)? {
         0..=6 => Op::Alloc(u.int_in_range(0..=10)?, u.arbitrary()?, u.arbitrary()?),
         7..=12 => Op::Free(u.arbitrary()?),
         13 => Op::FreeAny(u.int_in_range(0..=7000)?, u.int_in_range(0..=11)?),
@@ -22,6 +22,7 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         16 => Op::SetType(u.arbitrary()?, u.arbitrary()?),
         17 => Op::Reserve(u.arbitrary()?),
         18 => Op::Unreserve(u.arbitrary()?, u.arbitrary()?),
+        19 => Op::TakeFree(u.arbitrary()?),
         _ => Op::Pin(u.arbitrary()?, u.arbitrary()?),
     })
 }

@@ -69,4 +69,6 @@ pub mod tag {
     /// The owner pinned the block: it cannot move for now (compaction and
     /// isolation treat it as unmovable).
     pub const PINNED: u32 = 1 << 3;
+    /// The bits this layer owns; `MobileZone::set_tag_bits` leaves them alone.
+    pub const RESERVED: u32 = 0xff;
 }

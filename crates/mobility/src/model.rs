@@ -31,6 +31,8 @@ pub enum Op {
     Unreserve(u8, bool),
     /// Pin or unpin the n-th live block.
     Pin(usize, bool),
+    /// Take the free block holding frame `start + n` whole (compaction's free scanner).
+    TakeFree(u64),
 }
 
 macro_rules! ensure {
@@ -153,6 +155,16 @@ impl Model {
             }
             Op::Unreserve(t, force) => {
                 z.unreserve_highatomic(basic(t), force);
+            }
+            Op::TakeFree(n) => {
+                let span = z.span();
+                let pfn = Pfn(span.start.get() + n % span.len().max(1));
+                if let Some(BlockInfo::Free { head, order, .. }) = z.buddy().block_at(pfn) {
+                    let res = z.take_free_block(head, MigrateType::Movable);
+                    ensure!(res == Ok(order), "take of a free block: {res:?}");
+                    self.live
+                        .insert(head.get(), (order.get(), MigrateType::Movable));
+                }
             }
             Op::Pin(n, on) => {
                 if let Some((&p, _)) = self.live.iter().nth(n % self.live.len().max(1)) {

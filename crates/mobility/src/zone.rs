@@ -235,6 +235,60 @@ impl<'a> MobileZone<'a> {
             .and_then(|t| MigrateType::from_value((t & tag::MT_MASK) as u8))
     }
 
+    /// Takes the free block headed by `head` off the free lists as an
+    /// allocation of type `mt` (compaction's free scanner,
+    /// `__isolate_free_page`): blocks of at least half a pageblock retype
+    /// their mergeable pageblocks to `mt`, as Linux does for movable. Returns
+    /// the block's order.
+    pub fn take_free_block(&mut self, head: Pfn, mt: MigrateType) -> Result<Order, AllocError> {
+        let order = self.buddy.take_free_block(head)?;
+        self.buddy.set_tag(head, mt as u32);
+        let pb = self.pageblock_order();
+        if order.get() + 1 >= pb.get() {
+            let end = head + order.pages();
+            let mut p = head.align_down(pb);
+            while p < end {
+                // Retype with the block's other free memory (hygiene).
+                if self
+                    .mobility()
+                    .blocks
+                    .get(p)
+                    .is_some_and(MigrateType::is_mergeable)
+                    && mt.is_mergeable()
+                {
+                    self.move_block_free_lists(p, mt);
+                }
+                p = p + pb.pages();
+            }
+        }
+        Ok(order)
+    }
+
+    /// Allocates the specific block at `pfn` as type `mt` (contiguous
+    /// allocation, compaction capture), ignoring types and fallback.
+    pub fn alloc_at(&mut self, pfn: Pfn, order: Order, mt: MigrateType) -> Result<(), AllocError> {
+        self.buddy.alloc_at(pfn, order)?;
+        self.buddy.set_tag(pfn, mt as u32);
+        Ok(())
+    }
+
+    /// The tag word of an allocated block (see [`tag`] for the bits this
+    /// layer uses; bits from 8 up are free for layers above).
+    pub fn tag(&self, head: Pfn) -> Option<u32> {
+        self.buddy.tag(head)
+    }
+
+    /// Sets the bits of an allocated block's tag selected by `mask` (bits
+    /// 0..=3 belong to this layer: change them through its operations).
+    /// `false`, changing nothing, if `head` is not an allocated block's head.
+    pub fn set_tag_bits(&mut self, head: Pfn, mask: u32, value: u32) -> bool {
+        let mask = mask & !tag::RESERVED;
+        match self.buddy.tag(head) {
+            Some(t) => self.buddy.set_tag(head, (t & !mask) | (value & mask)),
+            None => false,
+        }
+    }
+
     /// Pins or unpins an allocated block: a pinned block is treated as
     /// unmovable (isolation refuses it, compaction skips it). `false`,
     /// changing nothing, if `head` is not an allocated block's head.

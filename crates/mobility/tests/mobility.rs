@@ -393,3 +393,34 @@ fn pagetypeinfo_counts_blocks_per_type() {
     assert_eq!(nums, vec![1, 3, 0, 0, 0, 0]);
     assert!(text.contains("type    Unmovable"));
 }
+
+#[test]
+fn compaction_entry_points() {
+    zone!(m, z, 2);
+    // take_free_block: a whole free block leaves the lists as an allocation.
+    let head = Pfn(0);
+    assert_eq!(z.take_free_block(head, M::Movable), Ok(o(10)));
+    assert_eq!(z.allocated_type(head), Some(M::Movable));
+    assert_eq!(z.take_free_block(head, M::Movable), Err(AllocError::Busy));
+    z.free(head, o(10)).unwrap();
+    // alloc_at a specific block; tags above the reserved bits are free to use.
+    z.alloc_at(Pfn(64), o(3), M::Movable).unwrap();
+    assert_eq!(z.alloc_at(Pfn(64), o(3), M::Movable), Err(AllocError::Busy));
+    assert!(z.set_tag_bits(Pfn(64), 0xff00 | tag::PINNED, 0x1200 | tag::PINNED));
+    assert_eq!(
+        z.tag(Pfn(64)),
+        Some(0x1200 | M::Movable as u32),
+        "reserved bits untouched"
+    );
+    assert!(!z.is_pinned(Pfn(64)));
+    assert!(!z.set_tag_bits(Pfn(65), 0xff00, 0));
+    z.free(Pfn(64), o(3)).unwrap();
+    z.validate().unwrap();
+    // Taking a large free block of another type retypes it movable.
+    z.set_block_type(Pfn(PB), M::Unmovable).unwrap();
+    let (h, _) = (Pfn(PB), ());
+    assert_eq!(z.take_free_block(h, M::Movable), Ok(o(9)));
+    assert_eq!(z.block_type(h), Some(M::Movable));
+    z.free(h, o(9)).unwrap();
+    z.validate().unwrap();
+}

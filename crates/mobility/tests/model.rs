@@ -18,6 +18,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Reserve),
         1 => (0u8..3, any::<bool>()).prop_map(|(t, f)| Op::Unreserve(t, f)),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(n, on)| Op::Pin(n, on)),
+        1 => any::<u64>().prop_map(Op::TakeFree),
     ]
 }
 

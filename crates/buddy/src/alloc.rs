@@ -55,6 +55,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         f.order = order;
         f.tag = 0;
         self.stats.allocs += 1;
+        let p = self.pfn(i);
+        self.policy.allocated(p, Order::new_unchecked(order));
     }
 
     /// Allocates the specific block of `order` at `pfn` (for contiguous

@@ -18,6 +18,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let i = self.check_free(pfn, order)?;
         let list = self.policy.list_for(pfn);
         self.stats.frees += 1;
+        self.policy.freed(pfn, order);
         self.free_block(i, order.get(), list, false);
         Ok(())
     }
@@ -101,7 +102,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.stats.merges += 1;
         }
         self.set(i, State::FreeHead, order);
-        let tail = to_tail || self.merge_likely(i, order);
+        let tail = to_tail
+            || self.merge_likely(i, order)
+            || self
+                .policy
+                .prefer_tail(self.pfn(i), Order::new_unchecked(order));
         self.areas.push(&mut self.frames, i, order, list, tail);
         (i, order)
     }

@@ -69,6 +69,28 @@ pub trait MergePolicy {
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {
         let _ = (buddy, order, into);
     }
+
+    /// Told after `2^order` frames at `pfn` were allocated, by any path
+    /// (for placement policies that track how full memory regions are).
+    #[inline]
+    fn allocated(&mut self, pfn: Pfn, order: Order) {
+        let _ = (pfn, order);
+    }
+
+    /// Told before the block of `2^order` frames at `pfn` is freed.
+    #[inline]
+    fn freed(&mut self, pfn: Pfn, order: Order) {
+        let _ = (pfn, order);
+    }
+
+    /// Whether a block freed at `pfn` with final `order` (after merging)
+    /// should go to the tail of its list, to be allocated last. The core
+    /// also tails blocks likely to merge (spec 01 §5.1).
+    #[inline]
+    fn prefer_tail(&self, pfn: Pfn, order: Order) -> bool {
+        let _ = (pfn, order);
+        false
+    }
 }
 
 /// The trivial policy: one list, everything merges.

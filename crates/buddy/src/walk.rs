@@ -151,7 +151,9 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         for k in 0..1u32 << (order.get() - piece.get()) {
             let j = i + k * step;
             self.set(j, State::AllocHead, piece.get());
-            let list = self.policy.list_for(self.pfn(j));
+            let pj = self.pfn(j);
+            self.policy.freed(pj, piece);
+            let list = self.policy.list_for(pj);
             self.free_block(j, piece.get(), list, false);
         }
         Ok(())

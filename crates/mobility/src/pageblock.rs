@@ -1,5 +1,6 @@
-//! The pageblock bitmap: one byte per pageblock in caller memory holding its
-//! migratetype, the compaction skip hint and the isolate bit (spec 02 §3).
+//! The pageblock bitmap: per pageblock in caller memory, one byte holding
+//! its migratetype, the compaction skip hint and the isolate bit (spec 02
+//! §3), and a 16-bit count of allocated frames for the placement policy.
 
 use core::mem::MaybeUninit;
 
@@ -12,6 +13,8 @@ const TYPE_MASK: u8 = 0b111;
 const SKIP: u8 = 1 << 3;
 /// Isolated; the type bits keep the underlying type (spec 02 §3, 6.17+).
 const ISOLATE: u8 = 1 << 4;
+/// Bytes per pageblock: flags, then the allocated-frame count (LE u16).
+const STRIDE: usize = 3;
 
 /// Per-pageblock flags for a span of frames.
 pub struct Pageblocks<'a> {
@@ -25,7 +28,7 @@ impl<'a> Pageblocks<'a> {
     pub const fn bytes(span: PfnRange, order: Order) -> usize {
         let lo = span.start.align_down(order).get();
         let hi = span.end.align_up(order).get();
-        ((hi.saturating_sub(lo)) >> order.get()) as usize
+        ((hi.saturating_sub(lo)) >> order.get()) as usize * STRIDE
     }
 
     /// A bitmap over `span`, every block typed `initial`, carved from `mem`
@@ -38,8 +41,8 @@ impl<'a> Pageblocks<'a> {
     ) -> Option<Self> {
         let n = Self::bytes(span, order);
         let mem = mem.get_mut(..n)?;
-        for b in mem.iter_mut() {
-            b.write(initial as u8);
+        for (i, b) in mem.iter_mut().enumerate() {
+            b.write(if i % STRIDE == 0 { initial as u8 } else { 0 });
         }
         // SAFETY: every one of the `n` bytes was written just above, and
         // `MaybeUninit<u8>` has the layout of `u8`.
@@ -63,12 +66,32 @@ impl<'a> Pageblocks<'a> {
 
     /// Number of pageblocks.
     pub fn len(&self) -> usize {
-        self.bits.len()
+        self.bits.len() / STRIDE
     }
 
     /// Whether the bitmap covers no block.
     pub fn is_empty(&self) -> bool {
         self.bits.is_empty()
+    }
+
+    /// Allocated frames in `pfn`'s block, as counted by the placement
+    /// policy (0 when it is off).
+    pub fn used(&self, pfn: Pfn) -> u16 {
+        self.index(pfn).map_or(0, |i| {
+            u16::from_le_bytes([self.bits[i * STRIDE + 1], self.bits[i * STRIDE + 2]])
+        })
+    }
+
+    /// Adds `delta` (may be negative) to the allocated-frame count of `pfn`'s block.
+    #[inline]
+    pub(crate) fn add_used(&mut self, pfn: Pfn, delta: i32) {
+        if let Some(i) = self.index(pfn) {
+            let at = i * STRIDE + 1;
+            let v = u16::from_le_bytes([self.bits[at], self.bits[at + 1]]) as i32 + delta;
+            let [lo, hi] = (v.clamp(0, u16::MAX as i32) as u16).to_le_bytes();
+            self.bits[at] = lo;
+            self.bits[at + 1] = hi;
+        }
     }
 
     /// The frames of the pageblock holding `pfn`.
@@ -77,15 +100,26 @@ impl<'a> Pageblocks<'a> {
         PfnRange::new(s, s + self.pages())
     }
 
+    #[inline]
     fn index(&self, pfn: Pfn) -> Option<usize> {
         let i = (pfn.get().checked_sub(self.first.get())? >> self.order) as usize;
-        (i < self.bits.len()).then_some(i)
+        (i < self.len()).then_some(i)
+    }
+
+    #[inline]
+    fn flags(&self, i: usize) -> u8 {
+        self.bits[i * STRIDE]
+    }
+
+    #[inline]
+    fn flags_mut(&mut self, i: usize) -> &mut u8 {
+        &mut self.bits[i * STRIDE]
     }
 
     /// The effective type of `pfn`'s block: `Isolate` if isolated.
     #[inline]
     pub fn get(&self, pfn: Pfn) -> Option<MigrateType> {
-        let b = self.bits[self.index(pfn)?];
+        let b = self.flags(self.index(pfn)?);
         if b & ISOLATE != 0 {
             Some(MigrateType::Isolate)
         } else {
@@ -95,7 +129,7 @@ impl<'a> Pageblocks<'a> {
 
     /// The underlying type, ignoring isolation.
     pub fn base(&self, pfn: Pfn) -> Option<MigrateType> {
-        MigrateType::from_value(self.bits[self.index(pfn)?] & TYPE_MASK)
+        MigrateType::from_value(self.flags(self.index(pfn)?) & TYPE_MASK)
     }
 
     /// Sets the type; setting a type clears isolation (spec 02 §11.8).
@@ -103,7 +137,8 @@ impl<'a> Pageblocks<'a> {
     pub fn set(&mut self, pfn: Pfn, mt: MigrateType) -> bool {
         match (self.index(pfn), mt) {
             (Some(i), t) if t != MigrateType::Isolate => {
-                self.bits[i] = (self.bits[i] & SKIP) | t as u8;
+                let f = self.flags_mut(i);
+                *f = (*f & SKIP) | t as u8;
                 true
             }
             _ => false,
@@ -112,39 +147,34 @@ impl<'a> Pageblocks<'a> {
 
     /// Whether the block is isolated.
     pub fn is_isolated(&self, pfn: Pfn) -> bool {
-        self.index(pfn).is_some_and(|i| self.bits[i] & ISOLATE != 0)
+        self.index(pfn)
+            .is_some_and(|i| self.flags(i) & ISOLATE != 0)
     }
 
     /// Sets or clears the isolate bit, keeping the type bits.
     pub fn set_isolated(&mut self, pfn: Pfn, on: bool) {
         if let Some(i) = self.index(pfn) {
-            if on {
-                self.bits[i] |= ISOLATE
-            } else {
-                self.bits[i] &= !ISOLATE
-            }
+            let f = self.flags_mut(i);
+            if on { *f |= ISOLATE } else { *f &= !ISOLATE }
         }
     }
 
     /// The compaction skip hint.
     pub fn skip(&self, pfn: Pfn) -> bool {
-        self.index(pfn).is_some_and(|i| self.bits[i] & SKIP != 0)
+        self.index(pfn).is_some_and(|i| self.flags(i) & SKIP != 0)
     }
 
     /// Sets or clears the compaction skip hint.
     pub fn set_skip(&mut self, pfn: Pfn, on: bool) {
         if let Some(i) = self.index(pfn) {
-            if on {
-                self.bits[i] |= SKIP
-            } else {
-                self.bits[i] &= !SKIP
-            }
+            let f = self.flags_mut(i);
+            if on { *f |= SKIP } else { *f &= !SKIP }
         }
     }
 
     /// Clears every skip hint (spec 03 §6.3).
     pub fn clear_skip_all(&mut self) {
-        for b in self.bits.iter_mut() {
+        for b in self.bits.iter_mut().step_by(STRIDE) {
             *b &= !SKIP;
         }
     }
@@ -152,7 +182,7 @@ impl<'a> Pageblocks<'a> {
     /// Pageblocks of each effective type, indexed by type value.
     pub fn count_by_type(&self) -> [u64; crate::MIGRATE_TYPES] {
         let mut n = [0u64; crate::MIGRATE_TYPES];
-        for &b in self.bits.iter() {
+        for &b in self.bits.iter().step_by(STRIDE) {
             let t = if b & ISOLATE != 0 {
                 MigrateType::Isolate as usize
             } else {

@@ -12,6 +12,8 @@ use crate::{MigrateType, Pageblocks};
 pub struct Mobility<'a> {
     pub(crate) blocks: Pageblocks<'a>,
     pub(crate) grouping: bool,
+    /// Fill the fullest pageblocks first (see [`crate::MobilityConfig::placement`]).
+    pub(crate) placement: bool,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
@@ -58,6 +60,48 @@ impl MergePolicy for Mobility<'_> {
         while p < buddy + order.pages() {
             self.blocks.set(p, mt);
             p = p + self.blocks.pages();
+        }
+    }
+
+    #[inline]
+    fn allocated(&mut self, pfn: Pfn, order: Order) {
+        if self.placement {
+            self.count(pfn, order, 1);
+        }
+    }
+
+    #[inline]
+    fn freed(&mut self, pfn: Pfn, order: Order) {
+        if self.placement {
+            self.count(pfn, order, -1);
+        }
+    }
+
+    /// Placement policy: a block freed into a pageblock that is less than
+    /// half used goes to the tail, so allocations keep filling the fullest
+    /// pageblocks and the sparse ones drain into whole free blocks.
+    #[inline]
+    fn prefer_tail(&self, pfn: Pfn, order: Order) -> bool {
+        self.placement
+            && order < self.blocks.order()
+            && u64::from(self.blocks.used(pfn)) < self.blocks.pages() / 2
+    }
+}
+
+impl Mobility<'_> {
+    /// Adds `sign * 2^order` to the allocated counts of the pageblocks the
+    /// block covers.
+    #[inline]
+    fn count(&mut self, pfn: Pfn, order: Order, sign: i32) {
+        let pb = self.blocks.pages();
+        if order.pages() <= pb {
+            self.blocks.add_used(pfn, sign * order.pages() as i32);
+        } else {
+            let mut p = pfn;
+            while p < pfn + order.pages() {
+                self.blocks.add_used(p, sign * pb as i32);
+                p = p + pb;
+            }
         }
     }
 }

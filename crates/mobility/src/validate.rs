@@ -1,6 +1,6 @@
 //! Invariants of the mobility layer on top of the buddy core's.
 
-use pageframe_buddy::{BlockInfo, ValidateError};
+use pageframe_buddy::{BlockInfo, PfnRange, ValidateError};
 
 use crate::MigrateType;
 use crate::zone::MobileZone;
@@ -28,6 +28,27 @@ impl MobileZone<'_> {
                         ));
                     }
                     q = q.align_down(blocks.order()) + blocks.pages();
+                }
+            }
+        }
+        if self.mobility().placement {
+            for i in 0..blocks.len() {
+                let start = blocks.block_start(i);
+                let used: u64 = self
+                    .buddy
+                    .walk(PfnRange::new(start, start + blocks.pages()))
+                    .map(|(p, info)| match info {
+                        BlockInfo::Allocated { head, order, .. } => {
+                            (head + order.pages()).min(start + blocks.pages()) - p.max(start)
+                        }
+                        _ => 0,
+                    })
+                    .sum();
+                if used != u64::from(blocks.used(start)) {
+                    return Err(bad(
+                        "pageblock allocated-frame count disagrees with its blocks",
+                        Some(start),
+                    ));
                 }
             }
         }

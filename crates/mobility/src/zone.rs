@@ -23,15 +23,29 @@ pub struct MobilityConfig {
     /// Group by mobility. Off, every request is treated as unmovable and
     /// fallback never happens (Linux on tiny systems; the lab's baseline).
     pub grouping: bool,
+    /// Placement policy (not in Linux): count allocated frames per pageblock
+    /// and file frames freed into pageblocks under half full at the tail of
+    /// their lists, so allocations refill the fullest pageblocks and sparse
+    /// ones drain into whole free 2 MiB blocks. Costs a counter update per
+    /// allocation and free.
+    pub placement: bool,
+}
+
+impl MobilityConfig {
+    /// Maximum order 10, 2 MiB pageblocks, grouping and placement on.
+    pub const DEFAULT: MobilityConfig = MobilityConfig {
+        buddy: BuddyConfig {
+            max_order: Order::DEFAULT_MAX,
+        },
+        pageblock_order: Order::HUGE_2M,
+        grouping: true,
+        placement: true,
+    };
 }
 
 impl Default for MobilityConfig {
     fn default() -> Self {
-        MobilityConfig {
-            buddy: BuddyConfig::default(),
-            pageblock_order: Order::HUGE_2M,
-            grouping: true,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -100,6 +114,7 @@ impl<'a> MobileZone<'a> {
         let policy = Mobility {
             blocks,
             grouping: config.grouping,
+            placement: config.placement,
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
         };

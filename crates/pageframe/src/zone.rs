@@ -311,10 +311,4 @@ impl<'a> Zone<'a> {
 }
 
 /// The mobility configuration zones get by default.
-const MOBILITY_DEFAULT: MobilityConfig = MobilityConfig {
-    buddy: pageframe_buddy::BuddyConfig {
-        max_order: Order::DEFAULT_MAX,
-    },
-    pageblock_order: Order::HUGE_2M,
-    grouping: true,
-};
+const MOBILITY_DEFAULT: MobilityConfig = MobilityConfig::DEFAULT;

@@ -15,7 +15,7 @@ fn scenario() -> impl Strategy<Value = (u8, u64, u64, Vec<(u64, u64)>, Vec<Op>)>
     (
         prop_oneof![Just(3u8), Just(5u8), Just(10u8)],
         0u64..5000,
-        64u64..3000,
+        64u64..MAX_LEN,
     )
         .prop_flat_map(|(max, start, len)| {
             let ranges = prop::collection::vec((0..len, 1..len), 1..4);

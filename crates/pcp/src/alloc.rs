@@ -66,26 +66,23 @@ impl PerCpuPages<'_> {
         let pages = order.pages();
         let mut done = 0;
         while done < out.len() {
-            match self.lists.pop_head(li) {
-                Some(f) => {
-                    out[done] = f;
-                    done += 1;
-                    self.count -= pages;
-                    self.stats.local_hits += 1;
-                }
-                None => {
-                    let n = self.nr_pcp_alloc(zone.flags(), order);
-                    if self.refill(zone, order, mt, li, n) == 0 {
-                        self.stats.misses += 1;
-                        break;
-                    }
-                    // The first block after a refill is not a local hit.
-                    if let Some(f) = self.lists.pop_head(li) {
-                        out[done] = f;
-                        done += 1;
-                        self.count -= pages;
-                    }
-                }
+            let k = self.lists.pop_head_into(li, &mut out[done..]);
+            if k > 0 {
+                done += k;
+                self.count -= k as u32 * pages;
+                self.stats.local_hits += k as u64;
+                continue;
+            }
+            let n = self.nr_pcp_alloc(zone.flags(), order);
+            if self.refill(zone, order, mt, li, n) == 0 {
+                self.stats.misses += 1;
+                break;
+            }
+            // The first block after a refill is not a local hit.
+            if let Some(f) = self.lists.pop_head(li) {
+                out[done] = f;
+                done += 1;
+                self.count -= pages;
             }
         }
         self.stats.allocs += done as u64;

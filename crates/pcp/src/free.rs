@@ -57,6 +57,57 @@ impl PerCpuPages<'_> {
         Ok(self.commit_threshold(zone, zflags, li, false, 0))
     }
 
+    /// Frees every block of `frames` (same order and list type), with the
+    /// same result as calling [`free`](Self::free) on each in turn: runs of
+    /// order-0 frees that keep `count` below `high` while the zone is calm
+    /// change nothing but counters, so they are pushed in one go and
+    /// accounted once. Stops at the first error, reporting how many were
+    /// freed.
+    pub fn free_bulk<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        frames: &[Frame],
+        order: Order,
+        mt: Migratetype,
+    ) -> Result<usize, (usize, PcpError)> {
+        let li =
+            ListIndex::of(order, mt, self.config.thp_order()).ok_or((0, PcpError::NotCached))?;
+        let mut i = 0;
+        while i < frames.len() {
+            if order.0 == 0 && zone.flags().is_empty() {
+                // Each of these frees leaves count < high (§5.3 then keeps
+                // high and nothing spills).
+                let below = self.high.saturating_sub(self.count + 1) as usize;
+                let k = below.min(frames.len() - i);
+                let pushed = if k > 0 {
+                    self.lists.push_head_from(li, &frames[i..i + k])
+                } else {
+                    0
+                };
+                if pushed > 0 {
+                    self.account_order0_frees(pushed as u32);
+                    i += pushed;
+                    continue;
+                }
+            }
+            self.free(zone, frames[i], order, mt).map_err(|e| (i, e))?;
+            i += 1;
+        }
+        Ok(frames.len())
+    }
+
+    /// The bookkeeping of `k` order-0 frees that did not reach `high`.
+    fn account_order0_frees(&mut self, k: u32) {
+        self.alloc_factor = if k >= 8 { 0 } else { self.alloc_factor >> k };
+        self.count += k;
+        self.stats.frees += k as u64;
+        self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
+        let cap = self.sizing.batch() << self.config.scale_max();
+        if self.free_count < cap {
+            self.free_count = (self.free_count + k).min(cap);
+        }
+    }
+
     /// The general free path: high orders, full slot memory.
     #[inline(never)]
     fn free_slow<Z: PcpZone>(

@@ -181,6 +181,80 @@ impl<'m> Lists<'m> {
         Some(self.put_slot(s))
     }
 
+    /// Pops up to `out.len()` blocks from the head into `out` (the same
+    /// order as repeated [`pop_head`](Self::pop_head)); returns how many.
+    /// The popped cells already form a chain, so they go back to the free
+    /// stack with one splice.
+    pub(crate) fn pop_head_into(&mut self, li: ListIndex, out: &mut [Frame]) -> usize {
+        let h = self.heads[li.get()];
+        let k = (h.len as usize).min(out.len());
+        if k == 0 {
+            return 0;
+        }
+        let first = h.first;
+        let mut s = first;
+        let mut last = first;
+        for o in out[..k].iter_mut() {
+            let slot = &self.slots[s as usize];
+            *o = Frame(slot.frame);
+            last = s;
+            s = slot.next;
+        }
+        // `s` is the new head (or NIL).
+        let head = &mut self.heads[li.get()];
+        head.first = s;
+        head.len -= k as u32;
+        if s == NIL {
+            head.last = NIL;
+        } else {
+            self.slots[s as usize].prev = NIL;
+        }
+        self.slots[last as usize].next = self.free;
+        self.free = first;
+        self.used -= k as u32;
+        k
+    }
+
+    /// Pushes `frames` at the head one after the other (the last ends up
+    /// first, as with repeated [`push_head`](Self::push_head)) while free
+    /// cells last; returns how many were pushed.
+    pub(crate) fn push_head_from(&mut self, li: ListIndex, frames: &[Frame]) -> usize {
+        let old = self.heads[li.get()].first;
+        let mut below = old; // the cell the next pushed block points to
+        let mut first_pushed = NIL;
+        let mut n = 0usize;
+        for &f in frames {
+            let s = self.free;
+            if s == NIL {
+                break;
+            }
+            if first_pushed == NIL {
+                first_pushed = s;
+            }
+            let slot = &mut self.slots[s as usize];
+            self.free = slot.next;
+            slot.frame = f.0;
+            slot.next = below;
+            slot.prev = NIL;
+            if below != NIL {
+                self.slots[below as usize].prev = s;
+            }
+            below = s;
+            n += 1;
+        }
+        if n > 0 {
+            let h = &mut self.heads[li.get()];
+            if old == NIL {
+                // Into an empty list the first block pushed is the tail.
+                h.last = first_pushed;
+            }
+            h.first = below;
+            h.len += n as u32;
+            self.used += n as u32;
+        }
+        n
+    }
+
     /// Removes the tail (the coldest block, spilled first, spec 04 §5.5).
     #[inline]
     pub(crate) fn pop_tail(&mut self, li: ListIndex) -> Option<Frame> {
@@ -285,6 +359,31 @@ mod tests {
         l.check().unwrap();
         assert_eq!(l.pop_tail(li(5)), Some(Frame(9)));
         assert_eq!(l.free_slots(), 4);
+        l.check().unwrap();
+    }
+
+    #[test]
+    fn bulk_moves_match_single_moves() {
+        let mut mem = [Slot::EMPTY; 6];
+        let mut l = Lists::new(&mut mem);
+        l.push_head(li(2), Frame(100)).unwrap();
+        let pushed = l.push_head_from(
+            li(2),
+            &[Frame(1), Frame(2), Frame(3), Frame(4), Frame(5), Frame(6)],
+        );
+        assert_eq!(pushed, 5, "stops when the cells run out");
+        l.check().unwrap();
+        let mut out = [Frame(0); 4];
+        assert_eq!(l.pop_head_into(li(2), &mut out), 4);
+        assert_eq!(out, [Frame(5), Frame(4), Frame(3), Frame(2)]);
+        l.check().unwrap();
+        assert_eq!(l.pop_tail(li(2)), Some(Frame(100)));
+        assert_eq!(l.pop_head_into(li(2), &mut out), 1);
+        assert_eq!(out[0], Frame(1));
+        assert_eq!(l.pop_head_into(li(2), &mut out), 0);
+        // Into an empty list: the first pushed block is the tail.
+        assert_eq!(l.push_head_from(li(3), &[Frame(7), Frame(8)]), 2);
+        assert_eq!(l.pop_tail(li(3)), Some(Frame(7)));
         l.check().unwrap();
     }
 }

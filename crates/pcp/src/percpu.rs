@@ -412,8 +412,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.free(zone, frame, order, mt))
     }
 
-    /// Frees every frame of `frames` (same order and type) with one mailbox
-    /// check; stops at the first error and returns how many were freed.
+    /// [`PerCpuPages::free_bulk`] on this CPU's cache (one mailbox check).
     pub fn free_bulk<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -422,12 +421,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         mt: Migratetype,
     ) -> Result<usize, (usize, PcpError)> {
         self.poll(zone);
-        self.with(|c| {
-            for (i, &f) in frames.iter().enumerate() {
-                c.free(zone, f, order, mt).map_err(|e| (i, e))?;
-            }
-            Ok(frames.len())
-        })
+        self.with(|c| c.free_bulk(zone, frames, order, mt))
     }
 
     /// The periodic step (spec 04 §6): honours requests, then decays `high`.

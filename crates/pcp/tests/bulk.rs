@@ -7,7 +7,10 @@ use pageframe_pcp::{
 };
 use proptest::prelude::*;
 
-fn snapshot(c: &PerCpuPages<'_>) -> (u32, u32, u32, u8, u8, u64, Vec<(usize, u64)>) {
+/// count, high, free_count, alloc_factor, flags, frees, blocks by list.
+type Snapshot = (u32, u32, u32, u8, u8, u64, Vec<(usize, u64)>);
+
+fn snapshot(c: &PerCpuPages<'_>) -> Snapshot {
     let mut blocks = Vec::new();
     c.for_each_block(|li, f| blocks.push((li.get(), f.0)));
     (

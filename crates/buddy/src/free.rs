@@ -102,11 +102,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.stats.merges += 1;
         }
         self.set(i, State::FreeHead, order);
-        let tail = to_tail
-            || self.merge_likely(i, order)
-            || self
-                .policy
-                .prefer_tail(self.pfn(i), Order::new_unchecked(order));
+        let tail = to_tail || self.merge_likely(i, order);
         self.areas.push(&mut self.frames, i, order, list, tail);
         (i, order)
     }

@@ -82,15 +82,6 @@ pub trait MergePolicy {
     fn freed(&mut self, pfn: Pfn, order: Order) {
         let _ = (pfn, order);
     }
-
-    /// Whether a block freed at `pfn` with final `order` (after merging)
-    /// should go to the tail of its list, to be allocated last. The core
-    /// also tails blocks likely to merge (spec 01 §5.1).
-    #[inline]
-    fn prefer_tail(&self, pfn: Pfn, order: Order) -> bool {
-        let _ = (pfn, order);
-        false
-    }
 }
 
 /// The trivial policy: one list, everything merges.

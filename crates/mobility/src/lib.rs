@@ -47,6 +47,7 @@ mod migratetype;
 #[cfg(feature = "std")]
 pub mod model;
 mod pageblock;
+mod placement;
 mod policy;
 mod report;
 mod stats;

@@ -14,6 +14,8 @@ pub struct Mobility<'a> {
     pub(crate) grouping: bool,
     /// Fill the fullest pageblocks first (see [`crate::MobilityConfig::placement`]).
     pub(crate) placement: bool,
+    /// The placement policy's targets and candidates.
+    pub(crate) targets: crate::placement::Targets,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
@@ -75,16 +77,6 @@ impl MergePolicy for Mobility<'_> {
         if self.placement {
             self.count(pfn, order, -1);
         }
-    }
-
-    /// Placement policy: a block freed into a pageblock that is less than
-    /// half used goes to the tail, so allocations keep filling the fullest
-    /// pageblocks and the sparse ones drain into whole free blocks.
-    #[inline]
-    fn prefer_tail(&self, pfn: Pfn, order: Order) -> bool {
-        self.placement
-            && order < self.blocks.order()
-            && u64::from(self.blocks.used(pfn)) < self.blocks.pages() / 2
     }
 }
 

@@ -24,10 +24,10 @@ pub struct MobilityConfig {
     /// fallback never happens (Linux on tiny systems; the lab's baseline).
     pub grouping: bool,
     /// Placement policy (not in Linux): count allocated frames per pageblock
-    /// and file frames freed into pageblocks under half full at the tail of
-    /// their lists, so allocations refill the fullest pageblocks and sparse
-    /// ones drain into whole free 2 MiB blocks. Costs a counter update per
-    /// allocation and free.
+    /// and serve small allocations from the fullest pageblock of their type
+    /// that still has room, so sparse pageblocks drain into whole free 2 MiB
+    /// blocks without compaction. Costs a counter update per allocation and
+    /// free, and a scan of the pageblock counts each time a target fills.
     pub placement: bool,
 }
 
@@ -115,6 +115,7 @@ impl<'a> MobileZone<'a> {
             blocks,
             grouping: config.grouping,
             placement: config.placement,
+            targets: crate::placement::Targets::new(),
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
         };
@@ -198,6 +199,10 @@ impl<'a> MobileZone<'a> {
             MigrateType::Unmovable | MigrateType::Movable | MigrateType::Reclaimable
         ) {
             return self.smallest(order, mt);
+        }
+        if let Some(p) = self.place(order, mt) {
+            self.buddy.policy_mut().stats.own += 1;
+            return Some(p);
         }
         if let Some(p) = self.smallest(order, mt) {
             self.buddy.policy_mut().stats.own += 1;

@@ -2,7 +2,9 @@
 
 use crate::args::Opts;
 
+mod mixed_churn;
 mod mthp_fallback;
+mod scattered_movable;
 mod swap_latency;
 mod thp_swap;
 
@@ -18,6 +20,16 @@ pub struct Scenario {
 
 /// Every scenario, in `list` order. Add new ones here.
 pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "mixed-churn",
+        about: "2005 fragmentation avoidance: mixed-type churn, order-10 success under load and at rest (spec 02 §9)",
+        run: mixed_churn::run,
+    },
+    Scenario {
+        name: "scattered-movable",
+        about: "order-0 movable churn: 2 MiB availability per iteration, with and without the placement policy",
+        run: scattered_movable::run,
+    },
     Scenario {
         name: "thp-swap",
         about: "2018 THP swap out/in in one piece: split vs whole-out vs whole-out-and-in (spec 05 §10)",

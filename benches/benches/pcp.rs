@@ -173,6 +173,19 @@ fn batches(c: &mut Criterion) {
                 local.free_bulk(zone, &buf[..got], O0, MT).unwrap();
             })
         });
+        // The bulk allocation alone (the frees run untimed between samples).
+        g.bench_with_input(BenchmarkId::new("pcp_alloc_bulk_only", n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let t = Instant::now();
+                    let got = local.alloc_bulk(zone, O0, MT, &mut buf[..n]).unwrap();
+                    total += t.elapsed();
+                    local.free_bulk(zone, &buf[..got], O0, MT).unwrap();
+                }
+                total
+            })
+        });
         g.bench_with_input(BenchmarkId::new("pcp_single", n), &n, |b, &n| {
             b.iter(|| {
                 for slot in buf[..n].iter_mut() {
@@ -321,6 +334,68 @@ fn two_threads(burst: usize, total: usize, s: PcpSizing) -> TwoThread {
     }
 }
 
+/// One CPU allocates a burst and frees it again (a build-like pattern).
+/// Returns (pages refilled from the zone, allocations, zone-lock
+/// acquisitions) after a warm-up of a tenth of the rounds.
+fn same_cpu(burst: usize, total: usize, s: PcpSizing) -> (u64, u64, u64) {
+    let zone = BuddyBackend::new(PAGES);
+    let set = pcp_set(1, s);
+    let mut cpu = set.claim(CpuId(0)).unwrap();
+    let rounds = (total / burst).max(20);
+    let mut v = Vec::with_capacity(burst);
+    let mut base = cpu.stats();
+    for r in 0..rounds {
+        if r == rounds / 10 {
+            base = cpu.stats();
+        }
+        for _ in 0..burst {
+            v.push(cpu.alloc(zone, O0, MT).expect("zone has room"));
+        }
+        for f in v.drain(..) {
+            cpu.free(zone, f, O0, MT).unwrap();
+        }
+    }
+    let st = cpu.stats();
+    (
+        st.refilled_blocks - base.refilled_blocks,
+        st.allocs - base.allocs,
+        st.zone_lock_acquisitions - base.zone_lock_acquisitions,
+    )
+}
+
+fn same_cpu_report(auto: PcpSizing, fixed: PcpSizing) {
+    println!();
+    println!("== same CPU allocates a burst then frees it, after warm-up ==");
+    println!(
+        "{:>6} {:>15} {:>15} {:>10} {:>17} {:>17}",
+        "burst",
+        "zone_pages%auto",
+        "zone_pages%fix",
+        "cut%",
+        "zone_locks/1k_au",
+        "zone_locks/1k_fx"
+    );
+    for burst in [32usize, 256, 1024, 4096] {
+        let (pa, na, la) = same_cpu(burst, 400_000, auto);
+        let (pf, nf, lf) = same_cpu(burst, 400_000, fixed);
+        let (ra, rf) = (pa as f64 / na as f64, pf as f64 / nf as f64);
+        let cut = if rf > 0.0 {
+            100.0 * (1.0 - ra / rf)
+        } else {
+            0.0
+        };
+        println!(
+            "{:>6} {:>15.2} {:>15.2} {:>10.1} {:>17.3} {:>17.3}",
+            burst,
+            100.0 * ra,
+            100.0 * rf,
+            cut,
+            1000.0 * la as f64 / (2 * na) as f64,
+            1000.0 * lf as f64 / (2 * nf) as f64
+        );
+    }
+}
+
 fn two_thread_report() {
     let auto = sizing(2);
     let fixed = PcpSizing::new(auto.batch(), auto.high_min(), auto.high_min()).unwrap();
@@ -356,6 +431,7 @@ fn two_thread_report() {
             }
         }
     }
+    same_cpu_report(auto, fixed);
     if let Some(r) = shown {
         println!(
             "high over the run (burst 4096, auto), sampled: CPU0 (allocating) / CPU1 (freeing)"

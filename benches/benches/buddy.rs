@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pageframe_benches::{
-    FRAMES_4G, Facade, Frames, core_zone, facade_zone, fill, meta, peer, span,
+    FRAMES_4G, Facade, Frames, core_zone, facade_zone, fill, meta, mobile_meta, mobile_zone, peer,
+    span,
 };
 use pageframe_buddy::{BuddyConfig, BuddyZone, SingleList};
 use rand::rngs::SmallRng;
@@ -78,6 +79,41 @@ fn repeated_pairs(c: &mut Criterion) {
         half_split(&mut *a);
         |b| b.iter_custom(|n| pairs(&mut *a, 0, n))
     });
+    g.finish();
+}
+
+/// The mobility layer's order-0 fast path (movable requests), with the
+/// placement policy off and on, beside the bare buddy core: the cost of
+/// grouping by mobility and of filling the fullest pageblocks first.
+fn mobility_pairs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mobility_pair");
+    g.sample_size(30)
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    g.throughput(Throughput::Elements(1));
+    let s = span(FRAMES_4G);
+    for (name, prep) in [("order0_empty", false), ("order0_half_split", true)] {
+        {
+            let mut m = meta(s);
+            let mut z = core_zone(s, &mut m);
+            if prep {
+                half_split(&mut z);
+            }
+            g.bench_function(BenchmarkId::new(name, "buddy"), |b| {
+                b.iter_custom(|n| pairs(&mut z, 0, n))
+            });
+        }
+        for (label, placement) in [("mobility", false), ("mobility_placement", true)] {
+            let mut m = mobile_meta(s);
+            let mut z = mobile_zone(s, &mut m, placement);
+            if prep {
+                half_split(&mut z);
+            }
+            g.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter_custom(|n| pairs(&mut z, 0, n))
+            });
+        }
+    }
     g.finish();
 }
 
@@ -218,6 +254,7 @@ fn init(c: &mut Criterion) {
 criterion_group!(
     benches,
     repeated_pairs,
+    mobility_pairs,
     fill_drain_order0,
     fill_drain_order9,
     scattered,

@@ -7,6 +7,7 @@ use std::mem::MaybeUninit;
 use buddy_system_allocator::FrameAllocator as Peer;
 use pageframe::{Gfp, Zone, ZoneKind};
 use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order, Pfn, PfnRange, SingleList};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
 
 /// Frames in 4 GiB.
 pub const FRAMES_4G: u64 = 1 << 20;
@@ -19,12 +20,11 @@ pub trait Frames {
     fn free(&mut self, pfn: u64, order: u8);
 }
 
-/// An owned, untouched metadata buffer.
+/// An owned, untouched metadata buffer big enough for a buddy core or a
+/// facade zone over `span`.
 pub fn meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
-    Box::new_uninit_slice(BuddyZone::<SingleList>::metadata_bytes(
-        span,
-        BuddyConfig::default(),
-    ))
+    let core = BuddyZone::<SingleList>::metadata_bytes(span, BuddyConfig::default());
+    Box::new_uninit_slice(core.max(Zone::metadata_bytes(span)))
 }
 
 /// The span of a zone of `frames` frames starting at 4 GiB.
@@ -99,4 +99,42 @@ impl Frames for Peer<33> {
 /// Allocates blocks of `order` until none is left.
 pub fn fill(a: &mut impl Frames, order: u8) -> Vec<u64> {
     std::iter::from_fn(|| a.alloc(order)).collect()
+}
+
+/// A mobility zone over `span` (all free), with the placement policy on or off.
+pub fn mobile_zone(
+    span: PfnRange,
+    meta: &mut [MaybeUninit<u8>],
+    placement: bool,
+) -> MobileZone<'_> {
+    let cfg = MobilityConfig {
+        placement,
+        ..MobilityConfig::default()
+    };
+    let mut z = MobileZone::new(span, cfg, meta).expect("zone");
+    z.add_free_range(span).expect("range");
+    z
+}
+
+/// Metadata for a mobility zone over `span`.
+pub fn mobile_meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
+    Box::new_uninit_slice(MobileZone::metadata_bytes(span, MobilityConfig::default()))
+}
+
+impl Frames for MobileZone<'_> {
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        MobileZone::alloc(
+            self,
+            Order::new(order)?,
+            MigrateType::Movable,
+            AllocMode::empty(),
+        )
+        .ok()
+        .map(Pfn::get)
+    }
+    #[inline]
+    fn free(&mut self, pfn: u64, order: u8) {
+        MobileZone::free(self, Pfn(pfn), Order::new(order).expect("order")).expect("free");
+    }
 }

@@ -427,7 +427,11 @@ fn compaction_entry_points() {
 
 #[test]
 fn placement_fills_the_fullest_pageblock_first() {
-    zone!(m, z, 4);
+    let on = MobilityConfig {
+        placement: true,
+        ..MobilityConfig::default()
+    };
+    zone!(m, z, 4, on);
     // Fill everything, then leave block 1 at 400 used and block 2 at 100.
     let all: Vec<Pfn> = (0..4 * PB)
         .map(|_| z.alloc(o(0), M::Movable, AllocMode::empty()).unwrap())

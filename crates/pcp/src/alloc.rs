@@ -131,16 +131,13 @@ impl PerCpuPages<'_> {
         li: ListIndex,
         n: u32,
     ) -> usize {
-        if self.lists.free_slots() == 0 {
+        if self.lists.is_full() {
             // Every slot holds some other list's block: make room first.
             let b = self.sizing.batch().max(1);
             self.spill(zone, b, li);
         }
-        let max = (n as usize).min(self.lists.free_slots());
-        if max == 0 {
-            return 0;
-        }
-        let mut sink = RefillSink::new(&mut self.lists, li, max);
+        // The sink refuses blocks once the slots run out (the zone keeps them).
+        let mut sink = RefillSink::new(&mut self.lists, li, n as usize);
         zone.refill(order, mt, &mut sink);
         let got = sink.taken();
         self.count += got as u32 * order.pages();

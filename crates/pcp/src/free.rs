@@ -33,7 +33,7 @@ impl PerCpuPages<'_> {
         mt: Migratetype,
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
-        if order.0 != 0 || self.lists.free_slots() == 0 {
+        if order.0 != 0 || self.lists.is_full() {
             return self.free_slow(zone, frame, order, li);
         }
         // Order-0 fast path: the same steps as `free_slow` with the
@@ -47,7 +47,7 @@ impl PerCpuPages<'_> {
         self.count += 1;
         self.stats.frees += 1;
         self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
-        if self.free_count < self.sizing.batch() << self.config.scale_max() {
+        if self.free_count < self.free_count_cap {
             self.free_count += 1;
         }
         let zflags = zone.flags();
@@ -102,7 +102,7 @@ impl PerCpuPages<'_> {
         self.count += k;
         self.stats.frees += k as u64;
         self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
-        let cap = self.sizing.batch() << self.config.scale_max();
+        let cap = self.free_count_cap;
         if self.free_count < cap {
             self.free_count = (self.free_count + k).min(cap);
         }
@@ -118,7 +118,7 @@ impl PerCpuPages<'_> {
         li: ListIndex,
     ) -> Result<FreeOutcome, PcpError> {
         let mut made_room = 0;
-        if self.lists.free_slots() == 0 {
+        if self.lists.is_full() {
             // Slot memory exhausted (fewer slots than suggested): spill a
             // batch first so the block can be cached. Never loses a frame.
             let b = self.sizing.batch().max(1);
@@ -147,7 +147,7 @@ impl PerCpuPages<'_> {
         } else if self.flags.contains(PcpFlags::PREV_FREE_HIGH_ORDER) {
             self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
         }
-        if self.free_count < batch << self.config.scale_max() {
+        if self.free_count < self.free_count_cap {
             self.free_count += pages;
         }
         let zflags = zone.flags();

@@ -50,7 +50,6 @@ const EMPTY_HEAD: Head = Head {
 pub(crate) struct Lists<'m> {
     slots: &'m mut [Slot],
     free: u32,
-    used: u32,
     heads: [Head; NR_PCP_LISTS],
 }
 
@@ -70,7 +69,6 @@ impl<'m> Lists<'m> {
         Lists {
             slots,
             free: 0,
-            used: 0,
             heads: [EMPTY_HEAD; NR_PCP_LISTS],
         }
     }
@@ -80,9 +78,22 @@ impl<'m> Lists<'m> {
         self.slots.len()
     }
 
+    /// Whether every slot holds a block.
     #[inline]
+    pub(crate) fn is_full(&self) -> bool {
+        self.free == NIL
+    }
+
+    /// Unused slots (walks the free stack: for checks, not the fast path).
+    #[cfg(test)]
     pub(crate) fn free_slots(&self) -> usize {
-        self.slots.len() - self.used as usize
+        let mut n = 0;
+        let mut s = self.free;
+        while s != NIL && n <= self.slots.len() {
+            n += 1;
+            s = self.slots[s as usize].next;
+        }
+        n
     }
 
     #[inline]
@@ -104,7 +115,6 @@ impl<'m> Lists<'m> {
         let slot = &mut self.slots[s as usize];
         self.free = slot.next;
         slot.frame = frame.0;
-        self.used += 1;
         Some(s)
     }
 
@@ -115,7 +125,6 @@ impl<'m> Lists<'m> {
         slot.next = self.free;
         slot.prev = NIL;
         self.free = s;
-        self.used -= 1;
         f
     }
 
@@ -211,7 +220,6 @@ impl<'m> Lists<'m> {
         }
         self.slots[last as usize].next = self.free;
         self.free = first;
-        self.used -= k as u32;
         k
     }
 
@@ -250,7 +258,6 @@ impl<'m> Lists<'m> {
             }
             h.first = below;
             h.len += n as u32;
-            self.used += n as u32;
         }
         n
     }
@@ -323,7 +330,7 @@ impl<'m> Lists<'m> {
             free += 1;
             s = self.slots[s as usize].next;
         }
-        if total != self.used as usize || total + free != n {
+        if total + free != n {
             return Err("slot accounting mismatch");
         }
         Ok(())

@@ -32,6 +32,8 @@ pub struct PerCpuPages<'m> {
     pub(crate) flags: PcpFlags,
     pub(crate) alloc_factor: u8,
     pub(crate) free_count: u32,
+    /// `batch << scale_max`: `free_count` stops growing there (§5.2).
+    pub(crate) free_count_cap: u32,
     pub(crate) stats: PcpStats,
 }
 
@@ -59,6 +61,7 @@ impl<'m> PerCpuPages<'m> {
             flags,
             alloc_factor: 0,
             free_count: 0,
+            free_count_cap: sizing.batch() << config.scale_max(),
             stats: PcpStats::default(),
         })
     }
@@ -69,6 +72,7 @@ impl<'m> PerCpuPages<'m> {
     /// next read; every path here clamps before use as well).
     pub fn set_sizing(&mut self, sizing: PcpSizing) {
         self.sizing = sizing;
+        self.free_count_cap = sizing.batch() << self.config.scale_max();
         self.high = self.high.clamp(sizing.high_min(), sizing.high_max());
         self.flags
             .set(PcpFlags::FREE_HIGH_BATCH, sizing.free_high_batch());

@@ -68,7 +68,8 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         }
     }
 
-    /// How many more blocks the cache accepts in this refill.
+    /// How many more blocks the cache wants in this refill (it may still
+    /// refuse one if its slot memory fills up first).
     #[inline]
     pub fn remaining(&self) -> usize {
         self.remaining
@@ -81,7 +82,10 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         if self.remaining == 0 {
             return Err(frame);
         }
-        self.lists.push_tail(self.li, frame)?;
+        if let Err(f) = self.lists.push_tail(self.li, frame) {
+            self.remaining = 0; // slot memory full
+            return Err(f);
+        }
         self.remaining -= 1;
         self.taken += 1;
         Ok(())

@@ -52,7 +52,7 @@ fn leak_zone() -> &'static LoomZone {
 
 fn builder() -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
+    b.preemption_bound = Some(3);
     // The waits are spin loops (with yields): give them room.
     b.max_branches = 100_000;
     b

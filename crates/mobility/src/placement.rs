@@ -13,7 +13,7 @@ use crate::zone::MobileZone;
 use crate::{MigrateType, PCP_TYPES};
 
 /// Candidates kept per type between scans.
-const SHORTLIST: usize = 16;
+const SHORTLIST: usize = 64;
 /// Orders the placement policy serves (the small, frequent ones).
 const MAX_PLACED_ORDER: u8 = 3;
 
@@ -68,7 +68,8 @@ impl MobileZone<'_> {
     }
 
     /// The first free block of at least `order` in `block` from `cursor` on,
-    /// allocated; `None` if the rest of the block has none.
+    /// allocated; `None` if the rest of the block has none. Candidates come
+    /// from the pageblock's allocated-frame bitmap; holes are skipped.
     fn take_in_block(
         &mut self,
         block: Pfn,
@@ -80,26 +81,18 @@ impl MobileZone<'_> {
             return None;
         }
         let end = block + self.mobility().blocks.pages();
-        let mut p = cursor.align_up(order).max(block);
-        while p < end {
-            p = match self.buddy.block_at(p)? {
-                BlockInfo::Free {
-                    head, order: fo, ..
-                } if fo >= order => {
-                    // `p` is aligned to `order` and inside a free block at
-                    // least that large: the aligned block at `p` is free.
-                    self.alloc_at(p, order, mt).ok()?;
-                    let _ = head;
-                    return Some(p);
-                }
-                BlockInfo::Free {
-                    head, order: fo, ..
-                }
-                | BlockInfo::Allocated {
-                    head, order: fo, ..
-                } => (head + fo.pages()).align_up(order).max(p + order.pages()),
-                BlockInfo::Hole => p + order.pages(),
-            };
+        let mut from = cursor.max(block);
+        // `find_unmarked` searches `from`'s own pageblock: stop at the end.
+        while from < end
+            && let Some(p) = self.mobility().blocks.find_unmarked(from, order)
+        {
+            if matches!(self.buddy.block_at(p), Some(BlockInfo::Free { order: fo, .. }) if fo >= order)
+            {
+                // `p` is aligned and inside a free block at least that large.
+                self.alloc_at(p, order, mt).ok()?;
+                return Some(p);
+            }
+            from = p + order.pages();
         }
         None
     }

@@ -88,10 +88,12 @@ impl Mobility<'_> {
         let pb = self.blocks.pages();
         if order.pages() <= pb {
             self.blocks.add_used(pfn, sign * order.pages() as i32);
+            self.blocks.mark(pfn, order, sign > 0);
         } else {
             let mut p = pfn;
             while p < pfn + order.pages() {
                 self.blocks.add_used(p, sign * pb as i32);
+                self.blocks.mark(p, self.blocks.order(), sign > 0);
                 p = p + pb;
             }
         }

@@ -34,16 +34,32 @@ impl MobileZone<'_> {
         if self.mobility().placement {
             for i in 0..blocks.len() {
                 let start = blocks.block_start(i);
-                let used: u64 = self
+                let mut used = 0u64;
+                for (p, info) in self
                     .buddy
                     .walk(PfnRange::new(start, start + blocks.pages()))
-                    .map(|(p, info)| match info {
-                        BlockInfo::Allocated { head, order, .. } => {
-                            (head + order.pages()).min(start + blocks.pages()) - p.max(start)
+                {
+                    if let BlockInfo::Allocated { head, order, .. } = info {
+                        let end = (head + order.pages()).min(start + blocks.pages());
+                        let mut q = p.max(start);
+                        while q < end {
+                            if !blocks.marked(i, q).1 {
+                                return Err(bad(
+                                    "allocated frame not marked in its pageblock's bitmap",
+                                    Some(q),
+                                ));
+                            }
+                            q = q + 1;
                         }
-                        _ => 0,
-                    })
-                    .sum();
+                        used += end - p.max(start);
+                    }
+                }
+                if u64::from(blocks.marked(i, start).0) != used {
+                    return Err(bad(
+                        "pageblock bitmap marks frames that are not allocated",
+                        Some(start),
+                    ));
+                }
                 if used != u64::from(blocks.used(start)) {
                     return Err(bad(
                         "pageblock allocated-frame count disagrees with its blocks",

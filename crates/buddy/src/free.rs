@@ -23,6 +23,12 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         Ok(())
     }
 
+    /// Whether `free(pfn, order)` would be accepted, without freeing: the
+    /// same typed errors, no state change.
+    pub fn would_free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.check_free(pfn, order).map(|_| ())
+    }
+
     /// The metadata index of `pfn` if freeing it at `order` is valid.
     #[inline]
     pub(crate) fn check_free(&self, pfn: Pfn, order: Order) -> Result<Idx, FreeError> {

@@ -53,6 +53,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod cache;
 mod error;
 mod gfp;
 mod node;
@@ -68,6 +69,7 @@ pub use pageframe_buddy::{
     self as buddy, BlockInfo, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, Stats,
 };
 pub use pageframe_mobility::{self as mobility, FallbackStats, MigrateType, MobilityConfig};
+pub use pageframe_pcp as pcp;
 pub use watermark::{
     DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, Watermarks, default_min_free_kbytes,
     watermark_ok,

@@ -74,6 +74,11 @@ pub struct Zone<'a> {
     kind: ZoneKind,
     span: PfnRange,
     pub(crate) inner: Mutex<ZoneInner<'a>>,
+    /// Per-frame states for the per-CPU cache path (see [`crate::cache`]);
+    /// `None` until [`Zone::with_frame_states`].
+    pub(crate) states: Option<crate::cache::FrameStates<'a>>,
+    /// Zone flags the per-CPU caches read without the lock.
+    pub(crate) pcp_flags: core::sync::atomic::AtomicU8,
 }
 
 impl<'a> Zone<'a> {
@@ -117,6 +122,8 @@ impl<'a> Zone<'a> {
                 lowmem_reserve: [0; NR_ZONE_KINDS],
                 watermark_failures: 0,
             }),
+            states: None,
+            pcp_flags: core::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -224,13 +231,28 @@ impl<'a> Zone<'a> {
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);
         }
+        self.after_zone_op(&z);
+        if let Some(st) = &self.states {
+            st.set_allocated(p, order, gfp.migratetype());
+        }
         Ok(p)
     }
 
     /// Frees a block; bad input gets a [`FreeError`] and changes nothing.
     #[inline]
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.inner.lock().buddy.free(pfn, order)
+        let mut z = self.inner.lock();
+        if let Some(st) = &self.states {
+            // A block sitting in a per-CPU cache is free as far as its owner
+            // is concerned: freeing it again is a double free.
+            st.check_not_cached(pfn)?;
+        }
+        z.buddy.free(pfn, order)?;
+        self.after_zone_op(&z);
+        if let Some(st) = &self.states {
+            st.set_free(pfn, order);
+        }
+        Ok(())
     }
 
     /// Free frames.

@@ -4,6 +4,7 @@ use crate::args::Opts;
 
 mod mixed_churn;
 mod mthp_fallback;
+mod pcp_tune;
 mod scattered_movable;
 mod swap_latency;
 mod thp_swap;
@@ -29,6 +30,11 @@ pub const ALL: &[Scenario] = &[
         name: "scattered-movable",
         about: "order-0 movable churn: 2 MiB availability per iteration, with and without the placement policy",
         run: scattered_movable::run,
+    },
+    Scenario {
+        name: "pcp-tune",
+        about: "per-CPU cache, two CPUs (alloc on one, free on the other): auto-tuned vs fixed high (spec 04)",
+        run: pcp_tune::run,
     },
     Scenario {
         name: "thp-swap",

@@ -23,6 +23,7 @@ const MIRI: &[(&str, &[&str])] = &[
     ("pageframe-mobility", &["--test", "mobility"]),
     ("pageframe-swap", &["--test", "miri"]),
     ("pageframe-pcp", &["--test", "percpu"]),
+    ("pageframe", &["--lib"]),
 ];
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";

@@ -261,3 +261,30 @@ impl PcpZone for Zone<'_> {
         ZoneFlags::from_bits_truncate(self.pcp_flags.load(Relaxed))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_states_track_holders() {
+        let span = PfnRange::new(Pfn(100), Pfn(164));
+        let mut mem = [MaybeUninit::<u8>::uninit(); 64];
+        let st = FrameStates::new(span, &mut mem).unwrap();
+        let o2 = Order::new(2).unwrap();
+        assert_eq!(st.live(Pfn(104), o2), None, "starts free");
+        st.set_allocated(Pfn(104), o2, MigrateType::Reclaimable);
+        assert_eq!(st.live(Pfn(104), o2), Some(MigrateType::Reclaimable));
+        assert_eq!(st.live(Pfn(104), Order::ZERO), None, "other order");
+        st.set_cached(Pfn(104));
+        assert_eq!(st.check_not_cached(Pfn(104)), Err(FreeError::AlreadyFree));
+        assert_eq!(st.live(Pfn(104), o2), None);
+        st.set_free(Pfn(104), o2);
+        assert_eq!(st.check_not_cached(Pfn(104)), Ok(()));
+        // Out of the span: ignored on write, nothing live on read.
+        st.set_cached(Pfn(10));
+        assert_eq!(st.live(Pfn(10), o2), None);
+        let mut short = [MaybeUninit::<u8>::uninit(); 8];
+        assert!(FrameStates::new(span, &mut short).is_none());
+    }
+}

@@ -1,0 +1,306 @@
+//! Migrating a batch (spec 03 §10.4, §12): destinations come from the free
+//! scanner's blocks (`compaction_alloc`, split on demand), the kernel moves
+//! each block, and the allocator's books follow: the destination takes the
+//! source's tag, the source is freed (and captured if it completes the
+//! requested block, §8).
+
+use core::ops::Range;
+
+use pageframe_buddy::{BlockInfo, Order, Pfn};
+use pageframe_mobility::{MigrateType, MobileZone, tag as mtag};
+
+use crate::access::locked;
+use crate::engine::Run;
+use crate::isolated::{FreePages, SOURCE_CAP};
+use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
+
+/// How a batch went.
+#[derive(Default)]
+pub(crate) struct Batch {
+    /// Some source did not move.
+    pub failed: bool,
+    /// A destination could not be found (Linux `-ENOMEM`).
+    pub no_memory: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Pending,
+    Done,
+    Failed,
+}
+
+enum Step {
+    Done,
+    Again,
+    Failed,
+    NoMemory,
+}
+
+/// Passes over the whole batch in async mode (spec 03 §12): all of them for
+/// an async run, a first round for the blocking modes...
+const ASYNC_PASSES: usize = 10;
+const SYNC_FIRST_PASSES: usize = 3;
+/// ...which then retry each remaining block alone in their own mode.
+const SYNC_PASSES: usize = 7;
+
+impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+    /// `migrate_pages` on the isolated sources; every source not moved is
+    /// put back before returning.
+    pub fn migrate_batch(&mut self) -> Batch {
+        let n = self.sources.len();
+        let mut fate = [Fate::Pending; SOURCE_CAP];
+        let mut out = Batch::default();
+        let passes = if self.req.is_async() {
+            ASYNC_PASSES
+        } else {
+            SYNC_FIRST_PASSES
+        };
+        'batch: for _ in 0..passes {
+            let mut again = false;
+            for (i, f) in fate.iter_mut().enumerate().take(n) {
+                if *f != Fate::Pending {
+                    continue;
+                }
+                match self.migrate_one(i, MigrateMode::Async) {
+                    Step::Done => *f = Fate::Done,
+                    Step::Failed => *f = Fate::Failed,
+                    Step::Again => again = true,
+                    Step::NoMemory => {
+                        out.no_memory = true;
+                        break 'batch;
+                    }
+                }
+            }
+            if !again {
+                break;
+            }
+        }
+        if !out.no_memory && !self.req.is_async() {
+            'alone: for (i, f) in fate.iter_mut().enumerate().take(n) {
+                for _ in 0..SYNC_PASSES {
+                    if *f != Fate::Pending {
+                        break;
+                    }
+                    match self.migrate_one(i, self.req.mode) {
+                        Step::Done => *f = Fate::Done,
+                        Step::Failed => *f = Fate::Failed,
+                        Step::Again => {}
+                        Step::NoMemory => {
+                            out.no_memory = true;
+                            break 'alone;
+                        }
+                    }
+                }
+            }
+        }
+        out.failed = fate[..n].iter().any(|&f| f != Fate::Done);
+        let mut i = 0;
+        // Sources that moved are done; the rest go back to the kernel.
+        let mut keep = [false; SOURCE_CAP];
+        for (k, f) in fate[..n].iter().enumerate() {
+            keep[k] = *f != Fate::Done;
+        }
+        self.sources.retain(|_| {
+            let k = keep[i];
+            i += 1;
+            k
+        });
+        let left = self.sources.len();
+        self.putback(0..left);
+        self.nr_migratepages = 0;
+        out
+    }
+
+    fn migrate_one(&mut self, i: usize, mode: MigrateMode) -> Step {
+        let s = self.sources.as_slice()[i];
+        let Some(dst) = self.compaction_alloc(s.order) else {
+            return Step::NoMemory;
+        };
+        match self.mig.migrate(s.pfn, dst, s.order, mode) {
+            Ok(()) => {
+                self.finish_move(s.pfn, s.order, s.tag, dst);
+                Step::Done
+            }
+            Err(e) => {
+                self.compaction_free(dst, s.order);
+                if e == MigrateError::Again {
+                    Step::Again
+                } else {
+                    Step::Failed
+                }
+            }
+        }
+    }
+
+    /// `compaction_alloc` (spec 03 §10.4): the smallest isolated free block
+    /// that fits, split down to `order`; runs the free scanner once if none
+    /// fits.
+    fn compaction_alloc(&mut self, order: Order) -> Option<Pfn> {
+        let mut scanned = false;
+        loop {
+            if let Some((p, o)) = self.free.take(order) {
+                if o > order {
+                    let need = usize::from(o.get() - order.get());
+                    let zone = self.zone;
+                    let free = &mut self.free;
+                    let split = free.has_room(need)
+                        && locked(zone, |z| split_isolated(z, p, o, order, free)).unwrap_or(false);
+                    if !split {
+                        self.free.push(p, o);
+                        return None;
+                    }
+                }
+                self.nr_freepages -= order.pages().min(self.nr_freepages);
+                self.nr_migratepages -= order.pages().min(self.nr_migratepages);
+                return Some(p);
+            }
+            if scanned || self.contended {
+                return None;
+            }
+            scanned = true;
+            self.isolate_freepages();
+        }
+    }
+
+    /// `compaction_free`: a destination that was not used goes back to the
+    /// isolated free blocks.
+    fn compaction_free(&mut self, dst: Pfn, order: Order) {
+        self.nr_migratepages += order.pages();
+        if self.free.push(dst, order) {
+            self.nr_freepages += order.pages();
+        } else {
+            let _ = locked(self.zone, |z| z.free(dst, order));
+        }
+    }
+
+    /// The books after a successful move: the destination becomes the
+    /// owner's block (the source's kernel tag bits, isolation bits clear),
+    /// the source is freed and, for a direct compactor, captured if it
+    /// completes a block of the requested order.
+    fn finish_move(&mut self, src: Pfn, order: Order, src_tag: u32, dst: Pfn) {
+        let want = if self.req.capture && self.captured.is_none() {
+            self.req.order
+        } else {
+            None
+        };
+        let mt = self.req.migratetype;
+        let pb = Order::new(self.pb).unwrap_or_default();
+        let captured = locked(self.zone, |z| {
+            z.set_tag_bits(dst, !mtag::RESERVED, src_tag & tag::CARRIED);
+            if z.free(src, order).is_err() {
+                // The kernel broke the protocol and freed the source itself.
+                return None;
+            }
+            capture(z, src, want?, mt, pb)
+        })
+        .flatten();
+        self.stats.migrated += order.pages();
+        if captured.is_some() {
+            self.captured = captured;
+        }
+        self.mig.migrated(src, dst, order);
+    }
+
+    /// Gives the sources at `range` back: unmarks them and tells the kernel.
+    pub fn putback(&mut self, range: Range<usize>) {
+        let zone = self.zone;
+        let list = &self.sources.as_slice()[range];
+        let _ = locked(zone, |z| {
+            for s in list {
+                z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+            }
+        });
+        for s in list {
+            self.mig.putback(s.pfn, s.order);
+            self.stats.failed += s.order.pages();
+        }
+        self.sources.clear();
+    }
+
+    /// `release_freepages`: isolated free blocks not used go back to the
+    /// free lists; the free cursor cache may rise to the highest of them.
+    pub fn release_freepages(&mut self) {
+        if self.free.len() == 0 {
+            return;
+        }
+        let zone = self.zone;
+        let free = &mut self.free;
+        let highest = locked(zone, |z| {
+            let mut highest = None;
+            for (p, o) in free.drain() {
+                if z.free(p, o).is_ok() {
+                    highest = highest.max(Some(p.get()));
+                }
+            }
+            highest
+        })
+        .flatten();
+        self.nr_freepages = 0;
+        if let Some(h) = highest {
+            let b = self.block_start(h);
+            self.state
+                .cached_free
+                .fetch_max(b, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Splits the isolated free block `(p, from)` so that `(p, to)` serves as a
+/// destination and the upper pieces stay isolated in `free`. The buddy core
+/// has no split for allocated blocks, so the block goes back to the free
+/// lists and is re-taken piece by piece under the same lock hold.
+fn split_isolated(
+    z: &mut MobileZone<'_>,
+    p: Pfn,
+    from: Order,
+    to: Order,
+    free: &mut FreePages,
+) -> bool {
+    if z.free(p, from).is_err() || z.alloc_at(p, to, MigrateType::Movable).is_err() {
+        return false;
+    }
+    z.set_tag_bits(p, tag::TARGET, tag::TARGET);
+    for j in to.get()..from.get() {
+        let Some(o) = Order::new(j) else { continue };
+        let q = p + o.pages();
+        if z.take_free_block(q, MigrateType::Movable) == Ok(o) {
+            z.set_tag_bits(q, tag::TARGET, tag::TARGET);
+            free.push(q, o);
+        }
+    }
+    true
+}
+
+/// `compaction_capture` (spec 03 §8) after freeing `freed`: if it now lies in
+/// a free block of at least `order` on a list the requester may use, take
+/// the `order`-aligned block around it.
+fn capture(
+    z: &mut MobileZone<'_>,
+    freed: Pfn,
+    order: Order,
+    mt: MigrateType,
+    pb: Order,
+) -> Option<Pfn> {
+    let Some(BlockInfo::Free {
+        order: got, list, ..
+    }) = z.buddy().block_at(freed)
+    else {
+        return None;
+    };
+    let list = MigrateType::of_list(list);
+    // Never from CMA or isolated memory, nor (here, unlike Linux) from the
+    // highatomic reserve; and a small non-movable request does not take a
+    // piece of a movable pageblock (it would pollute it).
+    if got < order
+        || matches!(
+            list,
+            MigrateType::Cma | MigrateType::Isolate | MigrateType::HighAtomic
+        )
+        || (order < pb && list == MigrateType::Movable && mt != MigrateType::Movable)
+    {
+        return None;
+    }
+    let at = freed.align_down(order);
+    z.alloc_at(at, order, mt).ok().map(|()| at)
+}

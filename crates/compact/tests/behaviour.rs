@@ -1,0 +1,383 @@
+//! Behaviour of the individual rules: result order, deferral, suitability,
+//! capture, async direct compaction's type rule, skip hints and their
+//! reset, aborts, pinning, kcompactd wakeups, the retry policy.
+
+use std::cell::RefCell;
+
+use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
+use pageframe_compact::model::{Op, World};
+use pageframe_compact::{
+    CompactRequest, CompactResult, CompactRetry, CompactState, MigrateMode, NodeZone, Priority,
+    ZoneMarks, compact_zone, compaction_suitable, reset_isolation_suitable, suit_allocation_order,
+    try_to_compact_pages,
+};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+
+fn small() -> MobilityConfig {
+    MobilityConfig {
+        buddy: BuddyConfig {
+            max_order: Order::new(6).unwrap(),
+        },
+        pageblock_order: Order::new(4).unwrap(),
+        grouping: true,
+        placement: false,
+    }
+}
+
+/// A zone of `blocks` 16-frame pageblocks from frame 0, all free.
+fn zone(blocks: u64) -> MobileZone<'static> {
+    let span = PfnRange::new(Pfn(0), Pfn(blocks * 16));
+    let cfg = small();
+    let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
+    let mut z = MobileZone::new(span, cfg, meta).unwrap();
+    z.add_free_range(span).unwrap();
+    z
+}
+
+/// Every frame allocated movable, then three of every four freed (the
+/// Gupta pattern at small scale).
+fn gupta(blocks: u64, seed: u64) -> World<'static> {
+    let mut w = World::new(zone(blocks), seed);
+    while w.alloc(Order::ZERO, MigrateType::Movable).is_some() {}
+    let heads: Vec<u64> = w.mig.owners.keys().copied().collect();
+    for h in heads {
+        if h % 4 != 0 {
+            w.step(&Op::Free(
+                w.mig.owners.keys().position(|&k| k == h).unwrap(),
+            ))
+            .unwrap();
+        }
+    }
+    w
+}
+
+fn o(n: u8) -> Order {
+    Order::new(n).unwrap()
+}
+
+#[test]
+fn result_codes_are_ordered_as_linux_numbers_them() {
+    use CompactResult::*;
+    let all = [
+        NotSuitableZone,
+        Skipped,
+        Deferred,
+        NoSuitablePage,
+        Continue,
+        Complete,
+        PartialSkipped,
+        Contended,
+        Success,
+    ];
+    for (i, r) in all.iter().enumerate() {
+        assert_eq!(*r as usize, i, "{r}");
+    }
+    assert!(all.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(Skipped.max(Success), Success);
+    assert!(Priority::SyncFull < Priority::SyncLight && Priority::SyncLight < Priority::Async);
+    assert_eq!(Priority::Async.raised(), Some(Priority::SyncLight));
+    assert_eq!(Priority::SyncFull.raised(), None);
+    assert_eq!(Priority::Async.mode(), MigrateMode::Async);
+    assert_eq!(Priority::SyncFull.mode(), MigrateMode::SyncLight);
+}
+
+#[test]
+fn deferral_skips_two_to_the_failures_minus_one_attempts() {
+    for d in 1..=8u32 {
+        let st = CompactState::new();
+        for _ in 0..d {
+            st.defer_compaction(o(5));
+        }
+        let shift = d.min(6);
+        for i in 0..(1u32 << shift) - 1 {
+            assert!(st.compaction_deferred(o(5)), "d={d}: call {i} should defer");
+        }
+        assert!(!st.compaction_deferred(o(7)), "d={d}: the 2^d-th call runs");
+        // Lower orders than the failed one are never deferred.
+        assert!(!st.compaction_deferred(o(4)));
+        assert_eq!(st.deferral().1 as u32, shift);
+        assert_eq!(st.compaction_restarting(o(5)), shift == 6);
+    }
+}
+
+#[test]
+fn deferral_reset_forgets_failures_only_when_the_allocation_succeeded() {
+    let st = CompactState::new();
+    st.defer_compaction(o(5));
+    st.defer_compaction(o(5));
+    st.defer_reset(o(5), false);
+    // The failed order rises above the success, the back-off stays.
+    assert_eq!(st.deferral(), (0, 2, 6));
+    assert!(!st.compaction_deferred(o(5)));
+    assert!(st.compaction_deferred(o(6)));
+    st.defer_reset(o(6), true);
+    assert_eq!(st.deferral(), (0, 0, 7));
+    assert!(!st.compaction_deferred(o(9)));
+}
+
+#[test]
+fn suitability_needs_free_frames_and_fragmentation() {
+    let marks = ZoneMarks {
+        min: 8,
+        low: 10,
+        high: 12,
+        reserve: 0,
+    };
+    // Every other pageblock allocated whole: the free memory is in order-4
+    // blocks, so an order-5 request fails for lack of memory, not
+    // fragmentation (fragmentation index <= 500).
+    let mut z = zone(16);
+    let mut held = Vec::new();
+    while let Ok(p) = z.alloc(o(4), MigrateType::Movable, AllocMode::empty()) {
+        held.push(p);
+    }
+    for p in held.iter().filter(|p| (p.get() / 16) % 2 == 0) {
+        z.free(*p, o(4)).unwrap();
+    }
+    let fi = z.fragmentation_index(o(5));
+    assert!((0..=500).contains(&fi), "index {fi}");
+    assert!(!compaction_suitable(&z, o(5), marks.min, &marks, 500));
+    assert!(compaction_suitable(
+        &z,
+        o(5),
+        marks.min,
+        &marks,
+        fi as u32 - 1
+    ));
+    assert_eq!(
+        suit_allocation_order(&z, o(5), marks.min, &marks, 500, false, true),
+        CompactResult::Skipped
+    );
+    // Already satisfiable at order 4.
+    assert_eq!(
+        suit_allocation_order(&z, o(4), marks.min, &marks, 500, false, true),
+        CompactResult::Success
+    );
+    // Non-costly orders ignore the index; too few free frames skips.
+    assert!(compaction_suitable(&z, o(3), marks.min, &marks, 1000));
+    let tight = ZoneMarks {
+        min: z.free_pages(),
+        ..marks
+    };
+    assert!(!compaction_suitable(&z, o(3), tight.min, &tight, 1000));
+}
+
+#[test]
+fn direct_compaction_captures_exactly_the_requested_block() {
+    let mut w = gupta(12, 3);
+    let before = w.mig.owners.len();
+    w.step(&Op::Direct(4, 1, 1)).unwrap(); // order 5 = 2 pageblocks, sync-light, movable
+    assert_eq!(w.captured, 1, "{:?}", w.results);
+    assert_eq!(w.mig.owners.len(), before + 1);
+    let stats = w.state.stats();
+    assert_eq!(stats.captured, 1);
+    assert_eq!(stats.stall, 1);
+    assert_eq!(stats.success, 1);
+    // Each frame moved at most once, and only as many as one block needs
+    // beyond what the scanners had to finish.
+    assert!(stats.migrate_success <= 32 + 32, "{stats:?}");
+}
+
+#[test]
+fn async_direct_compaction_for_unmovable_leaves_movable_blocks_alone() {
+    let mut w = gupta(12, 5);
+    w.step(&Op::Direct(4, 2, 0)).unwrap(); // async, unmovable
+    assert!(
+        w.mig.moves.is_empty(),
+        "spec 03 §14.3 broken: {:?}",
+        w.mig.moves
+    );
+    // Sync-light compacts the same zone for the same request.
+    w.step(&Op::Direct(4, 1, 0)).unwrap();
+    assert!(!w.mig.moves.is_empty());
+}
+
+#[test]
+fn pinned_and_unmovable_blocks_are_never_isolated() {
+    let mut w = World::new(zone(8), 9);
+    w.fragment(1, 3, 1, 60); // every movable block pinned
+    w.step(&Op::Full).unwrap();
+    w.step(&Op::Direct(4, 0, 1)).unwrap();
+    assert_eq!(w.mig.isolations, 0);
+    assert!(w.mig.moves.is_empty());
+}
+
+#[test]
+fn linear_scanners_honour_skip_hints_unless_told_to_ignore_them() {
+    let mut w = gupta(12, 7);
+    for n in (0..12).step_by(2) {
+        w.step(&Op::Skip(n, true)).unwrap();
+    }
+    // The model checks each move against the pre-set hints when honoured.
+    w.step(&Op::Direct(4, 1, 1)).unwrap();
+    let marked = |p: u64| (p / 16).is_multiple_of(2);
+    assert!(w.mig.moves.iter().all(|m| !marked(m.src) && !marked(m.dst)));
+    assert!(!w.mig.moves.is_empty());
+    // Whole-zone compaction ignores them.
+    w.step(&Op::Full).unwrap();
+    assert!(w.mig.moves.iter().any(|m| marked(m.src) || marked(m.dst)));
+}
+
+#[test]
+fn restarting_after_maximum_deferral_clears_skip_hints() {
+    let mut w = World::new(zone(12), 11);
+    w.fragment(1, 0, 0, 60);
+    for n in 0..12 {
+        w.step(&Op::Skip(n, true)).unwrap();
+    }
+    for _ in 0..6 {
+        w.state.defer_compaction(o(5));
+    }
+    for _ in 0..63 {
+        assert!(w.state.compaction_deferred(o(5)));
+    }
+    // The 64th attempt is not deferred and restarts with fresh hints.
+    let node = [NodeZone::new(&w.zone, &w.state, w.marks)];
+    let out = try_to_compact_pages(
+        &node,
+        o(5),
+        MigrateType::Movable,
+        Priority::SyncLight,
+        &mut w.mig,
+    );
+    assert_ne!(out.result, CompactResult::Deferred);
+    assert!(!w.mig.moves.is_empty(), "{out:?}");
+    if let Some((_, c)) = out.captured {
+        w.mig.adopt(c.get(), 5, MigrateType::Movable);
+    }
+    w.check().unwrap();
+}
+
+#[test]
+fn skip_hint_flush_runs_once_after_a_direct_compactor_met_its_scanners() {
+    let mut w = gupta(24, 13);
+    // Pin every frame of the odd pageblocks: no aligned pair of pageblocks
+    // (an order-5 block) can become free, so the run scans to the end.
+    let odd: Vec<u64> = w
+        .mig
+        .owners
+        .keys()
+        .copied()
+        .filter(|h| (h / 16) % 2 == 1)
+        .collect();
+    for h in odd {
+        w.zone.borrow_mut().set_pinned(Pfn(h), true);
+    }
+    assert!(!reset_isolation_suitable(&w.zone, &w.state));
+    let req = CompactRequest::direct(o(5), MigrateType::Movable, Priority::SyncLight, w.marks);
+    let out = compact_zone(&w.zone, &w.state, &mut w.mig, &req);
+    assert!(
+        matches!(
+            out.result,
+            CompactResult::Complete | CompactResult::PartialSkipped
+        ),
+        "{out:?}"
+    );
+    assert!(w.state.blockskip_flush());
+    for n in 0..24 {
+        w.step(&Op::Skip(n, true)).unwrap();
+    }
+    assert!(reset_isolation_suitable(&w.zone, &w.state));
+    assert!(!w.state.blockskip_flush());
+    let z = w.zone.borrow();
+    let b = z.mobility().pageblocks();
+    let cleared = (0..b.len()).filter(|&i| !b.skip(b.block_start(i))).count();
+    assert!(cleared > 0);
+    drop(z);
+    assert!(!reset_isolation_suitable(&w.zone, &w.state));
+    w.check().unwrap();
+}
+
+#[test]
+fn an_aborted_run_puts_everything_back() {
+    for at in 0..6u8 {
+        let mut w = gupta(10, 17 + u64::from(at));
+        w.step(&Op::Abort(at)).unwrap();
+        w.step(&Op::Full).unwrap();
+        let r = &w.results["full"];
+        assert!(
+            r.contains_key(&CompactResult::Contended),
+            "abort at {at}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn blocks_a_run_isolated_from_are_skipped_by_the_next() {
+    let mut w = gupta(16, 19);
+    w.step(&Op::Direct(4, 2, 1)).unwrap(); // async movable order 5
+    let first_top = w
+        .mig
+        .moves
+        .iter()
+        .map(|m| m.src / 16)
+        .max()
+        .unwrap_or_else(|| {
+            panic!(
+                "first run moved nothing: {:?} {:?}",
+                w.results,
+                w.state.stats()
+            )
+        });
+    w.step(&Op::Direct(4, 2, 1)).unwrap();
+    assert!(!w.mig.moves.is_empty());
+    assert!(
+        w.mig.moves.iter().all(|m| m.src / 16 > first_top),
+        "second run went back into block {first_top} or below: {:?}",
+        w.mig.moves
+    );
+}
+
+#[test]
+fn kcompactd_serves_wakeups_and_ignores_order_zero() {
+    let mut w = gupta(12, 23);
+    w.step(&Op::Tick(0, 0)).unwrap(); // proactiveness 0: no proactive work
+    let node = [NodeZone::new(&w.zone, &w.state, w.marks)];
+    assert!(!w.kcd.wakeup(&node, Order::ZERO, 0));
+    assert!(w.kcd.wakeup(&node, o(5), 0));
+    assert!(w.kcd.has_work());
+    w.step(&Op::Tick(1, 0)).unwrap();
+    assert!(!w.kcd.has_work());
+    assert_eq!(w.kcd.stats().wakes, 1);
+    assert!(!w.mig.moves.is_empty());
+    let s = w.state.stats();
+    assert!(s.daemon_migrate_scanned > 0 && s.daemon_migrate_scanned == s.migrate_scanned);
+}
+
+#[test]
+fn retry_policy_raises_priority_then_gives_up() {
+    // Costly: success is retried 4 times, then priority rises to the costly
+    // minimum (sync-light) and stops there.
+    let mut r = CompactRetry::new(o(9));
+    r.set_priority(Priority::Async);
+    for _ in 0..4 {
+        assert!(r.should_retry(CompactResult::Success, || false));
+    }
+    assert_eq!(r.priority(), Priority::Async);
+    assert!(r.should_retry(CompactResult::Success, || false));
+    assert_eq!(r.priority(), Priority::SyncLight);
+    assert!(!r.should_retry(CompactResult::Complete, || true));
+    // Non-costly goes on to sync-full; skipped asks about reclaim.
+    let mut r = CompactRetry::new(o(2));
+    assert!(r.should_retry(CompactResult::Deferred, || false));
+    assert_eq!(r.priority(), Priority::SyncFull);
+    assert!(!r.should_retry(CompactResult::Contended, || true));
+    assert!(r.should_retry(CompactResult::Skipped, || true));
+    assert!(!r.should_retry(CompactResult::Skipped, || false));
+    assert!(!CompactRetry::new(Order::ZERO).should_retry(CompactResult::Success, || true));
+}
+
+#[test]
+fn a_lock_that_refuses_ends_the_run_contended() {
+    let z = zone(4);
+    let cell = RefCell::new(z);
+    let st = CompactState::new();
+    let guard = cell.borrow_mut();
+    let mut mig = pageframe_compact::model::TagMigrator::new(PfnRange::new(Pfn(0), Pfn(64)), 1);
+    let req = CompactRequest::full(ZoneMarks::default());
+    assert_eq!(
+        compact_zone(&cell, &st, &mut mig, &req).result,
+        CompactResult::Contended
+    );
+    drop(guard);
+}

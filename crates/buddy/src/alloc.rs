@@ -48,6 +48,37 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
     }
 
+    /// Splits the unlinked free block at `cur` of order `o` down to order
+    /// `want` around frame `target`; the halves not holding `target` go back
+    /// free on `list`. Returns the head of the order-`want` block holding
+    /// `target` (unlinked; its state is the caller's to set).
+    pub(crate) fn split_toward(
+        &mut self,
+        mut cur: Idx,
+        mut o: u8,
+        target: Idx,
+        want: u8,
+        list: ListId,
+    ) -> Idx {
+        if o == self.max_order && want < o && self.frames.get(cur).flags & F_SPAN_INIT == 0 {
+            self.init_span(cur);
+        }
+        while o > want {
+            o -= 1;
+            let upper = cur + (1 << o);
+            let (keep, give) = if target >= upper {
+                (upper, cur)
+            } else {
+                (cur, upper)
+            };
+            self.set(give, State::FreeHead, o);
+            self.areas.push(&mut self.frames, give, o, list, false);
+            self.stats.splits += 1;
+            cur = keep;
+        }
+        cur
+    }
+
     #[inline]
     pub(crate) fn mark_allocated(&mut self, i: Idx, order: u8) {
         let f = self.frames.get_mut(i);
@@ -74,30 +105,14 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             return Err(AllocError::Misaligned);
         }
         let target = self.idx(pfn);
-        let (mut cur, f) = match self.containing(target) {
+        let (cur, f) = match self.containing(target) {
             None => return Err(AllocError::Hole),
             Some((h, f)) if f.state == State::FreeHead && f.order >= want => (h, f),
             Some(_) => return Err(AllocError::Busy),
         };
         let list = ListId::from_stored(f.list);
-        let mut o = f.order;
         self.areas.remove(&mut self.frames, cur);
-        if o == self.max_order && want < o && self.frames.get(cur).flags & F_SPAN_INIT == 0 {
-            self.init_span(cur);
-        }
-        while o > want {
-            o -= 1;
-            let upper = cur + (1 << o);
-            let (keep, give) = if target >= upper {
-                (upper, cur)
-            } else {
-                (cur, upper)
-            };
-            self.set(give, State::FreeHead, o);
-            self.areas.push(&mut self.frames, give, o, list, false);
-            self.stats.splits += 1;
-            cur = keep;
-        }
+        let cur = self.split_toward(cur, f.order, target, want, list);
         self.mark_allocated(cur, want);
         Ok(())
     }

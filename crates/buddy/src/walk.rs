@@ -100,31 +100,17 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             return None;
         }
         let target = self.idx(pfn);
-        let (mut cur, f) = self
+        let (cur, f) = self
             .containing(target)
             .filter(|(_, f)| f.state == State::FreeHead)?;
-        let mut o = f.order;
+        let o = f.order;
         let old = ListId::from_stored(f.list);
         if o <= order.get() || old == list {
             return self.move_free_block(self.pfn(cur), list);
         }
         self.areas.remove(&mut self.frames, cur);
-        if o == self.max_order && self.frames.get(cur).flags & F_SPAN_INIT == 0 {
-            self.init_span(cur);
-        }
-        while o > order.get() {
-            o -= 1;
-            let upper = cur + (1 << o);
-            let (keep, give) = if target >= upper {
-                (upper, cur)
-            } else {
-                (cur, upper)
-            };
-            self.set(give, State::FreeHead, o);
-            self.areas.push(&mut self.frames, give, o, old, false);
-            self.stats.splits += 1;
-            cur = keep;
-        }
+        let cur = self.split_toward(cur, o, target, order.get(), old);
+        let o = order.get();
         let (h, o) = self.insert_merging(cur, o, list, false, false);
         Some((self.pfn(h), Order::new_unchecked(o)))
     }

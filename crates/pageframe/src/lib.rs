@@ -54,24 +54,46 @@
 extern crate std;
 
 pub mod cache;
+mod compactor;
+mod deferral;
 mod error;
 mod gfp;
+mod kcompactd_node;
+mod machine;
 mod node;
+mod numa_stats;
+mod slow_path;
+mod thp;
+mod topology;
 mod watermark;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
 mod zone;
+mod zonelist;
 
+pub use compactor::{
+    Clock, CompactPriority, CompactRun, CompactVerdict, CompactWork, Compactor, NoClock,
+};
+pub use deferral::{Deferral, DeferralState, MAX_DEFER_SHIFT};
 pub use error::{AllocError, FreeError, InitError, NodeError, RangeError, ValidateError};
 pub use gfp::{AllocFlags, Gfp, Mark};
+pub use kcompactd_node::{EXTFRAG_THRESHOLD, KcompactdReport, Suitability, suitability};
+pub use machine::{Allocation, Machine, MachineError};
 pub use node::{BuddyInfo, Node};
+pub use numa_stats::NodeStats;
 pub use pageframe_buddy::{
     self as buddy, BlockInfo, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, Stats,
 };
 pub use pageframe_mobility::{self as mobility, FallbackStats, MigrateType, MobilityConfig};
 pub use pageframe_pcp as pcp;
+pub use slow_path::{MAX_COMPACT_RETRIES, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, SlowRequest};
+pub use thp::{DefragAction, NodePolicy, ThpDefrag, ThpPolicy};
+pub use topology::{
+    LOCAL_DISTANCE, MAX_NUMNODES, NodeId, REMOTE_DISTANCE, Topology, TopologyError,
+};
 pub use watermark::{
     DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, Watermarks, default_min_free_kbytes,
     watermark_ok,
 };
 pub use zone::{NR_ZONE_KINDS, PageTypeInfo, Zone, ZoneKind};
+pub use zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};

@@ -1,0 +1,177 @@
+//! The NUMA topology: node identities, which nodes have CPUs, and the
+//! distance table the zonelists are ordered by (spec 01 §3.4, §3.6).
+
+use core::fmt;
+
+/// Most nodes a [`Topology`] (and so a [`crate::Machine`]) can describe.
+/// Fixed so that every per-node table is an array: no heap.
+pub const MAX_NUMNODES: usize = 8;
+/// The distance of a node to itself (ACPI SLIT convention).
+pub const LOCAL_DISTANCE: u8 = 10;
+/// The default distance between two different nodes.
+pub const REMOTE_DISTANCE: u8 = 20;
+
+/// A node's identity: an index below [`MAX_NUMNODES`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct NodeId(u8);
+
+impl NodeId {
+    /// Node 0.
+    pub const ZERO: NodeId = NodeId(0);
+
+    /// Node `n`, or `None` if `n >= MAX_NUMNODES`.
+    pub const fn new(n: usize) -> Option<NodeId> {
+        if n < MAX_NUMNODES {
+            Some(NodeId(n as u8))
+        } else {
+            None
+        }
+    }
+
+    /// The node's index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {}", self.0)
+    }
+}
+
+/// Why a topology was refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TopologyError {
+    /// No node, or more than [`MAX_NUMNODES`].
+    NodeCount,
+    /// A node id at or beyond the topology's node count.
+    NodeOutOfRange,
+    /// A node's distance to itself must be [`LOCAL_DISTANCE`].
+    LocalDistance,
+    /// Two different nodes must be further apart than [`LOCAL_DISTANCE`].
+    RemoteTooClose,
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl core::error::Error for TopologyError {}
+
+/// Nodes `0..n`, the distance from each to each, and which have CPUs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Topology {
+    nodes: u8,
+    distance: [[u8; MAX_NUMNODES]; MAX_NUMNODES],
+    /// Bit `n`: node `n` has CPUs (spec 01 §3.6 prefers headless nodes on
+    /// ties, so this changes the order).
+    cpus: u8,
+}
+
+impl Topology {
+    /// `n` nodes, all with CPUs, each [`REMOTE_DISTANCE`] from the others.
+    pub const fn uniform(n: usize) -> Result<Topology, TopologyError> {
+        if n == 0 || n > MAX_NUMNODES {
+            return Err(TopologyError::NodeCount);
+        }
+        let mut distance = [[REMOTE_DISTANCE; MAX_NUMNODES]; MAX_NUMNODES];
+        let mut i = 0;
+        while i < MAX_NUMNODES {
+            distance[i][i] = LOCAL_DISTANCE;
+            i += 1;
+        }
+        Ok(Topology {
+            nodes: n as u8,
+            distance,
+            cpus: ((1u16 << n) - 1) as u8,
+        })
+    }
+
+    /// `n` nodes with the distances `d(from, to)` (a SLIT table; it need not
+    /// be symmetric), all with CPUs. Checked before anything is built.
+    pub fn from_fn(n: usize, d: impl Fn(usize, usize) -> u8) -> Result<Topology, TopologyError> {
+        let mut t = Topology::uniform(n)?;
+        for from in 0..n {
+            for to in 0..n {
+                Self::check(from, to, d(from, to))?;
+            }
+        }
+        for from in 0..n {
+            for to in 0..n {
+                t.distance[from][to] = d(from, to);
+            }
+        }
+        Ok(t)
+    }
+
+    fn check(from: usize, to: usize, d: u8) -> Result<(), TopologyError> {
+        match (from == to, d) {
+            (true, LOCAL_DISTANCE) => Ok(()),
+            (true, _) => Err(TopologyError::LocalDistance),
+            (false, d) if d <= LOCAL_DISTANCE => Err(TopologyError::RemoteTooClose),
+            (false, _) => Ok(()),
+        }
+    }
+
+    /// Sets the distance from `from` to `to` (one direction).
+    pub fn set_distance(&mut self, from: NodeId, to: NodeId, d: u8) -> Result<(), TopologyError> {
+        self.check_node(from)?;
+        self.check_node(to)?;
+        Self::check(from.index(), to.index(), d)?;
+        self.distance[from.index()][to.index()] = d;
+        Ok(())
+    }
+
+    /// Marks a node as having CPUs or not (a memory-only node).
+    pub fn set_has_cpus(&mut self, node: NodeId, cpus: bool) -> Result<(), TopologyError> {
+        self.check_node(node)?;
+        let bit = 1u8 << node.index();
+        if cpus {
+            self.cpus |= bit;
+        } else {
+            self.cpus &= !bit;
+        }
+        Ok(())
+    }
+
+    fn check_node(&self, node: NodeId) -> Result<(), TopologyError> {
+        if node.index() < self.nr_nodes() {
+            Ok(())
+        } else {
+            Err(TopologyError::NodeOutOfRange)
+        }
+    }
+
+    /// Number of nodes.
+    pub const fn nr_nodes(&self) -> usize {
+        self.nodes as usize
+    }
+
+    /// Whether `node` is one of this topology's nodes.
+    pub const fn contains(&self, node: NodeId) -> bool {
+        node.index() < self.nr_nodes()
+    }
+
+    /// The nodes, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = NodeId> + use<> {
+        (0..self.nodes).map(NodeId)
+    }
+
+    /// The distance from `from` to `to`; `u8::MAX` for a node outside the
+    /// topology (never preferred).
+    pub const fn distance(&self, from: NodeId, to: NodeId) -> u8 {
+        if self.contains(from) && self.contains(to) {
+            self.distance[from.index()][to.index()]
+        } else {
+            u8::MAX
+        }
+    }
+
+    /// Whether `node` has CPUs.
+    pub const fn has_cpus(&self, node: NodeId) -> bool {
+        self.contains(node) && self.cpus & (1 << node.index()) != 0
+    }
+}

@@ -2,56 +2,19 @@
 //! request: compact one zone, reclaim on one zone, and read the time.
 //!
 //! The facade keeps the policy (which zones, in what order, how often:
-//! deferral, spec 03 §7, §11.1) and leaves the mechanism to the caller: a
-//! kernel drives `pageframe-compact` with its own page mover, the lab a
-//! simulated one. Compaction runs outside every zone lock the facade holds;
-//! an implementation takes the zone's lock itself through
+//! deferral, spec 03 §7, §11.1) and leaves the mechanism behind a trait:
+//! [`crate::CompactDriver`] runs [`pageframe_compact::compact_zone`] with
+//! the kernel's [`pageframe_compact::Migrator`]; tests script outcomes.
+//! Compaction runs outside every zone lock the facade holds; an
+//! implementation takes the zone's lock itself through
 //! [`crate::Zone::with_zone`].
 
 use pageframe_buddy::{Order, Pfn};
+use pageframe_compact::{CompactResult, CompactState, Priority};
+use pageframe_mobility::MigrateType;
 
 use crate::topology::NodeId;
 use crate::zone::Zone;
-
-/// How hard a direct compaction may try (spec 03 §3.4); lower is harder.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub enum CompactPriority {
-    /// Whole zone, skip hints ignored; deferral does not apply.
-    SyncFull = 0,
-    /// May block on most things; honours skip hints (the default).
-    SyncLight = 1,
-    /// Never blocks; gives up on a pageblock at the first frame it cannot
-    /// move (the first attempt).
-    Async = 2,
-}
-
-impl CompactPriority {
-    /// The next harder priority, if any.
-    pub const fn raised(self) -> Option<CompactPriority> {
-        match self {
-            CompactPriority::Async => Some(CompactPriority::SyncLight),
-            CompactPriority::SyncLight => Some(CompactPriority::SyncFull),
-            CompactPriority::SyncFull => None,
-        }
-    }
-}
-
-/// What one zone run achieved (the subset of spec 03 §3.5 the slow path
-/// acts on). Ordered: combining zones keeps the maximum.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub enum CompactVerdict {
-    /// Not started: too little free memory, or not worth it.
-    Skipped,
-    /// Not started: deferred after recent failures.
-    Deferred,
-    /// Scanned to the end without making a block of the order: a failure
-    /// (defers the zone after a non-async run).
-    Complete,
-    /// Stopped early (contention, async abort): no verdict on the zone.
-    Aborted,
-    /// A free block of the order should now exist (or was captured).
-    Success,
-}
 
 /// Work a run did: what it cost, in the units compaction is measured in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
@@ -65,8 +28,11 @@ pub struct CompactWork {
 /// The result of one zone run.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct CompactRun {
-    /// What it achieved.
-    pub verdict: CompactVerdict,
+    /// What it achieved (spec 03 §3.5): `Success`, a failure
+    /// (`Complete`/`PartialSkipped`, which defer the zone after a non-async
+    /// run), not started (`Skipped`, `Deferred`, `NotSuitableZone`), or
+    /// aborted (`Contended`, which ends the pass).
+    pub result: CompactResult,
     /// A block of exactly the requested order the run captured for the
     /// caller (spec 03 §8): already allocated, in the zone compacted, owned
     /// by the caller from now on. `None` leaves the block on the free lists.
@@ -79,7 +45,7 @@ impl CompactRun {
     /// A run that did not start.
     pub const fn skipped() -> CompactRun {
         CompactRun {
-            verdict: CompactVerdict::Skipped,
+            result: CompactResult::Skipped,
             captured: None,
             work: CompactWork {
                 scanned: 0,
@@ -89,17 +55,30 @@ impl CompactRun {
     }
 }
 
+/// The zone a [`Compactor`] is asked to compact.
+#[derive(Clone, Copy)]
+pub struct ZoneTarget<'z, 'a> {
+    /// The zone's node.
+    pub node: NodeId,
+    /// The zone.
+    pub zone: &'z Zone<'a>,
+    /// Its compaction state.
+    pub state: &'z CompactState,
+    /// The requester's migratetype.
+    pub mt: MigrateType,
+    /// A kcompactd run (no requester waiting, nothing to capture) rather
+    /// than direct compaction.
+    pub background: bool,
+}
+
 /// The slow path's hooks into the rest of the kernel.
 pub trait Compactor {
-    /// Compacts `zone` of `node` for a block of `order` at `prio`: moves
-    /// movable allocations so that a free block of `order` appears.
-    fn compact(
-        &mut self,
-        node: NodeId,
-        zone: &Zone<'_>,
-        order: Order,
-        prio: CompactPriority,
-    ) -> CompactRun;
+    /// Compacts `target` for a block of `order` at `prio`: moves movable
+    /// allocations so that a free block of `order` appears for a request
+    /// of `target.mt`. The facade has already applied deferral and
+    /// suitability; `target.state` is the zone's compaction state (cached
+    /// scanner positions, skip-hint flush, counters) kept by the machine.
+    fn compact(&mut self, target: ZoneTarget<'_, '_>, order: Order, prio: Priority) -> CompactRun;
 
     /// Direct reclaim on `zone` of `node`: frees up to `pages` frames, and
     /// returns how many it freed. The default reclaims nothing (a machine

@@ -9,7 +9,9 @@ use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
 
-use crate::compactor::{CompactPriority, CompactVerdict, Compactor};
+use pageframe_compact::{CompactResult, Priority};
+
+use crate::compactor::{Compactor, ZoneTarget};
 use crate::machine::Machine;
 use crate::numa_stats::NodeStats;
 use crate::topology::NodeId;
@@ -168,8 +170,8 @@ impl Machine<'_> {
             ..NodeStats::default()
         };
         for z in node.zones().filter(|z| z.kind() as u8 <= highest) {
-            let defer = &st.zone_defer[z.kind().index()];
-            if defer.is_deferred(order) {
+            let cs = &st.zone_compact[z.kind().index()];
+            if cs.compaction_deferred(order) {
                 rep.deferred += 1;
                 s.compact_deferred += 1;
                 continue;
@@ -177,7 +179,14 @@ impl Machine<'_> {
             if suitability(z, order) != Suitability::Continue {
                 continue;
             }
-            let run = compactor.compact(id, z, order, CompactPriority::SyncLight);
+            let target = ZoneTarget {
+                node: id,
+                zone: z,
+                state: cs,
+                mt: MigrateType::Unmovable,
+                background: true,
+            };
+            let run = compactor.compact(target, order, Priority::SyncLight);
             rep.runs += 1;
             s.compact_runs += 1;
             s.compact_scanned += run.work.scanned;
@@ -188,12 +197,14 @@ impl Machine<'_> {
                 // hands over a block it does not own gets it refused here.
                 let _ = z.free(p, order);
             }
-            match run.verdict {
-                CompactVerdict::Success => {
+            match run.result {
+                CompactResult::Success => {
                     rep.successes += 1;
-                    defer.reset(order, false);
+                    cs.defer_reset(order, false);
                 }
-                CompactVerdict::Complete => defer.defer(order),
+                CompactResult::Complete | CompactResult::PartialSkipped => {
+                    cs.defer_compaction(order)
+                }
                 _ => {}
             }
         }

@@ -54,6 +54,7 @@
 extern crate std;
 
 pub mod cache;
+mod compact_driver;
 mod compactor;
 mod deferral;
 mod error;
@@ -71,9 +72,8 @@ pub mod x86_64;
 mod zone;
 mod zonelist;
 
-pub use compactor::{
-    Clock, CompactPriority, CompactRun, CompactVerdict, CompactWork, Compactor, NoClock,
-};
+pub use compact_driver::CompactDriver;
+pub use compactor::{Clock, CompactRun, CompactWork, Compactor, NoClock, ZoneTarget};
 pub use deferral::{Deferral, DeferralState, MAX_DEFER_SHIFT};
 pub use error::{AllocError, FreeError, InitError, NodeError, RangeError, ValidateError};
 pub use gfp::{AllocFlags, Gfp, Mark};
@@ -83,6 +83,9 @@ pub use node::{BuddyInfo, Node};
 pub use numa_stats::NodeStats;
 pub use pageframe_buddy::{
     self as buddy, BlockInfo, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, Stats,
+};
+pub use pageframe_compact::{
+    self as compact, CompactResult, CompactState, Migrator, Priority as CompactPriority,
 };
 pub use pageframe_mobility::{self as mobility, FallbackStats, MigrateType, MobilityConfig};
 pub use pageframe_pcp as pcp;

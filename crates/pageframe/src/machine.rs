@@ -7,6 +7,7 @@
 use core::fmt;
 
 use pageframe_buddy::{FreeError, Order, Pfn, ValidateError};
+use pageframe_compact::CompactState;
 
 use crate::deferral::{Deferral, DeferralState};
 use crate::error::AllocError;
@@ -54,8 +55,9 @@ pub struct Allocation {
 /// 03 §3.1: per-zone deferral).
 #[derive(Default)]
 pub(crate) struct NodeState {
-    /// Per-zone compaction deferral (spec 03 §7), by zone kind.
-    pub zone_defer: [Deferral; NR_ZONE_KINDS],
+    /// Per-zone compaction state (spec 03 §3.1: cached scanner positions,
+    /// deferral), by zone kind.
+    pub zone_compact: [CompactState; NR_ZONE_KINDS],
     /// The node-aware policy's deferral of the node as a whole.
     pub node_defer: Deferral,
     pub kcompactd: KcompactdState,
@@ -343,8 +345,19 @@ impl<'a> Machine<'a> {
         self.state
             .get(id.index())
             .map_or_else(DeferralState::default, |s| {
-                s.zone_defer[kind.index()].state()
+                let (considered, shift, order_failed) = s.zone_compact[kind.index()].deferral();
+                DeferralState {
+                    considered,
+                    shift,
+                    order_failed,
+                }
             })
+    }
+
+    /// Zone `kind` of node `id`'s compaction state, if the zone exists.
+    pub fn compact_state(&self, id: NodeId, kind: ZoneKind) -> Option<&CompactState> {
+        self.node(id)?.zone(kind)?;
+        Some(&self.state[id.index()].zone_compact[kind.index()])
     }
 
     /// The node-aware policy's deferral of node `id`.

@@ -15,7 +15,9 @@
 use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
 
-use crate::compactor::{Clock, CompactPriority, CompactVerdict, Compactor};
+use pageframe_compact::{CompactResult, Priority};
+
+use crate::compactor::{Clock, Compactor, ZoneTarget};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
 use crate::kcompactd_node::{Suitability, suitability};
@@ -77,7 +79,7 @@ impl Stall<'_> {
 
 /// What a direct compaction over some zones achieved.
 struct Direct {
-    result: CompactVerdict,
+    result: CompactResult,
     page: Option<Allocation>,
 }
 
@@ -196,7 +198,7 @@ impl<'a> Machine<'a> {
             return Err(last);
         }
         let costly = order.is_costly();
-        let mut prio = CompactPriority::SyncLight;
+        let mut prio = Priority::SyncLight;
         // The first, async attempt for costly or unmovable requests.
         if costly || req.gfp.migratetype() != MigrateType::Movable {
             let d = self.direct_compact(
@@ -204,7 +206,7 @@ impl<'a> Machine<'a> {
                 refs.clone(),
                 gfp,
                 order,
-                CompactPriority::Async,
+                Priority::Async,
                 Gate::Zone,
                 c,
                 stall,
@@ -213,10 +215,10 @@ impl<'a> Machine<'a> {
                 return Ok(a);
             }
             if costly && gfp.contains(Gfp::NORETRY) {
-                if d.result <= CompactVerdict::Deferred {
+                if d.result <= CompactResult::Deferred {
                     return Err(last);
                 }
-                prio = CompactPriority::Async;
+                prio = Priority::Async;
             }
         }
         let mut retries = 0u32;
@@ -256,19 +258,19 @@ impl<'a> Machine<'a> {
     /// `should_compact_retry` (spec 01 §10.2).
     fn should_compact_retry(
         &self,
-        result: CompactVerdict,
+        result: CompactResult,
         retries: &mut u32,
-        prio: &mut CompactPriority,
+        prio: &mut Priority,
         order: Order,
         refs: impl Iterator<Item = ZoneRef>,
     ) -> bool {
         let costly = order.is_costly();
         let min = if costly {
-            CompactPriority::SyncLight
+            Priority::SyncLight
         } else {
-            CompactPriority::SyncFull
+            Priority::SyncFull
         };
-        let raise = |prio: &mut CompactPriority, retries: &mut u32| match prio.raised() {
+        let raise = |prio: &mut Priority, retries: &mut u32| match prio.raised() {
             Some(p) if *prio > min => {
                 *prio = p;
                 *retries = 0;
@@ -279,10 +281,10 @@ impl<'a> Machine<'a> {
         match result {
             // Compaction could not start: worth another round only if some
             // zone now has the free memory to compact into.
-            CompactVerdict::Skipped => refs
+            CompactResult::Skipped => refs
                 .filter_map(|r| self.zone(r))
                 .any(|z| suitability(z, order) == Suitability::Continue),
-            CompactVerdict::Success => {
+            CompactResult::Success => {
                 *retries += 1;
                 let max = if costly {
                     MAX_COMPACT_RETRIES / 4
@@ -340,13 +342,13 @@ impl<'a> Machine<'a> {
         refs: impl Iterator<Item = ZoneRef> + Clone,
         gfp: Gfp,
         order: Order,
-        prio: CompactPriority,
+        prio: Priority,
         gate: Gate,
         c: &mut C,
         stall: &mut Stall<'_>,
     ) -> Direct {
         let mut out = Direct {
-            result: CompactVerdict::Skipped,
+            result: CompactResult::Skipped,
             page: None,
         };
         let Some(highest) = gfp.highest_zone() else {
@@ -357,9 +359,9 @@ impl<'a> Machine<'a> {
             let (Some(z), Some(st)) = (self.zone(r), self.state.get(r.node.index())) else {
                 continue;
             };
-            let defer = &st.zone_defer[r.kind.index()];
-            if gate == Gate::Zone && prio != CompactPriority::SyncFull && defer.is_deferred(order) {
-                out.result = out.result.max(CompactVerdict::Deferred);
+            let cs = &st.zone_compact[r.kind.index()];
+            if gate == Gate::Zone && prio != Priority::SyncFull && cs.compaction_deferred(order) {
+                out.result = out.result.max(CompactResult::Deferred);
                 self.count(
                     r.node,
                     NodeStats {
@@ -386,7 +388,14 @@ impl<'a> Machine<'a> {
                 Suitability::Skip => continue,
             }
             stall.ran = true;
-            let run = stall.timed(|| c.compact(r.node, z, order, prio));
+            let target = ZoneTarget {
+                node: r.node,
+                zone: z,
+                state: cs,
+                mt: gfp.migratetype(),
+                background: false,
+            };
+            let run = stall.timed(|| c.compact(target, order, prio));
             self.count(
                 r.node,
                 NodeStats {
@@ -396,16 +405,16 @@ impl<'a> Machine<'a> {
                     ..NodeStats::default()
                 },
             );
-            out.result = out.result.max(run.verdict);
-            match run.verdict {
-                CompactVerdict::Success => {
-                    defer.reset(order, false);
+            out.result = out.result.max(run.result);
+            match run.result {
+                CompactResult::Success => {
+                    cs.defer_reset(order, false);
                     let got = match run.captured {
                         Some(p) => Ok(p),
                         None => z.try_alloc(gfp, order, slow, highest),
                     };
                     if let Ok(pfn) = got {
-                        defer.reset(order, true);
+                        cs.defer_reset(order, true);
                         out.page = Some(Allocation {
                             node: r.node,
                             zone: r.kind,
@@ -415,16 +424,20 @@ impl<'a> Machine<'a> {
                     }
                     break;
                 }
-                CompactVerdict::Complete if prio != CompactPriority::Async => defer.defer(order),
-                CompactVerdict::Aborted => break,
+                CompactResult::Complete | CompactResult::PartialSkipped
+                    if prio != Priority::Async =>
+                {
+                    cs.defer_compaction(order)
+                }
+                CompactResult::Contended => break,
                 _ => {}
             }
         }
-        if out.result > CompactVerdict::Deferred {
+        if out.result > CompactResult::Deferred {
             // spec 01 §10: after compaction, the whole list once more.
             if let Ok(a) = self.freelist(local, refs, gfp, order, slow) {
                 if let Some(st) = self.state.get(a.node.index()) {
-                    st.zone_defer[a.zone.index()].reset(order, true);
+                    st.zone_compact[a.zone.index()].defer_reset(order, true);
                 }
                 out.page = Some(a);
             }
@@ -502,11 +515,11 @@ impl<'a> Machine<'a> {
                 );
                 continue;
             }
-            let mut result = CompactVerdict::Skipped;
-            let prios: &[CompactPriority] = if req.compact_only {
-                &[CompactPriority::SyncLight]
+            let mut result = CompactResult::Skipped;
+            let prios: &[Priority] = if req.compact_only {
+                &[Priority::SyncLight]
             } else {
-                &[CompactPriority::Async, CompactPriority::SyncLight]
+                &[Priority::Async, Priority::SyncLight]
             };
             for (k, &prio) in prios.iter().enumerate() {
                 if k > 0
@@ -537,8 +550,8 @@ impl<'a> Machine<'a> {
                 }
             }
             match result {
-                CompactVerdict::Success => st.node_defer.reset(order, false),
-                CompactVerdict::Complete => {
+                CompactResult::Success => st.node_defer.reset(order, false),
+                CompactResult::Complete | CompactResult::PartialSkipped => {
                     st.node_defer.defer(order);
                     failed_somewhere = true;
                 }

@@ -8,9 +8,10 @@
 //!   deferred), then (unless compact-only) reclaim and a second, sync-light
 //!   compaction; costly orders without `__GFP_RETRY_MAYFAIL` stop there.
 //! * Node-aware ([`NodePolicy::NodeAware`]): node by node in distance order,
-//!   the node's free lists, then one compaction pass of the node unless the
-//!   node is deferred; remote compaction also waits out the machine-wide
-//!   back-off left by requests that failed on every node.
+//!   the node's free lists; the local node is compacted directly unless it
+//!   is deferred, remote nodes only in the background (kcompactd), and only
+//!   when the machine-wide back-off left by requests that failed on every
+//!   node has expired.
 
 use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
@@ -445,7 +446,15 @@ impl<'a> Machine<'a> {
         out
     }
 
-    /// The node-aware slow path: node by node in preference order.
+    /// The node-aware slow path: node by node in preference order. The
+    /// local node: its free lists, then (unless the node is deferred) a
+    /// direct compaction pass, async when compact-only. Remote nodes: their
+    /// free lists, and, when the machine-wide back-off allows it (checked
+    /// once per request), a kcompactd wake-up instead of direct compaction:
+    /// remote huge pages are worth having only when they come cheap, so the
+    /// faulting task never stalls compacting a remote node. A request that
+    /// fails everywhere after waking remote compactors defers the next
+    /// wake-ups (spec 03 §7 counting); a remote success ends the back-off.
     fn node_aware<C: Compactor + ?Sized>(
         &self,
         req: &SlowRequest,
@@ -457,10 +466,10 @@ impl<'a> Machine<'a> {
         let nodes = list.nodes();
         let slow = AllocFlags::slow(gfp, order);
         let can_compact = Self::can_compact(req);
+        let highest = gfp.highest_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::OutOfMemory;
         // None: remote compaction not considered yet; Some(allowed).
         let mut global: Option<bool> = None;
-        let mut failed_somewhere = false;
         self.wake_background(req, list);
         for (i, &n) in nodes.as_slice().iter().enumerate() {
             let refs = list.as_slice().iter().copied().filter(move |r| r.node == n);
@@ -475,7 +484,14 @@ impl<'a> Machine<'a> {
                     AllocError::OrderTooLarge => Err(e),
                     _ => self.freelist(local, refs.clone(), gfp, order, slow),
                 }) {
-                Ok(a) => return Ok(a),
+                Ok(a) => {
+                    if n != local {
+                        // What the background compactors made is there:
+                        // remote compaction pays off again.
+                        self.global_defer.reset(order, true);
+                    }
+                    return Ok(a);
+                }
                 Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
                 Err(e) => last = e,
             }
@@ -483,8 +499,6 @@ impl<'a> Machine<'a> {
                 continue;
             }
             if i > 0 {
-                // Remote compaction: once per request, ask the machine-wide
-                // back-off whether it is time to try again.
                 let allowed = *global.get_or_insert_with(|| {
                     let deferred = self.global_defer.is_deferred(order);
                     if deferred {
@@ -498,9 +512,10 @@ impl<'a> Machine<'a> {
                     }
                     !deferred
                 });
-                if !allowed {
-                    continue;
+                if allowed {
+                    self.wakeup_kcompactd(n, order, highest);
                 }
+                continue;
             }
             let Some(st) = self.state.get(n.index()) else {
                 continue;
@@ -516,8 +531,11 @@ impl<'a> Machine<'a> {
                 continue;
             }
             let mut result = CompactResult::Skipped;
+            // Compact only: one async pass (never blocks, gives a pageblock
+            // up at the first frame it cannot move); its failure defers the
+            // node, unlike Linux's per-zone rule where only sync runs defer.
             let prios: &[Priority] = if req.compact_only {
-                &[Priority::SyncLight]
+                &[Priority::Async]
             } else {
                 &[Priority::Async, Priority::SyncLight]
             };
@@ -542,25 +560,20 @@ impl<'a> Machine<'a> {
                 result = result.max(d.result);
                 if let Some(a) = d.page {
                     st.node_defer.reset(order, true);
-                    if n != local {
-                        // Remote compaction works again: stop backing off.
-                        self.global_defer.reset(order, true);
-                    }
                     return Ok(a);
                 }
             }
             match result {
                 CompactResult::Success => st.node_defer.reset(order, false),
                 CompactResult::Complete | CompactResult::PartialSkipped => {
-                    st.node_defer.defer(order);
-                    failed_somewhere = true;
+                    st.node_defer.defer(order)
                 }
                 _ => {}
             }
         }
-        // Failed on every node, having been allowed to compact remotely:
-        // back off machine-wide before compacting remote nodes again.
-        if global == Some(true) && failed_somewhere {
+        // Failed on every node after waking the remote compactors: back off
+        // machine-wide before waking them again.
+        if global == Some(true) {
             self.global_defer.defer(order);
         }
         Err(last)

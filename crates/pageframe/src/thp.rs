@@ -105,12 +105,13 @@ pub enum NodePolicy {
     /// compaction of every node's zones in distance order (Linux without
     /// `__GFP_THISNODE`).
     RemoteFallback,
-    /// Local first, remote only when the local node cannot: the local
-    /// node's free pages, then its compaction (unless the node is
-    /// deferred), then other nodes' free pages in distance order, then
-    /// their compaction, each node deferred on its own after a failure;
-    /// once a request has failed on every node, remote compaction backs
-    /// off machine-wide (spec 03 §7 counting) until a success.
+    /// Local first, remote only when it comes cheap: the local node's free
+    /// pages, then its direct compaction (unless the node is deferred after
+    /// a failure), then other nodes' free pages in distance order. Remote
+    /// nodes are never compacted in the faulting task: their kcompactd is
+    /// woken instead, and once a request has failed on every node those
+    /// wake-ups back off machine-wide (spec 03 §7 counting) until a remote
+    /// success.
     NodeAware,
 }
 

@@ -7,6 +7,7 @@ mod mthp_fallback;
 mod pcp_tune;
 mod scattered_movable;
 mod swap_latency;
+mod thp_numa;
 mod thp_swap;
 
 /// A runnable experiment.
@@ -50,6 +51,11 @@ pub const ALL: &[Scenario] = &[
         name: "swap-latency",
         about: "swap-slot allocation latency percentiles at 50/90/99% fill vs a linear-scan peer",
         run: swap_latency::run,
+    },
+    Scenario {
+        name: "thp-numa",
+        about: "2018 THP/NUMA debate: THISNODE+compact vs remote fallback vs compact-only node-aware deferral on 2 nodes",
+        run: thp_numa::run,
     },
 ];
 

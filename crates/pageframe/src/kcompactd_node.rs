@@ -58,7 +58,9 @@ pub enum Suitability {
 pub fn suitability(zone: &Zone<'_>, order: Order) -> Suitability {
     let w = zone.watermarks();
     zone.with_zone(|m| {
-        let free = m.free_pages() - m.free_pages_of(MigrateType::HighAtomic);
+        let free = m
+            .free_pages()
+            .saturating_sub(m.free_pages_of(MigrateType::HighAtomic));
         let has_block = (order.get()..=m.buddy().max_order().get())
             .filter_map(Order::new)
             .any(|o| {

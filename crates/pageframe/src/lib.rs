@@ -70,6 +70,7 @@ mod watermark;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
 mod zone;
+mod zone_layout;
 mod zonelist;
 
 pub use compact_driver::CompactDriver;
@@ -99,4 +100,5 @@ pub use watermark::{
     watermark_ok,
 };
 pub use zone::{NR_ZONE_KINDS, PageTypeInfo, Zone, ZoneKind};
+pub use zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};
 pub use zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};

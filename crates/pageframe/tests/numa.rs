@@ -12,8 +12,8 @@ use pageframe::{
     AllocError, Clock, CompactDriver, CompactPriority, CompactResult, CompactRun, CompactWork,
     Compactor, Deferral, Gfp, LOCAL_DISTANCE, MAX_DEFER_SHIFT, Machine, MachineError, NoClock,
     Node, NodeId, NodePolicy, Order, Pfn, PfnRange, SlowRequest, Suitability, ThpDefrag, ThpPolicy,
-    Topology, TopologyError, Zone, ZoneKind, ZoneTarget, ZonelistKind, build_node_orders,
-    suitability,
+    Topology, TopologyError, Zone, ZoneKind, ZoneLayout, ZoneTarget, ZonelistKind,
+    build_node_orders, suitability,
 };
 use proptest::prelude::*;
 
@@ -1006,4 +1006,63 @@ fn compact_driver_makes_huge_pages_by_moving_contents() {
     assert!(m.compact_state(n(0), ZoneKind::Normal).is_some());
     assert!(m.compact_state(n(0), ZoneKind::Dma32).is_none());
     m.validate().unwrap();
+}
+
+// ------------------------------------------------------------ zone layout
+
+#[test]
+fn zone_layout_follows_the_memory_map() {
+    const GIB: u64 = 1 << 18;
+    let l = ZoneLayout::new(r(256, 6 * GIB), true, None);
+    let spans: Vec<(ZoneKind, PfnRange)> = l.zones().collect();
+    assert_eq!(
+        spans,
+        [
+            (ZoneKind::Dma, r(256, 4096)),
+            (ZoneKind::Dma32, r(4096, 4 * GIB)),
+            (ZoneKind::Normal, r(4 * GIB, 6 * GIB)),
+        ]
+    );
+    // No DMA zone: its memory joins DMA32. movablecore from 5 GiB.
+    let l = ZoneLayout::new(r(256, 6 * GIB), false, Some(Pfn(5 * GIB)));
+    assert_eq!(l.span(ZoneKind::Dma), None);
+    assert_eq!(l.span(ZoneKind::Dma32), Some(r(256, 4 * GIB)));
+    assert_eq!(l.span(ZoneKind::Normal), Some(r(4 * GIB, 5 * GIB)));
+    assert_eq!(l.span(ZoneKind::Movable), Some(r(5 * GIB, 6 * GIB)));
+    // A second node above 4 GiB has Normal only; movable below its start
+    // makes all of it Movable.
+    let hi = r(8 * GIB, 12 * GIB);
+    assert_eq!(
+        ZoneLayout::new(hi, true, None).zones().collect::<Vec<_>>(),
+        [(ZoneKind::Normal, hi)]
+    );
+    assert_eq!(
+        ZoneLayout::new(hi, true, Some(Pfn(GIB)))
+            .zones()
+            .collect::<Vec<_>>(),
+        [(ZoneKind::Movable, hi)]
+    );
+    // The layout builds a node, and the node's zonelist puts Movable first
+    // for movable user memory (HIGHUSER_MOVABLE may use it).
+    let mut node = Node::new();
+    let small = r(256, 4096 + 8 * PB);
+    let l = ZoneLayout::new(small, true, Some(Pfn(4096 + 4 * PB)));
+    for (kind, span) in l.zones() {
+        node.add_zone(Zone::new(kind, span, meta(span)).unwrap())
+            .unwrap();
+    }
+    node.add_free_range(small).unwrap();
+    let mut m = Machine::new(Topology::uniform(1).unwrap());
+    m.add_node(n(0), node).unwrap();
+    let kinds: Vec<ZoneKind> = m
+        .zonelist(n(0), ZonelistKind::Fallback)
+        .as_slice()
+        .iter()
+        .map(|z| z.kind)
+        .collect();
+    assert_eq!(kinds, [ZoneKind::Movable, ZoneKind::Dma32, ZoneKind::Dma]);
+    let a = m.alloc(n(0), Gfp::HIGHUSER_MOVABLE, Order::ZERO).unwrap();
+    assert_eq!(a.zone, ZoneKind::Movable);
+    let k = m.alloc(n(0), Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(k.zone, ZoneKind::Dma32, "kernel memory never from Movable");
 }

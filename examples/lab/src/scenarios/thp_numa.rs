@@ -209,6 +209,8 @@ struct Outcome {
     bg_runs: u64,
     bg_migrated: u64,
     bg_ns: u64,
+    /// Each node's fragmentation score before the first fault.
+    scores: [u32; 2],
 }
 
 impl Outcome {
@@ -339,12 +341,17 @@ fn run_one(
             kernel.lru.push_back(p);
         }
     }
+    let mut out = Outcome::default();
+    for (i, score) in out.scores.iter_mut().enumerate() {
+        *score = NodeId::new(i)
+            .and_then(|id| m.fragmentation_score(id))
+            .unwrap_or(0);
+    }
     let mut mm = Mm {
         driver: CompactDriver::new(kernel),
     };
     let clock = Wall(Instant::now());
     let local = NodeId::ZERO;
-    let mut out = Outcome::default();
     for _ in 0..faults {
         let t0 = Instant::now();
         let r = m.alloc_thp(local, HUGE, true, policy, &mut mm, &clock);
@@ -421,6 +428,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
                 agg.bg_runs += o.bg_runs;
                 agg.bg_migrated += o.bg_migrated;
                 agg.bg_ns += o.bg_ns;
+                agg.scores = o.scores;
             }
             summary.push((ci, pi, agg));
         }
@@ -461,6 +469,15 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         ]);
     }
     println!("{}", t.render());
+    for (ci, case) in CASES.iter().enumerate() {
+        if let Some((_, _, o)) = summary.iter().find(|x| x.0 == ci) {
+            println!(
+                "({}) fragmentation score before the faults (spec 03 §4.4): node 0 {}, node 1 {}",
+                case.name, o.scores[0], o.scores[1]
+            );
+        }
+    }
+    println!();
     // The goal.
     let get = |c: usize, p: usize| {
         summary

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
 
-use pageframe_compact::{CompactResult, Priority};
+use pageframe_compact::{CompactResult, Priority, reset_isolation_suitable};
 
 use crate::compactor::{Compactor, ZoneTarget};
 use crate::machine::Machine;
@@ -173,6 +173,10 @@ impl Machine<'_> {
         };
         for z in node.zones().filter(|z| z.kind() as u8 <= highest) {
             let cs = &st.zone_compact[z.kind().index()];
+            // Direct compactors that scanned a whole zone asked for its skip
+            // hints to be cleared; with no kswapd going to sleep here, the
+            // node's compactor does it before its work.
+            reset_isolation_suitable(z, cs);
             if cs.compaction_deferred(order) {
                 rep.deferred += 1;
                 s.compact_deferred += 1;

@@ -16,7 +16,7 @@
 use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
 
-use pageframe_compact::{CompactResult, Priority};
+use pageframe_compact::{CompactResult, Priority, reset_isolation_suitable};
 
 use crate::compactor::{Clock, Compactor, ZoneTarget};
 use crate::error::AllocError;
@@ -530,6 +530,17 @@ impl<'a> Machine<'a> {
                 );
                 continue;
             }
+            if st.node_defer.state().shift > 0 {
+                // Retrying a node after failures: clear the skip hints a
+                // direct compactor left (what kswapd does on going to
+                // sleep), or the retry would only revisit what was not
+                // skipped last time (the node-level `compaction_restarting`).
+                for r in refs.clone() {
+                    if let Some(z) = self.zone(r) {
+                        reset_isolation_suitable(z, &st.zone_compact[r.kind.index()]);
+                    }
+                }
+            }
             let mut result = CompactResult::Skipped;
             // Compact only: one async pass (never blocks, gives a pageblock
             // up at the first frame it cannot move); its failure defers the
@@ -541,6 +552,7 @@ impl<'a> Machine<'a> {
             };
             for (k, &prio) in prios.iter().enumerate() {
                 if k > 0
+                    && !req.compact_only
                     && self.reclaim(refs.clone(), gfp, c, stall) > 0
                     && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow)
                 {

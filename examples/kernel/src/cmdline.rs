@@ -21,6 +21,11 @@ bitflags! {
         const PANIC = 1 << 2;
         /// Write to an unmapped address (proves the exception path).
         const FAULT = 1 << 3;
+        /// Real page migration: compaction moves mapped user pages, then
+        /// 2 MiB blocks are allocated until failure (proactiveness 0 vs 20).
+        const MIGRATE = 1 << 4;
+        /// The migration scenario with unmovable allocations interleaved.
+        const UNMOVABLE = 1 << 5;
     }
 }
 
@@ -40,6 +45,16 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "bench",
         Modes::BENCH,
         "cycles per alloc/free, order 0 and 9",
+    ),
+    (
+        "migrate",
+        Modes::MIGRATE,
+        "compaction moves mapped pages; 2 MiB blocks, p=0 vs 20",
+    ),
+    (
+        "unmovable",
+        Modes::UNMOVABLE,
+        "migrate with unmovable allocations; fallback counters",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

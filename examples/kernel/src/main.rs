@@ -13,6 +13,7 @@ mod cmdline;
 mod exceptions;
 mod heap;
 mod memmap;
+mod migrate;
 mod paging;
 mod permutation;
 mod qemu;
@@ -21,6 +22,8 @@ mod selftest;
 mod serial;
 mod snapshot;
 mod time;
+mod timer;
+mod user_pages;
 mod zones;
 
 use boot::BootInfo;
@@ -52,6 +55,7 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
         rate.hz() / 1_000_000
     );
 
+    timer::init();
     let kernel = boot::kernel_image();
     report::boot(&info, kernel);
     let mem = or_fail(bringup::bring_up(&info, kernel), "bring-up");
@@ -87,6 +91,35 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             println!("{}", or_fail(bench::run(node, order, batch, free), "bench"));
         }
         or_fail(node.validate(), "validate after bench");
+    }
+    if opts.modes.contains(Modes::MIGRATE) {
+        let mut runs = alloc::vec::Vec::new();
+        for p in [0, 20, 100] {
+            let params = migrate::Params {
+                proactiveness: p,
+                unmovable_every: 0,
+                unmovable_per_block: 0,
+                show_peak: false,
+            };
+            runs.push(or_fail(
+                migrate::run(node, mem.pfn_end(), params),
+                "migrate",
+            ));
+        }
+        migrate::print(&runs, rate);
+        println!("migrate: PASS");
+    }
+    if opts.modes.contains(Modes::UNMOVABLE) {
+        let params = migrate::Params {
+            proactiveness: 20,
+            unmovable_every: 64,
+            unmovable_per_block: 8,
+            show_peak: true,
+        };
+        let run = or_fail(migrate::run(node, mem.pfn_end(), params), "unmovable");
+        migrate::print(core::slice::from_ref(&run), rate);
+        migrate::print_mobility(node, &run);
+        println!("unmovable: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");

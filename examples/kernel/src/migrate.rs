@@ -1,0 +1,536 @@
+//! The `migrate` and `unmovable` modes: real page migration under
+//! compaction, in the kernel's own page tables.
+//!
+//! One run: fill free memory with movable 4 KiB "user" pages, each mapped
+//! in the user region and holding data derived from its virtual page
+//! number; free three of every four (by frame number, so every 2 MiB block
+//! keeps a page every 16 KiB and no order-2 block is free); if proactive
+//! compaction is on, let kcompactd's proactive check run (spec 03 §11.3);
+//! then allocate 2 MiB blocks until failure, each allocation falling back to
+//! direct compaction with capture (async, then sync-light, spec 03 §9);
+//! map each block with a 2 MiB entry and check it through that mapping;
+//! verify every surviving user page through its (possibly new) mapping;
+//! free everything and check conservation.
+//!
+//! The `unmovable` variant interleaves unmovable kernel allocations with
+//! the fill and with the 2 MiB allocations, and reports the mobility
+//! layer's fallback counters and pageblock types (spec 02).
+
+use crate::println;
+use crate::time::{Cycles, Instant, TscRate};
+use crate::user_pages::{Tables, UserMigrator, huge_addr, user_addr};
+use alloc::vec::Vec;
+use core::fmt;
+use pageframe::compact::{
+    CompactRequest, CompactResult, CompactState, Kcompactd, NodeZone, Priority, ZoneMarks,
+    compact_zone, node_score, reset_isolation_suitable,
+};
+use pageframe::{FallbackStats, Gfp, MigrateType, Node, Order, Pfn, Zone};
+
+/// Words per 4 KiB page.
+const WORDS: usize = 512;
+
+/// A check that failed, or a resource that ran out.
+#[derive(Debug)]
+pub enum MigrateModeError {
+    /// No heap or frame for the scenario's bookkeeping or tables.
+    NoMemory(&'static str),
+    /// A user page's data did not survive.
+    Corrupt { vpn: u64, word: usize, found: u64 },
+    /// A 2 MiB block did not read back through its mapping.
+    HugeMismatch(Pfn),
+    /// The reverse map disagrees with the page tables.
+    Rmap(u64),
+    /// Frames leaked or appeared across the run.
+    Conservation { before: u64, after: u64 },
+    /// The allocator refused a free or failed validation.
+    Allocator(&'static str),
+}
+
+impl fmt::Display for MigrateModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoMemory(w) => write!(f, "out of memory for {w}"),
+            Self::Corrupt { vpn, word, found } => {
+                write!(f, "user page {vpn} word {word} reads {found:#x}")
+            }
+            Self::HugeMismatch(p) => write!(f, "2 MiB block {:#x} reads wrong", p.get()),
+            Self::Rmap(v) => write!(f, "reverse map wrong for user page {v}"),
+            Self::Conservation { before, after } => {
+                write!(f, "free frames {before} before, {after} after")
+            }
+            Self::Allocator(w) => write!(f, "allocator: {w}"),
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    /// `vm.compaction_proactiveness` of the run.
+    pub proactiveness: u32,
+    /// User pages mapped by the fill.
+    pub filled: u64,
+    /// User pages left after freeing three quarters.
+    pub kept: u64,
+    /// Unmovable frames taken during the run (pressure variant).
+    pub unmovable: u64,
+    /// Free frames when the 2 MiB allocations started.
+    pub free_before: u64,
+    /// 2 MiB blocks obtained.
+    pub blocks: u64,
+    /// Of those, blocks captured by direct compaction.
+    pub captured: u64,
+    /// Pages migrated (proactive plus direct).
+    pub migrated: u64,
+    /// Of those, by the proactive check.
+    pub migrated_proactive: u64,
+    /// Node fragmentation score before/after the proactive run.
+    pub score: Option<(u32, u32)>,
+    /// Timer ticks waited for kcompactd.
+    pub ticks: u64,
+    /// Time of the proactive phase.
+    pub proactive_cycles: u64,
+    /// Latency percentiles of the order-9 allocations (cycles): p50, p90,
+    /// p99, max; and the mean.
+    pub latency: [u64; 4],
+    /// Mean latency (cycles).
+    pub mean: u64,
+    /// Fallback counters at the end of the run, summed over zones.
+    pub fallback: FallbackStats,
+}
+
+/// The scenario's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Proactiveness for kcompactd (0: off).
+    pub proactiveness: u32,
+    /// One unmovable allocation per this many movable ones (0: none).
+    pub unmovable_every: u64,
+    /// Unmovable allocations before each 2 MiB allocation.
+    pub unmovable_per_block: u64,
+    /// Print the pageblock types while everything is allocated.
+    pub show_peak: bool,
+}
+
+/// The data word `w` of user page `vpn`.
+fn pattern(vpn: u64, w: usize) -> u64 {
+    (vpn << 20 | w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5a5a
+}
+
+/// The words of a page written and checked: first, middle, last.
+const CHECKED: [usize; 3] = [0, WORDS / 2, WORDS - 1];
+
+fn sum_fallback(node: &Node<'_>) -> FallbackStats {
+    let mut s = FallbackStats::default();
+    for z in node.zones() {
+        let f = z.fallback_stats();
+        s.own += f.own;
+        s.claims_whole += f.claims_whole;
+        s.claims_partial += f.claims_partial;
+        s.claims_refused += f.claims_refused;
+        s.steals += f.steals;
+        s.fragmenting += f.fragmenting;
+        s.highatomic_used += f.highatomic_used;
+        s.failures += f.failures;
+    }
+    s
+}
+
+fn marks(z: &Zone<'_>) -> ZoneMarks {
+    let w = z.watermarks();
+    ZoneMarks {
+        min: w.min,
+        low: w.low,
+        high: w.high,
+        reserve: 0,
+    }
+}
+
+/// Ticks of the timer the proactive phase waits at most.
+const MAX_TICKS: u64 = 4;
+
+/// One run of the scenario.
+pub fn run(
+    node: &'static Node<'static>,
+    pfn_end: u64,
+    p: Params,
+) -> Result<RunReport, MigrateModeError> {
+    let start_free = node.free_pages();
+    let mut rep = RunReport {
+        proactiveness: p.proactiveness,
+        ..RunReport::default()
+    };
+    let fallback0 = sum_fallback(node);
+    let cap = start_free;
+    let huge_cap = cap / 512 + 1;
+
+    // Bookkeeping first: heap blocks come from the allocator, so they are
+    // taken before the fill uses all memory.
+    let mut rmap = Vec::new();
+    rmap.try_reserve_exact(pfn_end as usize)
+        .map_err(|_| MigrateModeError::NoMemory("reverse map"))?;
+    rmap.resize(pfn_end as usize, 0u32);
+    let mut blocks: Vec<Pfn> = Vec::new();
+    let mut lat: Vec<u64> = Vec::new();
+    let mut unmovable: Vec<Pfn> = Vec::new();
+    let unmov_cap =
+        cap.checked_div(p.unmovable_every).unwrap_or(0) + huge_cap * p.unmovable_per_block + 1;
+    blocks
+        .try_reserve_exact(huge_cap as usize)
+        .and_then(|_| lat.try_reserve_exact(huge_cap as usize))
+        .and_then(|_| unmovable.try_reserve_exact(unmov_cap as usize))
+        .map_err(|_| MigrateModeError::NoMemory("bookkeeping"))?;
+
+    // Page tables of both regions, also before the fill. They stay mapped
+    // (empty) after the run and are reused by the next one.
+    let mut tables = Tables::current();
+    let mut take = || {
+        node.alloc(Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+            .ok()
+            .map(|p| p.get() * 4096)
+    };
+    for vpn in (0..cap).step_by(512) {
+        tables
+            .entry(
+                crate::user_pages::USER_BASE + vpn * 4096,
+                1,
+                Some(&mut take),
+            )
+            .map_err(|_| MigrateModeError::NoMemory("user page tables"))?;
+    }
+    for i in (0..huge_cap).step_by(512) {
+        tables
+            .entry(
+                crate::user_pages::HUGE_BASE + i * (2 << 20),
+                2,
+                Some(&mut take),
+            )
+            .map_err(|_| MigrateModeError::NoMemory("huge page tables"))?;
+    }
+    let base_free = node.free_pages();
+
+    // Fill.
+    let movable = Gfp::KERNEL | Gfp::MOVABLE;
+    let mut vpn = 0u64;
+    while vpn < cap {
+        if p.unmovable_every > 0 && vpn.is_multiple_of(p.unmovable_every) {
+            match node.alloc(Gfp::KERNEL, Order::ZERO) {
+                Ok(f) => unmovable.push(f),
+                Err(_) => break,
+            }
+        }
+        let Ok(pfn) = node.alloc(movable, Order::ZERO) else {
+            break;
+        };
+        if !tables.map_user(vpn, pfn) {
+            return Err(MigrateModeError::NoMemory("user page table"));
+        }
+        rmap[pfn.get() as usize] = vpn as u32 + 1;
+        let page = user_addr(vpn);
+        for w in CHECKED {
+            // SAFETY: `page` maps a frame just allocated for this page.
+            unsafe { page.add(w).write_volatile(pattern(vpn, w)) };
+        }
+        vpn += 1;
+    }
+    rep.filled = vpn;
+
+    // Free three of every four, by frame number.
+    for v in 0..rep.filled {
+        let pfn = tables.user_frame(v).ok_or(MigrateModeError::Rmap(v))?;
+        if pfn.get() % 4 != 0 {
+            tables.unmap_user(v);
+            rmap[pfn.get() as usize] = 0;
+            node.free(pfn, Order::ZERO)
+                .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
+        } else {
+            rep.kept += 1;
+        }
+    }
+
+    let zones: Vec<&Zone<'static>> = node.zones().rev().collect();
+    let states: Vec<CompactState> = zones.iter().map(|_| CompactState::new()).collect();
+    let mut mig = UserMigrator {
+        tables: &mut tables,
+        rmap,
+        moved: 0,
+        refused: 0,
+        on_checkpoint: None,
+    };
+
+    // Proactive phase: kcompactd is ticked by the timer while the CPU idles.
+    if p.proactiveness > 0 {
+        let nz: Vec<NodeZone<'_, Zone<'static>>> = zones
+            .iter()
+            .zip(&states)
+            .map(|(z, s)| NodeZone::new(*z, s, marks(z)))
+            .collect();
+        let mut kc = Kcompactd::new();
+        kc.set_proactiveness(p.proactiveness)
+            .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
+        let t0 = Instant::now();
+        let before = node_score(&nz);
+        let mut last = crate::timer::ticks();
+        while rep.ticks < MAX_TICKS {
+            let now_ticks = crate::timer::wait_tick(last);
+            rep.ticks += now_ticks - last;
+            last = now_ticks;
+            let r = kc.tick(crate::timer::now_ns(), &nz, &mut mig);
+            if r.proactive.is_some() || (r.checked && r.proactive.is_none()) {
+                break;
+            }
+        }
+        rep.proactive_cycles = t0.elapsed().0;
+        let after = node_score(&nz);
+        rep.score = before.zip(after);
+        rep.migrated_proactive = mig.moved;
+    }
+
+    // 2 MiB allocations until failure, direct compaction as the fallback.
+    // With no kswapd to do it when it sleeps, a pending skip-hint flush
+    // (requested when a run's scanners met) is honoured here, before
+    // direct compaction starts (spec 03 §4).
+    for (z, st) in zones.iter().zip(&states) {
+        reset_isolation_suitable(*z, st);
+    }
+    rep.free_before = node.free_pages();
+    let thp = Order::HUGE_2M;
+    loop {
+        for _ in 0..p.unmovable_per_block {
+            if let Ok(f) = node.alloc(Gfp::KERNEL, Order::ZERO) {
+                unmovable.push(f);
+            }
+        }
+        let t = Instant::now();
+        let got = alloc_huge(node, &zones, &states, &mut mig, movable, thp, &mut rep);
+        let dt = t.elapsed().0;
+        let Some(pfn) = got else { break };
+        lat.push(dt);
+        if blocks.len() == blocks.capacity() {
+            node.free(pfn, thp)
+                .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
+            break;
+        }
+        blocks.push(pfn);
+    }
+    rep.blocks = blocks.len() as u64;
+    rep.migrated = mig.moved;
+    if p.show_peak {
+        for z in node.zones() {
+            println!(
+                "unmovable: pagetypeinfo zone {} with everything allocated:",
+                z.kind().name()
+            );
+            crate::print!("{}", z.pagetypeinfo());
+        }
+    }
+    rep.unmovable = unmovable.len() as u64;
+
+    // Map each block with one 2 MiB entry, write through it, read back
+    // through the direct map.
+    for (i, &pfn) in blocks.iter().enumerate() {
+        let i = i as u64;
+        if !mig.tables.map_huge(i, pfn) {
+            return Err(MigrateModeError::NoMemory("huge page table"));
+        }
+        let va = huge_addr(i);
+        for k in 0..512usize {
+            // SAFETY: the 2 MiB block is ours and mapped at `va`.
+            unsafe { va.add(k * WORDS).write_volatile(pattern(pfn.get(), k)) };
+        }
+        for k in 0..512usize {
+            let phys = ((pfn.get() + k as u64) * 4096) as *const u64;
+            // SAFETY: the same RAM through the identity direct map.
+            if unsafe { phys.read_volatile() } != pattern(pfn.get(), k) {
+                return Err(MigrateModeError::HugeMismatch(pfn));
+            }
+        }
+    }
+
+    // Every surviving user page, through its (possibly new) mapping.
+    for v in 0..rep.filled {
+        let Some(pfn) = mig.tables.user_frame(v) else {
+            continue;
+        };
+        if mig.rmap[pfn.get() as usize] != v as u32 + 1 {
+            return Err(MigrateModeError::Rmap(v));
+        }
+        let page = user_addr(v);
+        for w in CHECKED {
+            // SAFETY: `page` is mapped to the frame the tables name.
+            let found = unsafe { page.add(w).read_volatile() };
+            if found != pattern(v, w) {
+                return Err(MigrateModeError::Corrupt {
+                    vpn: v,
+                    word: w,
+                    found,
+                });
+            }
+        }
+    }
+    rep.fallback = sum_fallback(node);
+    rep.fallback.own -= fallback0.own;
+    rep.fallback.claims_whole -= fallback0.claims_whole;
+    rep.fallback.claims_partial -= fallback0.claims_partial;
+    rep.fallback.claims_refused -= fallback0.claims_refused;
+    rep.fallback.steals -= fallback0.steals;
+    rep.fallback.fragmenting -= fallback0.fragmenting;
+    rep.fallback.highatomic_used -= fallback0.highatomic_used;
+    rep.fallback.failures -= fallback0.failures;
+
+    // Tear down and check conservation.
+    for (i, &pfn) in blocks.iter().enumerate() {
+        mig.tables.unmap_huge(i as u64);
+        node.free(pfn, thp)
+            .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
+    }
+    for v in 0..rep.filled {
+        if let Some(pfn) = mig.tables.user_frame(v) {
+            mig.tables.unmap_user(v);
+            node.free(pfn, Order::ZERO)
+                .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
+        }
+    }
+    for &f in &unmovable {
+        node.free(f, Order::ZERO)
+            .map_err(|_| MigrateModeError::Allocator("free of an unmovable frame"))?;
+    }
+    let after = node.free_pages();
+    if after != base_free {
+        return Err(MigrateModeError::Conservation {
+            before: base_free,
+            after,
+        });
+    }
+    node.validate()
+        .map_err(|_| MigrateModeError::Allocator("validate after the run"))?;
+
+    lat.sort_unstable();
+    if !lat.is_empty() {
+        let pick = |q: usize| lat[(lat.len() * q / 100).min(lat.len() - 1)];
+        rep.latency = [pick(50), pick(90), pick(99), lat[lat.len() - 1]];
+        rep.mean = lat.iter().sum::<u64>() / lat.len() as u64;
+    }
+    Ok(rep)
+}
+
+/// One order-9 allocation: the fast path, else direct compaction of each
+/// zone (async, then sync-light) with capture, retrying the allocation
+/// after a successful run that did not capture.
+fn alloc_huge(
+    node: &Node<'static>,
+    zones: &[&Zone<'static>],
+    states: &[CompactState],
+    mig: &mut UserMigrator<'_>,
+    gfp: Gfp,
+    order: Order,
+    rep: &mut RunReport,
+) -> Option<Pfn> {
+    if let Ok(p) = node.alloc(gfp, order) {
+        return Some(p);
+    }
+    for prio in [Priority::Async, Priority::SyncLight, Priority::SyncFull] {
+        for (z, st) in zones.iter().zip(states) {
+            if prio != Priority::SyncFull && st.compaction_deferred(order) {
+                continue;
+            }
+            let req = CompactRequest::direct(order, MigrateType::Movable, prio, marks(z));
+            let out = compact_zone(*z, st, mig, &req);
+            if let Some(p) = out.captured {
+                st.defer_reset(order, true);
+                rep.captured += 1;
+                return Some(p);
+            }
+            match out.result {
+                CompactResult::Success => {
+                    if let Ok(p) = node.alloc(gfp, order) {
+                        st.defer_reset(order, true);
+                        return Some(p);
+                    }
+                }
+                CompactResult::Complete | CompactResult::PartialSkipped
+                    if prio != Priority::Async =>
+                {
+                    st.defer_compaction(order);
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// Prints the side-by-side table of runs.
+pub fn print(runs: &[RunReport], rate: &TscRate) {
+    let us = |c: u64| rate.duration(Cycles(c)).0;
+    println!(
+        "migrate: proactiveness | user pages filled/kept | free before | 2M blocks | share of free as 2M | \
+         captured | migrated (proactive) | score before->after | ticks, proactive phase (us) | \
+         p50/p90/p99/max order-9 alloc (us) | mean (us)"
+    );
+    for r in runs {
+        let share_x100 = (r.blocks * 512 * 10_000)
+            .checked_div(r.free_before)
+            .unwrap_or(0);
+        let score = ScoreText(r.score);
+        println!(
+            "migrate: p={:<3} | {}/{} | {} | {} | {}.{:02}% | {} | {} ({}) | {} | {}, {} | {}/{}/{}/{} | {}",
+            r.proactiveness,
+            r.filled,
+            r.kept,
+            r.free_before,
+            r.blocks,
+            share_x100 / 100,
+            share_x100 % 100,
+            r.captured,
+            r.migrated,
+            r.migrated_proactive,
+            score,
+            r.ticks,
+            us(r.proactive_cycles),
+            us(r.latency[0]),
+            us(r.latency[1]),
+            us(r.latency[2]),
+            us(r.latency[3]),
+            us(r.mean),
+        );
+    }
+}
+
+/// The mobility layer's view after a run: fallback counters of the run and
+/// the pageblock types now.
+pub fn print_mobility(node: &Node<'_>, r: &RunReport) {
+    let f = &r.fallback;
+    println!(
+        "unmovable: {} unmovable frames interleaved; fallback: own {} claims whole {} partial {} refused {} \
+         steals {} fragmenting {} failures {}",
+        r.unmovable,
+        f.own,
+        f.claims_whole,
+        f.claims_partial,
+        f.claims_refused,
+        f.steals,
+        f.fragmenting,
+        f.failures
+    );
+    for z in node.zones() {
+        println!(
+            "unmovable: pagetypeinfo zone {} after the run:",
+            z.kind().name()
+        );
+        crate::print!("{}", z.pagetypeinfo());
+    }
+}
+
+/// A score pair as `before->after`, or `-` when proactive compaction was off.
+struct ScoreText(Option<(u32, u32)>);
+
+impl fmt::Display for ScoreText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((b, a)) => write!(f, "{b}->{a}"),
+            None => write!(f, "-"),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! A "user" region: movable 4 KiB pages mapped in the kernel's own page
+//! tables at virtual addresses away from the direct map, a reverse map from
+//! frame to virtual page, and the [`Migrator`] that moves them (copy the
+//! frame, switch the PTE, `invlpg`), as compaction asks (spec 03 §12).
+//!
+//! A second region holds 2 MiB mappings of blocks the allocator hands out
+//! whole (transparent huge pages in a real kernel).
+//!
+//! Table walks go through the direct map (identity: physical address ==
+//! virtual address for all RAM), so a table frame is reachable at its own
+//! physical address.
+
+use alloc::vec::Vec;
+use pageframe::compact::{MigrateError, MigrateMode, Migrator};
+use pageframe::{Order, Pfn};
+use x86_64::instructions::tlb;
+use x86_64::registers::control::Cr3;
+use x86_64::structures::paging::page_table::PageTableEntry;
+use x86_64::structures::paging::{PageTable, PageTableFlags as F};
+use x86_64::{PhysAddr, VirtAddr};
+
+/// Base of the 4 KiB user region (level-4 slot 2, clear of the direct map).
+pub const USER_BASE: u64 = 2 << 39;
+/// Base of the 2 MiB region (level-4 slot 4).
+pub const HUGE_BASE: u64 = 4 << 39;
+const PAGE: u64 = 4096;
+const HUGE: u64 = 2 << 20;
+
+/// Flags of a user 4 KiB page (data only: never executable).
+const PTE_FLAGS: F = F::PRESENT.union(F::WRITABLE).union(F::NO_EXECUTE);
+/// Flags of intermediate tables (permissive; the leaf decides).
+const TABLE_FLAGS: F = F::PRESENT.union(F::WRITABLE);
+
+/// A table frame could not be allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoTableFrame;
+
+/// The live page tables (the root CR3 points at), walked through the
+/// identity direct map.
+pub struct Tables {
+    root: *mut PageTable,
+    /// Table frames allocated for the user regions.
+    pub table_frames: u64,
+}
+
+impl Tables {
+    /// The tables CR3 currently points at.
+    pub fn current() -> Tables {
+        let (frame, _) = Cr3::read();
+        Tables {
+            root: frame.start_address().as_u64() as *mut PageTable,
+            table_frames: 0,
+        }
+    }
+
+    /// The next-level table behind `e`, created (zeroed, from `alloc`) if
+    /// absent and `alloc` is given.
+    fn next(
+        e: &mut PageTableEntry,
+        alloc: &mut Option<&mut dyn FnMut() -> Option<u64>>,
+        count: &mut u64,
+    ) -> Result<Option<*mut PageTable>, NoTableFrame> {
+        if e.is_unused() {
+            let Some(alloc) = alloc.as_deref_mut() else {
+                return Ok(None);
+            };
+            let phys = alloc().ok_or(NoTableFrame)?;
+            // SAFETY: a fresh frame from the allocator, reachable through the
+            // identity direct map; nothing references it yet.
+            unsafe { (phys as *mut PageTable).write(PageTable::new()) };
+            e.set_addr(PhysAddr::new(phys), TABLE_FLAGS);
+            *count += 1;
+        }
+        Ok(Some(e.addr().as_u64() as *mut PageTable))
+    }
+
+    /// The entry of `virt` at level 1 (4 KiB) or 2 (2 MiB), creating the
+    /// tables above it with `alloc` when given.
+    pub fn entry(
+        &mut self,
+        virt: u64,
+        level: u8,
+        mut alloc: Option<&mut dyn FnMut() -> Option<u64>>,
+    ) -> Result<Option<&mut PageTableEntry>, NoTableFrame> {
+        let v = VirtAddr::new(virt);
+        let count = &mut self.table_frames;
+        // SAFETY: CR3's root and (below) the tables of the user regions,
+        // which this module created, identity-mapped; `&mut self` is the
+        // only path to them, and each reference lives only until the next
+        // level is found.
+        let l4 = unsafe { &mut *self.root };
+        let Some(l3) = Self::next(&mut l4[v.p4_index()], &mut alloc, count)? else {
+            return Ok(None);
+        };
+        // SAFETY: as above.
+        let l3 = unsafe { &mut *l3 };
+        let Some(l2) = Self::next(&mut l3[v.p3_index()], &mut alloc, count)? else {
+            return Ok(None);
+        };
+        // SAFETY: as above.
+        let l2 = unsafe { &mut *l2 };
+        if level == 2 {
+            return Ok(Some(&mut l2[v.p2_index()]));
+        }
+        let Some(l1) = Self::next(&mut l2[v.p2_index()], &mut alloc, count)? else {
+            return Ok(None);
+        };
+        // SAFETY: as above.
+        let l1 = unsafe { &mut *l1 };
+        Ok(Some(&mut l1[v.p1_index()]))
+    }
+
+    /// Maps user page `vpn` to `pfn` (its tables must exist).
+    pub fn map_user(&mut self, vpn: u64, pfn: Pfn) -> bool {
+        match self.entry(USER_BASE + vpn * PAGE, 1, None) {
+            Ok(Some(e)) => {
+                e.set_addr(PhysAddr::new(pfn.get() * PAGE), PTE_FLAGS);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The frame user page `vpn` maps, if any.
+    pub fn user_frame(&mut self, vpn: u64) -> Option<Pfn> {
+        match self.entry(USER_BASE + vpn * PAGE, 1, None) {
+            Ok(Some(e)) if !e.is_unused() => Some(Pfn::new(e.addr().as_u64() / PAGE)),
+            _ => None,
+        }
+    }
+
+    /// Unmaps user page `vpn` and flushes its TLB entry.
+    pub fn unmap_user(&mut self, vpn: u64) {
+        let virt = USER_BASE + vpn * PAGE;
+        if let Ok(Some(e)) = self.entry(virt, 1, None) {
+            e.set_unused();
+            tlb::flush(VirtAddr::new(virt));
+        }
+    }
+
+    /// Maps huge slot `i` to the 2 MiB block at `pfn` (its level-2 table
+    /// must exist).
+    pub fn map_huge(&mut self, i: u64, pfn: Pfn) -> bool {
+        let virt = HUGE_BASE + i * HUGE;
+        match self.entry(virt, 2, None) {
+            Ok(Some(e)) if e.is_unused() => {
+                e.set_addr(PhysAddr::new(pfn.get() * PAGE), PTE_FLAGS | F::HUGE_PAGE);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Unmaps huge slot `i` and flushes its TLB entry.
+    pub fn unmap_huge(&mut self, i: u64) {
+        let virt = HUGE_BASE + i * HUGE;
+        if let Ok(Some(e)) = self.entry(virt, 2, None) {
+            e.set_unused();
+            tlb::flush(VirtAddr::new(virt));
+        }
+    }
+}
+
+/// The address of user page `vpn`.
+pub fn user_addr(vpn: u64) -> *mut u64 {
+    (USER_BASE + vpn * PAGE) as *mut u64
+}
+
+/// The address of huge slot `i`.
+pub fn huge_addr(i: u64) -> *mut u64 {
+    (HUGE_BASE + i * HUGE) as *mut u64
+}
+
+/// Moves user pages for compaction: the reverse map says which virtual
+/// page maps a frame; only frames of the user region move.
+pub struct UserMigrator<'t> {
+    /// The page tables holding the user region.
+    pub tables: &'t mut Tables,
+    /// Frame number -> user page number + 1 (0: not a user page).
+    pub rmap: Vec<u32>,
+    /// Pages moved.
+    pub moved: u64,
+    /// Moves refused (not a user page, or a block larger than a page).
+    pub refused: u64,
+    /// Called at every scanner checkpoint (the pressure mode's hook).
+    pub on_checkpoint: Option<&'t mut dyn FnMut()>,
+}
+
+impl UserMigrator<'_> {
+    fn user_page(&self, pfn: Pfn) -> Option<u64> {
+        match self.rmap.get(pfn.get() as usize) {
+            Some(&v) if v != 0 => Some(u64::from(v - 1)),
+            _ => None,
+        }
+    }
+}
+
+impl Migrator for UserMigrator<'_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
+        order == Order::ZERO && self.user_page(pfn).is_some()
+    }
+
+    fn migrate(
+        &mut self,
+        src: Pfn,
+        dst: Pfn,
+        order: Order,
+        _mode: MigrateMode,
+    ) -> Result<(), MigrateError> {
+        let Some(vpn) = self.user_page(src).filter(|_| order == Order::ZERO) else {
+            self.refused += 1;
+            return Err(MigrateError::Busy);
+        };
+        if dst.get() as usize >= self.rmap.len() || self.tables.user_frame(vpn) != Some(src) {
+            self.refused += 1;
+            return Err(MigrateError::Busy);
+        }
+        // SAFETY: both frames are RAM reachable through the identity direct
+        // map; `src` is isolated (nobody frees it) and `dst` was just taken
+        // off the free lists by the compactor, so they do not overlap and no
+        // one else writes either during the copy (one CPU).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (src.get() * PAGE) as *const u8,
+                (dst.get() * PAGE) as *mut u8,
+                PAGE as usize,
+            )
+        };
+        self.tables.map_user(vpn, dst);
+        tlb::flush(VirtAddr::new(USER_BASE + vpn * PAGE));
+        self.rmap[dst.get() as usize] = vpn as u32 + 1;
+        self.rmap[src.get() as usize] = 0;
+        self.moved += 1;
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, _migrate_pfn: Pfn, _free_pfn: Pfn) -> bool {
+        if let Some(f) = self.on_checkpoint.as_deref_mut() {
+            f();
+        }
+        false
+    }
+}

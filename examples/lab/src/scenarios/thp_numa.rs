@@ -409,28 +409,31 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         return Err("--mib must be an even number of MiB, at least 16".into());
     }
     let faults: u64 = opts.get("faults", (frames / PB) * 3 / 4)?;
-    let rounds: u64 = opts.get("rounds", if q { 1 } else { 3 })?;
+    let rounds: u64 = opts.get("rounds", if q { 1 } else { 5 })?;
     println!(
         "## thp-numa: 2 nodes x {mib} MiB, {faults} THP faults from node 0 (MADV_HUGEPAGE, defrag=always), {rounds} round(s)\n"
     );
+    // Rounds outermost, so the policies of a case run side by side and
+    // share whatever else the machine is doing at the time.
     let mut summary: Vec<(usize, usize, Outcome)> = Vec::new();
-    for (ci, case) in CASES.iter().enumerate() {
-        for (pi, (_, policy)) in POLICIES.iter().enumerate() {
-            let mut agg = Outcome::default();
-            for r in 0..rounds {
-                let o = run_one(case, policy, frames, faults, opts.seed + r)?;
-                agg.faults += o.faults;
-                agg.local += o.local;
-                agg.remote += o.remote;
-                agg.lat_ns.extend(o.lat_ns);
-                agg.stats += o.stats;
-                agg.swapped += o.swapped;
-                agg.bg_runs += o.bg_runs;
-                agg.bg_migrated += o.bg_migrated;
-                agg.bg_ns += o.bg_ns;
-                agg.scores = o.scores;
-            }
-            summary.push((ci, pi, agg));
+    for (ci, _) in CASES.iter().enumerate() {
+        for (pi, _) in POLICIES.iter().enumerate() {
+            summary.push((ci, pi, Outcome::default()));
+        }
+    }
+    for r in 0..rounds {
+        for (ci, pi, agg) in summary.iter_mut() {
+            let o = run_one(&CASES[*ci], &POLICIES[*pi].1, frames, faults, opts.seed + r)?;
+            agg.faults += o.faults;
+            agg.local += o.local;
+            agg.remote += o.remote;
+            agg.lat_ns.extend(o.lat_ns);
+            agg.stats += o.stats;
+            agg.swapped += o.swapped;
+            agg.bg_runs += o.bg_runs;
+            agg.bg_migrated += o.bg_migrated;
+            agg.bg_ns += o.bg_ns;
+            agg.scores = o.scores;
         }
     }
     let mut t = Table::new(&[

@@ -242,3 +242,25 @@ fn migration_builds_2m_blocks_from_mapped_pages() {
             .is_some()
     );
 }
+
+#[test]
+fn thp_swaps_out_and_in_whole_and_split() {
+    let b = run("256M", "thp-swap");
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\nthp-swap: PASS\n"), "thp-swap verdict");
+    for path in ["whole", "split in", "split out"] {
+        let line = b
+            .line(&format!("thp-swap: {path:<9} | "))
+            .unwrap_or_else(|| panic!("row for {path}"));
+        let times: Vec<u64> = line
+            .split(" | ")
+            .map(|w| w.trim().parse().expect("microseconds"))
+            .collect();
+        assert_eq!(times.len(), 2, "{line}");
+    }
+    // One untimed and 15 timed trips per path: every whole-path swap-in was
+    // read back whole, every split-path one fell back, each fallback split
+    // its huge entry, and the base-slot path never made a huge entry.
+    let counters = b.line("thp-swap: device counters: ").expect("counters");
+    assert_eq!(counters, "huge swap-ins 16 fallbacks 16 splits 16");
+}

@@ -26,6 +26,9 @@ bitflags! {
         const MIGRATE = 1 << 4;
         /// The migration scenario with unmovable allocations interleaved.
         const UNMOVABLE = 1 << 5;
+        /// A mapped 2 MiB page swapped out to a RAM disk and back in, whole
+        /// and split.
+        const THP_SWAP = 1 << 6;
     }
 }
 
@@ -55,6 +58,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "unmovable",
         Modes::UNMOVABLE,
         "migrate with unmovable allocations; fallback counters",
+    ),
+    (
+        "thp-swap",
+        Modes::THP_SWAP,
+        "2 MiB page to a RAM-disk swap and back, whole/split",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

@@ -21,6 +21,7 @@ mod report;
 mod selftest;
 mod serial;
 mod snapshot;
+mod thp_swap;
 mod time;
 mod timer;
 mod user_pages;
@@ -120,6 +121,12 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         migrate::print(core::slice::from_ref(&run), rate);
         migrate::print_mobility(node, &run);
         println!("unmovable: PASS");
+    }
+    if opts.modes.contains(Modes::THP_SWAP) {
+        let r = or_fail(thp_swap::run(node), "thp-swap");
+        thp_swap::print(&r, rate);
+        or_fail(node.validate(), "validate after thp-swap");
+        println!("thp-swap: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");

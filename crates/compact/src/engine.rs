@@ -31,6 +31,8 @@ pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     pub migrate_pfn: u64,
     pub free_pfn: u64,
     pub whole_zone: bool,
+    /// The free scanner's sampling stride (see `isolate_freepages`).
+    pub free_stride: u64,
     /// Scan the rest of the current pageblock even past a full batch.
     pub finish_pageblock: bool,
     pub sources: Sources,
@@ -227,6 +229,11 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         migrate_pfn: 0,
         free_pfn: 0,
         whole_zone: req.whole_zone,
+        free_stride: if req.mode == MigrateMode::Async {
+            crate::COMPACT_CLUSTER_MAX
+        } else {
+            1
+        },
         finish_pageblock: false,
         sources: Sources::new(),
         nr_migratepages: 0,

@@ -4,7 +4,7 @@
 
 use core::sync::atomic::Ordering::Relaxed;
 
-use pageframe_buddy::{BlockInfo, Pfn};
+use pageframe_buddy::{BlockInfo, Order, Pfn};
 use pageframe_mobility::{MigrateType, MobileZone};
 
 use crate::access::locked;
@@ -16,18 +16,21 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     /// `isolate_freepages` (spec 03 §10.1): isolates free blocks until they
     /// cover the pending sources, walking pageblocks downward from the free
     /// cursor but never into the migrate scanner's pageblock or below.
+    ///
+    /// Async runs probe pageblocks sparsely (stride 32) until one yields
+    /// something. Linux restarts every call at the sparse stride and leans on
+    /// its free-list search (`fast_isolate_freepages`) to find a good block
+    /// first; the buddy core here offers no list walk, so instead a sparse
+    /// probe that finds free memory is taken as the sign of a good block:
+    /// the block is rescanned in full rather than marked skip after a
+    /// sample, and the full stride carries over to the run's later calls.
     pub fn isolate_freepages(&mut self) {
         let pb = self.pb_pages;
         let mut start = self.free_pfn;
         let mut blk = self.block_start(start);
         let mut blk_end = (blk + pb).min(self.end);
         let low_limit = self.block_end(self.migrate_pfn);
-        // Async runs probe sparsely until a block yields something.
-        let mut stride = if self.req.is_async() {
-            COMPACT_CLUSTER_MAX
-        } else {
-            1
-        };
+        let mut stride = self.free_stride;
         while blk >= low_limit {
             if self.mig.checkpoint(Pfn(self.migrate_pfn), Pfn(start)) {
                 self.contended = true;
@@ -41,7 +44,8 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                     return None;
                 }
                 let n = self.isolate_freepages_block(z, &mut start, blk_end, stride);
-                if start >= blk_end {
+                let sampled = stride > 1 && n > 0;
+                if start >= blk_end && !sampled {
                     // spec 03 §6.1 update_pageblock_skip: the whole block was
                     // scanned; the next run's free scan starts below it.
                     z.pageblocks_mut().set_skip(Pfn(blk), true);
@@ -56,7 +60,20 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 }
                 Some(None) => 0,
                 Some(Some(n)) => {
-                    if self.nr_freepages >= self.nr_migratepages || self.free.is_full() {
+                    let enough = self.nr_freepages >= self.nr_migratepages || self.free.is_full();
+                    if stride > 1 && n > 0 {
+                        // A productive sample: scan this block in full.
+                        stride = 1;
+                        self.free_stride = 1;
+                        if start >= blk_end {
+                            start = blk.max(self.start);
+                        }
+                        if enough {
+                            break;
+                        }
+                        continue;
+                    }
+                    if enough {
                         if start >= blk_end {
                             // Restart at the next block down next time.
                             start = blk - pb;
@@ -74,6 +91,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             } else {
                 (stride * 2).min(COMPACT_CLUSTER_MAX)
             };
+            self.free_stride = stride;
             blk_end = blk;
             blk -= pb;
             start = blk;
@@ -126,6 +144,11 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let from = *start;
         let mut pfn = from;
         let mut isolated = 0u64;
+        let single_frames = self
+            .sources
+            .as_slice()
+            .iter()
+            .all(|s| s.order == Order::ZERO);
         'scan: while pfn < end {
             let window = (pfn + stride).min(end);
             let mut q = pfn;
@@ -155,6 +178,40 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             if usable_free(z) <= self.req.marks.min + order.pages() || self.free.is_full() {
                 pfn = head.get();
                 break;
+            }
+            if order > Order::ZERO
+                && single_frames
+                && z.block_type(head) == Some(MigrateType::Movable)
+            {
+                // Only single frames are wanted: take the block frame by
+                // frame, no more than needed, instead of taking it whole and
+                // splitting it later (Linux before 6.9 split isolated blocks
+                // into single frames too).
+                let end_of_block = head.get() + order.pages();
+                let mut q = head.get();
+                while q < end_of_block {
+                    if usable_free(z) <= self.req.marks.min + 1 || self.free.is_full() {
+                        pfn = q;
+                        break 'scan;
+                    }
+                    if z.alloc_at(Pfn(q), Order::ZERO, MigrateType::Movable)
+                        .is_err()
+                    {
+                        break;
+                    }
+                    z.set_tag_bits(Pfn(q), tag::TARGET, tag::TARGET);
+                    self.free.push(Pfn(q), Order::ZERO);
+                    self.nr_freepages += 1;
+                    self.stats.isolated_free += 1;
+                    isolated += 1;
+                    q += 1;
+                    if self.nr_migratepages <= self.nr_freepages {
+                        pfn = q;
+                        break 'scan;
+                    }
+                }
+                pfn = q.max(window);
+                continue;
             }
             let Ok(got) = z.take_free_block(head, MigrateType::Movable) else {
                 pfn = window;

@@ -50,6 +50,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     pub fn migrate_batch(&mut self) -> Batch {
         let n = self.sources.len();
         let mut fate = [Fate::Pending; SOURCE_CAP];
+        let mut dsts = [Pfn(0); SOURCE_CAP];
         let mut out = Batch::default();
         let passes = if self.req.is_async() {
             ASYNC_PASSES
@@ -62,7 +63,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 if *f != Fate::Pending {
                     continue;
                 }
-                match self.migrate_one(i, MigrateMode::Async) {
+                match self.migrate_one(i, MigrateMode::Async, &mut dsts) {
                     Step::Done => *f = Fate::Done,
                     Step::Failed => *f = Fate::Failed,
                     Step::Again => again = true,
@@ -82,7 +83,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                     if *f != Fate::Pending {
                         break;
                     }
-                    match self.migrate_one(i, self.req.mode) {
+                    match self.migrate_one(i, self.req.mode, &mut dsts) {
                         Step::Done => *f = Fate::Done,
                         Step::Failed => *f = Fate::Failed,
                         Step::Again => {}
@@ -95,6 +96,9 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             }
         }
         out.failed = fate[..n].iter().any(|&f| f != Fate::Done);
+        // One lock hold settles the books for the whole batch (the kernel may
+        // not free a destination before `migrated`, so this can wait).
+        self.finish_moves(&fate[..n], &dsts);
         let mut i = 0;
         // Sources that moved are done; the rest go back to the kernel.
         let mut keep = [false; SOURCE_CAP];
@@ -112,14 +116,14 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         out
     }
 
-    fn migrate_one(&mut self, i: usize, mode: MigrateMode) -> Step {
+    fn migrate_one(&mut self, i: usize, mode: MigrateMode, dsts: &mut [Pfn; SOURCE_CAP]) -> Step {
         let s = self.sources.as_slice()[i];
         let Some(dst) = self.compaction_alloc(s.order) else {
             return Step::NoMemory;
         };
         match self.mig.migrate(s.pfn, dst, s.order, mode) {
             Ok(()) => {
-                self.finish_move(s.pfn, s.order, s.tag, dst);
+                dsts[i] = dst;
                 Step::Done
             }
             Err(e) => {
@@ -174,32 +178,50 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         }
     }
 
-    /// The books after a successful move: the destination becomes the
-    /// owner's block (the source's kernel tag bits, isolation bits clear),
-    /// the source is freed and, for a direct compactor, captured if it
-    /// completes a block of the requested order.
-    fn finish_move(&mut self, src: Pfn, order: Order, src_tag: u32, dst: Pfn) {
-        let want = if self.req.capture && self.captured.is_none() {
+    /// The books after the batch's successful moves: each destination
+    /// becomes the owner's block (the source's kernel tag bits, isolation
+    /// bits clear), each source is freed and, for a direct compactor,
+    /// captured if it completes a block of the requested order.
+    fn finish_moves(&mut self, fate: &[Fate], dsts: &[Pfn; SOURCE_CAP]) {
+        let mt = self.req.migratetype;
+        let pb = Order::new(self.pb).unwrap_or_default();
+        let capture_order = if self.req.capture {
             self.req.order
         } else {
             None
         };
-        let mt = self.req.migratetype;
-        let pb = Order::new(self.pb).unwrap_or_default();
-        let captured = locked(self.zone, |z| {
-            z.set_tag_bits(dst, !mtag::RESERVED, src_tag & tag::CARRIED);
-            if z.free(src, order).is_err() {
-                // The kernel broke the protocol and freed the source itself.
-                return None;
+        let zone = self.zone;
+        let sources = self.sources.as_slice();
+        let mut captured = self.captured;
+        let mut moved = 0u64;
+        let done = locked(zone, |z| {
+            for (i, s) in sources.iter().enumerate() {
+                if fate[i] != Fate::Done {
+                    continue;
+                }
+                z.set_tag_bits(dsts[i], !mtag::RESERVED, s.tag & tag::CARRIED);
+                if z.free(s.pfn, s.order).is_err() {
+                    // The kernel broke the protocol and freed the source.
+                    continue;
+                }
+                moved += s.order.pages();
+                if captured.is_none()
+                    && let Some(k) = capture_order
+                {
+                    captured = capture(z, s.pfn, k, mt, pb);
+                }
             }
-            capture(z, src, want?, mt, pb)
-        })
-        .flatten();
-        self.stats.migrated += order.pages();
-        if captured.is_some() {
-            self.captured = captured;
+        });
+        if done.is_none() {
+            return;
         }
-        self.mig.migrated(src, dst, order);
+        self.captured = captured;
+        self.stats.migrated += moved;
+        for (i, s) in self.sources.as_slice().iter().enumerate() {
+            if fate[i] == Fate::Done {
+                self.mig.migrated(s.pfn, dsts[i], s.order);
+            }
+        }
     }
 
     /// Gives the sources at `range` back: unmarks them and tells the kernel.

@@ -69,8 +69,9 @@ pub(crate) fn reset_skip_hints<Z: ZoneLock + ?Sized>(zone: &Z, state: &CompactSt
 }
 
 /// `__reset_isolation_pfn`: clears `pfn`'s block's skip hint if a sampled
-/// frame is a movable in-use block (`check_source`) or a free block head
-/// (`check_target`, movable blocks only when checking targets alone).
+/// frame lies in a movable in-use block (`check_source`) or is a free
+/// block's head (`check_target`, movable blocks only when checking targets
+/// alone).
 fn reset_block(
     z: &mut MobileZone<'_>,
     pfn: u64,
@@ -97,6 +98,11 @@ fn reset_block(
     if !check_source && check_target && z.block_type(Pfn(first)) != Some(MigrateType::Movable) {
         return false;
     }
+    // Linux samples frames 0, 8, 16, ... of the block; a regular pattern
+    // (one in-use frame every fourth) then sees only in-use frames. The
+    // sample offset rotates through the eight residues instead, at the
+    // same cost.
+    let mut k = 0;
     let mut p = first;
     while p < last {
         let hit = match z.buddy().block_at(Pfn(p)) {
@@ -110,7 +116,8 @@ fn reset_block(
             z.pageblocks_mut().set_skip(Pfn(first), false);
             return true;
         }
-        p += SAMPLE;
+        k += 1;
+        p = first + k * SAMPLE + k % SAMPLE;
     }
     false
 }

@@ -86,6 +86,15 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// A block moved by compaction: `dst` takes `src`'s allocated state and
+    /// `src` becomes free.
+    pub(crate) fn moved(&self, src: Pfn, dst: Pfn, _order: Order) {
+        if let (Some(s), Some(d)) = (self.slot(src), self.slot(dst)) {
+            d.store(s.load(Relaxed), Relaxed);
+            s.store(FREE, Relaxed);
+        }
+    }
+
     /// Refuses a frame that sits in a per-CPU cache (a double free).
     #[inline]
     pub(crate) fn check_not_cached(&self, pfn: Pfn) -> Result<(), FreeError> {

@@ -3,12 +3,16 @@
 //! kernel's [`Migrator`] under the zone's own spin lock, one short critical
 //! section at a time.
 //!
-//! A zone that also serves per-CPU caches ([`crate::cache`]) must have
-//! them drained before compaction moves its blocks: the per-frame states of
-//! the cache path are not updated by migration.
+//! A zone that also serves per-CPU caches ([`crate::cache`]) keeps its
+//! per-frame states right through compaction: blocks a cache holds are
+//! never isolated for migration, and a completed move carries the block's
+//! allocated state from source to destination.
 
-use pageframe_buddy::Order;
-use pageframe_compact::{CompactRequest, Migrator, Priority, ZoneLock, ZoneMarks, compact_zone};
+use pageframe_buddy::{Order, Pfn};
+use pageframe_compact::{
+    CompactRequest, MigrateError, MigrateMode, Migrator, Priority, ZoneLock, ZoneMarks,
+    compact_zone,
+};
 use pageframe_mobility::MobileZone;
 
 use crate::compactor::{CompactRun, CompactWork, Compactor, ZoneTarget};
@@ -47,7 +51,14 @@ impl<M: Migrator> Compactor for CompactDriver<M> {
         } else {
             CompactRequest::direct(order, t.mt, prio, marks)
         };
-        let out = compact_zone(t.zone, t.state, &mut self.migrator, &req);
+        let mut keeper = StateKeeper {
+            inner: &mut self.migrator,
+            zone: t.zone,
+        };
+        let out = compact_zone(t.zone, t.state, &mut keeper, &req);
+        if let (Some(p), Some(st)) = (out.captured, &t.zone.states) {
+            st.set_allocated(p, order, t.mt);
+        }
         CompactRun {
             result: out.result,
             captured: out.captured,
@@ -56,5 +67,53 @@ impl<M: Migrator> Compactor for CompactDriver<M> {
                 migrated: out.stats.migrated,
             },
         }
+    }
+}
+
+/// Wraps the kernel's migrator to keep the zone's per-frame states (the
+/// per-CPU cache path) in step with compaction.
+struct StateKeeper<'m, 'z, 'a, M> {
+    inner: &'m mut M,
+    zone: &'z Zone<'a>,
+}
+
+impl<M: Migrator> Migrator for StateKeeper<'_, '_, '_, M> {
+    fn isolate(&mut self, pfn: Pfn, order: Order, tag: u32) -> bool {
+        // A block sitting in a per-CPU cache is the cache's: it cannot move.
+        let cached = self
+            .zone
+            .states
+            .as_ref()
+            .is_some_and(|st| st.check_not_cached(pfn).is_err());
+        !cached && self.inner.isolate(pfn, order, tag)
+    }
+
+    fn migrate(
+        &mut self,
+        src: Pfn,
+        dst: Pfn,
+        order: Order,
+        mode: MigrateMode,
+    ) -> Result<(), MigrateError> {
+        self.inner.migrate(src, dst, order, mode)
+    }
+
+    fn putback(&mut self, src: Pfn, order: Order) {
+        self.inner.putback(src, order)
+    }
+
+    fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
+        if let Some(st) = &self.zone.states {
+            st.moved(src, dst, order);
+        }
+        self.inner.migrated(src, dst, order)
+    }
+
+    fn checkpoint(&mut self, migrate_pfn: Pfn, free_pfn: Pfn) -> bool {
+        self.inner.checkpoint(migrate_pfn, free_pfn)
+    }
+
+    fn drain_caches(&mut self) {
+        self.inner.drain_caches()
     }
 }

@@ -182,3 +182,115 @@ fn frames_freed_on_another_cpu_are_conserved() {
     assert_eq!(zone.free_pages(), before, "no frame lost");
     zone.validate().unwrap();
 }
+
+/// A migrator whose "contents" are one word per frame.
+#[derive(Default)]
+struct Words {
+    data: std::collections::HashMap<u64, u64>,
+    sources: HashSet<u64>,
+}
+
+impl pageframe::Migrator for Words {
+    fn migrate(
+        &mut self,
+        src: Pfn,
+        dst: Pfn,
+        order: Order,
+        _mode: pageframe::compact::MigrateMode,
+    ) -> Result<(), pageframe::compact::MigrateError> {
+        for i in 0..order.pages() {
+            if let Some(w) = self.data.remove(&(src.get() + i)) {
+                self.data.insert(dst.get() + i, w);
+            }
+        }
+        self.sources.insert(src.get());
+        Ok(())
+    }
+}
+
+#[test]
+fn compaction_keeps_the_cache_path_states() {
+    use pageframe::{
+        CompactDriver, CompactPriority, CompactState, Compactor, MigrateType, NodeId, ZoneTarget,
+    };
+    let (mut m, mut s) = buffers();
+    let zone = zone_with_states(&mut m, &mut s);
+    let sz = sizing(&zone, 1);
+    let cpus = slots(sz, 1);
+    let set = PcpSet::new(&cpus);
+    let mut local = set.claim(CpuId(0)).unwrap();
+    // Fill with movable frames through the cache, then free 3 of every 4.
+    let mut driver = CompactDriver::new(Words::default());
+    let mut live = HashSet::new();
+    while let Ok(p) = zone.alloc_cached(&mut local, Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO) {
+        live.insert(p);
+        driver.migrator.data.insert(p.get(), p.get() ^ 0x5a5a);
+    }
+    // Free from the top down: the frames freed last, the lowest, are the
+    // ones still cached, right where the migrate scanner starts.
+    let mut order: Vec<Pfn> = live.iter().copied().collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    for p in order {
+        if p.get() % 4 != 0 {
+            zone.free_cached(&mut local, p, Order::ZERO).unwrap();
+            driver.migrator.data.remove(&p.get());
+            live.remove(&p);
+        }
+    }
+    let cached: HashSet<u64> = {
+        let mut c = HashSet::new();
+        local.inspect(|pcp| {
+            pcp.for_each_block(|_, f| {
+                c.insert(f.0);
+            })
+        });
+        c
+    };
+    assert!(
+        !cached.is_empty(),
+        "the test needs frames sitting in the cache"
+    );
+    let state = CompactState::new();
+    let target = ZoneTarget {
+        node: NodeId::ZERO,
+        zone: &zone,
+        state: &state,
+        mt: MigrateType::Movable,
+        background: false,
+    };
+    let run = driver.compact(target, Order::HUGE_2M, CompactPriority::SyncFull);
+    assert!(run.work.migrated > 0, "compaction moved blocks: {run:?}");
+    assert!(
+        driver.migrator.sources.is_disjoint(&cached),
+        "a cached frame was migrated"
+    );
+    // Every owner finds its word at the frame's new place; frees through the
+    // cache follow the moves: the new place frees, the old one is refused.
+    let now_live: HashSet<Pfn> = driver.migrator.data.keys().map(|&k| Pfn(k)).collect();
+    let owners: HashSet<Pfn> = driver
+        .migrator
+        .data
+        .values()
+        .map(|&w| Pfn(w ^ 0x5a5a))
+        .collect();
+    assert_eq!(owners, live, "every owner's word survived, once");
+    assert_eq!(now_live.len(), live.len(), "no frame lost or duplicated");
+    for &src in &driver.migrator.sources {
+        if !now_live.contains(&Pfn(src)) {
+            assert!(
+                zone.free_cached(&mut local, Pfn(src), Order::ZERO).is_err(),
+                "old place of a moved block"
+            );
+        }
+    }
+    for p in now_live {
+        zone.free_cached(&mut local, p, Order::ZERO).unwrap();
+    }
+    if let Some(p) = run.captured {
+        // The 2 MiB block compaction captured for the requester is its to free.
+        zone.free_cached(&mut local, p, Order::HUGE_2M).unwrap();
+    }
+    local.drain(&zone);
+    assert_eq!(zone.free_pages(), zone.managed_pages());
+    zone.validate().unwrap();
+}

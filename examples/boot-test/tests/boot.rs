@@ -264,3 +264,34 @@ fn thp_swaps_out_and_in_whole_and_split() {
     let counters = b.line("thp-swap: device counters: ").expect("counters");
     assert_eq!(counters, "huge swap-ins 16 fallbacks 16 splits 16");
 }
+
+#[test]
+fn two_cpus_stress_their_own_caches() {
+    let b = run("256M", "smp");
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\nsmp: PASS\n"), "smp verdict");
+    let head = b.line("smp: 2 CPUs up; ").expect("bring-up line");
+    let bounds = head.rsplit(' ').next().expect("high bounds");
+    let (lo, hi) = bounds.split_once("..").expect("lo..hi");
+    let (lo, hi): (u32, u32) = (lo.parse().unwrap(), hi.parse().unwrap());
+    for cpu in 0..2 {
+        let row = b
+            .line(&format!("smp: cpu{cpu} | "))
+            .unwrap_or_else(|| panic!("row for cpu{cpu}"));
+        let f: Vec<&str> = row.split(" | ").collect();
+        let num = |i: usize| {
+            f[i].trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{row}"))
+        };
+        let (allocs, hits, cross, high) = (num(0), num(1), num(6), num(7));
+        // 600 rounds of 64 blocks; every one counted by the cache.
+        assert_eq!(allocs, 600 * 64, "{row}");
+        assert!(hits * 2 > allocs, "most allocations hit the cache: {row}");
+        assert!(cross > 0, "frames freed by the other CPU: {row}");
+        assert!(
+            (lo..=hi).contains(&(high as u32)),
+            "high {high} in {lo}..{hi}"
+        );
+    }
+}

@@ -29,6 +29,8 @@ bitflags! {
         /// A mapped 2 MiB page swapped out to a RAM disk and back in, whole
         /// and split.
         const THP_SWAP = 1 << 6;
+        /// Bring up the second CPU and stress per-CPU caches on both.
+        const SMP = 1 << 7;
     }
 }
 
@@ -63,6 +65,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "thp-swap",
         Modes::THP_SWAP,
         "2 MiB page to a RAM-disk swap and back, whole/split",
+    ),
+    (
+        "smp",
+        Modes::SMP,
+        "second CPU up; alloc/free stress through per-CPU caches",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

@@ -118,6 +118,14 @@ pub fn init() {
     idt.load();
 }
 
+/// Loads the exception table on the calling CPU (an application processor;
+/// [`init`] has run on the bootstrap one).
+pub fn load_on_this_cpu() {
+    if let Some(idt) = IDT.get() {
+        idt.load();
+    }
+}
+
 /// Reports an exception and fails the run.
 #[unsafe(no_mangle)]
 extern "C" fn exception_report(frame: &ExceptionFrame) -> ! {

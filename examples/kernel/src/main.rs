@@ -20,6 +20,8 @@ mod qemu;
 mod report;
 mod selftest;
 mod serial;
+mod smp;
+mod smp_stress;
 mod snapshot;
 mod thp_swap;
 mod time;
@@ -127,6 +129,12 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         thp_swap::print(&r, rate);
         or_fail(node.validate(), "validate after thp-swap");
         println!("thp-swap: PASS");
+    }
+    if opts.modes.contains(Modes::SMP) {
+        let r = or_fail(smp_stress::run(node, rate), "smp");
+        smp_stress::print(&r, rate);
+        or_fail(node.validate(), "validate after smp");
+        println!("smp: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");

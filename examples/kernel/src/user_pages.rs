@@ -31,7 +31,7 @@ const PTE_FLAGS: F = F::PRESENT.union(F::WRITABLE).union(F::NO_EXECUTE);
 /// Flags of intermediate tables (permissive; the leaf decides).
 const TABLE_FLAGS: F = F::PRESENT.union(F::WRITABLE);
 
-/// A table frame could not be allocated.
+/// A table frame could not be allocated, or a huge page is in the way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NoTableFrame;
 
@@ -60,6 +60,9 @@ impl Tables {
         alloc: &mut Option<&mut dyn FnMut() -> Option<u64>>,
         count: &mut u64,
     ) -> Result<Option<*mut PageTable>, NoTableFrame> {
+        if e.flags().contains(F::HUGE_PAGE) {
+            return Err(NoTableFrame);
+        }
         if e.is_unused() {
             let Some(alloc) = alloc.as_deref_mut() else {
                 return Ok(None);

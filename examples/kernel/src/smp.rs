@@ -1,0 +1,274 @@
+//! The second CPU: a real-mode trampoline below 1 MiB, INIT-SIPI-SIPI
+//! through the local APIC, and a way to run a job on it.
+//!
+//! The trampoline (copied to [`TRAMPOLINE`]) goes from real mode through
+//! 32-bit protected mode to long mode with the kernel's own page tables
+//! (CR3 is below 4 GiB: its root came from DMA32), on its own GDT whose
+//! 64-bit code selector (0x08) matches the boot GDT's, so the shared IDT's
+//! gates work on both CPUs. It then calls [`ap_entry`] on a stack taken
+//! from the allocator. The application processor's APIC id is taken as 1
+//! (QEMU's numbering for `-smp 2`; a full kernel would read the ACPI MADT).
+
+use crate::time::{Instant, TscRate};
+use crate::user_pages::Tables;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use pageframe::{Gfp, Node, Order};
+use x86_64::VirtAddr;
+use x86_64::instructions::tlb;
+use x86_64::registers::control::Cr3;
+use x86_64::structures::paging::PageTableFlags as F;
+
+/// Physical (and identity-mapped) address of the trampoline: page 8, in
+/// low memory the allocator never manages.
+pub const TRAMPOLINE: u64 = 0x8000;
+/// The local APIC's registers (identity-mapped, uncached, by [`start_ap`]).
+const LAPIC: u64 = 0xfee0_0000;
+const ICR_LOW: u64 = 0x300;
+const ICR_HIGH: u64 = 0x310;
+const APIC_ID: u64 = 0x20;
+/// APIC id of the application processor.
+const AP_APIC_ID: u32 = 1;
+
+core::arch::global_asm!(
+    r#"
+    .section .rodata.ap_trampoline, "a"
+    .p2align 12
+    .global ap_tramp_start
+    .global ap_tramp_end
+ap_tramp_start:
+    .code16
+    cli
+    cld
+    xor %ax, %ax
+    mov %ax, %ds
+    lgdtl (tr_gdtr - ap_tramp_start + 0x8000)
+    mov %cr0, %eax
+    or $1, %eax
+    mov %eax, %cr0
+    ljmpl $0x18, $(tr_pm - ap_tramp_start + 0x8000)
+    .code32
+tr_pm:
+    mov $0x10, %ax
+    mov %ax, %ds
+    mov %ax, %es
+    mov %ax, %ss
+    mov %cr4, %eax
+    or $0x20, %eax
+    mov %eax, %cr4
+    mov (tr_cr3 - ap_tramp_start + 0x8000), %eax
+    mov %eax, %cr3
+    mov $0xc0000080, %ecx
+    rdmsr
+    or $0x900, %eax
+    wrmsr
+    mov %cr0, %eax
+    or $0x80010000, %eax
+    mov %eax, %cr0
+    ljmpl $0x08, $(tr_lm - ap_tramp_start + 0x8000)
+    .code64
+tr_lm:
+    mov $0x10, %ax
+    mov %ax, %ds
+    mov %ax, %es
+    mov %ax, %ss
+    xor %ax, %ax
+    mov %ax, %fs
+    mov %ax, %gs
+    movq (tr_stack - ap_tramp_start + 0x8000), %rsp
+    movq (tr_entry - ap_tramp_start + 0x8000), %rax
+    call *%rax
+2:
+    hlt
+    jmp 2b
+    .p2align 3
+tr_gdt:
+    .quad 0
+    .quad 0x00af9a000000ffff
+    .quad 0x00cf92000000ffff
+    .quad 0x00cf9a000000ffff
+tr_gdtr:
+    .word 31
+    .long tr_gdt - ap_tramp_start + 0x8000
+    .p2align 3
+    .global ap_tramp_cr3
+ap_tramp_cr3:
+tr_cr3:
+    .quad 0
+tr_stack:
+    .quad 0
+tr_entry:
+    .quad 0
+ap_tramp_end:
+    .text
+"#,
+    options(att_syntax)
+);
+
+unsafe extern "C" {
+    static ap_tramp_start: u8;
+    static ap_tramp_end: u8;
+    static ap_tramp_cr3: u8;
+}
+
+/// Set by the application processor once it runs Rust code.
+static AP_ALIVE: AtomicU32 = AtomicU32::new(0);
+/// The job for the application processor: a pointer to a
+/// `&(dyn Fn() + Sync)` on the poster's stack; null when idle.
+static JOB: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+/// Jobs the application processor finished.
+static JOBS_DONE: AtomicU32 = AtomicU32::new(0);
+
+/// Why the second CPU did not come up.
+#[derive(Debug, Clone, Copy)]
+pub enum SmpError {
+    /// No frame for the stack or the APIC's page table.
+    NoMemory,
+    /// The trampoline page's mapping is not a 4 KiB page of the direct map.
+    Trampoline,
+    /// The application processor did not report in time.
+    Timeout,
+}
+
+impl core::fmt::Display for SmpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoMemory => write!(f, "no memory for the AP's stack or tables"),
+            Self::Trampoline => write!(f, "trampoline page not mappable"),
+            Self::Timeout => write!(f, "the AP did not start"),
+        }
+    }
+}
+
+fn lapic_read(reg: u64) -> u32 {
+    // SAFETY: the APIC page is mapped uncached at its physical address
+    // (start_ap); `reg` is a register offset inside it.
+    unsafe { ((LAPIC + reg) as *const u32).read_volatile() }
+}
+
+fn lapic_write(reg: u64, v: u32) {
+    // SAFETY: as in `lapic_read`.
+    unsafe { ((LAPIC + reg) as *mut u32).write_volatile(v) }
+}
+
+/// The calling CPU's APIC id.
+pub fn cpu_id() -> u32 {
+    lapic_read(APIC_ID) >> 24
+}
+
+fn delay(rate: &TscRate, us: u64) {
+    let t = Instant::now();
+    let cycles = rate.hz() / 1_000_000 * us;
+    while t.elapsed().0 < cycles {
+        core::hint::spin_loop();
+    }
+}
+
+fn send_ipi(icr_low: u32) {
+    lapic_write(ICR_HIGH, AP_APIC_ID << 24);
+    lapic_write(ICR_LOW, icr_low);
+    // Delivery status (bit 12) clears once the IPI is sent.
+    while lapic_read(ICR_LOW) & (1 << 12) != 0 {
+        core::hint::spin_loop();
+    }
+}
+
+/// Brings up the application processor (INIT, then two STARTUPs, spec'd
+/// delays 10 ms and 200 us), which then waits for jobs.
+pub fn start_ap(node: &Node<'_>, rate: &TscRate) -> Result<(), SmpError> {
+    if AP_ALIVE.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let mut tables = Tables::current();
+    let mut take = || {
+        node.alloc(Gfp::KERNEL | Gfp::DMA32 | Gfp::ZERO, Order::ZERO)
+            .ok()
+            .map(|p| p.get() * 4096)
+    };
+    // The APIC page: identity, uncached, not executable.
+    let e = tables
+        .entry(LAPIC, 1, Some(&mut take))
+        .map_err(|_| SmpError::NoMemory)?
+        .ok_or(SmpError::NoMemory)?;
+    e.set_addr(
+        x86_64::PhysAddr::new(LAPIC),
+        F::PRESENT | F::WRITABLE | F::NO_CACHE | F::WRITE_THROUGH | F::NO_EXECUTE,
+    );
+    tlb::flush(VirtAddr::new(LAPIC));
+    // The trampoline page runs code in long mode for a few instructions:
+    // lift the direct map's no-execute bit on it.
+    let e = tables
+        .entry(TRAMPOLINE, 1, None)
+        .map_err(|_| SmpError::Trampoline)?
+        .ok_or(SmpError::Trampoline)?;
+    e.set_flags(e.flags() - F::NO_EXECUTE);
+    tlb::flush(VirtAddr::new(TRAMPOLINE));
+
+    let stack_order = Order::new(3).expect("order 3 exists");
+    let stack = node
+        .alloc(Gfp::KERNEL, stack_order)
+        .map_err(|_| SmpError::NoMemory)?;
+    let stack_top = (stack.get() + stack_order.pages()) * 4096;
+
+    // SAFETY: the trampoline's bytes are a static blob between the two
+    // symbols; page 8 is low memory no one else uses (the boot data was
+    // copied out at entry); the three words patched are its data slots.
+    unsafe {
+        let start = &raw const ap_tramp_start;
+        let end = &raw const ap_tramp_end;
+        let len = end as usize - start as usize;
+        core::ptr::copy_nonoverlapping(start, TRAMPOLINE as *mut u8, len);
+        let data = TRAMPOLINE + (&raw const ap_tramp_cr3 as u64 - start as u64);
+        let data = data as *mut u64;
+        data.write_volatile(Cr3::read().0.start_address().as_u64());
+        data.add(1).write_volatile(stack_top);
+        data.add(2)
+            .write_volatile(ap_entry as *const () as usize as u64);
+    }
+
+    send_ipi(0x0000_4500); // INIT, level assert
+    delay(rate, 10_000);
+    for _ in 0..2 {
+        send_ipi(0x0000_4600 | (TRAMPOLINE >> 12) as u32); // STARTUP
+        delay(rate, 200);
+    }
+    let t = Instant::now();
+    while AP_ALIVE.load(Ordering::Acquire) == 0 {
+        if t.elapsed().0 > rate.hz() {
+            return Err(SmpError::Timeout);
+        }
+        core::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// Where the application processor enters Rust, on its own stack.
+extern "C" fn ap_entry() -> ! {
+    crate::exceptions::load_on_this_cpu();
+    AP_ALIVE.store(1, Ordering::Release);
+    loop {
+        let job = JOB.load(Ordering::Acquire);
+        if job.is_null() {
+            core::hint::spin_loop();
+            continue;
+        }
+        // SAFETY: `run_both` published a pointer to a live
+        // `&(dyn Fn() + Sync)` and keeps it alive until JOBS_DONE moves.
+        let f = unsafe { *(job as *const &(dyn Fn() + Sync)) };
+        f();
+        JOB.store(core::ptr::null_mut(), Ordering::Release);
+        JOBS_DONE.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs `f` on both CPUs at once (the application processor must be up)
+/// and returns when both have finished.
+pub fn run_both(f: &(dyn Fn() + Sync)) {
+    let done = JOBS_DONE.load(Ordering::Acquire);
+    let r: &(dyn Fn() + Sync) = f;
+    JOB.store(&r as *const _ as *mut (), Ordering::Release);
+    f();
+    // `r` (and `f`) must outlive the AP's use of them: wait for it.
+    while JOBS_DONE.load(Ordering::Acquire) == done {
+        core::hint::spin_loop();
+    }
+}

@@ -103,6 +103,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
                 unmovable_every: 0,
                 unmovable_per_block: 0,
                 show_peak: false,
+                ap_reader: false,
             };
             runs.push(or_fail(
                 migrate::run(node, mem.pfn_end(), params),
@@ -118,6 +119,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             unmovable_every: 64,
             unmovable_per_block: 8,
             show_peak: true,
+            ap_reader: false,
         };
         let run = or_fail(migrate::run(node, mem.pfn_end(), params), "unmovable");
         migrate::print(core::slice::from_ref(&run), rate);
@@ -134,6 +136,19 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         let r = or_fail(smp_stress::run(node, rate), "smp");
         smp_stress::print(&r, rate);
         or_fail(node.validate(), "validate after smp");
+        let params = migrate::Params {
+            proactiveness: 0,
+            unmovable_every: 0,
+            unmovable_per_block: 0,
+            show_peak: false,
+            ap_reader: true,
+        };
+        let m = or_fail(migrate::run(node, mem.pfn_end(), params), "smp migrate");
+        migrate::print(core::slice::from_ref(&m), rate);
+        println!(
+            "smp: second CPU read {} pages during compaction, {} stale words, {} TLB shootdowns",
+            m.ap_reads, m.ap_mismatches, m.shootdowns
+        );
         println!("smp: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {

@@ -21,6 +21,7 @@ use crate::time::{Cycles, Instant, TscRate};
 use crate::user_pages::{Tables, UserMigrator, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use pageframe::compact::{
     CompactRequest, CompactResult, CompactState, Kcompactd, NodeZone, Priority, ZoneMarks,
     compact_zone, node_score, reset_isolation_suitable,
@@ -41,6 +42,8 @@ pub enum MigrateModeError {
     HugeMismatch(Pfn),
     /// The reverse map disagrees with the page tables.
     Rmap(u64),
+    /// The second CPU read stale data through the user mapping.
+    StaleRead(u64),
     /// Frames leaked or appeared across the run.
     Conservation { before: u64, after: u64 },
     /// The allocator refused a free or failed validation.
@@ -55,6 +58,7 @@ impl fmt::Display for MigrateModeError {
                 write!(f, "user page {vpn} word {word} reads {found:#x}")
             }
             Self::HugeMismatch(p) => write!(f, "2 MiB block {:#x} reads wrong", p.get()),
+            Self::StaleRead(n) => write!(f, "second CPU read {n} stale words"),
             Self::Rmap(v) => write!(f, "reverse map wrong for user page {v}"),
             Self::Conservation { before, after } => {
                 write!(f, "free frames {before} before, {after} after")
@@ -96,6 +100,12 @@ pub struct RunReport {
     pub latency: [u64; 4],
     /// Mean latency (cycles).
     pub mean: u64,
+    /// Pages the second CPU read during compaction.
+    pub ap_reads: u64,
+    /// Of its reads, words that did not match (must be 0).
+    pub ap_mismatches: u64,
+    /// TLB shootdowns sent to the second CPU.
+    pub shootdowns: u64,
     /// Fallback counters at the end of the run, summed over zones.
     pub fallback: FallbackStats,
 }
@@ -111,6 +121,8 @@ pub struct Params {
     pub unmovable_per_block: u64,
     /// Print the pageblock types while everything is allocated.
     pub show_peak: bool,
+    /// Have the second CPU (if up) read the kept pages during compaction.
+    pub ap_reader: bool,
 }
 
 /// The data word `w` of user page `vpn`.
@@ -181,6 +193,13 @@ pub fn run(
         .and_then(|_| lat.try_reserve_exact(huge_cap as usize))
         .and_then(|_| unmovable.try_reserve_exact(unmov_cap as usize))
         .map_err(|_| MigrateModeError::NoMemory("bookkeeping"))?;
+    // The kept pages' list, for the second CPU's reader (a quarter of the
+    // fill; room for half).
+    let mut kept: Vec<u32> = Vec::new();
+    if p.ap_reader {
+        kept.try_reserve_exact(cap as usize / 2)
+            .map_err(|_| MigrateModeError::NoMemory("kept list"))?;
+    }
 
     // Page tables of both regions, also before the fill. They stay mapped
     // (empty) after the run and are reused by the next one.
@@ -259,60 +278,114 @@ pub fn run(
         on_checkpoint: None,
     };
 
-    // Proactive phase: kcompactd is ticked by the timer while the CPU idles.
-    if p.proactiveness > 0 {
-        let nz: Vec<NodeZone<'_, Zone<'static>>> = zones
-            .iter()
-            .zip(&states)
-            .map(|(z, s)| NodeZone::new(*z, s, marks(z)))
-            .collect();
-        let mut kc = Kcompactd::new();
-        kc.set_proactiveness(p.proactiveness)
-            .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
-        let t0 = Instant::now();
-        let before = node_score(&nz);
-        let mut last = crate::timer::ticks();
-        while rep.ticks < MAX_TICKS {
-            let now_ticks = crate::timer::wait_tick(last);
-            rep.ticks += now_ticks - last;
-            last = now_ticks;
-            let r = kc.tick(crate::timer::now_ns(), &nz, &mut mig);
-            if r.proactive.is_some() || (r.checked && r.proactive.is_none()) {
+    // With the second CPU up, it reads every kept page through the user
+    // mapping while this CPU compacts: each move must shoot down its
+    // translation before the source frame is reused.
+    if p.ap_reader && crate::smp::ap_up() {
+        for v in 0..rep.filled {
+            if mig.tables.user_frame(v).is_some() && kept.len() < kept.capacity() {
+                kept.push(v as u32);
+            }
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let bad = AtomicU64::new(0);
+    let reader = || {
+        crate::smp::enter_user_regions();
+        while !stop.load(Ordering::Acquire) {
+            for &v in &kept {
+                let v = u64::from(v);
+                let page = user_addr(v);
+                for w in CHECKED {
+                    // SAFETY: kept pages stay mapped for the whole phase
+                    // (migration remaps them, nothing unmaps them).
+                    if unsafe { page.add(w).read_volatile() } != pattern(v, w) {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                reads.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        crate::smp::leave_user_regions();
+    };
+    let thp = Order::HUGE_2M;
+    let shoot0 = crate::smp::shootdowns();
+    let mut middle = || -> Result<(), MigrateModeError> {
+        // Proactive phase: kcompactd is ticked by the timer while the CPU idles.
+        if p.proactiveness > 0 {
+            let nz: Vec<NodeZone<'_, Zone<'static>>> = zones
+                .iter()
+                .zip(&states)
+                .map(|(z, s)| NodeZone::new(*z, s, marks(z)))
+                .collect();
+            let mut kc = Kcompactd::new();
+            kc.set_proactiveness(p.proactiveness)
+                .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
+            let t0 = Instant::now();
+            let before = node_score(&nz);
+            let mut last = crate::timer::ticks();
+            while rep.ticks < MAX_TICKS {
+                let now_ticks = crate::timer::wait_tick(last);
+                rep.ticks += now_ticks - last;
+                last = now_ticks;
+                let r = kc.tick(crate::timer::now_ns(), &nz, &mut mig);
+                if r.proactive.is_some() || (r.checked && r.proactive.is_none()) {
+                    break;
+                }
+            }
+            rep.proactive_cycles = t0.elapsed().0;
+            let after = node_score(&nz);
+            rep.score = before.zip(after);
+            rep.migrated_proactive = mig.moved;
+        }
+
+        // 2 MiB allocations until failure, direct compaction as the fallback.
+        // With no kswapd to do it when it sleeps, a pending skip-hint flush
+        // (requested when a run's scanners met) is honoured here, before
+        // direct compaction starts (spec 03 §4).
+        for (z, st) in zones.iter().zip(&states) {
+            reset_isolation_suitable(*z, st);
+        }
+        rep.free_before = node.free_pages();
+        loop {
+            for _ in 0..p.unmovable_per_block {
+                if let Ok(f) = node.alloc(Gfp::KERNEL, Order::ZERO) {
+                    unmovable.push(f);
+                }
+            }
+            let t = Instant::now();
+            let got = alloc_huge(node, &zones, &states, &mut mig, movable, thp, &mut rep);
+            let dt = t.elapsed().0;
+            let Some(pfn) = got else { break };
+            lat.push(dt);
+            if blocks.len() == blocks.capacity() {
+                node.free(pfn, thp)
+                    .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
                 break;
             }
+            blocks.push(pfn);
         }
-        rep.proactive_cycles = t0.elapsed().0;
-        let after = node_score(&nz);
-        rep.score = before.zip(after);
-        rep.migrated_proactive = mig.moved;
-    }
-
-    // 2 MiB allocations until failure, direct compaction as the fallback.
-    // With no kswapd to do it when it sleeps, a pending skip-hint flush
-    // (requested when a run's scanners met) is honoured here, before
-    // direct compaction starts (spec 03 §4).
-    for (z, st) in zones.iter().zip(&states) {
-        reset_isolation_suitable(*z, st);
-    }
-    rep.free_before = node.free_pages();
-    let thp = Order::HUGE_2M;
-    loop {
-        for _ in 0..p.unmovable_per_block {
-            if let Ok(f) = node.alloc(Gfp::KERNEL, Order::ZERO) {
-                unmovable.push(f);
+        Ok(())
+    };
+    if kept.is_empty() {
+        middle()?;
+    } else {
+        crate::smp::with_ap_job(&reader, || {
+            // Start once the reader runs, so every move is shot down to it.
+            while !crate::smp::user_regions_shared() {
+                core::hint::spin_loop();
             }
+            let r = middle();
+            stop.store(true, Ordering::Release);
+            r
+        })?;
+        rep.ap_reads = reads.load(Ordering::Relaxed);
+        rep.ap_mismatches = bad.load(Ordering::Relaxed);
+        rep.shootdowns = crate::smp::shootdowns() - shoot0;
+        if rep.ap_mismatches != 0 {
+            return Err(MigrateModeError::StaleRead(rep.ap_mismatches));
         }
-        let t = Instant::now();
-        let got = alloc_huge(node, &zones, &states, &mut mig, movable, thp, &mut rep);
-        let dt = t.elapsed().0;
-        let Some(pfn) = got else { break };
-        lat.push(dt);
-        if blocks.len() == blocks.capacity() {
-            node.free(pfn, thp)
-                .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
-            break;
-        }
-        blocks.push(pfn);
     }
     rep.blocks = blocks.len() as u64;
     rep.migrated = mig.moved;

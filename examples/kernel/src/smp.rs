@@ -11,7 +11,7 @@
 
 use crate::time::{Instant, TscRate};
 use crate::user_pages::Tables;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use pageframe::{Gfp, Node, Order};
 use x86_64::VirtAddr;
 use x86_64::instructions::tlb;
@@ -103,6 +103,108 @@ ap_tramp_end:
 "#,
     options(att_syntax)
 );
+
+/// The vector of the TLB shootdown IPI.
+pub const SHOOTDOWN_VECTOR: u8 = 0xf0;
+/// The local APIC's spurious-interrupt vector.
+pub const SPURIOUS_VECTOR: u8 = 0xff;
+const SVR: u64 = 0xf0;
+
+/// The address the shootdown handler invalidates.
+static SHOOT_ADDR: AtomicU64 = AtomicU64::new(0);
+/// Shootdowns the application processor acknowledged.
+static SHOOT_ACK: AtomicU64 = AtomicU64::new(0);
+
+core::arch::global_asm!(
+    r#"
+    .section .text
+    .p2align 4
+    .global shootdown_stub
+shootdown_stub:
+    push %rax
+    mov {addr}(%rip), %rax
+    invlpg (%rax)
+    lock incq {ack}(%rip)
+    mov $0xfee000b0, %rax
+    movl $0, (%rax)
+    pop %rax
+    iretq
+    .p2align 4
+    .global spurious_stub
+spurious_stub:
+    iretq
+"#,
+    addr = sym SHOOT_ADDR,
+    ack = sym SHOOT_ACK,
+    options(att_syntax)
+);
+
+unsafe extern "C" {
+    fn shootdown_stub();
+    fn spurious_stub();
+}
+
+/// The shootdown handler's address, for the IDT: invalidates
+/// `SHOOT_ADDR`, acknowledges, signals end of interrupt to the local APIC.
+pub fn shootdown_stub_addr() -> u64 {
+    shootdown_stub as *const () as usize as u64
+}
+
+/// The spurious-interrupt handler's address (no end of interrupt due).
+pub fn spurious_stub_addr() -> u64 {
+    spurious_stub as *const () as usize as u64
+}
+
+/// Whether the application processor runs.
+pub fn ap_up() -> bool {
+    AP_ALIVE.load(Ordering::Acquire) != 0
+}
+
+/// Invalidates `virt` in the application processor's TLB, if it runs, and
+/// waits for its acknowledgement (an IPI to [`SHOOTDOWN_VECTOR`]). The
+/// caller has already flushed its own TLB. One shootdown at a time: only
+/// the bootstrap CPU changes mappings.
+pub fn flush_remote(virt: u64) {
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if !ap_up() || !REMOTE_USER.load(Ordering::SeqCst) {
+        return;
+    }
+    let before = SHOOT_ACK.load(Ordering::Acquire);
+    SHOOT_ADDR.store(virt, Ordering::Release);
+    send_ipi(0x0000_4000 | u32::from(SHOOTDOWN_VECTOR));
+    while SHOOT_ACK.load(Ordering::Acquire) == before {
+        core::hint::spin_loop();
+    }
+}
+
+/// Whether the application processor may hold translations of the user
+/// regions (Linux's `mm_cpumask`): only then do unmaps and moves need a
+/// shootdown IPI.
+static REMOTE_USER: AtomicBool = AtomicBool::new(false);
+
+/// Called on the application processor before it touches the user
+/// regions: from now on their changes are shot down to it.
+pub fn enter_user_regions() {
+    REMOTE_USER.store(true, Ordering::SeqCst);
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Called on the application processor when it stops touching the user
+/// regions: it flushes its whole TLB, so later changes need no shootdown.
+pub fn leave_user_regions() {
+    tlb::flush_all();
+    REMOTE_USER.store(false, Ordering::SeqCst);
+}
+
+/// Whether the application processor has entered the user regions.
+pub fn user_regions_shared() -> bool {
+    REMOTE_USER.load(Ordering::SeqCst)
+}
+
+/// Shootdowns acknowledged so far.
+pub fn shootdowns() -> u64 {
+    SHOOT_ACK.load(Ordering::Relaxed)
+}
 
 unsafe extern "C" {
     static ap_tramp_start: u8;
@@ -244,6 +346,11 @@ pub fn start_ap(node: &Node<'_>, rate: &TscRate) -> Result<(), SmpError> {
 /// Where the application processor enters Rust, on its own stack.
 extern "C" fn ap_entry() -> ! {
     crate::exceptions::load_on_this_cpu();
+    // Software-enable the local APIC so it accepts the shootdown IPI, and
+    // take interrupts from now on (only IPIs reach this CPU: the PIC's
+    // timer goes to the bootstrap CPU).
+    lapic_write(SVR, 0x100 | u32::from(SPURIOUS_VECTOR));
+    x86_64::instructions::interrupts::enable();
     AP_ALIVE.store(1, Ordering::Release);
     loop {
         let job = JOB.load(Ordering::Acquire);
@@ -258,6 +365,20 @@ extern "C" fn ap_entry() -> ! {
         JOB.store(core::ptr::null_mut(), Ordering::Release);
         JOBS_DONE.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Runs `job` on the application processor while `main` runs here;
+/// returns `main`'s result once both have finished.
+pub fn with_ap_job<R>(job: &(dyn Fn() + Sync), main: impl FnOnce() -> R) -> R {
+    let done = JOBS_DONE.load(Ordering::Acquire);
+    let r: &(dyn Fn() + Sync) = job;
+    JOB.store(&r as *const _ as *mut (), Ordering::Release);
+    let out = main();
+    // `r` (and `job`) must outlive the AP's use of them: wait for it.
+    while JOBS_DONE.load(Ordering::Acquire) == done {
+        core::hint::spin_loop();
+    }
+    out
 }
 
 /// Runs `f` on both CPUs at once (the application processor must be up)

@@ -138,6 +138,7 @@ impl Tables {
         if let Ok(Some(e)) = self.entry(virt, 1, None) {
             e.set_unused();
             tlb::flush(VirtAddr::new(virt));
+            crate::smp::flush_remote(virt);
         }
     }
 
@@ -231,6 +232,13 @@ impl Migrator for UserMigrator<'_> {
         };
         self.tables.map_user(vpn, dst);
         tlb::flush(VirtAddr::new(USER_BASE + vpn * PAGE));
+        // The other CPU may have the old translation cached: shoot it down
+        // before the source frame is freed and reused.
+        crate::smp::flush_remote(USER_BASE + vpn * PAGE);
+        // Poison the source (as `init_on_free` would): a CPU still reading
+        // through a stale translation sees the poison, not the old data.
+        // SAFETY: `src` is still isolated (ours) and no mapping names it now.
+        unsafe { core::ptr::write_bytes((src.get() * PAGE) as *mut u8, 0xa5, PAGE as usize) };
         self.rmap[dst.get() as usize] = vpn as u32 + 1;
         self.rmap[src.get() as usize] = 0;
         self.moved += 1;

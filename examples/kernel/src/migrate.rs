@@ -106,6 +106,12 @@ pub struct RunReport {
     pub ap_mismatches: u64,
     /// TLB shootdowns sent to the second CPU.
     pub shootdowns: u64,
+    /// Pageblocks holding a non-movable allocation before the fill.
+    pub polluted_before: u64,
+    /// The same with everything allocated (after the 2 MiB allocations).
+    pub polluted_peak: u64,
+    /// Unmovable frames of this run inside pageblocks typed movable.
+    pub unmovable_in_movable: u64,
     /// Fallback counters at the end of the run, summed over zones.
     pub fallback: FallbackStats,
 }
@@ -149,6 +155,13 @@ fn sum_fallback(node: &Node<'_>) -> FallbackStats {
     s
 }
 
+/// Pageblocks holding at least one non-movable allocation, over all zones.
+fn polluted(node: &Node<'_>) -> u64 {
+    node.zones()
+        .map(|z| z.with_zone(|m| m.polluted_pageblocks()))
+        .sum()
+}
+
 fn marks(z: &Zone<'_>) -> ZoneMarks {
     let w = z.watermarks();
     ZoneMarks {
@@ -174,6 +187,7 @@ pub fn run(
         ..RunReport::default()
     };
     let fallback0 = sum_fallback(node);
+    rep.polluted_before = polluted(node);
     let cap = start_free;
     let huge_cap = cap / 512 + 1;
 
@@ -389,6 +403,15 @@ pub fn run(
     }
     rep.blocks = blocks.len() as u64;
     rep.migrated = mig.moved;
+    rep.polluted_peak = polluted(node);
+    rep.unmovable_in_movable = unmovable
+        .iter()
+        .filter(|&&f| {
+            node.zone_of(f)
+                .and_then(|z| z.with_zone(|m| m.block_type(f)))
+                == Some(MigrateType::Movable)
+        })
+        .count() as u64;
     if p.show_peak {
         for z in node.zones() {
             println!(
@@ -586,6 +609,11 @@ pub fn print_mobility(node: &Node<'_>, r: &RunReport) {
         f.steals,
         f.fragmenting,
         f.failures
+    );
+    println!(
+        "unmovable: pollution: pageblocks holding non-movable allocations {} before the fill, {} with \
+         everything allocated; unmovable frames of the run inside movable-typed pageblocks {}",
+        r.polluted_before, r.polluted_peak, r.unmovable_in_movable
     );
     for z in node.zones() {
         println!(

@@ -134,6 +134,12 @@ fn command_line_selects_modes_and_seed() {
         Err(CmdlineError::UnknownWord("bogus"))
     );
     assert_eq!(parse("seed=0xzz"), Err(CmdlineError::BadSeed("0xzz")));
+    assert_eq!(
+        parse("migrate unmovable thp-swap smp").unwrap().modes,
+        Modes::MIGRATE | Modes::UNMOVABLE | Modes::THP_SWAP | Modes::SMP
+    );
+    // Words match whole: a prefix of a mode is not that mode.
+    assert_eq!(parse("thp-swa"), Err(CmdlineError::UnknownWord("thp-swa")));
 }
 
 #[test]

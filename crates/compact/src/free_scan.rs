@@ -149,6 +149,9 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             .as_slice()
             .iter()
             .all(|s| s.order == Order::ZERO);
+        // Free frames a normal request may count, kept up to date locally
+        // (every isolation below takes exactly its frames off it).
+        let mut free_now = usable_free(z);
         'scan: while pfn < end {
             let window = (pfn + stride).min(end);
             let mut q = pfn;
@@ -175,7 +178,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 continue;
             };
             // __isolate_free_page keeps the zone above min + 2^order.
-            if usable_free(z) <= self.req.marks.min + order.pages() || self.free.is_full() {
+            if free_now <= self.req.marks.min + order.pages() || self.free.is_full() {
                 pfn = head.get();
                 break;
             }
@@ -190,7 +193,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 let end_of_block = head.get() + order.pages();
                 let mut q = head.get();
                 while q < end_of_block {
-                    if usable_free(z) <= self.req.marks.min + 1 || self.free.is_full() {
+                    if free_now <= self.req.marks.min + 1 || self.free.is_full() {
                         pfn = q;
                         break 'scan;
                     }
@@ -199,6 +202,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                     {
                         break;
                     }
+                    free_now -= 1;
                     z.set_tag_bits(Pfn(q), tag::TARGET, tag::TARGET);
                     self.free.push(Pfn(q), Order::ZERO);
                     self.nr_freepages += 1;
@@ -217,6 +221,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 pfn = window;
                 continue;
             };
+            free_now -= got.pages().min(free_now);
             z.set_tag_bits(head, tag::TARGET, tag::TARGET);
             self.free.push(head, got);
             self.nr_freepages += got.pages();

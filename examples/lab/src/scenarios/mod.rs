@@ -2,6 +2,9 @@
 
 use crate::args::Opts;
 
+mod compact_backoff;
+mod compact_common;
+mod compact_gupta;
 mod mixed_churn;
 mod mthp_fallback;
 mod pcp_tune;
@@ -36,6 +39,16 @@ pub const ALL: &[Scenario] = &[
         name: "pcp-tune",
         about: "per-CPU cache, two CPUs (alloc on one, free on the other): auto-tuned vs fixed high (spec 04)",
         run: pcp_tune::run,
+    },
+    Scenario {
+        name: "gupta-pattern",
+        about: "2020 proactive compaction: 2 MiB allocation latency after freeing 3/4 of every block, p=0 vs p=20, full compaction (spec 03)",
+        run: compact_gupta::run,
+    },
+    Scenario {
+        name: "backoff",
+        about: "proactive compaction against pinned memory: back-off keeps kcompactd's CPU bounded (spec 03 §11.3)",
+        run: compact_backoff::run,
     },
     Scenario {
         name: "thp-swap",

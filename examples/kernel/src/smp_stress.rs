@@ -32,6 +32,8 @@ const ROUNDS: usize = 600;
 const BATCH: usize = 64;
 /// Order-10 blocks making the stress zone (64 MiB).
 const ZONE_BLOCKS: usize = 16;
+/// Order-10 blocks taken to find [`ZONE_BLOCKS`] adjacent ones.
+const CANDIDATES: usize = 64;
 /// Capacity of each CPU's outbox.
 const OUTBOX: usize = 4096;
 
@@ -238,15 +240,36 @@ fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), SmpStressError> {
 /// Runs the mode: starts the second CPU if needed, stresses, checks.
 pub fn run(node: &Node<'_>, rate: &TscRate) -> Result<SmpReport, SmpStressError> {
     smp::start_ap(node, rate).map_err(SmpStressError::Ap)?;
-    // The zone's RAM: order-10 blocks from the node (the span may have
-    // holes between them, which the zone never hands out).
+    // The zone's RAM: order-10 blocks from the node. Its metadata grows
+    // with the span, so keep the longest run of adjacent blocks among up to
+    // CANDIDATES taken (at most ZONE_BLOCKS of it) and give the rest back.
     let top = Order::new(10).expect("order 10");
+    let mut taken: Vec<Pfn> = Vec::new();
+    reserve(&mut taken, CANDIDATES)?;
+    for _ in 0..CANDIDATES {
+        match node.alloc(Gfp::KERNEL, top) {
+            Ok(b) => taken.push(b),
+            Err(_) => break,
+        }
+    }
+    taken.sort_unstable();
+    let (mut best, mut best_len, mut start) = (0, 0, 0);
+    for i in 0..taken.len() {
+        if i == 0 || taken[i].get() != taken[i - 1].get() + top.pages() {
+            start = i;
+        }
+        if i + 1 - start > best_len {
+            (best, best_len) = (start, i + 1 - start);
+        }
+    }
+    let keep = best..best + best_len.min(ZONE_BLOCKS);
     let mut blocks: Vec<Pfn> = Vec::new();
     reserve(&mut blocks, ZONE_BLOCKS)?;
-    for _ in 0..ZONE_BLOCKS {
-        match node.alloc(Gfp::KERNEL, top) {
-            Ok(b) => blocks.push(b),
-            Err(_) => break,
+    for (i, &b) in taken.iter().enumerate() {
+        if keep.contains(&i) {
+            blocks.push(b);
+        } else {
+            node.free(b, top).map_err(|_| SmpStressError::Free(b))?;
         }
     }
     let result = stress(&blocks, rate);

@@ -62,6 +62,8 @@ struct Phase {
     lat_us: Vec<f64>,
     /// How many were served after compaction.
     compacted: usize,
+    /// Index (from 1) of the first one served after compaction.
+    first_compacted: Option<usize>,
     /// Free frames before the first allocation.
     free_before: u64,
     /// 2 MiB blocks obtained.
@@ -77,9 +79,10 @@ fn allocate_until_failure(
     interval: Duration,
     spin: bool,
     mig: &mut LabMigrator<'_>,
-) -> (Vec<f64>, usize, u64) {
+) -> (Vec<f64>, usize, Option<usize>, u64) {
     let mut lat = Vec::new();
     let mut compacted = 0;
+    let mut first = None;
     let mut blocks = 0;
     let mut next = Instant::now();
     loop {
@@ -100,10 +103,13 @@ fn allocate_until_failure(
         let Some((_, how)) = got else { break };
         lat.push(us);
         blocks += 1;
-        compacted += usize::from(how == Served::Compacted);
+        if how == Served::Compacted {
+            compacted += 1;
+            first = first.or(Some(blocks as usize));
+        }
     }
     lat.sort_by(f64::total_cmp);
-    (lat, compacted, blocks)
+    (lat, compacted, first, blocks)
 }
 
 fn phase(
@@ -117,7 +123,7 @@ fn phase(
     let free_before = m.fragment(pattern, seed);
     let stop = AtomicBool::new(false);
     let ticks = AtomicU64::new(0);
-    let (lat_us, compacted, blocks, bg, migrated) = thread::scope(|s| {
+    let (lat_us, (compacted, first_compacted), blocks, bg, migrated) = thread::scope(|s| {
         let m = &m;
         let bg = proactiveness.map(|p| {
             let (stop, ticks) = (&stop, &ticks);
@@ -157,13 +163,13 @@ fn phase(
             }
         }
         let mut mig = LabMigrator::new(m);
-        let (lat, compacted, blocks) = allocate_until_failure(m, interval, spin, &mut mig);
+        let (lat, compacted, first, blocks) = allocate_until_failure(m, interval, spin, &mut mig);
         stop.store(true, Relaxed);
         let bg = bg.map(|h| h.join().unwrap_or((0, 0, 0.0, 0)));
         let migrated = mig.copied + bg.map_or(0, |b| b.3);
         (
             lat,
-            compacted,
+            (compacted, first),
             blocks,
             bg.map(|b| (b.0, b.1, b.2)),
             migrated,
@@ -173,6 +179,7 @@ fn phase(
     Ok(Phase {
         lat_us,
         compacted,
+        first_compacted,
         free_before,
         blocks,
         bg,
@@ -326,7 +333,9 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     println!("(c) one whole-zone compaction, {reps} times ...");
     let (c, ratios) = full(frames, pattern, opts.seed, reps)?;
     println!("(d) the fast path alone, warm and after idle gaps ...");
-    let d = fast_path(frames, pattern, opts.seed, &[0.0, 20.0, interval_ms], spin)?;
+    let mut gaps = vec![0.0, 20.0, interval_ms];
+    gaps.dedup();
+    let d = fast_path(frames, pattern, opts.seed, &gaps, spin)?;
 
     let mut t = Table::new(&[
         "percentile",
@@ -379,9 +388,10 @@ pub fn run(opts: &Opts) -> Result<(), String> {
             ph.blocks.to_string(),
             pct(share(ph), 1),
             format!(
-                "{} ({})",
+                "{} ({}), first #{}",
                 ph.compacted,
-                pct(ph.compacted as f64 / ph.blocks.max(1) as f64, 1)
+                pct(ph.compacted as f64 / ph.blocks.max(1) as f64, 1),
+                ph.first_compacted.map_or("-".into(), |i| i.to_string())
             ),
             ph.migrated.to_string(),
             ph.bg.map_or("-".into(), |b| format!("{}/{}", b.0, b.1)),

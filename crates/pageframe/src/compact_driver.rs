@@ -11,7 +11,7 @@
 use pageframe_buddy::{Order, Pfn};
 use pageframe_compact::{
     CompactRequest, MigrateError, MigrateMode, Migrator, Priority, ZoneLock, ZoneMarks,
-    compact_zone,
+    compact_zone, reset_isolation_suitable,
 };
 use pageframe_mobility::MobileZone;
 
@@ -51,6 +51,10 @@ impl<M: Migrator> Compactor for CompactDriver<M> {
         } else {
             CompactRequest::direct(order, t.mt, prio, marks)
         };
+        // Linux clears the skip hints a finished full pass left when kswapd
+        // goes to sleep; there is no kswapd here, so each run starts by
+        // doing it (a single flag check unless a pass completed).
+        reset_isolation_suitable(t.zone, t.state);
         let mut keeper = StateKeeper {
             inner: &mut self.migrator,
             zone: t.zone,

@@ -145,9 +145,13 @@ impl<'a> Zone<'a> {
         Ok(self)
     }
 
-    /// Updates the flags the caches read lock-free after a zone operation.
+    /// Updates the flags the caches read lock-free after a zone operation
+    /// (nothing to do for a zone without per-CPU caches).
     #[inline]
     pub(crate) fn after_zone_op(&self, z: &ZoneInner<'_>) {
+        if self.states.is_none() {
+            return;
+        }
         let below = z.buddy.free_pages() < z.wmark.high;
         self.pcp_flags.store(
             if below {

@@ -15,10 +15,9 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::mem::MaybeUninit;
 
 use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+use pageframe_mobility::{AllocMode, MigrateType, MobilityConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -119,10 +118,8 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
         placement: v.placement,
         ..MobilityConfig::default()
     };
-    let mut meta: Box<[MaybeUninit<u8>]> =
-        Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
-    let mut z = MobileZone::new(span, cfg, &mut meta).map_err(|e| format!("{e:?}"))?;
-    z.add_free_range(span).map_err(|e| format!("{e:?}"))?;
+    let mut meta = super::mobile_meta(span, cfg);
+    let mut z = super::mobile_zone(span, cfg, &mut meta)?;
     let mut rng = SmallRng::seed_from_u64(seed);
     // Live objects: pfn -> (order, type); expiries in a min-heap.
     let mut live: std::collections::BTreeMap<u64, (Order, MigrateType)> = Default::default();

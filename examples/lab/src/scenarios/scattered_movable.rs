@@ -11,7 +11,6 @@
 //! would turn all free memory into whole 2 MiB blocks (greedy: empty the
 //! least-used pageblocks into the holes of the fullest).
 
-use std::mem::MaybeUninit;
 use std::path::Path;
 use std::time::Instant;
 
@@ -84,10 +83,8 @@ fn run_variant(v: &Variant, frames: u64, iters: usize, seed: u64) -> Result<Outc
         placement: v.placement,
         ..MobilityConfig::default()
     };
-    let mut meta: Box<[MaybeUninit<u8>]> =
-        Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
-    let mut z = MobileZone::new(span, cfg, &mut meta).map_err(|e| format!("{e:?}"))?;
-    z.add_free_range(span).map_err(|e| format!("{e:?}"))?;
+    let mut meta = super::mobile_meta(span, cfg);
+    let mut z = super::mobile_zone(span, cfg, &mut meta)?;
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut used = vec![0u64; (frames / PB) as usize];
     let mut live: Vec<Pfn> = Vec::with_capacity(frames as usize);

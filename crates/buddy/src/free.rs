@@ -95,7 +95,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             {
                 break;
             }
-            self.areas.remove(&mut self.frames, b);
+            self.areas.remove_loaded(&mut self.frames, &bf);
             if blist != list {
                 let bp = self.pfn(b);
                 self.policy.merged(bp, Order::new_unchecked(order), list);

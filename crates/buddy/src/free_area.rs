@@ -6,6 +6,18 @@ use crate::order::ORDER_LIMIT;
 use crate::policy::{ListId, MAX_LISTS};
 
 const ORDERS: usize = ORDER_LIMIT as usize + 1;
+// Both dimensions are powers of two: `& (N - 1)` proves indices in range.
+const _: () = assert!(ORDERS.is_power_of_two() && MAX_LISTS.is_power_of_two());
+
+#[inline]
+fn oi(order: u8) -> usize {
+    order as usize & (ORDERS - 1)
+}
+
+#[inline]
+fn li(list: usize) -> usize {
+    list & (MAX_LISTS - 1)
+}
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ListHead {
@@ -43,24 +55,24 @@ impl FreeAreas {
 
     #[inline]
     pub fn head(&self, order: u8, list: ListId) -> &ListHead {
-        &self.lists[order as usize][list.index()]
+        &self.lists[oi(order)][li(list.index())]
     }
 
     /// Free frames on `list` across orders.
     #[inline]
     pub fn pages(&self, list: ListId) -> u64 {
-        self.pages[list.index()]
+        self.pages[li(list.index())]
     }
 
     #[inline]
     pub fn nonempty_mask(&self, list: ListId) -> u32 {
-        self.nonempty[list.index()]
+        self.nonempty[li(list.index())]
     }
 
     /// Smallest order `>= order` whose `list` is non-empty, up to `max`.
     #[inline]
     pub fn first_nonempty(&self, list: ListId, order: u8, max: u8) -> Option<u8> {
-        let mask = self.nonempty[list.index()] >> order;
+        let mask = self.nonempty[li(list.index())] >> order;
         if mask == 0 {
             return None;
         }
@@ -79,7 +91,7 @@ impl FreeAreas {
         list: ListId,
         at_tail: bool,
     ) {
-        let lh = &mut self.lists[order as usize][list.index()];
+        let lh = &mut self.lists[oi(order)][li(list.index())];
         let f = frames.get_mut(i);
         f.order = order;
         f.list = list.get();
@@ -102,16 +114,22 @@ impl FreeAreas {
             frames.get_mut(old).prev = i;
         }
         lh.len += 1;
-        self.nonempty[list.index()] |= 1 << order;
-        self.pages[list.index()] += 1 << order;
+        self.nonempty[li(list.index())] |= 1 << order;
+        self.pages[li(list.index())] += 1 << order;
     }
 
     /// Unlinks the free head `i` from the list its frame names.
     #[inline]
     pub fn remove(&mut self, frames: &mut FrameTable<'_>, i: Idx) {
         let f = *frames.get(i);
-        let (order, list) = (f.order, f.list as usize);
-        let lh = &mut self.lists[order as usize][list];
+        self.remove_loaded(frames, &f);
+    }
+
+    /// [`FreeAreas::remove`] for a caller that already holds `i`'s metadata.
+    #[inline]
+    pub fn remove_loaded(&mut self, frames: &mut FrameTable<'_>, f: &crate::frame::Frame) {
+        let (order, list) = (f.order, li(f.list as usize));
+        let lh = &mut self.lists[oi(order)][list];
         if f.prev == NIL {
             lh.head = f.next;
         } else {
@@ -132,7 +150,7 @@ impl FreeAreas {
     /// Unlinks and returns the first block of `list` at `order`.
     #[inline]
     pub fn pop(&mut self, frames: &mut FrameTable<'_>, order: u8, list: ListId) -> Option<Idx> {
-        let i = self.lists[order as usize][list.index()].head;
+        let i = self.lists[oi(order)][li(list.index())].head;
         if i == NIL {
             return None;
         }

@@ -5,9 +5,11 @@
 
 use crate::{Order, Pfn};
 
-/// Number of free lists each order keeps (enough for Linux's six
-/// migratetypes: unmovable, movable, reclaimable, highatomic, CMA, isolate).
-pub const MAX_LISTS: usize = 6;
+/// Number of free lists each order keeps (room for Linux's six
+/// migratetypes: unmovable, movable, reclaimable, highatomic, CMA, isolate;
+/// a power of two so list indices are masked rather than bounds-checked on
+/// the hot path).
+pub const MAX_LISTS: usize = 8;
 
 /// Which of an order's free lists a block is on. The core gives lists no
 /// meaning; the policy does (e.g. one list per migratetype).

@@ -11,9 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order as BOrder, Pfn, PfnRange, SingleList};
+use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, PfnRange, SingleList};
 use pageframe_pcp::{
-    CpuId, Frame, Migratetype, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages,
+    CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, Pfn,
     RefillSink, Slot, SpillBatch, ZoneGeometry,
 };
 
@@ -21,8 +21,8 @@ use pageframe_pcp::{
 const PAGES: u64 = 1 << 18;
 /// A plausible low watermark for a 1 GiB zone (min ~1024 pages + gap).
 const LOW_WMARK: u64 = 1286;
-const O0: Order = Order(0);
-const MT: Migratetype = Migratetype::MOVABLE;
+const O0: Order = Order::ZERO;
+const MT: MigrateType = MigrateType::Movable;
 
 /// A buddy zone behind a mutex: the zone lock the PCP batches against.
 struct BuddyBackend {
@@ -31,10 +31,6 @@ struct BuddyBackend {
 
 fn list0() -> ListId {
     ListId::new(0).expect("list 0")
-}
-
-fn border(o: Order) -> BOrder {
-    BOrder::new(o.0).expect("order fits the buddy zone")
 }
 
 impl BuddyBackend {
@@ -55,25 +51,25 @@ impl BuddyBackend {
     #[inline]
     fn alloc(&self, o: Order) -> Option<u64> {
         let mut z = self.zone.lock().unwrap();
-        z.alloc(border(o), list0()).ok().map(|p| p.get())
+        z.alloc(o, list0()).ok().map(|p| p.get())
     }
 
     #[inline]
     fn free(&self, f: u64, o: Order) {
         let mut z = self.zone.lock().unwrap();
-        let _ = z.free(Pfn::new(f), border(o));
+        let _ = z.free(Pfn::new(f), o);
     }
 }
 
 impl PcpZone for BuddyBackend {
-    fn refill(&self, order: Order, _mt: Migratetype, sink: &mut RefillSink<'_, '_>) {
+    fn refill(&self, order: Order, _mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut z = self.zone.lock().unwrap();
         while sink.remaining() > 0 {
-            let Ok(p) = z.alloc(border(order), list0()) else {
+            let Ok(p) = z.alloc(order, list0()) else {
                 break;
             };
-            if let Err(back) = sink.push(Frame(p.get())) {
-                let _ = z.free(Pfn::new(back.0), border(order));
+            if let Err(back) = sink.push(p) {
+                let _ = z.free(back, order);
                 break;
             }
         }
@@ -82,7 +78,7 @@ impl PcpZone for BuddyBackend {
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut z = self.zone.lock().unwrap();
         for (f, o) in batch {
-            let _ = z.free(Pfn::new(f.0), border(o));
+            let _ = z.free(f, o);
         }
     }
 }
@@ -158,7 +154,7 @@ fn batches(c: &mut Criterion) {
     let mut local = set.claim(CpuId(0)).unwrap();
     let mut bsa = peer(PAGES);
     let mut g = c.benchmark_group("pcp/batch_alloc_then_free");
-    let mut buf = vec![Frame(0); 4096];
+    let mut buf = vec![Pfn(0); 4096];
     let mut raw = vec![0u64; 4096];
     for n in [1usize, 16, 256, 1024, 4096] {
         g.throughput(Throughput::Elements(n as u64)); // per page: its alloc + its free
@@ -252,8 +248,8 @@ fn two_threads(burst: usize, total: usize, s: PcpSizing) -> TwoThread {
     let set = pcp_set(2, s);
     let rounds = (total / burst).max(20);
     let warm = rounds / 10;
-    let (tx, rx) = mpsc::sync_channel::<Vec<Frame>>(2);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<Frame>>();
+    let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(2);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<Pfn>>();
     let start = Instant::now();
     let (a, b) = thread::scope(|sc| {
         let producer = sc.spawn(move || {

@@ -12,7 +12,7 @@ use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    AllocMiss, CpuId, Frame, LocalPcp, Migratetype, Order, PcpConfig, PcpError, PcpSet, PcpSizing,
+    AllocMiss, CpuId, LocalPcp, MigrateType, Order, Pfn, PcpConfig, PcpError, PcpSet, PcpSizing,
     PcpSlot, PerCpuPages, Slot, ZoneFlags,
 };
 
@@ -28,7 +28,7 @@ fn total_pages() -> u64 {
     INITIAL.iter().map(|&(o, _, n)| n << o).sum()
 }
 
-fn check(zone: &RefZone, cpus: &mut [Option<LocalPcp<'_, '_>>], held: &[(Frame, Order)]) {
+fn check(zone: &RefZone, cpus: &mut [Option<LocalPcp<'_, '_>>], held: &[(Pfn, Order)]) {
     let mut cached = 0u64;
     let mut seen = BTreeSet::new();
     for c in cpus.iter_mut().flatten() {
@@ -39,15 +39,15 @@ fn check(zone: &RefZone, cpus: &mut [Option<LocalPcp<'_, '_>>], held: &[(Frame, 
             cached += p.count() as u64;
             let thp = p.config().thp_order().unwrap();
             p.for_each_block(|li, f| {
-                assert!(seen.insert((li.order(thp).0, f.0)), "duplicate in cache")
+                assert!(seen.insert((li.order(thp).get(), f.get())), "duplicate in cache")
             });
         });
     }
     for &(f, o) in held {
-        assert!(seen.insert((o.0, f.0)), "held frame also cached");
+        assert!(seen.insert((o.get(), f.get())), "held frame also cached");
     }
     for &(o, _, _) in &INITIAL {
-        for f in zone.blocks(Order(o)) {
+        for f in zone.blocks(Order::new_truncated(o)) {
             assert!(seen.insert((o, f)), "frame both free in zone and elsewhere");
         }
     }
@@ -74,7 +74,7 @@ fn run(data: &[u8]) -> Result<()> {
     let nslots = u.int_in_range(1..=300usize)?;
     let zone = RefZone::new();
     for (o, first, n) in INITIAL {
-        zone.add_blocks(Order(o), first, n);
+        zone.add_blocks(Order::new_truncated(o), first, n);
     }
     let mut mems: Vec<Vec<Slot>> = (0..2).map(|_| vec![Slot::EMPTY; nslots]).collect();
     let slots: Vec<PcpSlot<'_>> = mems
@@ -84,30 +84,32 @@ fn run(data: &[u8]) -> Result<()> {
     let set = PcpSet::new(&slots);
     let mut cpus: Vec<Option<LocalPcp<'_, '_>>> =
         vec![set.claim(CpuId(0)).ok(), set.claim(CpuId(1)).ok()];
-    let mut held: Vec<(Frame, Order)> = Vec::new();
+    let mut held: Vec<(Pfn, Order)> = Vec::new();
     while !u.is_empty() {
         let cpu = u.int_in_range(0..=1usize)?;
         match u.int_in_range(0..=13u8)? {
             0..=4 => {
-                let o = Order(*u.choose(&[0u8, 1, 2, 3, 9, 4, 10])?);
-                let raw = u.int_in_range(0..=4u8)?;
-                if let (Some(c), Some(mt)) = (cpus[cpu].as_mut(), Migratetype::new(raw)) {
+                let o = Order::new_truncated(*u.choose(&[0u8, 1, 2, 3, 9, 4, 10])?);
+                let raw = u.int_in_range(0..=5u8)?;
+                let mt = MigrateType::from_value(raw).expect("0..=5 are types");
+                if let Some(c) = cpus[cpu].as_mut() {
                     match c.alloc(&zone, o, mt) {
                         Ok(f) => held.push((f, o)),
-                        Err(AllocMiss::NotCached) => assert!(o.0 > 3 && o.0 != 9),
+                        Err(AllocMiss::NotCached) => {
+                            assert!((o.get() > 3 && o.get() != 9) || !mt.has_pcp_lists())
+                        }
                         Err(AllocMiss::ZoneEmpty) => {}
                     }
-                } else {
-                    assert!(raw >= 3 || cpus[cpu].is_none());
                 }
             }
             5..=8 => {
                 if !held.is_empty() {
                     let i = u.int_in_range(0..=held.len() - 1)?;
-                    let block_type = u.int_in_range(0..=6u8)?;
+                    let block_type = MigrateType::from_value(u.int_in_range(0..=5u8)?)
+                        .expect("0..=5 are types");
                     if let Some(c) = cpus[cpu].as_mut() {
                         let (f, o) = held.swap_remove(i);
-                        match Migratetype::for_free(block_type) {
+                        match pageframe_pcp::pcp_list_type(block_type) {
                             Some(mt) => match c.free(&zone, f, o, mt) {
                                 Ok(_) => {}
                                 Err(PcpError::NotCached | PcpError::NoRoom) => zone.put(f, o),

@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
             (0 | 1, false) => entries[b as usize % entries.len()],
             (2, false) => {
                 let (s, o) = entries[b as usize % entries.len()];
-                (Slot::new(s.get() + (c as u32 >> 2) % o.slots()), Order::ZERO)
+                (Slot::new(s.get() + (c as u32 >> 2) % (o.pages() as u32)), Order::ZERO)
             }
             _ => (Slot::new(c as u32 % (slots + 2)), k),
         };
@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
             0 | 1 => match dev.alloc(&mut cpus[(a >> 4) as usize & 1], k) {
                 Ok(s) => {
                     assert!(s.is_aligned(k));
-                    for i in s.get()..s.get() + k.slots() {
+                    for i in s.get()..s.get() + (k.pages() as u32) {
                         assert!(!owned[i as usize], "slot {i} handed out twice");
                         owned[i as usize] = true;
                     }
@@ -87,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
                 owned[i] = false;
             }
         }
-        entries.retain(|&(s, o)| (s.get()..s.get() + o.slots()).any(|i| owned[i as usize]));
+        entries.retain(|&(s, o)| (s.get()..s.get() + (o.pages() as u32)).any(|i| owned[i as usize]));
         dev.validate().unwrap();
     }
 });

@@ -77,6 +77,24 @@ fn ensure_qemu() -> Result<(), String> {
     ))
 }
 
+/// The example kernel's target: rust-toolchain.toml lists it, but older
+/// rustups do not add listed targets to an installed toolchain.
+fn ensure_kernel_target() -> Result<(), String> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .current_dir(root())
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == "x86_64-unknown-none")
+        });
+    if installed {
+        return Ok(());
+    }
+    run(Command::new("rustup").args(["target", "add", "x86_64-unknown-none"]))
+}
+
 fn ensure_nightly_component(component: &str) -> Result<(), String> {
     run(Command::new("rustup").args(["+nightly", "component", "add", component]))
 }
@@ -221,7 +239,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let rest = || args.iter().skip(1).map(String::as_str);
     let result = match args.first().map(String::as_str) {
-        Some("test") => ensure_qemu().and_then(|()| {
+        Some("test") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| {
             run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest()))
         }),
         Some("fuzz") => match (args.get(1), args.get(2)) {
@@ -235,7 +253,7 @@ fn main() -> ExitCode {
         Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),
-        Some("qemu") => ensure_qemu().and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
+        Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
         _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };

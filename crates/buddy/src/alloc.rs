@@ -87,7 +87,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         f.tag = 0;
         self.stats.allocs += 1;
         let p = self.pfn(i);
-        self.policy.allocated(p, Order::new_unchecked(order));
+        self.policy.allocated(p, Order::new_truncated(order));
     }
 
     /// Allocates the specific block of `order` at `pfn` (for contiguous

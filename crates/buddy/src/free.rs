@@ -46,14 +46,14 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         match f.state {
             State::AllocHead if f.order == order.get() => Ok(i),
             State::AllocHead => Err(FreeError::WrongOrder {
-                allocated: Order::new_unchecked(f.order),
+                allocated: Order::new_truncated(f.order),
             }),
             State::FreeHead => Err(FreeError::AlreadyFree),
             State::Hole => Err(FreeError::Hole),
             State::Tail => match self.containing(i) {
                 Some((h, hf)) if hf.state == State::AllocHead => Err(FreeError::NotBlockHead {
                     head: self.pfn(h),
-                    order: Order::new_unchecked(hf.order),
+                    order: Order::new_truncated(hf.order),
                 }),
                 _ => Err(FreeError::AlreadyFree),
             },
@@ -91,14 +91,14 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 && !(cross
                     && self
                         .policy
-                        .can_merge(Order::new_unchecked(order), list, blist))
+                        .can_merge(Order::new_truncated(order), list, blist))
             {
                 break;
             }
             self.areas.remove_loaded(&mut self.frames, &bf);
             if blist != list {
                 let bp = self.pfn(b);
-                self.policy.merged(bp, Order::new_unchecked(order), list);
+                self.policy.merged(bp, Order::new_truncated(order), list);
             }
             // The higher of the two heads becomes an ordinary frame.
             let upper = i.max(b);

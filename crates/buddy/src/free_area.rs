@@ -1,8 +1,8 @@
 //! Free lists: per order, `MAX_LISTS` intrusive doubly linked lists of block
 //! heads (spec 01 §3.2), linked by frame index so links are 4 bytes.
 
+use crate::ORDER_LIMIT;
 use crate::frame::{FrameTable, Idx, NIL};
-use crate::order::ORDER_LIMIT;
 use crate::policy::{ListId, MAX_LISTS};
 
 const ORDERS: usize = ORDER_LIMIT as usize + 1;

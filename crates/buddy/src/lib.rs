@@ -49,8 +49,6 @@ mod free;
 mod free_area;
 #[cfg(feature = "std")]
 pub mod model;
-mod order;
-mod pfn;
 mod policy;
 mod reserve;
 mod stats;
@@ -59,8 +57,10 @@ mod walk;
 mod zone;
 
 pub use error::{AllocError, FreeError, InitError, RangeError, ValidateError};
-pub use order::{COSTLY_ORDER, DEFAULT_MAX_ORDER, ORDER_LIMIT, Order};
-pub use pfn::{AlignedBlocks, PAGE_SHIFT, PAGE_SIZE, Pfn, PfnRange, PhysAddr};
+pub use pageframe_types::{
+    AlignedBlocks, COSTLY_ORDER, DEFAULT_MAX_ORDER, MAX_PFN, ORDER_LIMIT, Order, PAGE_SHIFT,
+    PAGE_SIZE, Pfn, PfnRange, PhysAddr,
+};
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 pub use stats::{BuddyInfo, Stats};
 pub use walk::{Walk, WalkItem};

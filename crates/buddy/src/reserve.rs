@@ -29,7 +29,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 .unwrap_or_else(|| unreachable!());
             let align = p.get().trailing_zeros().min(63) as u8;
             let fit = (63 - (range.end - p).leading_zeros()) as u8;
-            let o = Order::new_unchecked(align.min(fit).min(f.order));
+            let o = Order::new_truncated(align.min(fit).min(f.order));
             // Checked above: the whole block lies in one free block.
             self.alloc_at(p, o)
                 .map_err(|_| RangeError::Busy { pfn: p })?;
@@ -63,7 +63,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         let mut p = range.start;
         while p < range.end {
-            let order = Order::new_unchecked(self.view(self.idx(p)).order);
+            let order = Order::new_truncated(self.view(self.idx(p)).order);
             self.free(p, order)
                 .map_err(|_| RangeError::Busy { pfn: p })?;
             p = p + order.pages();

@@ -80,7 +80,7 @@ impl<P: MergePolicy> fmt::Display for BuddyInfo<'_, '_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "zone {:>8} ", self.name)?;
         for o in 0..=self.zone.max_order {
-            write!(f, " {:>6}", self.zone.free_blocks(Order::new_unchecked(o)))?;
+            write!(f, " {:>6}", self.zone.free_blocks(Order::new_truncated(o)))?;
         }
         Ok(())
     }

@@ -49,7 +49,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     if f.prev != prev {
                         return Err(bad("broken back link", Some(p)));
                     }
-                    let ord = Order::new_unchecked(o);
+                    let ord = Order::new_truncated(o);
                     if !p.is_aligned(ord)
                         || !self.span.contains(p)
                         || !self.span.contains(p + (ord.pages() - 1))

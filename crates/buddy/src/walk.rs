@@ -74,11 +74,11 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             return None;
         }
         if f.list == list.get() {
-            return Some((head, Order::new_unchecked(f.order)));
+            return Some((head, Order::new_truncated(f.order)));
         }
         self.areas.remove(&mut self.frames, i);
         let (h, o) = self.insert_merging(i, f.order, list, false, false);
-        Some((self.pfn(h), Order::new_unchecked(o)))
+        Some((self.pfn(h), Order::new_truncated(o)))
     }
 
     /// Files the free memory around `pfn` on `list` at the granularity of
@@ -112,7 +112,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let cur = self.split_toward(cur, o, target, order.get(), old);
         let o = order.get();
         let (h, o) = self.insert_merging(cur, o, list, false, false);
-        Some((self.pfn(h), Order::new_unchecked(o)))
+        Some((self.pfn(h), Order::new_truncated(o)))
     }
 
     /// Frees an allocated block of `order` as separate pieces of `piece`

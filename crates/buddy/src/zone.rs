@@ -134,7 +134,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
 
     /// The largest block order.
     pub fn max_order(&self) -> Order {
-        Order::new_unchecked(self.max_order)
+        Order::new_truncated(self.max_order)
     }
 
     /// Frames handed over with `add_free_range` (Linux's managed pages).
@@ -236,12 +236,12 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             None => BlockInfo::Hole,
             Some((h, f)) if f.state == State::FreeHead => BlockInfo::Free {
                 head: self.pfn(h),
-                order: Order::new_unchecked(f.order),
+                order: Order::new_truncated(f.order),
                 list: ListId::from_stored(f.list),
             },
             Some((h, f)) => BlockInfo::Allocated {
                 head: self.pfn(h),
-                order: Order::new_unchecked(f.order),
+                order: Order::new_truncated(f.order),
                 tag: f.tag,
             },
         })
@@ -255,7 +255,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// a frame that was already handed over.
     pub fn add_free_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
         self.check_add_range(range)?;
-        let max = Order::new_unchecked(self.max_order);
+        let max = Order::new_truncated(self.max_order);
         let maxpages = max.pages();
         // Then apply. Boot memory goes to the tail of the lists (spec 01 §5.1,
         // FPI_TO_TAIL), so recently freed memory is reused first.
@@ -298,7 +298,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if !self.span.contains_range(&range) {
             return Err(RangeError::OutOfSpan);
         }
-        let max = Order::new_unchecked(self.max_order);
+        let max = Order::new_truncated(self.max_order);
         let mut h = range.start.align_down(max);
         while h < range.end {
             let part = range.intersect(&PfnRange::new(h, h + max.pages()));

@@ -160,7 +160,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 q = match z.buddy().block_at(Pfn(q)) {
                     None => break 'scan,
                     Some(BlockInfo::Free { head, order, list }) if head.get() == q => {
-                        if MigrateType::of_list(list) != MigrateType::Isolate {
+                        if pageframe_mobility::type_of_list(list) != MigrateType::Isolate {
                             found = Some((head, order));
                             break;
                         }

@@ -310,7 +310,7 @@ fn capture(
     else {
         return None;
     };
-    let list = MigrateType::of_list(list);
+    let list = pageframe_mobility::type_of_list(list);
     // Never from CMA or isolated memory, nor (here, unlike Linux) from the
     // highatomic reserve; and a small non-movable request does not take a
     // piece of a movable pageblock (it would pollute it).

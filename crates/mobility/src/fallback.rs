@@ -4,6 +4,7 @@
 
 use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 
+use crate::migratetype::list_of;
 use crate::zone::{AllocMode, MobileZone};
 use crate::{BlockError, MigrateType, fallbacks, tag};
 
@@ -51,7 +52,7 @@ impl MobileZone<'_> {
                 Found::None => continue,
                 Found::TooSmall => break,
             };
-            let head = self.buddy.first_free(cur, fb.list())?;
+            let head = self.buddy.first_free(cur, list_of(fb))?;
             if let Some(p) = self.try_claim(head, cur, order, mt, fb) {
                 return Some(p);
             }
@@ -72,7 +73,7 @@ impl MobileZone<'_> {
         if cur >= pb {
             // Whole pageblocks are free: retype them all and split for us.
             self.retype_span(PfnRange::new(head, head + cur.pages()), mt);
-            self.buddy.move_free_block(head, mt.list())?;
+            self.buddy.move_free_block(head, list_of(mt))?;
             self.buddy.alloc_at(head, order).ok()?;
             let s = &mut self.buddy.policy_mut().stats;
             s.claims_whole += 1;
@@ -118,7 +119,7 @@ impl MobileZone<'_> {
         for cur in order.get()..=self.buddy.max_order().get() {
             let cur = Order::new(cur)?;
             if let Found::Type(fb) = self.find_fallback(cur, mt, false) {
-                let head = self.buddy.first_free(cur, fb.list())?;
+                let head = self.buddy.first_free(cur, list_of(fb))?;
                 self.buddy.alloc_at(head, order).ok()?;
                 let fragmenting = cur < self.pageblock_order();
                 let s = &mut self.buddy.policy_mut().stats;
@@ -180,13 +181,13 @@ impl MobileZone<'_> {
         while p < end {
             p = match self.buddy.block_at(p) {
                 Some(BlockInfo::Free { head, order, list }) => {
-                    if list != eff.list() {
+                    if list != list_of(eff) {
                         let size = order.pages().min(pb.pages());
                         moved += size;
                         if head < start || head + order.pages() > end {
-                            self.buddy.carve_free_block(p, pb, eff.list());
+                            self.buddy.carve_free_block(p, pb, list_of(eff));
                         } else {
-                            self.buddy.move_free_block(head, eff.list());
+                            self.buddy.move_free_block(head, list_of(eff));
                         }
                     }
                     (head + order.pages()).max(p + 1)

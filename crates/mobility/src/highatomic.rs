@@ -4,6 +4,7 @@
 use pageframe_buddy::{Order, Pfn, PfnRange};
 
 use crate::MigrateType;
+use crate::migratetype::list_of;
 use crate::zone::MobileZone;
 
 impl MobileZone<'_> {
@@ -65,14 +66,17 @@ impl MobileZone<'_> {
         }
         for o in 0..=self.buddy.max_order().get() {
             let Some(order) = Order::new(o) else { break };
-            let Some(head) = self.buddy.first_free(order, MigrateType::HighAtomic.list()) else {
+            let Some(head) = self
+                .buddy
+                .first_free(order, list_of(MigrateType::HighAtomic))
+            else {
                 continue;
             };
             let size = order.pages().max(pb.pages());
             self.buddy.policy_mut().reserved_highatomic -= size.min(reserved);
             if order >= pb {
                 self.retype_span(PfnRange::new(head, head + order.pages()), requester);
-                self.buddy.move_free_block(head, requester.list());
+                self.buddy.move_free_block(head, list_of(requester));
             } else {
                 self.move_block_free_lists(head.align_down(pb), requester);
             }

@@ -55,7 +55,7 @@ mod validate;
 mod zone;
 
 pub use error::BlockError;
-pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES, fallbacks};
+pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES, fallbacks, list_of, type_of_list};
 pub use pageblock::Pageblocks;
 pub use policy::Mobility;
 pub use report::PageTypeInfo;

@@ -1,92 +1,26 @@
-//! Migratetypes: the mobility class of a pageblock and of an allocation
-//! (spec 02 §2).
-
-use core::fmt;
+//! Migratetypes (spec 02 §2) as the mobility layer uses them: each type is
+//! one of the buddy core's free lists per order, and the basic types fall
+//! back to each other in a fixed order. The type itself is vocabulary,
+//! defined in `pageframe-types`.
 
 use pageframe_buddy::ListId;
+pub use pageframe_types::{MIGRATE_TYPES, MigrateType, PCP_TYPES};
 
-/// The mobility class of memory. Each maps to one of the buddy core's free
-/// lists per order.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-#[repr(u8)]
-pub enum MigrateType {
-    /// Ordinary kernel allocations that cannot move.
-    Unmovable = 0,
-    /// Pages that can be migrated (user memory, page cache).
-    Movable = 1,
-    /// Pages a shrinker can free (caches).
-    Reclaimable = 2,
-    /// Reserve for high-order atomic allocations (spec 02 §7).
-    HighAtomic = 3,
-    /// Contiguous-memory-allocator areas: movable allocations only.
-    Cma = 4,
-    /// Quarantined for offlining or contiguous allocation (spec 02 §8).
-    Isolate = 5,
-}
-
-/// Number of migratetypes.
-pub const MIGRATE_TYPES: usize = 6;
-/// The types that have per-CPU lists and take part in fallback.
-pub const PCP_TYPES: usize = 3;
-
-impl MigrateType {
-    /// Every type, by value.
-    pub const ALL: [MigrateType; MIGRATE_TYPES] = [
-        MigrateType::Unmovable,
-        MigrateType::Movable,
-        MigrateType::Reclaimable,
-        MigrateType::HighAtomic,
-        MigrateType::Cma,
-        MigrateType::Isolate,
-    ];
-
-    /// The type with value `v`, if any.
-    pub const fn from_value(v: u8) -> Option<MigrateType> {
-        if (v as usize) < MIGRATE_TYPES {
-            Some(Self::ALL[v as usize])
-        } else {
-            None
-        }
-    }
-
-    /// Whether blocks of this type take part in fallback and may merge with
-    /// other mergeable types across pageblocks (spec 01 §5: values < 3).
-    pub const fn is_mergeable(self) -> bool {
-        (self as u8) < PCP_TYPES as u8
-    }
-
-    /// The buddy free list of this type.
-    pub const fn list(self) -> ListId {
-        match ListId::new(self as u8) {
-            Some(l) => l,
-            None => ListId::DEFAULT,
-        }
-    }
-
-    /// The type whose free list is `list`.
-    pub const fn of_list(list: ListId) -> MigrateType {
-        match Self::from_value(list.get()) {
-            Some(t) => t,
-            None => MigrateType::Unmovable,
-        }
-    }
-
-    /// Linux's name (as in `/proc/pagetypeinfo`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            MigrateType::Unmovable => "Unmovable",
-            MigrateType::Movable => "Movable",
-            MigrateType::Reclaimable => "Reclaimable",
-            MigrateType::HighAtomic => "HighAtomic",
-            MigrateType::Cma => "CMA",
-            MigrateType::Isolate => "Isolate",
-        }
+/// The buddy free list of `mt` (list number = the type's value).
+#[inline]
+pub const fn list_of(mt: MigrateType) -> ListId {
+    match ListId::new(mt as u8) {
+        Some(l) => l,
+        None => ListId::DEFAULT,
     }
 }
 
-impl fmt::Display for MigrateType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// The type whose free list is `list`.
+#[inline]
+pub const fn type_of_list(list: ListId) -> MigrateType {
+    match MigrateType::from_value(list.get()) {
+        Some(t) => t,
+        None => MigrateType::Unmovable,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use pageframe_buddy::{ListId, MergePolicy, Order, Pfn};
 
+use crate::migratetype::list_of;
 use crate::stats::FallbackStats;
 use crate::{MigrateType, Pageblocks};
 
@@ -45,19 +46,19 @@ impl<'a> Mobility<'a> {
 impl MergePolicy for Mobility<'_> {
     #[inline]
     fn list_for(&self, pfn: Pfn) -> ListId {
-        self.type_of(pfn).list()
+        list_of(self.type_of(pfn))
     }
 
     fn can_merge(&self, order: Order, list: ListId, buddy_list: ListId) -> bool {
         // Below a pageblock both halves share one block and so one list;
         // across pageblocks only the fallback types mix.
         order >= self.blocks.order()
-            && MigrateType::of_list(list).is_mergeable()
-            && MigrateType::of_list(buddy_list).is_mergeable()
+            && crate::type_of_list(list).is_mergeable()
+            && crate::type_of_list(buddy_list).is_mergeable()
     }
 
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {
-        let mt = MigrateType::of_list(into);
+        let mt = crate::type_of_list(into);
         let mut p = buddy;
         while p < buddy + order.pages() {
             self.blocks.set(p, mt);

@@ -21,7 +21,7 @@ impl MobileZone<'_> {
             if let BlockInfo::Free { head, order, list } = info {
                 let mut q = head.max(p);
                 while q < head + order.pages() {
-                    if blocks.get(q).map(MigrateType::list) != Some(list) {
+                    if blocks.get(q).map(crate::list_of) != Some(list) {
                         return Err(bad(
                             "free block on a list other than its pageblock's type",
                             Some(head),

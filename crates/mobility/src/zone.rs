@@ -9,6 +9,7 @@ use pageframe_buddy::{
     RangeError, Stats,
 };
 
+use crate::migratetype::list_of;
 use crate::policy::Mobility;
 use crate::stats::FallbackStats;
 use crate::{MigrateType, Pageblocks, tag};
@@ -228,7 +229,7 @@ impl<'a> MobileZone<'a> {
 
     /// `__rmqueue_smallest`: the smallest sufficient block on `mt`'s lists.
     pub(crate) fn smallest(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
-        self.buddy.alloc(order, mt.list()).ok()
+        self.buddy.alloc(order, list_of(mt)).ok()
     }
 
     /// Frees a block. Blocks above pageblock order are freed pageblock by
@@ -334,17 +335,17 @@ impl<'a> MobileZone<'a> {
     /// Free frames that can be allocated (isolated lists excluded, spec 02
     /// §11.9).
     pub fn free_pages(&self) -> u64 {
-        self.buddy.free_pages() - self.buddy.free_pages_in(MigrateType::Isolate.list())
+        self.buddy.free_pages() - self.buddy.free_pages_in(list_of(MigrateType::Isolate))
     }
 
     /// Free frames on one type's lists.
     pub fn free_pages_of(&self, mt: MigrateType) -> u64 {
-        self.buddy.free_pages_in(mt.list())
+        self.buddy.free_pages_in(list_of(mt))
     }
 
     /// Free blocks of `order` on `mt`'s list.
     pub fn free_blocks_of(&self, order: Order, mt: MigrateType) -> u64 {
-        self.buddy.free_blocks_in(order, mt.list())
+        self.buddy.free_blocks_in(order, list_of(mt))
     }
 
     /// The fallback counters.

@@ -16,10 +16,7 @@ use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
-use pageframe_pcp::{
-    AllocMiss, Frame, LocalPcp, Migratetype, Order as PcpOrder, PcpZone, RefillSink, SpillBatch,
-    ZoneFlags,
-};
+use pageframe_pcp::{AllocMiss, LocalPcp, PcpZone, RefillSink, SpillBatch, ZoneFlags};
 
 use crate::error::AllocError;
 use crate::gfp::Gfp;
@@ -176,11 +173,10 @@ impl<'a> Zone<'a> {
     ) -> Result<Pfn, AllocError> {
         let ordinary = !gfp.intersects(Gfp::HIGH | Gfp::MEMALLOC) && gfp.is_valid();
         if let (Some(st), true, true) = (&self.states, ordinary, cached_order(order)) {
-            let mt = Migratetype::new(gfp.migratetype() as u8).unwrap_or(Migratetype::MOVABLE);
-            match local.alloc(self, PcpOrder(order.get()), mt) {
-                Ok(f) => {
-                    st.set_allocated(Pfn(f.0), order, gfp.migratetype());
-                    return Ok(Pfn(f.0));
+            match local.alloc(self, order, gfp.migratetype()) {
+                Ok(p) => {
+                    st.set_allocated(p, order, gfp.migratetype());
+                    return Ok(p);
                 }
                 Err(AllocMiss::NotCached | AllocMiss::ZoneEmpty) => {}
             }
@@ -216,11 +212,7 @@ impl<'a> Zone<'a> {
             };
         };
         st.set_cached(pfn);
-        let pmt = Migratetype::new(mt as u8).unwrap_or(Migratetype::MOVABLE);
-        if local
-            .free(self, Frame(pfn.get()), PcpOrder(order.get()), pmt)
-            .is_err()
-        {
+        if local.free(self, pfn, order, mt).is_err() {
             st.set_allocated(pfn, order, mt);
             return self.free(pfn, order);
         }
@@ -230,12 +222,7 @@ impl<'a> Zone<'a> {
 
 impl PcpZone for Zone<'_> {
     /// `rmqueue_bulk`: one lock acquisition; stops at the low watermark.
-    fn refill(&self, order: PcpOrder, mt: Migratetype, sink: &mut RefillSink<'_, '_>) {
-        let Some(order) = Order::new(order.0) else {
-            return;
-        };
-        let mt =
-            pageframe_mobility::MigrateType::from_value(mt.get()).unwrap_or(MigrateType::Movable);
+    fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut z = self.inner.lock();
         while sink.remaining() > 0 && z.buddy.free_pages() > z.wmark.low + order.pages() {
             let Ok(p) = z
@@ -244,8 +231,8 @@ impl PcpZone for Zone<'_> {
             else {
                 break;
             };
-            if let Err(back) = sink.push(Frame(p.get())) {
-                let _ = z.buddy.free(Pfn(back.0), order);
+            if let Err(back) = sink.push(p) {
+                let _ = z.buddy.free(back, order);
                 break;
             }
             if let Some(st) = &self.states {
@@ -259,8 +246,7 @@ impl PcpZone for Zone<'_> {
     /// block's pageblock type (spec 04 §5.1).
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut z = self.inner.lock();
-        for (f, o) in batch {
-            let (pfn, order) = (Pfn(f.0), Order::new(o.0).unwrap_or_default());
+        for (pfn, order) in batch {
             if z.buddy.free(pfn, order).is_ok()
                 && let Some(st) = &self.states
             {

@@ -2,7 +2,7 @@
 
 use crate::error::AllocMiss;
 use crate::pcp::PerCpuPages;
-use crate::types::{Frame, ListIndex, Migratetype, Order};
+use crate::types::{ListIndex, MigrateType, Order, Pfn};
 use crate::zone::{PcpZone, RefillSink, ZoneFlags};
 
 impl PerCpuPages<'_> {
@@ -13,13 +13,13 @@ impl PerCpuPages<'_> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
-    ) -> Result<Frame, AllocMiss> {
+        mt: MigrateType,
+    ) -> Result<Pfn, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
         // An allocation breaks a free streak.
         self.free_count >>= 1;
         if let Some(f) = self.lists.pop_head(li) {
-            self.count -= order.pages();
+            self.count -= order.pages() as u32;
             self.stats.allocs += 1;
             self.stats.local_hits += 1;
             return Ok(f);
@@ -32,14 +32,14 @@ impl PerCpuPages<'_> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
         li: ListIndex,
-    ) -> Result<Frame, AllocMiss> {
+    ) -> Result<Pfn, AllocMiss> {
         let n = self.nr_pcp_alloc(zone.flags(), order);
         self.refill(zone, order, mt, li, n);
         match self.lists.pop_head(li) {
             Some(f) => {
-                self.count -= order.pages();
+                self.count -= order.pages() as u32;
                 self.stats.allocs += 1;
                 Ok(f)
             }
@@ -58,12 +58,12 @@ impl PerCpuPages<'_> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
-        out: &mut [Frame],
+        mt: MigrateType,
+        out: &mut [Pfn],
     ) -> Result<usize, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
         self.free_count >>= 1;
-        let pages = order.pages();
+        let pages = order.pages() as u32;
         let mut done = 0;
         while done < out.len() {
             let k = self.lists.pop_head_into(li, &mut out[done..]);
@@ -98,7 +98,7 @@ impl PerCpuPages<'_> {
         if high < base {
             return 1; // disabled or boot pageset
         }
-        let mut b = if order.0 > 0 {
+        let mut b = if order.get() > 0 {
             base
         } else {
             base << self.alloc_factor
@@ -107,7 +107,7 @@ impl PerCpuPages<'_> {
             high = (high + b).min(self.sizing.high_max());
             self.high = high;
         }
-        if order.0 == 0 {
+        if order.get() == 0 {
             let cap = (high as i64 - self.count as i64 - base as i64).max(base as i64);
             if (b as i64) <= cap && self.alloc_factor < self.config.scale_max() {
                 self.alloc_factor += 1;
@@ -116,7 +116,7 @@ impl PerCpuPages<'_> {
         }
         if b > 1 {
             // Same page volume for higher orders.
-            b = (b >> order.0).max(2);
+            b = (b >> order.get()).max(2);
         }
         b
     }
@@ -127,7 +127,7 @@ impl PerCpuPages<'_> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
         li: ListIndex,
         n: u32,
     ) -> usize {
@@ -140,7 +140,7 @@ impl PerCpuPages<'_> {
         let mut sink = RefillSink::new(&mut self.lists, li, n as usize);
         zone.refill(order, mt, &mut sink);
         let got = sink.taken();
-        self.count += got as u32 * order.pages();
+        self.count += got as u32 * order.pages() as u32;
         self.stats.refills += 1;
         self.stats.refilled_blocks += got as u64;
         self.stats.zone_lock_acquisitions += 1;

@@ -2,7 +2,7 @@
 
 use crate::error::PcpError;
 use crate::pcp::{PcpFlags, PerCpuPages};
-use crate::types::{COSTLY_ORDER, Frame, ListIndex, Migratetype, Order};
+use crate::types::{COSTLY_ORDER, ListIndex, MigrateType, Order, Pfn};
 use crate::zone::{PcpZone, ZoneFlags};
 
 /// What a free did.
@@ -21,19 +21,19 @@ impl PerCpuPages<'_> {
     /// when `count` reaches the (possibly shrunk) threshold.
     ///
     /// `mt` is the list type; map a pageblock type with
-    /// [`Migratetype::for_free`] first (ISOLATE pages must bypass the PCP).
+    /// [`pcp_list_type`](crate::pcp_list_type) first (ISOLATE pages must bypass the PCP).
     /// The PCP does not check that `frame` is allocated: the facade's checked
     /// free does that before calling. `Err(NotCached)` leaves state unchanged.
     #[inline]
     pub fn free<Z: PcpZone>(
         &mut self,
         zone: &Z,
-        frame: Frame,
+        frame: Pfn,
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
-        if order.0 != 0 || self.lists.is_full() {
+        if order.get() != 0 || self.lists.is_full() {
             return self.free_slow(zone, frame, order, li);
         }
         // Order-0 fast path: the same steps as `free_slow` with the
@@ -66,15 +66,15 @@ impl PerCpuPages<'_> {
     pub fn free_bulk<Z: PcpZone>(
         &mut self,
         zone: &Z,
-        frames: &[Frame],
+        frames: &[Pfn],
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
     ) -> Result<usize, (usize, PcpError)> {
         let li =
             ListIndex::of(order, mt, self.config.thp_order()).ok_or((0, PcpError::NotCached))?;
         let mut i = 0;
         while i < frames.len() {
-            if order.0 == 0 && zone.flags().is_empty() {
+            if order.get() == 0 && zone.flags().is_empty() {
                 // Each of these frees leaves count < high (§5.3 then keeps
                 // high and nothing spills).
                 let below = self.high.saturating_sub(self.count + 1) as usize;
@@ -113,7 +113,7 @@ impl PerCpuPages<'_> {
     fn free_slow<Z: PcpZone>(
         &mut self,
         zone: &Z,
-        frame: Frame,
+        frame: Pfn,
         order: Order,
         li: ListIndex,
     ) -> Result<FreeOutcome, PcpError> {
@@ -131,13 +131,13 @@ impl PerCpuPages<'_> {
         }
         // A free halves the refill scale.
         self.alloc_factor >>= 1;
-        let pages = order.pages();
+        let pages = order.pages() as u32;
         self.count += pages;
         self.stats.frees += 1;
         let batch = self.sizing.batch();
 
         let mut free_high = false;
-        if order.0 > 0 && order.0 <= COSTLY_ORDER {
+        if order.get() > 0 && order.get() <= COSTLY_ORDER {
             // spec 04 §5.2 / §11(1): only a second consecutive high-order free
             // within a long free streak drains everything.
             free_high = self.free_count >= batch + self.sizing.high_min() / 2

@@ -50,7 +50,7 @@ pub use sizing::{
 };
 pub use stats::PcpStats;
 pub use types::{
-    COSTLY_ORDER, CpuId, Frame, ListIndex, Migratetype, NR_LOWORDER_LISTS, NR_PCP_LISTS, Order,
-    PCP_TYPES,
+    COSTLY_ORDER, CpuId, ListIndex, MigrateType, NR_LOWORDER_LISTS, NR_PCP_LISTS, Order,
+    PCP_LIST_TYPES, PCP_TYPES, Pfn, pcp_list_type,
 };
 pub use zone::{PcpZone, RefillSink, SpillBatch, ZoneFlags};

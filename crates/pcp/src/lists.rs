@@ -10,7 +10,7 @@
 //! from the buddy allocator, and a remote CPU never writes a frame's links.
 //! Cost: 16 bytes per cached block, i.e. 0.4% of the memory being cached.
 
-use crate::types::{Frame, ListIndex, NR_PCP_LISTS};
+use crate::types::{ListIndex, NR_PCP_LISTS, Pfn};
 
 const NIL: u32 = u32::MAX;
 
@@ -107,7 +107,7 @@ impl<'m> Lists<'m> {
     }
 
     #[inline]
-    fn take_slot(&mut self, frame: Frame) -> Option<u32> {
+    fn take_slot(&mut self, frame: Pfn) -> Option<u32> {
         let s = self.free;
         if s == NIL {
             return None;
@@ -119,9 +119,9 @@ impl<'m> Lists<'m> {
     }
 
     #[inline]
-    fn put_slot(&mut self, s: u32) -> Frame {
+    fn put_slot(&mut self, s: u32) -> Pfn {
         let slot = &mut self.slots[s as usize];
-        let f = Frame(slot.frame);
+        let f = Pfn(slot.frame);
         slot.next = self.free;
         slot.prev = NIL;
         self.free = s;
@@ -131,7 +131,7 @@ impl<'m> Lists<'m> {
     /// Pushes at the head (a freed, cache-hot block). Gives the frame back
     /// when no slot is left.
     #[inline]
-    pub(crate) fn push_head(&mut self, li: ListIndex, frame: Frame) -> Result<(), Frame> {
+    pub(crate) fn push_head(&mut self, li: ListIndex, frame: Pfn) -> Result<(), Pfn> {
         let Some(s) = self.take_slot(frame) else {
             return Err(frame);
         };
@@ -152,7 +152,7 @@ impl<'m> Lists<'m> {
 
     /// Appends at the tail (refill order, spec 04 §4.1).
     #[inline]
-    pub(crate) fn push_tail(&mut self, li: ListIndex, frame: Frame) -> Result<(), Frame> {
+    pub(crate) fn push_tail(&mut self, li: ListIndex, frame: Pfn) -> Result<(), Pfn> {
         let Some(s) = self.take_slot(frame) else {
             return Err(frame);
         };
@@ -173,7 +173,7 @@ impl<'m> Lists<'m> {
 
     /// Removes the head (the block handed to an allocation).
     #[inline]
-    pub(crate) fn pop_head(&mut self, li: ListIndex) -> Option<Frame> {
+    pub(crate) fn pop_head(&mut self, li: ListIndex) -> Option<Pfn> {
         let h = &mut self.heads[li.get()];
         let s = h.first;
         if s == NIL {
@@ -194,7 +194,7 @@ impl<'m> Lists<'m> {
     /// order as repeated [`pop_head`](Self::pop_head)); returns how many.
     /// The popped cells already form a chain, so they go back to the free
     /// stack with one splice.
-    pub(crate) fn pop_head_into(&mut self, li: ListIndex, out: &mut [Frame]) -> usize {
+    pub(crate) fn pop_head_into(&mut self, li: ListIndex, out: &mut [Pfn]) -> usize {
         let h = self.heads[li.get()];
         let k = (h.len as usize).min(out.len());
         if k == 0 {
@@ -205,7 +205,7 @@ impl<'m> Lists<'m> {
         let mut last = first;
         for o in out[..k].iter_mut() {
             let slot = &self.slots[s as usize];
-            *o = Frame(slot.frame);
+            *o = Pfn(slot.frame);
             last = s;
             s = slot.next;
         }
@@ -226,7 +226,7 @@ impl<'m> Lists<'m> {
     /// Pushes `frames` at the head one after the other (the last ends up
     /// first, as with repeated [`push_head`](Self::push_head)) while free
     /// cells last; returns how many were pushed.
-    pub(crate) fn push_head_from(&mut self, li: ListIndex, frames: &[Frame]) -> usize {
+    pub(crate) fn push_head_from(&mut self, li: ListIndex, frames: &[Pfn]) -> usize {
         let old = self.heads[li.get()].first;
         let mut below = old; // the cell the next pushed block points to
         let mut first_pushed = NIL;
@@ -264,7 +264,7 @@ impl<'m> Lists<'m> {
 
     /// Removes the tail (the coldest block, spilled first, spec 04 §5.5).
     #[inline]
-    pub(crate) fn pop_tail(&mut self, li: ListIndex) -> Option<Frame> {
+    pub(crate) fn pop_tail(&mut self, li: ListIndex) -> Option<Pfn> {
         let h = &mut self.heads[li.get()];
         let s = h.last;
         if s == NIL {
@@ -282,11 +282,11 @@ impl<'m> Lists<'m> {
     }
 
     /// Visits the frames of one list from head to tail.
-    pub(crate) fn for_each(&self, li: ListIndex, mut f: impl FnMut(Frame)) {
+    pub(crate) fn for_each(&self, li: ListIndex, mut f: impl FnMut(Pfn)) {
         let mut s = self.heads[li.get()].first;
         let mut guard = self.slots.len() + 1;
         while s != NIL && guard > 0 {
-            f(Frame(self.slots[s as usize].frame));
+            f(Pfn(self.slots[s as usize].frame));
             s = self.slots[s as usize].next;
             guard -= 1;
         }
@@ -349,22 +349,22 @@ mod tests {
     fn deque_order_and_capacity() {
         let mut mem = [Slot::EMPTY; 4];
         let mut l = Lists::new(&mut mem);
-        l.push_tail(li(0), Frame(1)).unwrap();
-        l.push_tail(li(0), Frame(2)).unwrap();
-        l.push_head(li(0), Frame(0)).unwrap();
-        l.push_head(li(5), Frame(9)).unwrap();
-        assert_eq!(l.push_head(li(5), Frame(10)), Err(Frame(10)));
+        l.push_tail(li(0), Pfn(1)).unwrap();
+        l.push_tail(li(0), Pfn(2)).unwrap();
+        l.push_head(li(0), Pfn(0)).unwrap();
+        l.push_head(li(5), Pfn(9)).unwrap();
+        assert_eq!(l.push_head(li(5), Pfn(10)), Err(Pfn(10)));
         l.check().unwrap();
         assert_eq!(l.len(li(0)), 3);
-        assert_eq!(l.pop_tail(li(0)), Some(Frame(2)));
-        assert_eq!(l.pop_head(li(0)), Some(Frame(0)));
-        assert_eq!(l.pop_head(li(0)), Some(Frame(1)));
+        assert_eq!(l.pop_tail(li(0)), Some(Pfn(2)));
+        assert_eq!(l.pop_head(li(0)), Some(Pfn(0)));
+        assert_eq!(l.pop_head(li(0)), Some(Pfn(1)));
         assert_eq!(l.pop_head(li(0)), None);
         assert_eq!(l.pop_tail(li(0)), None);
         assert!(l.is_empty(li(0)));
         assert_eq!(l.free_slots(), 3);
         l.check().unwrap();
-        assert_eq!(l.pop_tail(li(5)), Some(Frame(9)));
+        assert_eq!(l.pop_tail(li(5)), Some(Pfn(9)));
         assert_eq!(l.free_slots(), 4);
         l.check().unwrap();
     }
@@ -373,24 +373,21 @@ mod tests {
     fn bulk_moves_match_single_moves() {
         let mut mem = [Slot::EMPTY; 6];
         let mut l = Lists::new(&mut mem);
-        l.push_head(li(2), Frame(100)).unwrap();
-        let pushed = l.push_head_from(
-            li(2),
-            &[Frame(1), Frame(2), Frame(3), Frame(4), Frame(5), Frame(6)],
-        );
+        l.push_head(li(2), Pfn(100)).unwrap();
+        let pushed = l.push_head_from(li(2), &[Pfn(1), Pfn(2), Pfn(3), Pfn(4), Pfn(5), Pfn(6)]);
         assert_eq!(pushed, 5, "stops when the cells run out");
         l.check().unwrap();
-        let mut out = [Frame(0); 4];
+        let mut out = [Pfn(0); 4];
         assert_eq!(l.pop_head_into(li(2), &mut out), 4);
-        assert_eq!(out, [Frame(5), Frame(4), Frame(3), Frame(2)]);
+        assert_eq!(out, [Pfn(5), Pfn(4), Pfn(3), Pfn(2)]);
         l.check().unwrap();
-        assert_eq!(l.pop_tail(li(2)), Some(Frame(100)));
+        assert_eq!(l.pop_tail(li(2)), Some(Pfn(100)));
         assert_eq!(l.pop_head_into(li(2), &mut out), 1);
-        assert_eq!(out[0], Frame(1));
+        assert_eq!(out[0], Pfn(1));
         assert_eq!(l.pop_head_into(li(2), &mut out), 0);
         // Into an empty list: the first pushed block is the tail.
-        assert_eq!(l.push_head_from(li(3), &[Frame(7), Frame(8)]), 2);
-        assert_eq!(l.pop_tail(li(3)), Some(Frame(7)));
+        assert_eq!(l.push_head_from(li(3), &[Pfn(7), Pfn(8)]), 2);
+        assert_eq!(l.pop_tail(li(3)), Some(Pfn(7)));
         l.check().unwrap();
     }
 }

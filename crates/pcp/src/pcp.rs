@@ -46,7 +46,7 @@ impl<'m> PerCpuPages<'m> {
         config: PcpConfig,
     ) -> Result<PerCpuPages<'m>, PcpError> {
         // Page counts are u32: the largest possible content must fit.
-        let max_block = config.thp_order().map_or(8, |o| o.pages() as u64);
+        let max_block = config.thp_order().map_or(8, |o| o.pages() as u32 as u64);
         if slots.is_empty() || (slots.len() as u64).saturating_mul(max_block) >= 1 << 31 {
             return Err(PcpError::InvalidStorage);
         }
@@ -129,7 +129,7 @@ impl<'m> PerCpuPages<'m> {
         self.lists.capacity()
     }
     /// Visits every cached block as `(list, frame)`, list by list, head first.
-    pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Frame)) {
+    pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Pfn)) {
         for i in 0..NR_PCP_LISTS {
             if let Some(li) = ListIndex::new(i) {
                 self.lists.for_each(li, |fr| f(li, fr));
@@ -139,7 +139,7 @@ impl<'m> PerCpuPages<'m> {
 
     pub(crate) fn thp(&self) -> Order {
         // Lists 12/13 stay empty without THP; the order is never used then.
-        self.config.thp_order().unwrap_or(Order(0))
+        self.config.thp_order().unwrap_or(Order::new_truncated(0))
     }
 
     /// `high` clamped into `[high_min, high_max]` (every read clamps first,

@@ -39,7 +39,7 @@ use crate::pcp::PerCpuPages;
 use crate::sizing::PcpSizing;
 use crate::stats::PcpStats;
 use crate::sync::{AtomicBool, AtomicU32, Ordering, UnsafeCell, spin_hint};
-use crate::types::{CpuId, Frame, Migratetype, Order};
+use crate::types::{CpuId, MigrateType, Order, Pfn};
 use crate::zone::PcpZone;
 
 const REQ_DRAIN: u32 = 1 << 0;
@@ -380,8 +380,8 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
-    ) -> Result<Frame, AllocMiss> {
+        mt: MigrateType,
+    ) -> Result<Pfn, AllocMiss> {
         self.poll(zone);
         self.with(|c| c.alloc(zone, order, mt))
     }
@@ -392,8 +392,8 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         &mut self,
         zone: &Z,
         order: Order,
-        mt: Migratetype,
-        out: &mut [Frame],
+        mt: MigrateType,
+        out: &mut [Pfn],
     ) -> Result<usize, AllocMiss> {
         self.poll(zone);
         self.with(|c| c.alloc_bulk(zone, order, mt, out))
@@ -404,9 +404,9 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     pub fn free<Z: PcpZone>(
         &mut self,
         zone: &Z,
-        frame: Frame,
+        frame: Pfn,
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
     ) -> Result<FreeOutcome, PcpError> {
         self.poll(zone);
         self.with(|c| c.free(zone, frame, order, mt))
@@ -416,9 +416,9 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     pub fn free_bulk<Z: PcpZone>(
         &mut self,
         zone: &Z,
-        frames: &[Frame],
+        frames: &[Pfn],
         order: Order,
-        mt: Migratetype,
+        mt: MigrateType,
     ) -> Result<usize, (usize, PcpError)> {
         self.poll(zone);
         self.with(|c| c.free_bulk(zone, frames, order, mt))

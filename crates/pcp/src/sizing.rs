@@ -191,7 +191,7 @@ impl PcpConfig {
             return Err(PcpError::InvalidConfig);
         }
         if let Some(o) = thp_order
-            && (o.0 <= crate::types::COSTLY_ORDER || o.0 >= 31)
+            && (o.get() <= crate::types::COSTLY_ORDER || o.get() >= 31)
         {
             return Err(PcpError::InvalidConfig);
         }
@@ -203,7 +203,7 @@ impl PcpConfig {
 
     /// x86-64 defaults: THP order 9, scale max 5.
     pub const X86_64: PcpConfig = PcpConfig {
-        thp_order: Some(Order(9)),
+        thp_order: Some(Order::new_truncated(9)),
         scale_max: DEFAULT_SCALE_MAX,
     };
 
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(PcpSizing::new(0, 0, 0), Err(PcpError::InvalidSizing));
         assert_eq!(PcpSizing::new(1, 5, 4), Err(PcpError::InvalidSizing));
         assert_eq!(
-            PcpConfig::new(Some(Order(3)), 5),
+            PcpConfig::new(Some(Order::new_truncated(3)), 5),
             Err(PcpError::InvalidConfig)
         );
         assert_eq!(PcpConfig::new(None, 7), Err(PcpError::InvalidConfig));

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::vec::Vec;
 
-use crate::types::{Frame, Migratetype, Order};
+use crate::types::{MigrateType, Order, Pfn};
 use crate::zone::{PcpZone, RefillSink, SpillBatch, ZoneFlags};
 
 /// Orders the reference zone keeps pools for.
@@ -51,9 +51,9 @@ impl RefZone {
     /// Adds `count` blocks of `order` starting at frame `first`.
     pub fn add_blocks(&self, order: Order, first: u64, count: u64) {
         let mut p = self.lock();
-        let step = 1u64 << order.0;
+        let step = 1u64 << order.get();
         // Reverse so the lowest frame is handed out first (LIFO pool).
-        p[order.0 as usize].extend((0..count).rev().map(|i| first + i * step));
+        p[order.get() as usize].extend((0..count).rev().map(|i| first + i * step));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u64>>> {
@@ -78,7 +78,7 @@ impl RefZone {
 
     /// Free blocks of `order`.
     pub fn free_blocks(&self, order: Order) -> usize {
-        self.pools.lock().unwrap_or_else(|e| e.into_inner())[order.0 as usize].len()
+        self.pools.lock().unwrap_or_else(|e| e.into_inner())[order.get() as usize].len()
     }
 
     /// Free base pages over all orders.
@@ -92,31 +92,31 @@ impl RefZone {
 
     /// A copy of the free blocks of `order`.
     pub fn blocks(&self, order: Order) -> Vec<u64> {
-        self.pools.lock().unwrap_or_else(|e| e.into_inner())[order.0 as usize].clone()
+        self.pools.lock().unwrap_or_else(|e| e.into_inner())[order.get() as usize].clone()
     }
 
     /// The zone path without a PCP: one lock acquisition per block.
-    pub fn take(&self, order: Order) -> Option<Frame> {
-        self.lock().get_mut(order.0 as usize)?.pop().map(Frame)
+    pub fn take(&self, order: Order) -> Option<Pfn> {
+        self.lock().get_mut(order.get() as usize)?.pop().map(Pfn)
     }
 
     /// The zone path without a PCP: gives one block back.
-    pub fn put(&self, frame: Frame, order: Order) {
-        if let Some(v) = self.lock().get_mut(order.0 as usize) {
+    pub fn put(&self, frame: Pfn, order: Order) {
+        if let Some(v) = self.lock().get_mut(order.get() as usize) {
             v.push(frame.0);
         }
     }
 }
 
 impl PcpZone for RefZone {
-    fn refill(&self, order: Order, _mt: Migratetype, sink: &mut RefillSink<'_, '_>) {
+    fn refill(&self, order: Order, _mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut p = self.lock();
-        let Some(pool) = p.get_mut(order.0 as usize) else {
+        let Some(pool) = p.get_mut(order.get() as usize) else {
             return;
         };
         while sink.remaining() > 0 {
             let Some(f) = pool.pop() else { break };
-            if let Err(back) = sink.push(Frame(f)) {
+            if let Err(back) = sink.push(Pfn(f)) {
                 pool.push(back.0);
                 break;
             }
@@ -126,7 +126,7 @@ impl PcpZone for RefZone {
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut p = self.lock();
         for (f, o) in batch {
-            if let Some(v) = p.get_mut(o.0 as usize) {
+            if let Some(v) = p.get_mut(o.get() as usize) {
                 v.push(f.0);
             }
         }

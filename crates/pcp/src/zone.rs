@@ -5,7 +5,7 @@
 //! `rmqueue_bulk`, §5.5 `free_pcppages_bulk`; principle 5).
 
 use crate::lists::Lists;
-use crate::types::{Frame, ListIndex, Migratetype, NR_PCP_LISTS, Order};
+use crate::types::{ListIndex, MigrateType, NR_PCP_LISTS, Order, Pfn};
 
 bitflags::bitflags! {
     /// Zone state the PCP consults (spec 04 §2.3).
@@ -30,7 +30,7 @@ pub trait PcpZone {
     /// [`push`](RefillSink::push) each one, in the order taken. Stop early
     /// when the zone has nothing suitable. A frame the sink refuses stays
     /// with the zone.
-    fn refill(&self, order: Order, mt: Migratetype, sink: &mut RefillSink<'_, '_>);
+    fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>);
 
     /// `free_pcppages_bulk`: under one acquisition of the zone lock, free
     /// every block the batch yields (it yields `(frame, order)`, coldest
@@ -78,7 +78,7 @@ impl<'a, 'm> RefillSink<'a, 'm> {
     /// Hands one block to the cache. `Err(frame)` (the zone keeps it) when
     /// the refill is complete.
     #[inline]
-    pub fn push(&mut self, frame: Frame) -> Result<(), Frame> {
+    pub fn push(&mut self, frame: Pfn) -> Result<(), Pfn> {
         if self.remaining == 0 {
             return Err(frame);
         }
@@ -134,9 +134,9 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
 }
 
 impl Iterator for SpillBatch<'_, '_> {
-    type Item = (Frame, Order);
+    type Item = (Pfn, Order);
 
-    fn next(&mut self) -> Option<(Frame, Order)> {
+    fn next(&mut self) -> Option<(Pfn, Order)> {
         if self.remaining <= 0 {
             return None;
         }
@@ -159,7 +159,7 @@ impl Iterator for SpillBatch<'_, '_> {
         }
         let frame = self.lists.pop_tail(li)?;
         let order = li.order(self.thp);
-        let pages = order.pages();
+        let pages = order.pages() as u32;
         // Whole blocks leave, so the total may overshoot by < 2^order (§5.5).
         self.remaining -= pages as i64;
         self.pages += pages as u64;

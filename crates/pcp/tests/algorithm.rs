@@ -2,14 +2,14 @@
 
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    AllocMiss, FreeOutcome, ListIndex, Migratetype, Order, PcpConfig, PcpError, PcpFlags,
+    AllocMiss, FreeOutcome, ListIndex, MigrateType, Order, PcpConfig, PcpError, PcpFlags,
     PcpSizing, PerCpuPages, Slot, ZoneFlags,
 };
 
-const O0: Order = Order(0);
-const U: Migratetype = Migratetype::UNMOVABLE;
-const M: Migratetype = Migratetype::MOVABLE;
-const R: Migratetype = Migratetype::RECLAIMABLE;
+const O0: Order = Order::new_truncated(0);
+const U: MigrateType = MigrateType::Unmovable;
+const M: MigrateType = MigrateType::Movable;
+const R: MigrateType = MigrateType::Reclaimable;
 
 fn sizing(batch: u32, lo: u32, hi: u32) -> PcpSizing {
     PcpSizing::new(batch, lo, hi).unwrap()
@@ -75,14 +75,14 @@ fn free_spills_when_count_reaches_high_and_keeps_a_batch() {
     let mut c = cache(&mut mem, sizing(4, 16, 64));
     for i in 0..15 {
         assert_eq!(
-            c.free(&zone, pageframe_pcp::Frame(i), O0, U),
+            c.free(&zone, pageframe_pcp::Pfn(i), O0, U),
             Ok(FreeOutcome::Cached)
         );
     }
     // 16th free: count 16 >= high 16. high is raised to free_count + batch
     // = 20 and clamp(free_count 16, batch 4, high - batch 12) = 12 pages go.
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(15), O0, U),
+        c.free(&zone, pageframe_pcp::Pfn(15), O0, U),
         Ok(FreeOutcome::Spilled(12))
     );
     assert_eq!((c.count(), c.high()), (4, 20));
@@ -99,31 +99,31 @@ fn high_order_free_streak_drains_on_second_consecutive_free() {
     let zone = RefZone::new();
     let mut mem = vec![Slot::EMPTY; 128];
     let mut c = cache(&mut mem, sizing(4, 16, 64));
-    let o1 = Order(1);
+    let o1 = Order::new_truncated(1);
     // free_high needs free_count >= batch + high_min / 2 = 12 and the
     // previous free to be high-order too (spec 04 §5.2).
     for i in 0..6 {
         assert_eq!(
-            c.free(&zone, pageframe_pcp::Frame(2 * i), o1, U),
+            c.free(&zone, pageframe_pcp::Pfn(2 * i), o1, U),
             Ok(FreeOutcome::Cached)
         );
     }
     // An order-0 free breaks the PREV_FREE_HIGH_ORDER streak...
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(100), O0, U),
+        c.free(&zone, pageframe_pcp::Pfn(100), O0, U),
         Ok(FreeOutcome::Cached)
     );
     assert!(!c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
     // ...so the next order-1 free only re-arms it,
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(200), o1, U),
+        c.free(&zone, pageframe_pcp::Pfn(200), o1, U),
         Ok(FreeOutcome::Cached)
     );
     assert_eq!(c.count(), 15);
     // and the second consecutive one drains everything (count 17 < high
     // would not spill otherwise).
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(202), o1, U),
+        c.free(&zone, pageframe_pcp::Pfn(202), o1, U),
         Ok(FreeOutcome::Spilled(17))
     );
     assert_eq!(c.count(), 0);
@@ -143,15 +143,15 @@ fn free_high_batch_keeps_a_batch_cached() {
     // Build a free streak of 16 pages on order 0, then spill it all with a
     // drain so count restarts at 0 while free_count stays high.
     for i in 0..20 {
-        c.free(&zone, pageframe_pcp::Frame(i), O0, U).unwrap();
+        c.free(&zone, pageframe_pcp::Pfn(i), O0, U).unwrap();
     }
     c.drain(&zone);
     assert!(c.free_count() >= 8 + 8);
     // Two order-1 frees: the second has count 4 < batch 8, so no free_high.
-    c.free(&zone, pageframe_pcp::Frame(100), Order(1), U)
+    c.free(&zone, pageframe_pcp::Pfn(100), Order::new_truncated(1), U)
         .unwrap();
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(102), Order(1), U),
+        c.free(&zone, pageframe_pcp::Pfn(102), Order::new_truncated(1), U),
         Ok(FreeOutcome::Cached)
     );
     assert_eq!(c.stats().free_high_spills, 0);
@@ -191,7 +191,7 @@ fn decay_spills_the_excess_over_high() {
     // with auto bounds so decay has to push count under the new high.
     let mut c = cache(&mut mem, sizing(4, 40, 40));
     for i in 0..39 {
-        c.free(&zone, pageframe_pcp::Frame(i), O0, U).unwrap();
+        c.free(&zone, pageframe_pcp::Pfn(i), O0, U).unwrap();
     }
     assert_eq!(c.count(), 39);
     c.set_sizing(sizing(4, 10, 20));
@@ -289,7 +289,7 @@ fn spill_is_round_robin_and_coldest_first() {
     let zone = RefZone::new();
     let mut mem = vec![Slot::EMPTY; 16];
     let mut c = cache(&mut mem, sizing(1, 4, 4));
-    let f = pageframe_pcp::Frame;
+    let f = pageframe_pcp::Pfn;
     c.free(&zone, f(10), O0, U).unwrap();
     c.free(&zone, f(20), O0, M).unwrap();
     c.free(&zone, f(30), O0, R).unwrap();
@@ -302,7 +302,7 @@ fn spill_is_round_robin_and_coldest_first() {
 
 #[test]
 fn thp_order_uses_its_own_lists() {
-    let thp = Order(9);
+    let thp = Order::new_truncated(9);
     let zone = RefZone::with_blocks(thp, 0, 8);
     let mut mem = vec![Slot::EMPTY; 16];
     let mut c = cache(&mut mem, sizing(4, 2048, 4096));
@@ -318,18 +318,21 @@ fn thp_order_uses_its_own_lists() {
 
 #[test]
 fn uncached_orders_are_refused_without_change() {
-    let zone = RefZone::with_blocks(Order(4), 0, 8);
+    let zone = RefZone::with_blocks(Order::new_truncated(4), 0, 8);
     let mut mem = vec![Slot::EMPTY; 16];
     let mut c = cache(&mut mem, sizing(4, 16, 64));
-    c.free(&zone, pageframe_pcp::Frame(1), O0, U).unwrap();
+    c.free(&zone, pageframe_pcp::Pfn(1), O0, U).unwrap();
     let (count, high, stats) = (c.count(), c.high(), *c.stats());
-    assert_eq!(c.alloc(&zone, Order(4), U), Err(AllocMiss::NotCached));
     assert_eq!(
-        c.free(&zone, pageframe_pcp::Frame(64), Order(5), U),
+        c.alloc(&zone, Order::new_truncated(4), U),
+        Err(AllocMiss::NotCached)
+    );
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Pfn(64), Order::new_truncated(5), U),
         Err(PcpError::NotCached)
     );
     assert_eq!((c.count(), c.high(), *c.stats()), (count, high, stats));
-    assert_eq!(zone.free_blocks(Order(4)), 8);
+    assert_eq!(zone.free_blocks(Order::new_truncated(4)), 8);
 }
 
 #[test]
@@ -364,14 +367,14 @@ fn alloc_bulk_fills_the_slice() {
     let zone = RefZone::with_blocks(O0, 0, 5000);
     let mut mem = vec![Slot::EMPTY; 512];
     let mut c = cache(&mut mem, sizing(63, 252, 400));
-    let mut out = vec![pageframe_pcp::Frame(0); 4096];
+    let mut out = vec![pageframe_pcp::Pfn(0); 4096];
     assert_eq!(c.alloc_bulk(&zone, O0, U, &mut out), Ok(4096));
-    let mut v: Vec<u64> = out.iter().map(|f| f.0).collect();
+    let mut v: Vec<u64> = out.iter().map(|f| f.get()).collect();
     v.sort();
     v.dedup();
     assert_eq!(v.len(), 4096);
     assert_eq!(zone.free_pages() + c.count() as u64, 5000 - 4096);
-    let mut rest = vec![pageframe_pcp::Frame(0); 2000];
+    let mut rest = vec![pageframe_pcp::Pfn(0); 2000];
     let got = c.alloc_bulk(&zone, O0, U, &mut rest).unwrap();
     assert_eq!(got, 5000 - 4096);
     c.validate().unwrap();

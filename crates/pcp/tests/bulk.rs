@@ -3,7 +3,8 @@
 
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    Frame, ListIndex, Migratetype, Order, PcpConfig, PcpSizing, PerCpuPages, Slot, ZoneFlags,
+    ListIndex, MigrateType, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot,
+    ZoneFlags,
 };
 use proptest::prelude::*;
 
@@ -12,7 +13,7 @@ type Snapshot = (u32, u32, u32, u8, u8, u64, Vec<(usize, u64)>);
 
 fn snapshot(c: &PerCpuPages<'_>) -> Snapshot {
     let mut blocks = Vec::new();
-    c.for_each_block(|li, f| blocks.push((li.get(), f.0)));
+    c.for_each_block(|li, f| blocks.push((li.get(), f.get())));
     (
         c.count(),
         c.high(),
@@ -37,14 +38,14 @@ proptest! {
         runs in proptest::collection::vec((1usize..200, 0u8..3, 0u8..4, any::<bool>()), 1..8),
     ) {
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
-        let (za, zb) = (RefZone::with_blocks(Order(0), 0, 3000), RefZone::with_blocks(Order(0), 0, 3000));
+        let (za, zb) = (RefZone::with_blocks(Order::new_truncated(0), 0, 3000), RefZone::with_blocks(Order::new_truncated(0), 0, 3000));
         let (mut ma, mut mb) = (vec![Slot::EMPTY; slots], vec![Slot::EMPTY; slots]);
         let mut a = PerCpuPages::new(&mut ma, sizing, PcpConfig::X86_64).unwrap();
         let mut b = PerCpuPages::new(&mut mb, sizing, PcpConfig::X86_64).unwrap();
         let mut held = Vec::new();
         for _ in 0..warm {
-            let fa = a.alloc(&za, Order(0), Migratetype::MOVABLE);
-            let fb = b.alloc(&zb, Order(0), Migratetype::MOVABLE);
+            let fa = a.alloc(&za, Order::new_truncated(0), MigrateType::Movable);
+            let fb = b.alloc(&zb, Order::new_truncated(0), MigrateType::Movable);
             prop_assert_eq!(fa, fb);
             if let Ok(f) = fa {
                 held.push(f);
@@ -54,19 +55,19 @@ proptest! {
             za.set_flags(ZoneFlags::from_bits_truncate(flags));
             zb.set_flags(ZoneFlags::from_bits_truncate(flags));
             let n = n.min(held.len());
-            let batch: Vec<Frame> = held.drain(..n).collect();
-            let mt = Migratetype::new(mt).unwrap();
+            let batch: Vec<Pfn> = held.drain(..n).collect();
+            let mt = PCP_LIST_TYPES[(mt) as usize];
             for &f in &batch {
-                a.free(&za, f, Order(0), mt).unwrap();
+                a.free(&za, f, Order::new_truncated(0), mt).unwrap();
             }
-            prop_assert_eq!(b.free_bulk(&zb, &batch, Order(0), mt), Ok(n));
+            prop_assert_eq!(b.free_bulk(&zb, &batch, Order::new_truncated(0), mt), Ok(n));
             prop_assert_eq!(snapshot(&a), snapshot(&b));
-            prop_assert_eq!(za.blocks(Order(0)), zb.blocks(Order(0)));
+            prop_assert_eq!(za.blocks(Order::new_truncated(0)), zb.blocks(Order::new_truncated(0)));
             b.validate().unwrap();
             if realloc {
                 for _ in 0..n {
-                    let fa = a.alloc(&za, Order(0), mt);
-                    prop_assert_eq!(fa, b.alloc(&zb, Order(0), mt));
+                    let fa = a.alloc(&za, Order::new_truncated(0), mt);
+                    prop_assert_eq!(fa, b.alloc(&zb, Order::new_truncated(0), mt));
                     if let Ok(f) = fa {
                         held.push(f);
                     }
@@ -82,28 +83,28 @@ proptest! {
         span in 0u32..2048,
         sizes in proptest::collection::vec(1usize..700, 1..10),
     ) {
-        let zone = RefZone::with_blocks(Order(0), 0, 2000);
+        let zone = RefZone::with_blocks(Order::new_truncated(0), 0, 2000);
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
         let mut mem = vec![Slot::EMPTY; sizing.suggested_slots()];
         let mut c = PerCpuPages::new(&mut mem, sizing, PcpConfig::X86_64).unwrap();
         let mut held: Vec<u64> = Vec::new();
         for n in sizes {
-            let mut out = vec![Frame(u64::MAX); n];
-            let got = c.alloc_bulk(&zone, Order(0), Migratetype::UNMOVABLE, &mut out).unwrap();
+            let mut out = vec![Pfn(u64::MAX); n];
+            let got = c.alloc_bulk(&zone, Order::new_truncated(0), MigrateType::Unmovable, &mut out).unwrap();
             // Short only when the zone and this list (unmovable, list 0) are dry;
             // frames cached on the movable list do not serve this type.
             let list0 = ListIndex::new(0).unwrap();
             prop_assert!(got == n || zone.free_pages() == 0 && c.list_len(list0) == 0);
-            held.extend(out[..got].iter().map(|f| f.0));
+            held.extend(out[..got].iter().map(|f| f.get()));
             let mut all: Vec<u64> = held.clone();
-            all.extend(zone.blocks(Order(0)));
-            c.for_each_block(|_, f| all.push(f.0));
+            all.extend(zone.blocks(Order::new_truncated(0)));
+            c.for_each_block(|_, f| all.push(f.get()));
             all.sort_unstable();
             prop_assert_eq!(all, (0..2000).collect::<Vec<_>>());
             c.validate().unwrap();
             if held.len() > 1000 {
-                let back: Vec<Frame> = held.drain(..500).map(Frame).collect();
-                prop_assert_eq!(c.free_bulk(&zone, &back, Order(0), Migratetype::MOVABLE), Ok(500));
+                let back: Vec<Pfn> = held.drain(..500).map(Pfn).collect();
+                prop_assert_eq!(c.free_bulk(&zone, &back, Order::new_truncated(0), MigrateType::Movable), Ok(500));
             }
         }
     }

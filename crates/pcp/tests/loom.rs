@@ -6,7 +6,7 @@
 use loom::sync::Mutex;
 use loom::thread;
 use pageframe_pcp::{
-    CpuId, Frame, Migratetype, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages,
+    CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, Pfn,
     RefillSink, Slot, SpillBatch,
 };
 
@@ -15,11 +15,11 @@ struct LoomZone {
 }
 
 impl PcpZone for LoomZone {
-    fn refill(&self, _o: Order, _mt: Migratetype, sink: &mut RefillSink<'_, '_>) {
+    fn refill(&self, _o: Order, _mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut v = self.free.lock().unwrap();
         while sink.remaining() > 0 {
             let Some(f) = v.pop() else { break };
-            if let Err(b) = sink.push(Frame(f)) {
+            if let Err(b) = sink.push(Pfn(f)) {
                 v.push(b.0);
                 break;
             }
@@ -28,7 +28,7 @@ impl PcpZone for LoomZone {
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut v = self.free.lock().unwrap();
         for (f, _) in batch {
-            v.push(f.0);
+            v.push(f.get());
         }
     }
 }
@@ -67,7 +67,7 @@ fn drain_completes_whether_owner_honours_or_leaves() {
         let zone = leak_zone();
         let mut owner = set.claim(CpuId(0)).unwrap();
         owner
-            .free(zone, Frame(7), Order(0), Migratetype::MOVABLE)
+            .free(zone, Pfn(7), Order::new_truncated(0), MigrateType::Movable)
             .unwrap();
         let t = thread::spawn(move || {
             owner.poll(zone);
@@ -92,9 +92,9 @@ fn concurrent_drain_all_does_not_deadlock() {
         let zone = leak_zone();
         let mut a = set.claim(CpuId(0)).unwrap();
         let mut b = set.claim(CpuId(1)).unwrap();
-        a.free(zone, Frame(1), Order(0), Migratetype::MOVABLE)
+        a.free(zone, Pfn(1), Order::new_truncated(0), MigrateType::Movable)
             .unwrap();
-        b.free(zone, Frame(2), Order(0), Migratetype::MOVABLE)
+        b.free(zone, Pfn(2), Order::new_truncated(0), MigrateType::Movable)
             .unwrap();
         let t = thread::spawn(move || {
             set.drain_all(zone, Some(&mut b), |_| thread::yield_now());

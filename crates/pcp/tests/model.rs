@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    Frame, FreeOutcome, Migratetype, Order, PcpConfig, PcpSizing, PerCpuPages, Slot, ZoneFlags,
+    FreeOutcome, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot, ZoneFlags,
 };
 use proptest::prelude::*;
 
@@ -44,17 +44,17 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// Every frame is in exactly one place, and the places add up to the start.
-fn check_conservation(zone: &RefZone, c: &PerCpuPages<'_>, held: &[(Frame, Order)]) {
+fn check_conservation(zone: &RefZone, c: &PerCpuPages<'_>, held: &[(Pfn, Order)]) {
     let mut seen: BTreeMap<(u8, u64), u32> = BTreeMap::new();
     for &o in &ORDERS {
-        for f in zone.blocks(Order(o)) {
+        for f in zone.blocks(Order::new_truncated(o)) {
             *seen.entry((o, f)).or_default() += 1;
         }
     }
     let thp = c.config().thp_order().unwrap();
-    c.for_each_block(|li, f| *seen.entry((li.order(thp).0, f.0)).or_default() += 1);
+    c.for_each_block(|li, f| *seen.entry((li.order(thp).get(), f.get())).or_default() += 1);
     for &(f, o) in held {
-        *seen.entry((o.0, f.0)).or_default() += 1;
+        *seen.entry((o.get(), f.get())).or_default() += 1;
     }
     let expected: usize = INITIAL.iter().map(|&(_, _, n)| n as usize).sum();
     assert_eq!(seen.len(), expected, "a frame was lost or invented");
@@ -78,17 +78,17 @@ proptest! {
     ) {
         let zone = RefZone::new();
         for (o, first, n) in INITIAL {
-            zone.add_blocks(Order(o), first, n);
+            zone.add_blocks(Order::new_truncated(o), first, n);
         }
         let mut mem = vec![Slot::EMPTY; slots];
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
         let mut c = PerCpuPages::new(&mut mem, sizing, PcpConfig::X86_64).unwrap();
-        let mut held: Vec<(Frame, Order)> = Vec::new();
+        let mut held: Vec<(Pfn, Order)> = Vec::new();
         for op in ops {
             match op {
                 Op::Alloc { order, mt } => {
-                    let o = Order(ORDERS[order]);
-                    if let Ok(f) = c.alloc(&zone, o, Migratetype::new(mt).unwrap()) {
+                    let o = Order::new_truncated(ORDERS[order]);
+                    if let Ok(f) = c.alloc(&zone, o, PCP_LIST_TYPES[(mt) as usize]) {
                         held.push((f, o));
                     }
                 }
@@ -96,14 +96,14 @@ proptest! {
                     if !held.is_empty() {
                         let (f, o) = held.swap_remove(pick % held.len());
                         let count = c.count();
-                        let r = c.free(&zone, f, o, Migratetype::new(mt).unwrap()).unwrap();
+                        let r = c.free(&zone, f, o, PCP_LIST_TYPES[(mt) as usize]).unwrap();
                         match r {
-                            FreeOutcome::Cached => prop_assert_eq!(c.count(), count + o.pages()),
+                            FreeOutcome::Cached => prop_assert_eq!(c.count(), count + o.pages() as u32),
                             // Whole blocks leave, so the spill may overshoot
                             // by less than one block (spec 04 §5.5).
                             FreeOutcome::Spilled(n) => {
                                 prop_assert!(n > 0);
-                                prop_assert_eq!(c.count() + n, count + o.pages());
+                                prop_assert_eq!(c.count() + n, count + o.pages() as u32);
                             }
                         }
                     }

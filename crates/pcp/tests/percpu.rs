@@ -2,12 +2,12 @@
 
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    CpuId, Frame, Migratetype, Order, PcpConfig, PcpError, PcpSet, PcpSizing, PcpSlot, PerCpuPages,
+    CpuId, MigrateType, Order, PcpConfig, PcpError, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn,
     Slot,
 };
 
-const O0: Order = Order(0);
-const U: Migratetype = Migratetype::UNMOVABLE;
+const O0: Order = Order::new_truncated(0);
+const U: MigrateType = MigrateType::Unmovable;
 
 fn slots<'m>(mems: &'m mut [Vec<Slot>], s: PcpSizing) -> Vec<PcpSlot<'m>> {
     mems.iter_mut()
@@ -56,13 +56,13 @@ fn drain_request_is_honoured_at_the_next_operation() {
     let set = PcpSet::new(&s);
     let mut owner = set.claim(CpuId(1)).unwrap();
     for i in 0..5 {
-        owner.free(&zone, Frame(i), O0, U).unwrap();
+        owner.free(&zone, Pfn(i), O0, U).unwrap();
     }
     let t = set.request_drain(CpuId(1)).unwrap();
     assert!(!set.is_drained(t));
     assert_eq!(owner.count(), 5, "a remote request never touches the lists");
     // The owner's next operation drains first, then frees.
-    owner.free(&zone, Frame(99), O0, U).unwrap();
+    owner.free(&zone, Pfn(99), O0, U).unwrap();
     assert!(set.is_drained(t));
     assert_eq!(owner.count(), 1);
     assert_eq!(zone.free_pages(), 5);
@@ -98,7 +98,7 @@ fn drain_cpu_finishes_a_request_left_by_a_departed_owner() {
     let s = slots(&mut mems, sizing());
     let set = PcpSet::new(&s);
     let mut owner = set.claim(CpuId(0)).unwrap();
-    owner.free(&zone, Frame(7), O0, U).unwrap();
+    owner.free(&zone, Pfn(7), O0, U).unwrap();
     let t = set.request_drain(CpuId(0)).unwrap();
     drop(owner); // leaves without honouring
     assert!(!set.is_drained(t));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pageframe_pcp::testing::RefZone;
 use pageframe_pcp::{
-    CpuId, Frame, Migratetype, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Slot,
+    CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn, Slot,
 };
 
 const FRAMES: u64 = 4096;
@@ -17,7 +17,7 @@ const ROUNDS: usize = 300;
 
 #[test]
 fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
-    let zone = RefZone::with_blocks(Order(0), 0, FRAMES);
+    let zone = RefZone::with_blocks(Order::new_truncated(0), 0, FRAMES);
     let sizing = PcpSizing::new(15, 64, 1024).unwrap();
     let mut mems: Vec<Vec<Slot>> = (0..3).map(|_| vec![Slot::EMPTY; 1200]).collect();
     let slots: Vec<PcpSlot<'_>> = mems
@@ -27,7 +27,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
     let set = PcpSet::new(&slots);
     let taken: Vec<AtomicBool> = (0..FRAMES).map(|_| AtomicBool::new(false)).collect();
     let finished = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::sync_channel::<Vec<Frame>>(4);
+    let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(4);
 
     let (set, zone, taken, finished) = (&set, &zone, &taken, &finished);
     thread::scope(|s| {
@@ -39,11 +39,11 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
                 let want = bursts[r % bursts.len()];
                 let mut got = Vec::with_capacity(want);
                 for i in 0..want {
-                    let mt = Migratetype::new((i % 3) as u8).unwrap();
-                    match cpu.alloc(zone, Order(0), mt) {
+                    let mt = pageframe_pcp::PCP_LIST_TYPES[i % 3];
+                    match cpu.alloc(zone, Order::new_truncated(0), mt) {
                         Ok(f) => {
-                            let was = taken[f.0 as usize].swap(true, Ordering::AcqRel);
-                            assert!(!was, "frame {} handed out twice", f.0);
+                            let was = taken[f.get() as usize].swap(true, Ordering::AcqRel);
+                            assert!(!was, "frame {} handed out twice", f.get());
                             got.push(f);
                         }
                         Err(_) => break, // everything is in flight or cached elsewhere
@@ -72,9 +72,10 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
                 match rx.recv_timeout(Duration::from_millis(1)) {
                     Ok(batch) => {
                         for f in batch {
-                            let was = taken[f.0 as usize].swap(false, Ordering::AcqRel);
-                            assert!(was, "frame {} freed while not allocated", f.0);
-                            cpu.free(zone, f, Order(0), Migratetype::MOVABLE).unwrap();
+                            let was = taken[f.get() as usize].swap(false, Ordering::AcqRel);
+                            assert!(was, "frame {} freed while not allocated", f.get());
+                            cpu.free(zone, f, Order::new_truncated(0), MigrateType::Movable)
+                                .unwrap();
                         }
                     }
                     Err(mpsc::RecvTimeoutError::Timeout) => cpu.poll(zone),
@@ -109,7 +110,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
 
     set.drain_all(zone, None, |_| {});
     assert!(taken.iter().all(|t| !t.load(Ordering::Relaxed)));
-    let mut frames = zone.blocks(Order(0));
+    let mut frames = zone.blocks(Order::new_truncated(0));
     frames.sort_unstable();
     assert_eq!(
         frames,

@@ -37,11 +37,11 @@ impl<'a> SwapDevice<'a> {
         };
         match r {
             Ok(s) => {
-                cpu.stats.alloc[order.index()] += 1;
+                cpu.stats.alloc[usize::from(order.get())] += 1;
                 Ok(s)
             }
             Err(reason) => {
-                cpu.stats.fallback[order.index()] += 1;
+                cpu.stats.fallback[usize::from(order.get())] += 1;
                 cpu.stats.reasons[reason.index()] += 1;
                 Err(AllocError::NoSpace(reason))
             }

@@ -248,7 +248,7 @@ impl<'a> SwapDevice<'a> {
         if order.get() > self.cfg.cluster_order {
             return Err(SwapError::BadOrder);
         }
-        let n = order.slots() as usize;
+        let n = order.pages() as usize;
         let s = slot.get() as usize;
         if s + n > self.cfg.slots as usize {
             return Err(SwapError::OutOfRange);

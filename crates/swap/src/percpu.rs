@@ -43,11 +43,15 @@ impl CpuStats {
 
     /// Failures of `order` as a fraction of attempts (0 when none).
     pub fn fallback_ratio(&self, order: Order) -> f64 {
-        let a = self.alloc[order.index()] + self.fallback[order.index()];
+        let i = usize::from(order.get());
+        let (Some(&alloc), Some(&fallback)) = (self.alloc.get(i), self.fallback.get(i)) else {
+            return 0.0;
+        };
+        let a = alloc + fallback;
         if a == 0 {
             0.0
         } else {
-            self.fallback[order.index()] as f64 / a as f64
+            fallback as f64 / a as f64
         }
     }
 }

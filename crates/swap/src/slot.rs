@@ -59,42 +59,9 @@ impl fmt::Display for Slot {
 
 /// Allocation order: an entry of order `k` covers `2^k` naturally aligned
 /// slots (order 0: one base page; the cluster order: one PMD-sized THP).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct Order(u8);
-
-impl Order {
-    /// Order 0: a single slot.
-    pub const ZERO: Order = Order(0);
-
-    /// An order, if it is at most [`MAX_CLUSTER_ORDER`].
-    pub const fn new(order: u8) -> Option<Self> {
-        if order <= MAX_CLUSTER_ORDER {
-            Some(Order(order))
-        } else {
-            None
-        }
-    }
-
-    /// The order as a number.
-    pub const fn get(self) -> u8 {
-        self.0
-    }
-
-    /// Number of slots an entry of this order covers.
-    pub const fn slots(self) -> u32 {
-        1 << self.0
-    }
-
-    pub(crate) const fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for Order {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "order {}", self.0)
-    }
-}
+/// The shared vocabulary type; the device refuses orders above its cluster
+/// order with a typed error.
+pub use pageframe_types::Order;
 
 /// Index of a cluster (slot offset divided by the cluster size).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]

@@ -53,7 +53,7 @@ fn worker(dev: &SwapDevice<'_>, owned: &Owned, seed: u64) -> u64 {
                     _ => Order::ZERO,
                 };
                 if let Ok(s) = dev.alloc(&mut cpu, k) {
-                    owned.claim(s, k.slots());
+                    owned.claim(s, k.pages() as u32);
                     // Swap-out: map the entry, drop the cache.
                     dev.duplicate(s, k).unwrap();
                     dev.put_cache(s, k).unwrap();
@@ -73,7 +73,8 @@ fn worker(dev: &SwapDevice<'_>, owned: &Owned, seed: u64) -> u64 {
                     dev.split_huge(s).unwrap();
                     live.swap_remove(i);
                     live.extend(
-                        (0..k.slots()).map(|j| (Slot::new(s.get() + j), Order::ZERO, refs)),
+                        (0..(k.pages() as u32))
+                            .map(|j| (Slot::new(s.get() + j), Order::ZERO, refs)),
                     );
                 }
             }
@@ -83,8 +84,8 @@ fn worker(dev: &SwapDevice<'_>, owned: &Owned, seed: u64) -> u64 {
                 let (s, k, refs) = live[i];
                 if refs == 1 {
                     live.swap_remove(i);
-                    owned.release(s, k.slots());
-                    assert_eq!(dev.put_map(s, k).unwrap(), k.slots());
+                    owned.release(s, k.pages() as u32);
+                    assert_eq!(dev.put_map(s, k).unwrap(), k.pages() as u32);
                 } else {
                     dev.put_map(s, k).unwrap();
                     live[i].2 -= 1;
@@ -94,7 +95,7 @@ fn worker(dev: &SwapDevice<'_>, owned: &Owned, seed: u64) -> u64 {
         }
     }
     for (s, k, refs) in live {
-        owned.release(s, k.slots());
+        owned.release(s, k.pages() as u32);
         for _ in 0..refs {
             dev.put_map(s, k).unwrap();
         }

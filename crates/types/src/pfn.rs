@@ -9,6 +9,9 @@ use crate::Order;
 pub const PAGE_SHIFT: u32 = 12;
 /// Size of one page frame in bytes.
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+/// One past the highest frame number a 64-bit physical address can name
+/// (`2^64 / PAGE_SIZE`). Zones refuse spans that reach beyond it.
+pub const MAX_PFN: u64 = 1 << (64 - PAGE_SHIFT);
 
 /// A physical frame number: the physical address divided by [`PAGE_SIZE`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -28,10 +31,25 @@ impl Pfn {
         self.0
     }
 
-    /// The physical address of the first byte of this frame.
+    /// The physical address of the first byte of this frame (saturating:
+    /// a number at or above [`MAX_PFN`] names no frame and gives
+    /// `u64::MAX`).
     #[inline]
     pub const fn addr(self) -> PhysAddr {
-        PhysAddr(self.0 << PAGE_SHIFT)
+        if self.0 >= MAX_PFN {
+            PhysAddr(u64::MAX)
+        } else {
+            PhysAddr(self.0 << PAGE_SHIFT)
+        }
+    }
+
+    /// The frame `n` frames after this one, if the number fits in a `u64`.
+    #[inline]
+    pub const fn checked_add(self, n: u64) -> Option<Pfn> {
+        match self.0.checked_add(n) {
+            Some(v) => Some(Pfn(v)),
+            None => None,
+        }
     }
 
     /// Whether this frame can head a block of `order` (natural alignment).
@@ -69,19 +87,22 @@ impl fmt::Display for Pfn {
     }
 }
 
+/// `pfn + n`, saturating at `u64::MAX` (use [`Pfn::checked_add`] to
+/// detect overflow).
 impl Add<u64> for Pfn {
     type Output = Pfn;
     #[inline]
     fn add(self, rhs: u64) -> Pfn {
-        Pfn(self.0 + rhs)
+        Pfn(self.0.saturating_add(rhs))
     }
 }
 
+/// The distance `a - b` in frames, saturating at 0 when `b > a`.
 impl Sub<Pfn> for Pfn {
     type Output = u64;
     #[inline]
     fn sub(self, rhs: Pfn) -> u64 {
-        self.0 - rhs.0
+        self.0.saturating_sub(rhs.0)
     }
 }
 
@@ -223,7 +244,47 @@ impl Iterator for AlignedBlocks {
         let fit = 63 - (self.end - self.next).leading_zeros();
         let o = align.min(fit).min(self.max.get() as u32) as u8;
         let pfn = Pfn(self.next);
+        // `next + 2^o <= end` by the choice of `o`: no overflow.
         self.next += 1 << o;
-        Some((pfn, Order::new_unchecked(o)))
+        Some((pfn, Order::new_truncated(o)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_near_the_top_never_panics() {
+        let top = Pfn(u64::MAX);
+        assert_eq!(top + 5, Pfn(u64::MAX), "saturating add");
+        assert_eq!(top.checked_add(1), None);
+        assert_eq!(Pfn(3) - Pfn(10), 0, "saturating distance");
+        assert_eq!(top.addr(), PhysAddr(u64::MAX), "no frame above MAX_PFN");
+        assert_eq!(
+            Pfn(MAX_PFN - 1).addr(),
+            PhysAddr(u64::MAX - (PAGE_SIZE - 1))
+        );
+        assert_eq!(top.align_up(Order::DEFAULT_MAX), Pfn(!1023));
+        assert_eq!(PhysAddr(u64::MAX).pfn_up(), Pfn(MAX_PFN));
+        let r = PfnRange::new(Pfn(u64::MAX - 2000), top);
+        assert_eq!(r.len(), 2000);
+        let total: u64 = r.blocks(Order::DEFAULT_MAX).map(|(_, o)| o.pages()).sum();
+        assert_eq!(total, 2000, "the blocks tile the range exactly");
+        assert!(PfnRange::new(top, Pfn(0)).is_empty());
+        assert_eq!(PfnRange::new(top, Pfn(0)).blocks(Order::ZERO).count(), 0);
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_maximal() {
+        for (s, e) in [(0u64, 4096u64), (1, 1025), (511, 2049), (7, 8)] {
+            let mut next = s;
+            for (p, o) in PfnRange::new(Pfn(s), Pfn(e)).blocks(Order::DEFAULT_MAX) {
+                assert_eq!(p.get(), next);
+                assert!(p.is_aligned(o));
+                next += o.pages();
+            }
+            assert_eq!(next, e);
+        }
     }
 }

@@ -4,6 +4,8 @@ use core::fmt;
 
 /// Largest order this crate can be configured for (arrays are sized by it).
 pub const ORDER_LIMIT: u8 = 15;
+// `new_truncated` masks with ORDER_LIMIT: every masked value must be valid.
+const _: () = assert!((ORDER_LIMIT as u32 + 1).is_power_of_two());
 /// Default largest order of a buddy block, as Linux's `MAX_PAGE_ORDER` (spec 01 §2):
 /// `2^10` frames = 4 MiB.
 pub const DEFAULT_MAX_ORDER: u8 = 10;
@@ -34,10 +36,13 @@ impl Order {
         }
     }
 
+    /// The order `n` for a caller that knows `n <= ORDER_LIMIT` (frame
+    /// metadata, loop counters); larger values are masked into range rather
+    /// than trusted, so this never produces an invalid order.
     #[inline]
-    pub(crate) const fn new_unchecked(n: u8) -> Order {
+    pub const fn new_truncated(n: u8) -> Order {
         debug_assert!(n <= ORDER_LIMIT);
-        Order(n)
+        Order(n & ORDER_LIMIT)
     }
 
     /// The raw order.
@@ -81,5 +86,21 @@ impl fmt::Debug for Order {
 impl fmt::Display for Order {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_are_bounded() {
+        assert_eq!(Order::new(ORDER_LIMIT).map(Order::get), Some(15));
+        assert_eq!(Order::new(16), None);
+        assert_eq!(Order::new(255), None);
+        assert_eq!(Order::for_pages(0), Some(Order::ZERO));
+        assert_eq!(Order::for_pages(513), Some(Order::new_truncated(10)));
+        assert_eq!(Order::for_pages(u64::MAX), None);
+        assert_eq!(Order::new_truncated(ORDER_LIMIT).pages(), 1 << 15);
     }
 }

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pageframe_benches::{
-    FRAMES_4G, Facade, Frames, core_zone, facade_zone, fill, meta, mobile_meta, mobile_zone, peer,
-    span,
+    FRAMES_4G, Facade, Frames, core_zone, fill, machine, meta, mobile_meta, mobile_zone, peer, span,
 };
 use pageframe_buddy::{BuddyConfig, BuddyZone, SingleList};
 use rand::rngs::SmallRng;
@@ -49,9 +48,7 @@ macro_rules! each_allocator {
             $g.bench_function(BenchmarkId::new($name, "buddy"), $body);
         }
         {
-            let mut m = meta(s);
-            let zone = facade_zone(s, &mut m);
-            let mut f = Facade(&zone);
+            let mut f = Facade(machine(s, 0, pageframe::MobilityConfig::DEFAULT));
             let $a = &mut f;
             $g.bench_function(BenchmarkId::new($name, "facade"), $body);
         }

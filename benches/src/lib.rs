@@ -1,13 +1,16 @@
 //! Shared set-up for the pageframe benchmarks: simulated zones (frames are
 //! numbers, never touched) and the peer allocator behind one small trait, so
-//! every scenario runs the same code against each allocator.
+//! every scenario runs the same code against each allocator. The rows that
+//! stand for what users get go through [`Machine`]'s public API: its zone
+//! path ([`Machine::alloc`]) and a CPU's cached path ([`CpuCache`]).
 
 use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Peer;
-use pageframe::{Gfp, Zone, ZoneKind};
+use pageframe::pcp::CpuId;
+use pageframe::{CpuCache, Gfp, Machine, MachineConfig, MobilityConfig, NodeId, ZoneKind};
 use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order, Pfn, PfnRange, SingleList};
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone};
 
 /// Frames in 4 GiB.
 pub const FRAMES_4G: u64 = 1 << 20;
@@ -20,11 +23,13 @@ pub trait Frames {
     fn free(&mut self, pfn: u64, order: u8);
 }
 
-/// An owned, untouched metadata buffer big enough for a buddy core or a
-/// facade zone over `span`.
+/// An owned, untouched metadata buffer big enough for a buddy core over
+/// `span`.
 pub fn meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
-    let core = BuddyZone::<SingleList>::metadata_bytes(span, BuddyConfig::default());
-    Box::new_uninit_slice(core.max(Zone::metadata_bytes(span)))
+    Box::new_uninit_slice(BuddyZone::<SingleList>::metadata_bytes(
+        span,
+        BuddyConfig::default(),
+    ))
 }
 
 /// The span of a zone of `frames` frames starting at 4 GiB.
@@ -39,11 +44,23 @@ pub fn core_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> BuddyZone<'_> 
     z
 }
 
-/// The facade zone (spin lock + watermarks) over `span`, all of it free.
-pub fn facade_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> Zone<'_> {
-    let z = Zone::new(ZoneKind::Normal, span, meta).expect("zone");
-    z.add_free_range(span).expect("range");
-    z
+/// A one-node machine with one Normal zone over `span`, all of it free,
+/// and per-CPU caches for `cpus` CPUs (none for 0). Leaked: benchmarks keep
+/// it for the whole run.
+pub fn machine(span: PfnRange, cpus: u32, mobility: MobilityConfig) -> &'static Machine<'static> {
+    let m: &'static mut Machine<'static> = Box::leak(Machine::new_boxed(MachineConfig {
+        mobility,
+        ..MachineConfig::SINGLE_NODE
+    }));
+    let meta = Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+    m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+        .expect("zone");
+    m.add_free_range(span).expect("range");
+    if cpus > 0 {
+        let mem = Box::leak(Box::new_uninit_slice(m.pcp_bytes(cpus).expect("sizing")));
+        m.enable_pcp(cpus, mem).expect("caches");
+    }
+    m
 }
 
 /// The peer over the same frames.
@@ -66,16 +83,48 @@ impl Frames for BuddyZone<'_> {
     }
 }
 
-/// The facade zone, with watermarks lifted so benchmarks may fill it.
-pub struct Facade<'z, 'a>(pub &'z Zone<'a>);
+/// The machine's zone path (lock, watermark check, mobility layer, buddy
+/// core), with watermarks lifted so benchmarks may fill it.
+pub struct Facade(pub &'static Machine<'static>);
 
-impl Frames for Facade<'_, '_> {
+impl Frames for Facade {
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<u64> {
         self.0
-            .alloc(Gfp::KERNEL | Gfp::MEMALLOC, Order::new(order)?)
+            .alloc(
+                NodeId::ZERO,
+                Gfp::KERNEL | Gfp::MEMALLOC,
+                Order::new(order)?,
+            )
             .ok()
-            .map(Pfn::get)
+            .map(|a| a.pfn.get())
+    }
+    #[inline]
+    fn free(&mut self, pfn: u64, order: u8) {
+        self.0
+            .free(Pfn(pfn), Order::new(order).expect("order"))
+            .expect("free");
+    }
+}
+
+/// A CPU's cached path on a machine with per-CPU caches (movable requests,
+/// watermarks as the zone has them).
+pub struct Cached(pub CpuCache<'static, 'static>);
+
+impl Cached {
+    /// CPU `cpu`'s handle on `m`.
+    pub fn new(m: &'static Machine<'static>, cpu: u32) -> Cached {
+        Cached(m.cpu(CpuId(cpu), NodeId::ZERO).expect("handle"))
+    }
+}
+
+impl Frames for Cached {
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        self.0
+            .alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::new(order)?)
+            .ok()
+            .map(|a| a.pfn.get())
     }
     #[inline]
     fn free(&mut self, pfn: u64, order: u8) {
@@ -109,7 +158,7 @@ pub fn mobile_zone(
 ) -> MobileZone<'_> {
     let cfg = MobilityConfig {
         placement,
-        ..MobilityConfig::default()
+        ..MobilityConfig::DEFAULT
     };
     let mut z = MobileZone::new(span, cfg, meta).expect("zone");
     z.add_free_range(span).expect("range");
@@ -118,7 +167,7 @@ pub fn mobile_zone(
 
 /// Metadata for a mobility zone over `span`.
 pub fn mobile_meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
-    Box::new_uninit_slice(MobileZone::metadata_bytes(span, MobilityConfig::default()))
+    Box::new_uninit_slice(MobileZone::metadata_bytes(span, MobilityConfig::DEFAULT))
 }
 
 impl Frames for MobileZone<'_> {

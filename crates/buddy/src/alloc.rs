@@ -1,7 +1,7 @@
 //! Allocation: take the smallest sufficient block and split it (spec 01 §6).
 
 use crate::error::AllocError;
-use crate::frame::{F_SPAN_INIT, Frame, Idx, State};
+use crate::frame::{Frame, Idx, State};
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn};
@@ -41,8 +41,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         while high > low {
             high -= 1;
             let half = i + (1 << high);
-            // `half` is never max-order aligned, so it has no flags to keep.
-            self.frames.write(half, Frame::with_state(State::FreeHead));
+            // SAFETY: `half` lies in the block being split, whose max-order
+            // block is initialised (split before, or by the caller now).
+            *unsafe { self.frames.get_unchecked_mut(half) } = Frame::with_state(State::FreeHead);
             self.areas.push(&mut self.frames, half, high, list, false);
             self.stats.splits += 1;
         }
@@ -60,7 +61,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         want: u8,
         list: ListId,
     ) -> Idx {
-        if o == self.max_order && want < o && self.frames.get(cur).flags & F_SPAN_INIT == 0 {
+        if o == self.max_order && want < o && !self.frames.is_init(cur) {
             self.init_span(cur);
         }
         while o > want {
@@ -81,7 +82,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     #[inline]
     pub(crate) fn mark_allocated(&mut self, i: Idx, order: u8) {
-        let f = self.frames.get_mut(i);
+        // SAFETY: `i` heads the block being allocated: a max-order head
+        // (always initialised) or a block of a split max-order block.
+        let f = unsafe { self.frames.get_unchecked_mut(i) };
         f.state = State::AllocHead;
         f.order = order;
         f.tag = 0;

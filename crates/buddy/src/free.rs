@@ -82,7 +82,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let max = self.max_order;
         while order < max {
             let b = i ^ (1 << order);
-            let bf = *self.frames.get(b);
+            // SAFETY: below the maximum order, `b` lies in the same max-order
+            // block as `i`, which holds a block below the maximum: a split,
+            // initialised block.
+            let bf = *unsafe { self.frames.get_unchecked(b) };
             if bf.state != State::FreeHead || bf.order != order {
                 break;
             }
@@ -102,7 +105,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             }
             // The higher of the two heads becomes an ordinary frame.
             let upper = i.max(b);
-            self.frames.get_mut(upper).state = State::Tail;
+            // SAFETY: `upper` is `i` or `b`, both in that split block.
+            unsafe { self.frames.get_unchecked_mut(upper) }.state = State::Tail;
             i = i.min(b);
             order += 1;
             self.stats.merges += 1;
@@ -123,7 +127,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         let parent = i & !(1 << order);
         let uncle = parent ^ (1 << (order + 1));
-        let f = self.frames.get(uncle);
+        // SAFETY: `order + 1` is below the maximum order, so `uncle` lies
+        // in the same max-order block as the block of `order` at `i`: a
+        // split, initialised block.
+        let f = unsafe { self.frames.get_unchecked(uncle) };
         f.state == State::FreeHead && f.order == order + 1
     }
 }

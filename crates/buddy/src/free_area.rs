@@ -34,9 +34,14 @@ impl ListHead {
     };
 }
 
-/// All free lists of a zone plus the counts derived per list.
-pub(crate) struct FreeAreas {
-    lists: [[ListHead; MAX_LISTS]; ORDERS],
+/// The list heads of one order.
+pub(crate) type OrderLists = [ListHead; MAX_LISTS];
+
+/// All free lists of a zone plus the counts derived per list. The heads
+/// (about 1.5 KiB) live in the zone's metadata, not inline, so that a zone
+/// is small enough to build on a small stack.
+pub(crate) struct FreeAreas<'a> {
+    lists: &'a mut [OrderLists; ORDERS],
     /// Bit `o` of `nonempty[l]` is set iff list `l` of order `o` holds a block:
     /// finds the smallest sufficient order with one bit scan.
     nonempty: [u32; MAX_LISTS],
@@ -44,13 +49,31 @@ pub(crate) struct FreeAreas {
     pages: [u64; MAX_LISTS],
 }
 
-impl FreeAreas {
-    pub const fn new() -> FreeAreas {
-        FreeAreas {
-            lists: [[ListHead::EMPTY; MAX_LISTS]; ORDERS],
-            nonempty: [0; MAX_LISTS],
-            pages: [0; MAX_LISTS],
+impl<'a> FreeAreas<'a> {
+    /// Bytes [`FreeAreas::carve`] needs from a buffer at any address.
+    pub const fn bytes() -> usize {
+        match pageframe_types::carve::bytes_for::<OrderLists>(ORDERS) {
+            Some(b) => b,
+            None => usize::MAX,
         }
+    }
+
+    /// Empty lists whose heads live at the front of `mem`; returns them and
+    /// the rest of `mem`.
+    pub fn carve(
+        mem: &'a mut [core::mem::MaybeUninit<u8>],
+    ) -> Option<(FreeAreas<'a>, &'a mut [core::mem::MaybeUninit<u8>])> {
+        let (lists, rest) =
+            pageframe_types::carve::carve_init(mem, ORDERS, |_| [ListHead::EMPTY; MAX_LISTS])?;
+        let lists: &'a mut [OrderLists; ORDERS] = lists.try_into().ok()?;
+        Some((
+            FreeAreas {
+                lists,
+                nonempty: [0; MAX_LISTS],
+                pages: [0; MAX_LISTS],
+            },
+            rest,
+        ))
     }
 
     #[inline]
@@ -92,7 +115,10 @@ impl FreeAreas {
         at_tail: bool,
     ) {
         let lh = &mut self.lists[oi(order)][li(list.index())];
-        let f = frames.get_mut(i);
+        // SAFETY: `i` is a free head, and free heads are initialised: a
+        // max-order head always is, and a block of a lower order lies in a
+        // split max-order block (the neighbours below likewise).
+        let f = unsafe { frames.get_unchecked_mut(i) };
         f.order = order;
         f.list = list.get();
         if lh.len == 0 {
@@ -105,13 +131,15 @@ impl FreeAreas {
             f.prev = old;
             f.next = NIL;
             lh.tail = i;
-            frames.get_mut(old).next = i;
+            // SAFETY: `old` is on the list: a free head (see above).
+            unsafe { frames.get_unchecked_mut(old) }.next = i;
         } else {
             let old = lh.head;
             f.next = old;
             f.prev = NIL;
             lh.head = i;
-            frames.get_mut(old).prev = i;
+            // SAFETY: `old` is on the list: a free head (see above).
+            unsafe { frames.get_unchecked_mut(old) }.prev = i;
         }
         lh.len += 1;
         self.nonempty[li(list.index())] |= 1 << order;
@@ -121,7 +149,7 @@ impl FreeAreas {
     /// Unlinks the free head `i` from the list its frame names.
     #[inline]
     pub fn remove(&mut self, frames: &mut FrameTable<'_>, i: Idx) {
-        let f = *frames.get(i);
+        let f = frames.get(i);
         self.remove_loaded(frames, &f);
     }
 
@@ -133,12 +161,15 @@ impl FreeAreas {
         if f.prev == NIL {
             lh.head = f.next;
         } else {
-            frames.get_mut(f.prev).next = f.next;
+            // SAFETY: list members are free heads, which are initialised
+            // (see `push`).
+            unsafe { frames.get_unchecked_mut(f.prev) }.next = f.next;
         }
         if f.next == NIL {
             lh.tail = f.prev;
         } else {
-            frames.get_mut(f.next).prev = f.prev;
+            // SAFETY: as above.
+            unsafe { frames.get_unchecked_mut(f.next) }.prev = f.prev;
         }
         lh.len -= 1;
         if lh.len == 0 {

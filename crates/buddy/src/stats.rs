@@ -60,25 +60,26 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     pub fn buddyinfo(&self) -> BuddyInfo<'_, 'a, P> {
         BuddyInfo {
             zone: self,
-            name: "zone",
+            label: &"zone",
         }
     }
 
-    /// The same, naming the zone.
-    pub fn buddyinfo_named<'s>(&'s self, name: &'s str) -> BuddyInfo<'s, 'a, P> {
-        BuddyInfo { zone: self, name }
+    /// The same, with the line's label printed by `label` (the facade
+    /// prints `Node N, zone Normal` there, as Linux does).
+    pub fn buddyinfo_labelled<'s>(&'s self, label: &'s dyn fmt::Display) -> BuddyInfo<'s, 'a, P> {
+        BuddyInfo { zone: self, label }
     }
 }
 
 /// Displays free blocks per order, like Linux's `/proc/buddyinfo`.
 pub struct BuddyInfo<'z, 'a, P: MergePolicy> {
     zone: &'z BuddyZone<'a, P>,
-    name: &'z str,
+    label: &'z dyn fmt::Display,
 }
 
 impl<P: MergePolicy> fmt::Display for BuddyInfo<'_, '_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "zone {:>8} ", self.name)?;
+        write!(f, "{} ", self.label)?;
         for o in 0..=self.zone.max_order {
             write!(f, " {:>6}", self.zone.free_blocks(Order::new_truncated(o)))?;
         }

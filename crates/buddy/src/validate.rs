@@ -2,7 +2,7 @@
 
 use crate::Order;
 use crate::error::ValidateError;
-use crate::frame::{F_SPAN_INIT, Idx, NIL, State};
+use crate::frame::{Idx, NIL, State};
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
 
@@ -77,8 +77,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         while i < end {
             let h = self.span_head(i);
             if i == h {
-                let hf = *self.frames.get(h);
-                if hf.flags & F_SPAN_INIT == 0 {
+                let hf = self.frames.get(h);
+                if !self.frames.is_init(h) {
                     let whole =
                         hf.order == max && matches!(hf.state, State::FreeHead | State::AllocHead);
                     if hf.state != State::Hole && !whole {

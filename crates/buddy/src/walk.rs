@@ -3,7 +3,7 @@
 //! in pieces. They keep every invariant; none knows what lists mean.
 
 use crate::error::{AllocError, FreeError};
-use crate::frame::{F_SPAN_INIT, State};
+use crate::frame::State;
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::{BlockInfo, BuddyZone};
 use crate::{Order, Pfn, PfnRange};
@@ -129,7 +129,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if piece >= order {
             return self.free(pfn, order);
         }
-        if order.get() == self.max_order && self.frames.get(i).flags & F_SPAN_INIT == 0 {
+        if order.get() == self.max_order && !self.frames.is_init(i) {
             self.init_span(i);
         }
         self.stats.frees += 1;

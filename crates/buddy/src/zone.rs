@@ -3,7 +3,7 @@
 use core::mem::MaybeUninit;
 
 use crate::error::{InitError, RangeError};
-use crate::frame::{F_SPAN_INIT, Frame, FrameTable, Idx, State, table_bytes};
+use crate::frame::{Frame, FrameTable, Idx, State};
 use crate::free_area::FreeAreas;
 use crate::policy::{ListId, MergePolicy, SingleList};
 use crate::stats::Stats;
@@ -63,7 +63,7 @@ pub struct BuddyZone<'a, P: MergePolicy = SingleList> {
     /// max-order alignment, so buddies of in-zone blocks always have metadata.
     pub(crate) base: Pfn,
     pub(crate) frames: FrameTable<'a>,
-    pub(crate) areas: FreeAreas,
+    pub(crate) areas: FreeAreas<'a>,
     pub(crate) max_order: u8,
     pub(crate) managed: u64,
     pub(crate) stats: Stats,
@@ -75,13 +75,20 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// start at any address). 0 for an invalid span or config.
     pub const fn metadata_bytes(span: PfnRange, config: BuddyConfig) -> usize {
         match Self::table_frames(span, config) {
-            Some(n) => table_bytes(n),
+            Some(n) => {
+                FrameTable::bytes(n, config.max_order.get()).saturating_add(FreeAreas::bytes())
+            }
             None => 0,
         }
     }
 
     const fn table_frames(span: PfnRange, config: BuddyConfig) -> Option<u64> {
-        if span.is_empty() || config.max_order.get() > ORDER_LIMIT {
+        // A span reaching past the last frame an address can name is no
+        // memory at all.
+        if span.is_empty()
+            || config.max_order.get() > ORDER_LIMIT
+            || span.end.get() > crate::MAX_PFN
+        {
             return None;
         }
         let lo = span.start.align_down(config.max_order).get();
@@ -106,20 +113,26 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             return Err(InitError::EmptySpan);
         }
         let frames = Self::table_frames(span, config).ok_or(InitError::SpanTooLarge)?;
-        let needed = table_bytes(frames);
+        let needed = Self::metadata_bytes(span, config);
         let given = meta.len();
-        let mut table = FrameTable::carve(meta, frames as usize)
-            .ok_or(InitError::MetadataTooSmall { needed, given })?;
-        // Only max-order heads are written: each stands for its whole block.
-        let step = 1usize << config.max_order.get();
-        for i in (0..table.len()).step_by(step) {
-            table.write(i as Idx, Frame::with_state(State::Hole));
+        let too_small = InitError::MetadataTooSmall { needed, given };
+        if given < needed {
+            return Err(too_small);
         }
+        // Only max-order heads are written: each stands for its whole block.
+        let (table, rest) = FrameTable::carve(
+            meta,
+            frames as usize,
+            config.max_order.get(),
+            Frame::with_state(State::Hole),
+        )
+        .ok_or(too_small)?;
+        let (areas, _) = FreeAreas::carve(rest).ok_or(too_small)?;
         Ok(BuddyZone {
             span,
             base: span.start.align_down(config.max_order),
             frames: table,
-            areas: FreeAreas::new(),
+            areas,
             max_order: config.max_order.get(),
             managed: 0,
             stats: Stats::default(),
@@ -171,36 +184,13 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// block that was never split reads as the head says (a hole, or a tail).
     #[inline]
     pub(crate) fn view(&self, i: Idx) -> Frame {
-        let h = self.span_head(i);
-        if h == i {
-            return *self.frames.get(i);
-        }
-        let head = self.frames.get(h);
-        if head.flags & F_SPAN_INIT != 0 {
-            *self.frames.get(i)
-        } else if head.state == State::Hole {
-            Frame::with_state(State::Hole)
-        } else {
-            Frame::with_state(State::Tail)
-        }
+        self.frames.get(i)
     }
 
     /// Writes every frame of the max-order block headed by `h` so that its
     /// frames may be read and split individually.
     pub(crate) fn init_span(&mut self, h: Idx) {
-        let head = *self.frames.get(h);
-        if head.flags & F_SPAN_INIT != 0 {
-            return;
-        }
-        let fill = if head.state == State::Hole {
-            State::Hole
-        } else {
-            State::Tail
-        };
-        for i in h + 1..h + (1 << self.max_order) {
-            self.frames.write(i, Frame::with_state(fill));
-        }
-        self.frames.get_mut(h).flags |= F_SPAN_INIT;
+        self.frames.init_block(h);
     }
 
     /// Sets a frame's state and order, keeping its flags.
@@ -264,7 +254,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         while h < range.end {
             let part = range.intersect(&PfnRange::new(h, h + maxpages));
             let hi = self.idx(h);
-            if part.len() == maxpages && self.frames.get(hi).flags & F_SPAN_INIT == 0 {
+            if part.len() == maxpages && !self.frames.is_init(hi) {
                 self.set(hi, State::FreeHead, self.max_order);
                 let list = self.policy.list_for(h);
                 self.areas
@@ -302,8 +292,8 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let mut h = range.start.align_down(max);
         while h < range.end {
             let part = range.intersect(&PfnRange::new(h, h + max.pages()));
-            let head = *self.frames.get(self.idx(h));
-            if head.flags & F_SPAN_INIT == 0 {
+            let head = self.frames.get(self.idx(h));
+            if !self.frames.is_init(self.idx(h)) {
                 if head.state != State::Hole {
                     return Err(RangeError::Overlap { pfn: part.start });
                 }

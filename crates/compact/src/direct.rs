@@ -33,7 +33,9 @@ pub struct DirectOutcome {
 /// at priority `prio`, until one succeeds. Zones deferred after recent
 /// failures are skipped unless `prio` is [`Priority::SyncFull`]; a sync run
 /// that scans to the end without success defers its zone, a success resets
-/// the zone's failed order.
+/// the zone's failed order. A zone whose skip hints a finished pass asked
+/// to clear gets them cleared first (kswapd's job in Linux; there is none
+/// here).
 ///
 /// The caller decides whether compaction is allowed at all (Linux requires
 /// `__GFP_IO` and direct-reclaim permission) and reports the allocation's
@@ -61,6 +63,10 @@ pub fn try_to_compact_pages<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
             });
             continue;
         }
+        // Linux clears the skip hints a finished pass asked for when kswapd
+        // goes to sleep; with no kswapd here, the next direct compactor of
+        // the zone does it (a flag check unless a pass completed).
+        crate::reset_isolation_suitable(nz.zone, nz.state);
         let req = CompactRequest::direct(order, mt, prio, nz.marks);
         let run = compact_zone(nz.zone, nz.state, migrator, &req);
         if run.result > CompactResult::Deferred && out.ran_zone.is_none() {

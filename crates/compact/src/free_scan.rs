@@ -9,7 +9,6 @@ use pageframe_mobility::{MigrateType, MobileZone};
 
 use crate::access::locked;
 use crate::engine::Run;
-use crate::marks::usable_free;
 use crate::{COMPACT_CLUSTER_MAX, Migrator, ZoneLock, tag};
 
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
@@ -151,7 +150,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             .all(|s| s.order == Order::ZERO);
         // Free frames a normal request may count, kept up to date locally
         // (every isolation below takes exactly its frames off it).
-        let mut free_now = usable_free(z);
+        let mut free_now = z.usable_free_pages();
         'scan: while pfn < end {
             let window = (pfn + stride).min(end);
             let mut q = pfn;
@@ -178,7 +177,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 continue;
             };
             // __isolate_free_page keeps the zone above min + 2^order.
-            if free_now <= self.req.marks.min + order.pages() || self.free.is_full() {
+            if free_now <= self.req.marks.wmark.min + order.pages() || self.free.is_full() {
                 pfn = head.get();
                 break;
             }
@@ -193,7 +192,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 let end_of_block = head.get() + order.pages();
                 let mut q = head.get();
                 while q < end_of_block {
-                    if free_now <= self.req.marks.min + 1 || self.free.is_full() {
+                    if free_now <= self.req.marks.wmark.min + 1 || self.free.is_full() {
                         pfn = q;
                         break 'scan;
                     }

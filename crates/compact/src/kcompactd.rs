@@ -1,10 +1,15 @@
 //! The per-node background compactor (spec 03 §11.2, §11.3) and
 //! whole-node compaction on demand. There are no threads or clocks below
 //! the facade: the kernel runs a thread or timer that calls
-//! [`Kcompactd::tick`] with the current time, and [`Kcompactd::wakeup`]
-//! from the allocator when a high-order request had to go slow.
+//! [`Kcompactd::tick`] with the current time, and allocating CPUs call
+//! [`KcompactdWake::wakeup`] when a high-order request had to go slow.
+//!
+//! The two halves are separate objects so that a wake-up (any CPU, any
+//! time, `&self`, atomics only) never waits for a running daemon, which
+//! owns its [`Kcompactd`] (`&mut self`) for as long as a tick compacts.
 
 use core::fmt;
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use pageframe_buddy::Order;
 
@@ -83,11 +88,85 @@ pub struct Kcompactd {
     backing_off: bool,
     /// A proactiveness write asks for a check at the next tick.
     trigger: bool,
-    /// Pending wakeup: the highest order asked (0: none) and the lowest
-    /// highest-zone index asked.
-    max_order: u8,
-    highest_zone: usize,
     stats: KcompactdStats,
+}
+
+/// A node's pending kcompactd wake-up: the highest order asked (0: none)
+/// and the lowest highest-zone index asked. Shared by every allocating CPU
+/// (atomics, no read-modify-write on the common path; a lost race only
+/// merges two wake-ups).
+#[derive(Debug)]
+pub struct KcompactdWake {
+    max_order: AtomicU8,
+    highest_zone: AtomicU8,
+}
+
+impl Default for KcompactdWake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KcompactdWake {
+    /// Nothing pending.
+    pub const fn new() -> Self {
+        KcompactdWake {
+            max_order: AtomicU8::new(0),
+            highest_zone: AtomicU8::new(u8::MAX),
+        }
+    }
+
+    /// Whether a woken order's work is pending.
+    pub fn pending(&self) -> bool {
+        self.max_order.load(Relaxed) > 0
+    }
+
+    /// `wakeup_kcompactd` (spec 03 §11.2): the allocator (or reclaim) wants
+    /// blocks of `order` from zones up to `highest_zone` (an index into the
+    /// slice passed to [`Kcompactd::tick`]). Recorded only if some such zone
+    /// could use compaction (judged with `extfrag_threshold`); returns
+    /// whether it was. Order 0 is ignored.
+    pub fn wakeup<Z: ZoneLock + ?Sized>(
+        &self,
+        zones: &[NodeZone<'_, Z>],
+        order: Order,
+        highest_zone: usize,
+        extfrag_threshold: u32,
+    ) -> bool {
+        if order == Order::ZERO {
+            return false;
+        }
+        let wanted = zones.iter().take(highest_zone.saturating_add(1)).any(|nz| {
+            locked(nz.zone, |z| {
+                order <= z.buddy().max_order()
+                    && suit_allocation_order(
+                        z,
+                        order,
+                        nz.marks.wmark.min,
+                        &nz.marks,
+                        extfrag_threshold,
+                        false,
+                        false,
+                    ) == CompactResult::Continue
+            })
+            .unwrap_or(false)
+        });
+        if wanted {
+            self.max_order.fetch_max(order.get(), Relaxed);
+            let hz = u8::try_from(highest_zone).unwrap_or(u8::MAX);
+            self.highest_zone.fetch_min(hz, Relaxed);
+        }
+        wanted
+    }
+
+    /// Takes the pending request: `(order, highest zone index)`.
+    fn take(&self) -> Option<(Order, usize)> {
+        let o = self.max_order.swap(0, Relaxed);
+        let hz = self.highest_zone.swap(u8::MAX, Relaxed);
+        Order::new(o)
+            .filter(|o| o.get() > 0)
+            .map(|o| (o, usize::from(hz)))
+    }
 }
 
 impl Default for Kcompactd {
@@ -106,8 +185,6 @@ impl Kcompactd {
             next_check: 0,
             backing_off: false,
             trigger: false,
-            max_order: 0,
-            highest_zone: usize::MAX,
             stats: KcompactdStats {
                 wakes: 0,
                 proactive_checks: 0,
@@ -157,40 +234,6 @@ impl Kcompactd {
         self.stats
     }
 
-    /// Whether a woken order's work is pending.
-    pub fn has_work(&self) -> bool {
-        self.max_order > 0
-    }
-
-    /// `wakeup_kcompactd` (spec 03 §11.2): the allocator (or reclaim) wants
-    /// blocks of `order` from zones up to `highest_zone` (an index into the
-    /// slice passed to `tick`). Recorded only if some such zone could use
-    /// compaction; returns whether it was. Order 0 is ignored.
-    pub fn wakeup<Z: ZoneLock + ?Sized>(
-        &mut self,
-        zones: &[NodeZone<'_, Z>],
-        order: Order,
-        highest_zone: usize,
-    ) -> bool {
-        if order == Order::ZERO {
-            return false;
-        }
-        let t = self.extfrag_threshold;
-        let wanted = zones.iter().take(highest_zone.saturating_add(1)).any(|nz| {
-            locked(nz.zone, |z| {
-                order <= z.buddy().max_order()
-                    && suit_allocation_order(z, order, nz.marks.min, &nz.marks, t, false, false)
-                        == CompactResult::Continue
-            })
-            .unwrap_or(false)
-        });
-        if wanted {
-            self.max_order = self.max_order.max(order.get());
-            self.highest_zone = self.highest_zone.min(highest_zone);
-        }
-        wanted
-    }
-
     /// One step of the daemon, at time `now` (nanoseconds on any monotonic
     /// clock). A pending wakeup is served first (`kcompactd_do_work`);
     /// otherwise, if proactiveness is on and the check is due (every 500 ms,
@@ -203,12 +246,13 @@ impl Kcompactd {
         &mut self,
         now: u64,
         zones: &[NodeZone<'_, Z>],
+        wake: &KcompactdWake,
         migrator: &mut M,
     ) -> TickReport {
         let period = HPAGE_FRAG_CHECK_INTERVAL_MS * NS_PER_MS;
         let mut rep = TickReport::default();
-        if self.max_order > 0 {
-            self.do_work(zones, migrator);
+        if let Some((order, highest)) = wake.take() {
+            self.do_work(zones, order, highest, migrator);
             rep.work = true;
             if self.proactiveness != 0 {
                 self.next_check = now.saturating_add(period);
@@ -267,15 +311,13 @@ impl Kcompactd {
     fn do_work<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         &mut self,
         zones: &[NodeZone<'_, Z>],
+        order: Order,
+        highest: usize,
         migrator: &mut M,
     ) {
         self.stats.wakes += 1;
-        let Some(order) = Order::new(self.max_order) else {
-            self.max_order = 0;
-            return;
-        };
         let t = self.extfrag_threshold;
-        for nz in zones.iter().take(self.highest_zone.saturating_add(1)) {
+        for nz in zones.iter().take(highest.saturating_add(1)) {
             // Without kswapd, a pending skip-hint flush is honoured here.
             reset_isolation_suitable(nz.zone, nz.state);
             if nz.state.compaction_deferred(order) {
@@ -284,8 +326,15 @@ impl Kcompactd {
             let suit = locked(nz.zone, |z| {
                 z.buddy().managed_pages() > 0
                     && order <= z.buddy().max_order()
-                    && suit_allocation_order(z, order, nz.marks.min, &nz.marks, t, false, false)
-                        == CompactResult::Continue
+                    && suit_allocation_order(
+                        z,
+                        order,
+                        nz.marks.wmark.min,
+                        &nz.marks,
+                        t,
+                        false,
+                        false,
+                    ) == CompactResult::Continue
             });
             if suit != Some(true) {
                 continue;
@@ -302,8 +351,6 @@ impl Kcompactd {
                 _ => {}
             }
         }
-        self.max_order = 0;
-        self.highest_zone = usize::MAX;
     }
 }
 

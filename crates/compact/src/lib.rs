@@ -31,7 +31,7 @@
 //! use core::cell::RefCell;
 //! use core::mem::MaybeUninit;
 //! use pageframe_buddy::{Order, Pfn, PfnRange};
-//! use pageframe_compact::{compact_memory, CompactState, MigrateError, MigrateMode, Migrator, NodeZone, ZoneMarks};
+//! use pageframe_compact::{compact_memory, CompactState, MigrateError, MigrateMode, Migrator, NodeZone, Watermarks, ZoneMarks};
 //! use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
 //!
 //! // A kernel-side migrator: here the "contents" are one word per frame.
@@ -66,7 +66,7 @@
 //!
 //! let zone = RefCell::new(zone);
 //! let state = CompactState::new();
-//! let marks = ZoneMarks { min: 16, low: 20, high: 24, reserve: 0 };
+//! let marks = ZoneMarks { wmark: Watermarks::with_gap(16, 4), reserve: 0 };
 //! compact_memory(&[NodeZone::new(&zone, &state, marks)], &mut mem);
 //! let zone = zone.into_inner();
 //! // Three quarters of the zone is free again, all in whole 2 MiB blocks...
@@ -83,13 +83,12 @@ extern crate std;
 
 mod access;
 mod control;
-mod deferral;
+mod defer;
 mod direct;
 mod engine;
 mod free_scan;
 mod isolated;
 mod kcompactd;
-mod marks;
 mod migrate;
 mod migrate_scan;
 mod migrator;
@@ -103,11 +102,14 @@ mod suitable;
 
 pub use access::ZoneLock;
 pub use control::{CompactOutcome, CompactRequest, RunKind, RunStats};
+pub use defer::{Deferral, DeferralState};
 pub use direct::{CompactRetry, DirectOutcome, try_to_compact_pages};
 pub use engine::compact_zone;
-pub use kcompactd::{Kcompactd, KcompactdStats, ProactivenessError, TickReport, compact_memory};
-pub use marks::{Mark, ZoneMarks, watermark_ok};
+pub use kcompactd::{
+    Kcompactd, KcompactdStats, KcompactdWake, ProactivenessError, TickReport, compact_memory,
+};
 pub use migrator::{MigrateError, Migrator};
+pub use pageframe_mobility::{Mark, ReserveAccess, Watermarks, ZoneMarks};
 pub use proactive::{Thresholds, fragmentation_score, node_score, thresholds, weighted_score};
 pub use result::{CompactResult, MigrateMode, Priority};
 pub use skip::reset_isolation_suitable;

@@ -25,7 +25,11 @@ pub enum MigrateError {
 
 impl fmt::Display for MigrateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        f.write_str(match self {
+            MigrateError::Again => "the block is busy for now; a later pass may move it",
+            MigrateError::Pinned => "the block is pinned",
+            MigrateError::Busy => "the block cannot move in this mode",
+        })
     }
 }
 

@@ -17,11 +17,11 @@ use std::string::String;
 use std::vec::Vec;
 
 use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, tag as mtag};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone, Watermarks, tag as mtag};
 
 use crate::{
-    CompactResult, CompactState, Kcompactd, MigrateError, MigrateMode, Migrator, NodeZone,
-    Priority, ZoneMarks, compact_memory, tag, try_to_compact_pages,
+    CompactResult, CompactState, Kcompactd, KcompactdWake, MigrateError, MigrateMode, Migrator,
+    NodeZone, Priority, ZoneMarks, compact_memory, tag, try_to_compact_pages,
 };
 
 /// The word a frame holds after its block moved away or was freed.
@@ -301,6 +301,8 @@ pub struct World<'a> {
     pub state: CompactState,
     /// The node's daemon.
     pub kcd: Kcompactd,
+    /// Its pending wake-up.
+    pub wake: KcompactdWake,
     /// The kernel side.
     pub mig: TagMigrator,
     /// Watermarks used for every request.
@@ -320,9 +322,7 @@ impl<'a> World<'a> {
         let managed = zone.buddy().managed_pages();
         let min = (managed / 64).max(4);
         let marks = ZoneMarks {
-            min,
-            low: min + min / 4,
-            high: min + min / 2,
+            wmark: Watermarks::with_gap(min, min / 4),
             reserve: 0,
         };
         let mig = TagMigrator::new(zone.span(), seed);
@@ -330,6 +330,7 @@ impl<'a> World<'a> {
             zone: RefCell::new(zone),
             state: CompactState::new(),
             kcd: Kcompactd::new(),
+            wake: KcompactdWake::new(),
             mig,
             marks,
             now: 0,
@@ -459,8 +460,11 @@ impl<'a> World<'a> {
                 let prio =
                     [Priority::SyncFull, Priority::SyncLight, Priority::Async][(p % 3) as usize];
                 let mt = mt_of(t);
+                // Hints a finished pass asked to clear are cleared before
+                // the run: only hints that survive are checked.
                 if prio != Priority::SyncFull
-                    && self.state.deferral().1 < crate::COMPACT_MAX_DEFER_SHIFT
+                    && self.state.deferral().state().shift < crate::COMPACT_MAX_DEFER_SHIFT
+                    && !self.state.blockskip_flush()
                 {
                     honoured_skip = Some(self.skip_map());
                 }
@@ -513,7 +517,7 @@ impl<'a> World<'a> {
                 }
                 self.now += u64::from(ms) * 1_000_000;
                 let node = [NodeZone::new(&self.zone, &self.state, self.marks)];
-                let rep = self.kcd.tick(self.now, &node, &mut self.mig);
+                let rep = self.kcd.tick(self.now, &node, &self.wake, &mut self.mig);
                 if p == 0 && rep.checked {
                     return Err("proactive check with proactiveness 0".into());
                 }
@@ -525,7 +529,8 @@ impl<'a> World<'a> {
             }
             Op::Wake(k) => {
                 let node = [NodeZone::new(&self.zone, &self.state, self.marks)];
-                self.kcd.wakeup(&node, order_of(k), 0);
+                self.wake
+                    .wakeup(&node, order_of(k), 0, crate::DEFAULT_EXTFRAG_THRESHOLD);
             }
             Op::Refuse(i, m) => {
                 self.mig.refuse_isolate = i % 101;

@@ -4,11 +4,11 @@
 //! Linux's racy per-zone fields do: the positions are hints, never trusted
 //! for correctness.
 
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use pageframe_buddy::Pfn;
 
-use crate::{ZoneLock, ZoneMarks};
+use crate::{Deferral, ZoneLock, ZoneMarks};
 
 /// "Not set yet": the first run treats it as the zone's start.
 pub(crate) const UNSET: u64 = u64::MAX;
@@ -61,6 +61,12 @@ macro_rules! counters {
                 $(if s.$f != 0 { self.$f.fetch_add(s.$f, Relaxed); })*
             }
         }
+        /// Counters of several zones (or runs) added up.
+        impl core::ops::AddAssign for CompactStats {
+            fn add_assign(&mut self, o: CompactStats) {
+                $(self.$f += o.$f;)*
+            }
+        }
     };
 }
 
@@ -92,9 +98,7 @@ pub struct CompactState {
     pub(crate) init_migrate: AtomicU64,
     pub(crate) init_free: AtomicU64,
     /// Deferral (spec 03 §7).
-    pub(crate) considered: AtomicU32,
-    pub(crate) defer_shift: AtomicU8,
-    pub(crate) order_failed: AtomicU8,
+    pub(crate) defer: Deferral,
     /// A direct compactor's scanners met: skip hints are due for a reset.
     pub(crate) blockskip_flush: AtomicBool,
     counters: Counters,
@@ -114,9 +118,7 @@ impl CompactState {
             cached_free: AtomicU64::new(UNSET),
             init_migrate: AtomicU64::new(UNSET),
             init_free: AtomicU64::new(UNSET),
-            considered: AtomicU32::new(0),
-            defer_shift: AtomicU8::new(0),
-            order_failed: AtomicU8::new(0),
+            defer: Deferral::new(),
             blockskip_flush: AtomicBool::new(false),
             counters: Counters::new(),
         }

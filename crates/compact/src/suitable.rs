@@ -3,8 +3,9 @@
 use pageframe_buddy::{COSTLY_ORDER, Order};
 use pageframe_mobility::MobileZone;
 
+use pageframe_mobility::{ReserveAccess, ZoneMarks};
+
 use crate::CompactResult;
-use crate::marks::{usable_free, watermark_ok};
 
 /// Extra order-0 frames a compaction for `order` needs above the watermark,
 /// as room for the destinations (`2 << order`, spec 03 §2).
@@ -14,12 +15,13 @@ pub const fn compact_gap(order: Order) -> u64 {
 
 /// `__compaction_suitable` (spec 03 §4.1): enough order-0 frames above
 /// `mark` (plus the gap, plus the low-min distance for costly orders).
-fn enough_free(zone: &MobileZone<'_>, order: Order, mark: u64, marks: &crate::ZoneMarks) -> bool {
-    let mut wmark = mark + compact_gap(order);
+fn enough_free(zone: &MobileZone<'_>, order: Order, mark: u64, marks: &ZoneMarks) -> bool {
+    let mut wmark = mark.saturating_add(compact_gap(order));
     if order.get() > COSTLY_ORDER {
-        wmark += marks.low.saturating_sub(marks.min);
+        wmark = wmark.saturating_add(marks.wmark.low.saturating_sub(marks.wmark.min));
     }
-    watermark_ok(zone, Order::ZERO, wmark, marks.reserve)
+    // Linux checks with ALLOC_CMA here: CMA frames can be destinations.
+    zone.watermark_ok(Order::ZERO, wmark, marks.reserve, ReserveAccess::CMA)
 }
 
 /// `compaction_suitable` (spec 03 §4.2): enough free frames, and for costly
@@ -30,7 +32,7 @@ pub fn compaction_suitable(
     zone: &MobileZone<'_>,
     order: Order,
     mark: u64,
-    marks: &crate::ZoneMarks,
+    marks: &ZoneMarks,
     extfrag_threshold: u32,
 ) -> bool {
     if !enough_free(zone, order, mark, marks) {
@@ -54,19 +56,24 @@ pub fn suit_allocation_order(
     zone: &MobileZone<'_>,
     order: Order,
     mark: u64,
-    marks: &crate::ZoneMarks,
+    marks: &ZoneMarks,
     extfrag_threshold: u32,
     asynchronous: bool,
     cma_ok: bool,
 ) -> CompactResult {
-    if watermark_ok(zone, order, mark, marks.reserve) {
+    let access = if cma_ok {
+        ReserveAccess::CMA
+    } else {
+        ReserveAccess::empty()
+    };
+    if zone.watermark_ok(order, mark, marks.reserve, access) {
         return CompactResult::Success;
     }
     if order.get() > COSTLY_ORDER && asynchronous && !cma_ok {
-        // Don't build the block inside CMA, where this request can't use it.
-        let cma = zone.free_pages_of(pageframe_mobility::MigrateType::Cma);
-        let free = usable_free(zone).saturating_sub(cma);
-        if free <= mark + compact_gap(order) + marks.reserve {
+        // Don't build the block inside CMA, where this request can't use it:
+        // the gap must be there in frames it can count.
+        let gap = mark.saturating_add(compact_gap(order));
+        if !zone.watermark_ok(Order::ZERO, gap, marks.reserve, access) {
             return CompactResult::Skipped;
         }
     }

@@ -7,11 +7,11 @@ use std::cell::RefCell;
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
 use pageframe_compact::model::{Op, World};
 use pageframe_compact::{
-    CompactRequest, CompactResult, CompactRetry, CompactState, MigrateMode, NodeZone, Priority,
-    ZoneMarks, compact_zone, compaction_suitable, reset_isolation_suitable, suit_allocation_order,
-    try_to_compact_pages,
+    CompactRequest, CompactResult, CompactRetry, CompactState, DeferralState, MigrateMode,
+    NodeZone, Priority, ZoneMarks, compact_zone, compaction_suitable, reset_isolation_suitable,
+    suit_allocation_order, try_to_compact_pages,
 };
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig, Watermarks};
 
 fn small() -> MobilityConfig {
     MobilityConfig {
@@ -95,7 +95,7 @@ fn deferral_skips_two_to_the_failures_minus_one_attempts() {
         assert!(!st.compaction_deferred(o(7)), "d={d}: the 2^d-th call runs");
         // Lower orders than the failed one are never deferred.
         assert!(!st.compaction_deferred(o(4)));
-        assert_eq!(st.deferral().1 as u32, shift);
+        assert_eq!(st.deferral().state().shift as u32, shift);
         assert_eq!(st.compaction_restarting(o(5)), shift == 6);
     }
 }
@@ -107,20 +107,32 @@ fn deferral_reset_forgets_failures_only_when_the_allocation_succeeded() {
     st.defer_compaction(o(5));
     st.defer_reset(o(5), false);
     // The failed order rises above the success, the back-off stays.
-    assert_eq!(st.deferral(), (0, 2, 6));
+    assert_eq!(
+        st.deferral().state(),
+        DeferralState {
+            considered: 0,
+            shift: 2,
+            order_failed: 6
+        }
+    );
     assert!(!st.compaction_deferred(o(5)));
     assert!(st.compaction_deferred(o(6)));
     st.defer_reset(o(6), true);
-    assert_eq!(st.deferral(), (0, 0, 7));
+    assert_eq!(
+        st.deferral().state(),
+        DeferralState {
+            considered: 0,
+            shift: 0,
+            order_failed: 7
+        }
+    );
     assert!(!st.compaction_deferred(o(9)));
 }
 
 #[test]
 fn suitability_needs_free_frames_and_fragmentation() {
     let marks = ZoneMarks {
-        min: 8,
-        low: 10,
-        high: 12,
+        wmark: Watermarks::with_gap(8, 2),
         reserve: 0,
     };
     // Every other pageblock allocated whole: the free memory is in order-4
@@ -136,30 +148,36 @@ fn suitability_needs_free_frames_and_fragmentation() {
     }
     let fi = z.fragmentation_index(o(5));
     assert!((0..=500).contains(&fi), "index {fi}");
-    assert!(!compaction_suitable(&z, o(5), marks.min, &marks, 500));
+    assert!(!compaction_suitable(&z, o(5), marks.wmark.min, &marks, 500));
     assert!(compaction_suitable(
         &z,
         o(5),
-        marks.min,
+        marks.wmark.min,
         &marks,
         fi as u32 - 1
     ));
     assert_eq!(
-        suit_allocation_order(&z, o(5), marks.min, &marks, 500, false, true),
+        suit_allocation_order(&z, o(5), marks.wmark.min, &marks, 500, false, true),
         CompactResult::Skipped
     );
     // Already satisfiable at order 4.
     assert_eq!(
-        suit_allocation_order(&z, o(4), marks.min, &marks, 500, false, true),
+        suit_allocation_order(&z, o(4), marks.wmark.min, &marks, 500, false, true),
         CompactResult::Success
     );
     // Non-costly orders ignore the index; too few free frames skips.
-    assert!(compaction_suitable(&z, o(3), marks.min, &marks, 1000));
+    assert!(compaction_suitable(&z, o(3), marks.wmark.min, &marks, 1000));
     let tight = ZoneMarks {
-        min: z.free_pages(),
+        wmark: Watermarks::with_gap(z.free_pages(), 2),
         ..marks
     };
-    assert!(!compaction_suitable(&z, o(3), tight.min, &tight, 1000));
+    assert!(!compaction_suitable(
+        &z,
+        o(3),
+        tight.wmark.min,
+        &tight,
+        1000
+    ));
 }
 
 #[test]
@@ -333,11 +351,11 @@ fn kcompactd_serves_wakeups_and_ignores_order_zero() {
     let mut w = gupta(12, 23);
     w.step(&Op::Tick(0, 0)).unwrap(); // proactiveness 0: no proactive work
     let node = [NodeZone::new(&w.zone, &w.state, w.marks)];
-    assert!(!w.kcd.wakeup(&node, Order::ZERO, 0));
-    assert!(w.kcd.wakeup(&node, o(5), 0));
-    assert!(w.kcd.has_work());
+    assert!(!w.wake.wakeup(&node, Order::ZERO, 0, 500));
+    assert!(w.wake.wakeup(&node, o(5), 0, 500));
+    assert!(w.wake.pending());
     w.step(&Op::Tick(1, 0)).unwrap();
-    assert!(!w.kcd.has_work());
+    assert!(!w.wake.pending());
     assert_eq!(w.kcd.stats().wakes, 1);
     assert!(!w.mig.moves.is_empty());
     let s = w.state.stats();
@@ -380,4 +398,80 @@ fn a_lock_that_refuses_ends_the_run_contended() {
         CompactResult::Contended
     );
     drop(guard);
+}
+
+/// spec 03 §7, written out as the reference model of [`Deferral`].
+#[derive(Clone, Copy, Default, Debug)]
+struct ModelDefer {
+    considered: u32,
+    shift: u8,
+    order_failed: u8,
+}
+
+impl ModelDefer {
+    fn defer(&mut self, order: u8) {
+        self.considered = 0;
+        self.shift = (self.shift + 1).min(6);
+        self.order_failed = self.order_failed.min(order);
+    }
+    fn deferred(&mut self, order: u8) -> bool {
+        if order < self.order_failed {
+            return false;
+        }
+        self.considered += 1;
+        if self.considered >= 1 << self.shift {
+            self.considered = 1 << self.shift;
+            return false;
+        }
+        true
+    }
+    fn reset(&mut self, order: u8, ok: bool) {
+        if ok {
+            self.considered = 0;
+            self.shift = 0;
+        }
+        if order >= self.order_failed {
+            self.order_failed = order + 1;
+        }
+    }
+}
+
+#[test]
+fn deferral_skips_two_to_the_shift_minus_one() {
+    let d = pageframe_compact::Deferral::new();
+    let huge = Order::HUGE_2M;
+    assert!(!d.is_deferred(huge), "nothing failed yet");
+    for shift in 1..=8u32 {
+        d.defer(huge);
+        let s = shift.min(u32::from(pageframe_compact::COMPACT_MAX_DEFER_SHIFT));
+        let skipped = (0..200).take_while(|_| d.is_deferred(huge)).count() as u32;
+        assert_eq!(skipped, (1 << s) - 1, "after {shift} failures");
+        assert!(!d.is_deferred(huge), "allowed until the next failure");
+    }
+    d.reset(huge, true);
+    assert!(!d.is_deferred(huge));
+    assert_eq!(d.state().shift, 0);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn deferral_matches_the_spec_model(
+        ops in proptest::collection::vec((0u8..4, 1u8..=10), 1..300),
+    ) {
+        let d = pageframe_compact::Deferral::new();
+        let mut m = ModelDefer::default();
+        for (op, order) in ops {
+            let o = Order::new(order).unwrap();
+            match op {
+                0 => { d.defer(o); m.defer(order); }
+                1 => { d.reset(o, true); m.reset(order, true); }
+                2 => { d.reset(o, false); m.reset(order, false); }
+                _ => proptest::prop_assert_eq!(d.is_deferred(o), m.deferred(order)),
+            }
+            let s = d.state();
+            proptest::prop_assert_eq!((s.considered, s.shift, s.order_failed), (m.considered, m.shift, m.order_failed));
+        }
+    }
 }

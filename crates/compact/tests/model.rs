@@ -122,7 +122,7 @@ proptest! {
         let whole: u64 = (4..=6u8).map(|o| z.buddy().free_blocks(Order::new(o).unwrap()) << o).sum();
         // Slack: the block where the scanners met, plus the frames the free
         // scanner must leave above the min watermark.
-        let slack = 16 + w.marks.min + 16;
+        let slack = 16 + w.marks.wmark.min + 16;
         prop_assert!(whole + slack >= free, "only {} of {} free frames in whole pageblocks", whole, free);
     }
 }

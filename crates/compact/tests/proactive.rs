@@ -6,7 +6,8 @@ use std::cell::RefCell;
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
 use pageframe_compact::model::{Op, World};
 use pageframe_compact::{
-    CompactState, Kcompactd, NodeZone, ZoneMarks, fragmentation_score, node_score, thresholds,
+    CompactState, Kcompactd, KcompactdWake, NodeZone, ZoneMarks, fragmentation_score, node_score,
+    thresholds,
 };
 use pageframe_mobility::{MobileZone, MobilityConfig};
 
@@ -201,6 +202,6 @@ fn node_score_weights_zones_by_size() {
     assert!(n < 10);
     // The daemon sees the node score, not the small zone's: no run.
     let mut kcd = Kcompactd::new();
-    let rep = kcd.tick(0, &node, &mut small.mig);
+    let rep = kcd.tick(0, &node, &KcompactdWake::new(), &mut small.mig);
     assert!(rep.checked && rep.proactive.is_none());
 }

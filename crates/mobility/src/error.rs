@@ -27,7 +27,19 @@ pub enum BlockError {
 
 impl fmt::Display for BlockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            BlockError::OutOfRange => f.write_str("the frame lies outside the zone"),
+            BlockError::PartialBlock => f.write_str("the pageblock is not wholly inside the zone"),
+            BlockError::Unmovable { pfn } => {
+                write!(
+                    f,
+                    "the unmovable or pinned block at {pfn} cannot be isolated"
+                )
+            }
+            BlockError::AlreadyIsolated => f.write_str("the pageblock is already isolated"),
+            BlockError::NotIsolated => f.write_str("the pageblock is not isolated"),
+            BlockError::BadType => f.write_str("the pageblock type cannot be changed this way"),
+        }
     }
 }
 

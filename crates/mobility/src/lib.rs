@@ -31,7 +31,7 @@
 //! zone.free(k, Order::ZERO).unwrap();
 //! zone.free(k2, Order::ZERO).unwrap();
 //! zone.validate().unwrap();
-//! print!("{}", zone.pagetypeinfo("Normal"));
+//! print!("{}", zone.pagetypeinfo(&"zone Normal"));
 //! ```
 #![no_std]
 
@@ -52,6 +52,7 @@ mod policy;
 mod report;
 mod stats;
 mod validate;
+mod watermark;
 mod zone;
 
 pub use error::BlockError;
@@ -60,6 +61,11 @@ pub use pageblock::Pageblocks;
 pub use policy::Mobility;
 pub use report::PageTypeInfo;
 pub use stats::FallbackStats;
+pub use watermark::{
+    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MAX_DEFAULT_MIN_FREE_KBYTES,
+    MAX_WATERMARK_SCALE_FACTOR, Mark, ReserveAccess, Watermarks, ZoneMarks,
+    default_min_free_kbytes,
+};
 pub use zone::{AllocMode, MobileZone, MobilityConfig};
 
 /// What the mobility layer keeps in an allocated block's tag word

@@ -17,27 +17,42 @@ const SHORTLIST: usize = 64;
 /// Orders the placement policy serves (the small, frequent ones).
 const MAX_PLACED_ORDER: u8 = 3;
 
-/// Per-type targets and shortlists.
-pub(crate) struct Targets {
+/// One type's candidates.
+type Shortlist = [Pfn; SHORTLIST];
+
+/// Per-type targets and shortlists. The shortlists (1.5 KiB) live in the
+/// zone's metadata so that a zone stays small.
+pub(crate) struct Targets<'a> {
     /// Current target: pageblock start and the cursor inside it.
     current: [Option<(Pfn, Pfn)>; PCP_TYPES],
     /// Candidate pageblock starts, fullest last (popped first).
-    short: [[Pfn; SHORTLIST]; PCP_TYPES],
+    short: &'a mut [Shortlist; PCP_TYPES],
     short_len: [usize; PCP_TYPES],
     /// Placement allocations, shortlist scans.
     pub hits: u64,
     pub scans: u64,
 }
 
-impl Targets {
-    pub(crate) const fn new() -> Targets {
-        Targets {
+impl<'a> Targets<'a> {
+    /// Bytes [`Targets::carve`] needs from a buffer at any address.
+    pub(crate) const fn bytes() -> usize {
+        match pageframe_types::carve::bytes_for::<Shortlist>(PCP_TYPES) {
+            Some(b) => b,
+            None => usize::MAX,
+        }
+    }
+
+    /// Empty targets whose shortlists live at the front of `mem`.
+    pub(crate) fn carve(mem: &'a mut [core::mem::MaybeUninit<u8>]) -> Option<Targets<'a>> {
+        let (short, _) =
+            pageframe_types::carve::carve_init(mem, PCP_TYPES, |_| [Pfn(0); SHORTLIST])?;
+        Some(Targets {
             current: [None; PCP_TYPES],
-            short: [[Pfn(0); SHORTLIST]; PCP_TYPES],
+            short: short.try_into().ok()?,
             short_len: [0; PCP_TYPES],
             hits: 0,
             scans: 0,
-        }
+        })
     }
 }
 

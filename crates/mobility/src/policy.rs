@@ -16,7 +16,7 @@ pub struct Mobility<'a> {
     /// Fill the fullest pageblocks first (see [`crate::MobilityConfig::placement`]).
     pub(crate) placement: bool,
     /// The placement policy's targets and candidates.
-    pub(crate) targets: crate::placement::Targets,
+    pub(crate) targets: crate::placement::Targets<'a>,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,

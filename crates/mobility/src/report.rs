@@ -23,16 +23,17 @@ impl MobileZone<'_> {
         fragindex::extfrag_percent(&self.nr_free(), order.get() as usize)
     }
 
-    /// A `/proc/pagetypeinfo`-style report naming the zone `name`.
-    pub fn pagetypeinfo<'s>(&'s self, name: &'s str) -> PageTypeInfo<'s> {
-        PageTypeInfo { zone: self, name }
+    /// A `/proc/pagetypeinfo`-style report whose lines `label` starts (the
+    /// facade prints `Node N, zone Normal` there, as Linux does).
+    pub fn pagetypeinfo<'s>(&'s self, label: &'s dyn fmt::Display) -> PageTypeInfo<'s> {
+        PageTypeInfo { zone: self, label }
     }
 }
 
 /// Free blocks per order per type, and pageblocks per type.
 pub struct PageTypeInfo<'z> {
     zone: &'z MobileZone<'z>,
-    name: &'z str,
+    label: &'z dyn fmt::Display,
 }
 
 impl fmt::Display for PageTypeInfo<'_> {
@@ -45,7 +46,7 @@ impl fmt::Display for PageTypeInfo<'_> {
         }
         writeln!(f)?;
         for mt in MigrateType::ALL {
-            write!(f, "zone {:>8}, type {:>12}          ", self.name, mt.name())?;
+            write!(f, "{}, type {:>12} ", self.label, mt.name())?;
             for o in 0..=max {
                 write!(
                     f,
@@ -59,7 +60,7 @@ impl fmt::Display for PageTypeInfo<'_> {
         for mt in MigrateType::ALL {
             write!(f, " {:>12}", mt.name())?;
         }
-        write!(f, "\nzone {:>8}            ", self.name)?;
+        write!(f, "\n{}             ", self.label)?;
         for n in z.pageblocks_by_type() {
             write!(f, " {n:>12}")?;
         }

@@ -73,13 +73,16 @@ pub struct MobileZone<'a> {
 }
 
 impl<'a> MobileZone<'a> {
-    /// Metadata bytes for `span`: frame metadata plus one byte a pageblock.
+    /// Metadata bytes for `span`: the buddy core's (16 a frame plus the
+    /// free-list heads), 67 a pageblock (type byte, allocated-frame count
+    /// and bitmap), and the placement policy's candidates (about 1.6 KiB).
     pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
         let b = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.buddy);
+        let t = crate::placement::Targets::bytes();
         if b == 0 {
             0
         } else {
-            b + Pageblocks::bytes(span, config.pageblock_order)
+            b + Pageblocks::bytes(span, config.pageblock_order) + t
         }
     }
 
@@ -106,7 +109,10 @@ impl<'a> MobileZone<'a> {
         if given < needed {
             return Err(InitError::MetadataTooSmall { needed, given });
         }
-        let (frames, bits) = meta.split_at_mut(buddy_bytes);
+        let (frames, rest) = meta.split_at_mut(buddy_bytes);
+        let (bits, targets) = rest.split_at_mut(Pageblocks::bytes(span, config.pageblock_order));
+        let targets = crate::placement::Targets::carve(targets)
+            .ok_or(InitError::MetadataTooSmall { needed, given })?;
         let initial = if config.grouping {
             MigrateType::Movable
         } else {
@@ -118,7 +124,7 @@ impl<'a> MobileZone<'a> {
             blocks,
             grouping: config.grouping,
             placement: config.placement,
-            targets: crate::placement::Targets::new(),
+            targets,
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
         };

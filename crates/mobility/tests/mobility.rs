@@ -380,7 +380,7 @@ fn fragmentation_indices() {
 fn pagetypeinfo_counts_blocks_per_type() {
     zone!(m, z, 4);
     z.set_block_type(Pfn(0), M::Unmovable).unwrap();
-    let text = z.pagetypeinfo("Normal").to_string();
+    let text = z.pagetypeinfo(&"zone   Normal").to_string();
     let line = text
         .lines()
         .find(|l| l.starts_with("zone   Normal  "))

@@ -1,54 +1,210 @@
-//! Facade errors.
+//! The facade's errors. Every failing call leaves the machine as it was.
 
 use core::fmt;
 
 pub use pageframe_buddy::{FreeError, InitError, RangeError, ValidateError};
+pub use pageframe_mobility::BlockError;
+pub use pageframe_pcp::PcpError;
+
+use crate::topology::{NodeId, TopologyError};
+use crate::zone::ZoneKind;
 
 /// Why an allocation failed.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum AllocError {
-    /// No eligible zone had a free block of the order within its watermarks.
+    /// No eligible zone had a free block of the order within its
+    /// watermarks (after compaction and reclaim, where the path tries them).
     OutOfMemory,
-    /// The order exceeds the maximum order.
+    /// The order exceeds the zones' maximum order.
     OrderTooLarge,
     /// The GFP flags combine incompatible bits (two zone selectors, movable
     /// and reclaimable at once).
     InvalidGfp,
-    /// No zone the GFP flags allow exists on the node.
+    /// No zone the GFP flags allow exists for the requesting node.
     NoEligibleZone,
-    /// `alloc_at`: the frame lies outside the zone, is misaligned, in a hole
-    /// or not free.
-    Unavailable,
+    /// The node is not one of the machine's topology.
+    NoSuchNode,
 }
 
 impl From<pageframe_buddy::AllocError> for AllocError {
     fn from(e: pageframe_buddy::AllocError) -> Self {
         use pageframe_buddy::AllocError as B;
         match e {
-            B::OutOfMemory => AllocError::OutOfMemory,
             B::OrderTooLarge => AllocError::OrderTooLarge,
-            B::OutOfRange | B::Misaligned | B::Hole | B::Busy => AllocError::Unavailable,
+            B::OutOfMemory | B::OutOfRange | B::Misaligned | B::Hole | B::Busy => {
+                AllocError::OutOfMemory
+            }
         }
     }
 }
 
-/// Why a zone could not join a node.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum NodeError {
-    /// The node already has a zone of that kind.
-    DuplicateZone,
-    /// The zone's span overlaps another zone's.
-    OverlappingSpan,
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AllocError::OutOfMemory => {
+                "out of memory: no eligible zone has a free block of the order"
+            }
+            AllocError::OrderTooLarge => "the order is above the zones' maximum order",
+            AllocError::InvalidGfp => "the GFP flags combine incompatible bits",
+            AllocError::NoEligibleZone => "no zone the GFP flags allow exists for this node",
+            AllocError::NoSuchNode => "the node is not part of the machine's topology",
+        })
+    }
 }
 
-macro_rules! display_via_debug {
-    ($($t:ty),*) => {$(
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(self, f)
-            }
-        }
-        impl core::error::Error for $t {}
-    )*};
+impl core::error::Error for AllocError {}
+
+/// Why setting a machine up (adding a zone, memory, per-CPU caches) failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SetupError {
+    /// The node is not one of the topology's nodes.
+    NoSuchNode(NodeId),
+    /// The node already has a zone of that kind.
+    DuplicateZone(NodeId, ZoneKind),
+    /// The zone's span overlaps a zone already present.
+    OverlappingSpan(NodeId, ZoneKind),
+    /// The zone could not be created (span, configuration, metadata size).
+    Zone(InitError),
+    /// Memory could not be handed over (outside every zone, already handed
+    /// over, empty).
+    Range(RangeError),
+    /// Per-CPU caches: no CPU, more than [`crate::MAX_CPUS`], already
+    /// enabled, or no zone with memory to size them for.
+    Pcp(PcpSetupError),
 }
-display_via_debug!(AllocError, NodeError);
+
+/// Why the per-CPU caches could not be set up.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PcpSetupError {
+    /// Zero CPUs, or more than [`crate::MAX_CPUS`].
+    CpuCount,
+    /// The caches are already set up.
+    AlreadyEnabled,
+    /// The memory is smaller than [`crate::Machine::pcp_bytes`] said.
+    MemoryTooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes given.
+        given: usize,
+    },
+    /// The cache crate refused the sizing (a zone too small to cache).
+    Sizing(PcpError),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::NoSuchNode(n) => write!(f, "{n} is not part of the topology"),
+            SetupError::DuplicateZone(n, k) => write!(f, "{n} already has a {k} zone"),
+            SetupError::OverlappingSpan(n, k) => {
+                write!(f, "the {k} zone of {n} overlaps a zone already present")
+            }
+            SetupError::Zone(e) => write!(f, "zone: {e}"),
+            SetupError::Range(e) => write!(f, "memory range: {e}"),
+            SetupError::Pcp(e) => write!(f, "per-CPU caches: {e}"),
+        }
+    }
+}
+
+impl fmt::Display for PcpSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PcpSetupError::CpuCount => write!(f, "the CPU count must be 1..={}", crate::MAX_CPUS),
+            PcpSetupError::AlreadyEnabled => f.write_str("already enabled"),
+            PcpSetupError::MemoryTooSmall { needed, given } => {
+                write!(f, "memory too small: {given} bytes given, {needed} needed")
+            }
+            PcpSetupError::Sizing(e) => write!(f, "sizing: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for SetupError {}
+impl core::error::Error for PcpSetupError {}
+
+impl From<InitError> for SetupError {
+    fn from(e: InitError) -> Self {
+        SetupError::Zone(e)
+    }
+}
+
+impl From<RangeError> for SetupError {
+    fn from(e: RangeError) -> Self {
+        SetupError::Range(e)
+    }
+}
+
+impl From<PcpSetupError> for SetupError {
+    fn from(e: PcpSetupError) -> Self {
+        SetupError::Pcp(e)
+    }
+}
+
+/// A tunable was given a value outside its range; nothing changed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ConfigError {
+    /// `vm.min_free_kbytes` above the memory it would reserve.
+    MinFreeKbytes(u64),
+    /// `vm.watermark_scale_factor` outside 1..=3000.
+    WatermarkScaleFactor(u32),
+    /// `vm.compaction_proactiveness` above 100.
+    Proactiveness(u32),
+    /// `vm.extfrag_threshold` above 1000.
+    ExtfragThreshold(u32),
+    /// `vm.percpu_pagelist_high_fraction` in 1..=7 (0 or at least 8).
+    PcpHighFraction(u32),
+    /// A topology that cannot be built.
+    Topology(TopologyError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::MinFreeKbytes(v) => {
+                write!(
+                    f,
+                    "min_free_kbytes {v} would reserve more than the machine has"
+                )
+            }
+            ConfigError::WatermarkScaleFactor(v) => {
+                write!(f, "watermark_scale_factor {v} is not in 1..=3000")
+            }
+            ConfigError::Proactiveness(v) => {
+                write!(f, "compaction_proactiveness {v} is not in 0..=100")
+            }
+            ConfigError::ExtfragThreshold(v) => {
+                write!(f, "extfrag_threshold {v} is not in 0..=1000")
+            }
+            ConfigError::PcpHighFraction(v) => {
+                write!(
+                    f,
+                    "percpu_pagelist_high_fraction {v} is neither 0 nor at least 8"
+                )
+            }
+            ConfigError::Topology(e) => write!(f, "topology: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}
+
+/// Why pinning or unpinning a block failed; nothing changed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum PinError {
+    /// The frame lies in no zone.
+    OutOfRange,
+    /// The frame is not the head of a live allocation (free, cached, a
+    /// tail, or isolated for migration right now).
+    NotAllocated,
+}
+
+impl fmt::Display for PinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PinError::OutOfRange => "the frame lies outside every zone",
+            PinError::NotAllocated => "the frame does not head a live allocation",
+        })
+    }
+}
+
+impl core::error::Error for PinError {}

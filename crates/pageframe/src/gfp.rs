@@ -3,6 +3,8 @@
 
 use bitflags::bitflags;
 
+use pageframe_mobility::{AllocMode, Mark, ReserveAccess};
+
 use crate::ZoneKind;
 
 bitflags! {
@@ -98,6 +100,18 @@ impl Gfp {
         }
     }
 
+    /// The highest zone of a valid request (`gfp_zone` as Linux computes
+    /// it, one table lookup on the four zone bits), or `None` if the flags
+    /// are invalid in any way: two zone selectors, or movable and
+    /// reclaimable at once.
+    #[inline]
+    pub const fn request_zone(self) -> Option<ZoneKind> {
+        if self.contains(Gfp::MOVABLE.union(Gfp::RECLAIMABLE)) {
+            return None;
+        }
+        ZONE_TABLE[(self.bits() & 0xf) as usize]
+    }
+
     /// The migratetype the mobility bits select (spec 01 §8.1:
     /// `(gfp >> 3) & 3`); both bits set is invalid and reads as unmovable.
     pub const fn migratetype(self) -> pageframe_mobility::MigrateType {
@@ -112,9 +126,21 @@ impl Gfp {
     /// Whether the flags are a valid combination: at most one mobility bit
     /// and a valid zone selector (spec 01 §8.1).
     pub const fn is_valid(self) -> bool {
-        !self.contains(Gfp::MOVABLE.union(Gfp::RECLAIMABLE)) && self.highest_zone().is_some()
+        self.request_zone().is_some()
     }
 }
+
+/// `highest_zone` for every combination of the four zone bits (DMA,
+/// HIGHMEM, DMA32, MOVABLE), as Linux's `GFP_ZONE_TABLE`.
+const ZONE_TABLE: [Option<ZoneKind>; 16] = {
+    let mut t = [None; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = Gfp::from_bits_retain(i as u32).highest_zone();
+        i += 1;
+    }
+    t
+};
 
 bitflags! {
     /// Allocator-internal flags derived from GFP (spec 01 §8.2); exposed for
@@ -142,18 +168,6 @@ bitflags! {
     }
 }
 
-/// Which watermark an allocation is checked against.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u8)]
-pub enum Mark {
-    /// The min watermark (slow path).
-    Min = 0,
-    /// The low watermark (fast path).
-    Low = 1,
-    /// The high watermark.
-    High = 2,
-}
-
 impl AllocFlags {
     /// The watermark these flags test.
     pub const fn mark(self) -> Mark {
@@ -171,6 +185,48 @@ impl AllocFlags {
             f |= AllocFlags::KSWAPD.bits();
         }
         AllocFlags::from_bits_retain(f)
+    }
+
+    /// The reserve access these flags grant a request with `gfp` in the
+    /// watermark check (spec 01 §7.4): CMA frames count for movable
+    /// requests (`ALLOC_CMA`, §8.3).
+    pub const fn access(self, gfp: Gfp) -> ReserveAccess {
+        let mut a = 0u8;
+        if self.contains(AllocFlags::NO_WATERMARKS) {
+            a |= ReserveAccess::NO_WATERMARKS.bits();
+        }
+        if self.contains(AllocFlags::MIN_RESERVE) {
+            a |= ReserveAccess::MIN_RESERVE.bits();
+        }
+        if self.contains(AllocFlags::NON_BLOCK) {
+            a |= ReserveAccess::NON_BLOCK.bits();
+        }
+        if self.contains(AllocFlags::OOM) {
+            a |= ReserveAccess::OOM.bits();
+        }
+        if self.contains(AllocFlags::HIGHATOMIC) {
+            a |= ReserveAccess::HIGHATOMIC.bits();
+        }
+        if gfp.contains(Gfp::MOVABLE) {
+            a |= ReserveAccess::CMA.bits();
+        }
+        ReserveAccess::from_bits_retain(a)
+    }
+
+    /// How the free lists may be used (spec 01 §6.4, spec 02 §5.5):
+    /// NOFRAGMENT, the highatomic reserve first, or as a last resort.
+    pub const fn mode(self) -> AllocMode {
+        let mut m = 0u8;
+        if self.contains(AllocFlags::NOFRAGMENT) {
+            m |= AllocMode::NOFRAGMENT.bits();
+        }
+        if self.contains(AllocFlags::HIGHATOMIC) {
+            m |= AllocMode::HIGHATOMIC.bits();
+        }
+        if self.intersects(AllocFlags::NON_BLOCK.union(AllocFlags::OOM)) {
+            m |= AllocMode::RESERVES.bits();
+        }
+        AllocMode::from_bits_retain(m)
     }
 
     /// Slow-path flags (`gfp_to_alloc_flags` plus the reserve override,

@@ -1,103 +1,187 @@
 //! # pageframe
 //!
-//! A Linux-class physical page-frame allocator for Rust kernels: hand it your
-//! firmware memory map, get 4 KiB..4 MiB frames back, with zones, watermarks
-//! and GFP flags as Linux has them. This crate is the facade a kernel depends
-//! on; the mechanism lives in [`pageframe_buddy`].
+//! A Linux-class physical page-frame allocator for Rust kernels: hand it
+//! your firmware memory map, get 4 KiB..4 MiB blocks back, with NUMA nodes,
+//! zones, watermarks and GFP flags as Linux has them, grouping by mobility
+//! against fragmentation, compaction with real page migration, and
+//! self-tuning per-CPU caches. [`Machine`] is the allocator; the crates
+//! below it (`pageframe-buddy`, `-mobility`, `-compact`, `-pcp`) hold the
+//! mechanisms and rules, re-exported here.
 //!
-//! * No heap: metadata (16 bytes a frame) lives in memory you hand over,
-//!   usually carved from the RAM being managed.
-//! * `&self` everywhere: each zone has its own spin lock.
-//! * Typed errors: a bad free ([`FreeError`]) or an impossible request
-//!   ([`AllocError`]) changes nothing.
+//! * No heap: every byte of metadata lives in memory you hand over,
+//!   usually carved from the RAM being managed (sizes below), and the
+//!   machine itself is written in place ([`Machine::new_in`]).
+//! * Sound from safe code: no sequence of safe calls hands a frame to two
+//!   owners or loses one. Frees are checked (a double free, a wrong order,
+//!   a frame in a per-CPU cache or being migrated gets a [`FreeError`]);
+//!   the checks that run without a lock are compare-and-swaps.
+//! * Typed errors, no panics: bad input gets an error and changes nothing.
+//! * The lock is yours: [`Machine`] takes any [`lock::RawMutex`]; use one
+//!   that disables interrupts if you allocate in interrupt handlers.
 //!
-//! A kernel sets it up from its memory map like this (the metadata would be
-//! carved from RAM reached through the kernel's direct map):
+//! ## Which call for which need
+//!
+//! | need | call | may it compact or reclaim? |
+//! |---|---|---|
+//! | a block on a CPU that holds its handle (the fast path: per-CPU caches for orders 0..=3 and 9) | [`CpuCache::alloc`] | no |
+//! | a block without a CPU handle (boot, an interrupt that finds the handle busy) | [`Machine::alloc`] | no |
+//! | a block worth waiting for (high orders): compaction and reclaim as the GFP flags allow | [`Machine::alloc_slow`] | yes, through your [`SlowPathHooks`] |
+//! | a transparent huge page under the THP policy ([`Machine::set_thp_policy`]) | [`Machine::alloc_thp`] | as the policy says |
+//! | give a block back | [`CpuCache::free`], or [`Machine::free`] without a handle | no |
+//! | frames for page tables through the `x86_64` crate (feature `x86_64`) | [`x86_64::FrameAdapter`] | no |
+//! | background compaction, one thread or timer per node | [`Machine::kcompactd_tick`] | yes |
+//!
+//! ## Memory a kernel hands over
+//!
+//! | what | bytes | where from |
+//! |---|---|---|
+//! | the machine | `size_of::<Machine>()`, about 23 KiB | a static, or carved from RAM |
+//! | each zone's metadata | [`Machine::zone_metadata_bytes`]: 17 a frame of the zone's span (16 for the buddy core, 1 ownership byte), 67 a pageblock, and under 4 KiB a zone (free-list heads, placement candidates) | carved from RAM, then left out of the free ranges |
+//! | per-CPU caches | [`Machine::pcp_bytes`]: 16 a cacheable frame (up to 1/8 of each zone shared by its node's CPUs) | carved from RAM after the memory is handed over |
+//!
+//! ## A kernel sets it up like this
 //!
 //! ```
 //! use core::mem::MaybeUninit;
-//! use pageframe::{Gfp, Node, Order, PfnRange, PhysAddr, Zone, ZoneKind};
+//! use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, PfnRange, PhysAddr, ZoneKind};
+//! use pageframe::pcp::CpuId;
 //!
 //! // Usable RAM from the firmware map (byte addresses, as firmware gives them).
 //! let usable = [(0x10_0000u64, 0x7ffd_f000u64), (0x1_0000_0000, 0x1_8000_0000)];
 //! let four_gib = PhysAddr::new(1 << 32).pfn_down();
 //! let dma32 = PfnRange::new(PhysAddr::new(0x10_0000).pfn_down(), four_gib);
 //! let normal = PfnRange::new(four_gib, PhysAddr::new(0x1_8000_0000).pfn_down());
+//! # fn carve(bytes: usize) -> &'static mut [MaybeUninit<u8>] {
+//! #     Box::leak(vec![MaybeUninit::uninit(); bytes].into_boxed_slice())
+//! # }
 //!
-//! # let mut m1 = vec![MaybeUninit::uninit(); Zone::metadata_bytes(dma32)];
-//! # let mut m2 = vec![MaybeUninit::uninit(); Zone::metadata_bytes(normal)];
-//! # let (meta_dma32, meta_normal): (&mut [MaybeUninit<u8>], &mut [MaybeUninit<u8>]) = (&mut m1, &mut m2);
-//! let mut node = Node::new();
-//! node.add_zone(Zone::new(ZoneKind::Dma32, dma32, meta_dma32).unwrap()).unwrap();
-//! node.add_zone(Zone::new(ZoneKind::Normal, normal, meta_normal).unwrap()).unwrap();
+//! // The machine is written in place: a static or carved memory in a kernel.
+//! let slot: &'static mut MaybeUninit<Machine<'static>> = Box::leak(Box::new_uninit());
+//! let machine = Machine::new_in(slot, MachineConfig::SINGLE_NODE);
+//! let node = NodeId::ZERO;
+//! // `carve` stands for taking bytes from RAM the kernel then leaves out.
+//! machine.add_zone(node, ZoneKind::Dma32, dma32, carve(machine.zone_metadata_bytes(dma32))).unwrap();
+//! machine.add_zone(node, ZoneKind::Normal, normal, carve(machine.zone_metadata_bytes(normal))).unwrap();
 //! for (start, end) in usable {
-//!     node.add_free_range(PfnRange::from_addrs(PhysAddr::new(start), PhysAddr::new(end))).unwrap();
+//!     machine.add_free_range(PfnRange::from_addrs(PhysAddr::new(start), PhysAddr::new(end))).unwrap();
 //! }
+//! // Per-CPU caches for two CPUs, sized from the memory now managed.
+//! let pcp = machine.pcp_bytes(2).unwrap();
+//! machine.enable_pcp(2, carve(pcp)).unwrap();
+//! let machine: &'static Machine<'static> = machine; // shared from here on
 //!
-//! // Ordinary allocations come from Normal first, DMA32 ones only from below 4 GiB.
-//! let frame = node.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
-//! assert!(frame >= four_gib);
-//! let low = node.alloc(Gfp::KERNEL | Gfp::DMA32, Order::new(9).unwrap()).unwrap();
-//! assert!(low < four_gib);
-//! node.free(frame, Order::ZERO).unwrap();
-//! node.free(low, Order::new(9).unwrap()).unwrap();
-//! assert!(node.free(low, Order::new(9).unwrap()).is_err()); // double free: refused
-//! node.validate().unwrap();
-//! print!("{}", node.buddyinfo());
+//! // Ordinary allocations come from Normal first, DMA32 ones from below 4 GiB.
+//! let mut cpu0 = machine.cpu(CpuId(0), node).unwrap(); // kept in CPU 0's per-CPU area
+//! let frame = cpu0.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+//! assert!(frame.pfn >= four_gib && frame.zone == ZoneKind::Normal);
+//! let low = machine.alloc(node, Gfp::KERNEL | Gfp::DMA32, Order::new(9).unwrap()).unwrap();
+//! assert!(low.pfn < four_gib);
+//! cpu0.free(frame.pfn, Order::ZERO).unwrap();
+//! machine.free(low.pfn, Order::new(9).unwrap()).unwrap();
+//! assert!(machine.free(low.pfn, Order::new(9).unwrap()).is_err()); // double free: refused
+//! machine.validate().unwrap();
+//! print!("{}", machine.buddyinfo());
 //! ```
 //!
 //! With the `x86_64` feature, [`x86_64::FrameAdapter`] implements that
 //! crate's `FrameAllocator`/`FrameDeallocator` traits for page-table code.
+//!
+//! ## Why safe code cannot break it
+//!
+//! Every path that changes a zone goes through the machine, which keeps
+//! one authority on ownership per frame: the core's metadata under the zone
+//! lock, and the ownership byte the lock-free paths change by
+//! compare-and-swap. Nothing hands out the free lists: a zone can be read,
+//! not written, from outside.
+//!
+//! ```compile_fail
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! let z = m.node(pageframe::NodeId::ZERO).unwrap().zone(pageframe::ZoneKind::Normal).unwrap();
+//! // Private: no `&mut` access to a zone's free lists from outside.
+//! z.with_zone(|mz| mz.free(pageframe::Pfn(0), pageframe::Order::ZERO));
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! let z = m.node(pageframe::NodeId::ZERO).unwrap().zone(pageframe::ZoneKind::Normal).unwrap();
+//! // `inspect` lends the zone read-only: freeing through it does not compile.
+//! z.inspect(|mz| mz.free(pageframe::Pfn(0), pageframe::Order::ZERO));
+//! # }
+//! ```
+//!
+//! A per-CPU cache is reached only through the CPU's handle, which holds
+//! the caches of every zone itself: there is no call that takes one zone's
+//! cache and another zone.
+//!
+//! ```compile_fail
+//! # fn f(m: &pageframe::Machine<'static>, c: &mut pageframe::CpuCache<'_, 'static>) {
+//! let z = m.node(pageframe::NodeId::ZERO).unwrap().zone(pageframe::ZoneKind::Normal).unwrap();
+//! let _ = z.alloc_cached(c, pageframe::Gfp::KERNEL, pageframe::Order::ZERO);
+//! # }
+//! ```
+//!
+//! Turning frame numbers into memory is the one trust boundary, and it is
+//! `unsafe` (see [`x86_64::FrameAdapter::new`]):
+//!
+//! ```compile_fail
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! let _ = pageframe::x86_64::FrameAdapter::new(m, pageframe::NodeId::ZERO, pageframe::Gfp::KERNEL);
+//! # }
+//! ```
 #![no_std]
 
-#[cfg(feature = "std")]
+#[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
-pub mod cache;
-mod compact_driver;
-mod compactor;
-mod deferral;
+mod cache;
+mod compaction;
+mod cpu;
 mod error;
+mod frame_state;
 mod gfp;
-mod kcompactd_node;
+mod kcompactd;
+pub mod lock;
+#[cfg(all(test, loom))]
+mod loom_model;
 mod machine;
+#[cfg(feature = "std")]
+pub mod model;
 mod node;
 mod numa_stats;
 mod slow_path;
+mod sync;
 mod thp;
 mod topology;
-mod watermark;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
 mod zone;
 mod zone_layout;
 mod zonelist;
 
-pub use compact_driver::CompactDriver;
-pub use compactor::{Clock, CompactRun, CompactWork, Compactor, NoClock, ZoneTarget};
-pub use deferral::{Deferral, DeferralState, MAX_DEFER_SHIFT};
-pub use error::{AllocError, FreeError, InitError, NodeError, RangeError, ValidateError};
-pub use gfp::{AllocFlags, Gfp, Mark};
-pub use kcompactd_node::{EXTFRAG_THRESHOLD, KcompactdReport, Suitability, suitability};
-pub use machine::{Allocation, Machine, MachineError};
+pub use cpu::{CpuCache, MAX_CPUS};
+pub use error::{
+    AllocError, BlockError, ConfigError, FreeError, InitError, PcpSetupError, PinError, RangeError,
+    SetupError, ValidateError,
+};
+pub use gfp::{AllocFlags, Gfp};
+pub use machine::{Allocation, Machine, MachineBuddyInfo, MachineConfig};
 pub use node::{BuddyInfo, Node};
 pub use numa_stats::NodeStats;
-pub use pageframe_buddy::{
-    self as buddy, BlockInfo, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, Stats,
-};
+pub use pageframe_buddy::{self as buddy, BlockInfo, PAGE_SIZE, Stats};
 pub use pageframe_compact::{
-    self as compact, CompactResult, CompactState, Migrator, Priority as CompactPriority,
+    self as compact, CompactOutcome, CompactResult, CompactState, CompactStats, Deferral,
+    DeferralState, MigrateError, MigrateMode, Migrator, TickReport,
 };
-pub use pageframe_mobility::{self as mobility, FallbackStats, MigrateType, MobilityConfig};
+pub use pageframe_mobility::{
+    self as mobility, FallbackStats, Mark, MobileZone, MobilityConfig, ReserveAccess, Watermarks,
+};
 pub use pageframe_pcp as pcp;
-pub use slow_path::{MAX_COMPACT_RETRIES, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, SlowRequest};
+pub use pageframe_types::{MAX_PFN, MigrateType, Order, Pfn, PfnRange, PhysAddr};
+pub use slow_path::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, SlowPathHooks};
 pub use thp::{DefragAction, NodePolicy, ThpDefrag, ThpPolicy};
 pub use topology::{
     LOCAL_DISTANCE, MAX_NUMNODES, NodeId, REMOTE_DISTANCE, Topology, TopologyError,
-};
-pub use watermark::{
-    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, Watermarks, default_min_free_kbytes,
-    watermark_ok,
 };
 pub use zone::{NR_ZONE_KINDS, PageTypeInfo, Zone, ZoneKind};
 pub use zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};

@@ -1,44 +1,37 @@
-//! A machine of several nodes (spec 01 §3.4-3.6): each [`Node`] with an
-//! id, the distance table, each node's FALLBACK and NOFALLBACK zonelists,
-//! and the per-node state of the slow path (compaction deferral, kcompactd,
-//! statistics). The walk over a zonelist is [`Machine::alloc`]; the slow
-//! path with compaction is in [`crate::slow_path`].
+//! The allocator: a machine of NUMA nodes (spec 01 §3.4-3.6, §9;
+//! docs/rules/01-buddy.md). It owns every zone, builds each node's
+//! zonelists, keeps the tunables, and is the one place allocations and
+//! frees go through; the slow path ([`crate::slow_path`]), kcompactd
+//! ([`crate::kcompactd`]) and the per-CPU handle ([`crate::CpuCache`]) are
+//! methods on it.
+//!
+//! A machine is built in place (about 23 KiB; the large per-zone state
+//! lives in the zones' metadata), so a kernel with a small boot stack can
+//! have one:
+//! [`Machine::new_in`] writes it into memory the caller owns (a static, or
+//! memory carved from RAM), field by field.
 
 use core::fmt;
+use core::mem::MaybeUninit;
+use core::ptr::addr_of_mut;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use pageframe_buddy::{FreeError, Order, Pfn, ValidateError};
-use pageframe_compact::CompactState;
+use pageframe_buddy::{FreeError, Order, PAGE_SIZE, Pfn, PfnRange, ValidateError};
+use pageframe_compact::{DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, Deferral};
+use pageframe_mobility::{
+    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MAX_WATERMARK_SCALE_FACTOR,
+    MobilityConfig, Watermarks, default_min_free_kbytes,
+};
 
-use crate::deferral::{Deferral, DeferralState};
-use crate::error::AllocError;
+use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::kcompactd_node::KcompactdState;
+use crate::lock::{RawMutex, SpinLock};
 use crate::node::Node;
-use crate::numa_stats::{NodeCounters, NodeStats};
+use crate::numa_stats::NodeStats;
+use crate::thp::ThpPolicy;
 use crate::topology::{MAX_NUMNODES, NodeId, Topology};
 use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
-
-/// Why a node could not join a machine.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum MachineError {
-    /// The id is not one of the topology's nodes.
-    NodeOutOfRange,
-    /// The machine already has a node with that id.
-    DuplicateNode,
-    /// One of the node's zones overlaps a zone of another node.
-    OverlappingSpan,
-    /// The node has no zone.
-    NoZones,
-}
-
-impl fmt::Display for MachineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-impl core::error::Error for MachineError {}
 
 /// Where an allocation came from.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -51,133 +44,314 @@ pub struct Allocation {
     pub pfn: Pfn,
 }
 
-/// The slow path's state of one node (spec 01 §3.4: kcompactd state; spec
-/// 03 §3.1: per-zone deferral).
-#[derive(Default)]
-pub(crate) struct NodeState {
-    /// Per-zone compaction state (spec 03 §3.1: cached scanner positions,
-    /// deferral), by zone kind.
-    pub zone_compact: [CompactState; NR_ZONE_KINDS],
-    /// The node-aware policy's deferral of the node as a whole.
-    pub node_defer: Deferral,
-    pub kcompactd: KcompactdState,
-    pub stats: NodeCounters,
+/// How a machine is built: its nodes and how its zones group memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MachineConfig {
+    /// The nodes and their distances.
+    pub topology: Topology,
+    /// Every zone's mobility choices (maximum order, pageblock order,
+    /// grouping, placement policy).
+    pub mobility: MobilityConfig,
 }
 
-/// Several nodes and their zonelists. Build it with [`Machine::new`] and
-/// [`Machine::add_node`]; afterwards every method takes `&self`.
-pub struct Machine<'a> {
+impl MachineConfig {
+    /// One node, Linux's mobility defaults.
+    pub const SINGLE_NODE: MachineConfig = MachineConfig {
+        topology: Topology::SINGLE,
+        mobility: MobilityConfig::DEFAULT,
+    };
+
+    /// `topology` with Linux's mobility defaults.
+    pub const fn new(topology: Topology) -> MachineConfig {
+        MachineConfig {
+            topology,
+            mobility: MobilityConfig::DEFAULT,
+        }
+    }
+}
+
+/// The run-time tunables (atomics: read on allocation paths, written
+/// rarely).
+struct Tunables {
+    /// `vm.min_free_kbytes`, `u64::MAX` while computed from memory.
+    min_free_kbytes: AtomicU64,
+    watermark_scale_factor: AtomicU32,
+    extfrag_threshold: AtomicU32,
+    proactiveness: AtomicU8,
+    thp: AtomicU8,
+    defrag_mode: AtomicBool,
+}
+
+/// The allocator: several nodes, each with up to one zone of each kind.
+/// Build it with [`Machine::new_in`], add zones with
+/// [`Machine::add_zone`] and memory with [`Machine::add_free_range`];
+/// afterwards every method takes `&self` and the machine can be shared
+/// across CPUs. `R` is the lock every zone takes ([`crate::lock`]).
+///
+/// See the crate docs for which allocation path serves which need.
+pub struct Machine<'a, R: RawMutex = SpinLock> {
     topology: Topology,
-    nodes: [Option<Node<'a>>; MAX_NUMNODES],
+    mobility: MobilityConfig,
+    nodes: [Node<'a, R>; MAX_NUMNODES],
     orders: [NodeOrder; MAX_NUMNODES],
     /// `[node][Fallback, NoFallback]`.
     zonelists: [[Zonelist; 2]; MAX_NUMNODES],
-    pub(crate) state: [NodeState; MAX_NUMNODES],
+    /// `[node][Fallback, NoFallback][highest]`: the first zone a request
+    /// would try (the fast path's zone, found without walking the list).
+    first: [[[Option<ZoneRef>; NR_ZONE_KINDS]; 2]; MAX_NUMNODES],
+    /// Every zone's span, for finding the zone of a frame.
+    index: ZoneIndex,
+    /// Per node: its DMA32 zone has memory, so Normal requests first try
+    /// without fragmenting fallbacks (spec 01 §9).
+    nofrag: [AtomicBool; MAX_NUMNODES],
     /// The node-aware policy's machine-wide back-off after a request failed
     /// on every node.
     pub(crate) global_defer: Deferral,
+    tunables: Tunables,
+    /// CPUs with per-CPU caches (0: none).
+    pub(crate) cpus: u32,
 }
 
-impl<'a> Machine<'a> {
-    /// A machine with `topology`'s nodes, none of them populated yet.
-    pub fn new(topology: Topology) -> Machine<'a> {
-        Machine {
-            topology,
-            nodes: core::array::from_fn(|_| None),
-            orders: [NodeOrder::EMPTY; MAX_NUMNODES],
-            zonelists: [[Zonelist::EMPTY; 2]; MAX_NUMNODES],
-            state: core::array::from_fn(|_| NodeState::default()),
-            global_defer: Deferral::new(),
+impl<'a, R: RawMutex> Machine<'a, R> {
+    /// Writes an empty machine (every node of `config.topology`, no zones)
+    /// into `slot` and returns it. Nothing larger than a few hundred bytes
+    /// is built on the stack, so this works on a 16 KiB boot stack.
+    pub fn new_in(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to `slot`, exclusively borrowed, writable and
+        // aligned for a `Machine`. Every field is written exactly once
+        // through a raw place (no reference to uninitialised memory is
+        // made); nodes are written by `Node::init_at`, which leaves only
+        // zone payloads uninitialised, guarded by their `present` flags.
+        // After the writes every field is initialised, so `assume_init_mut`
+        // is sound.
+        unsafe {
+            addr_of_mut!((*p).topology).write(config.topology);
+            addr_of_mut!((*p).mobility).write(config.mobility);
+            for i in 0..MAX_NUMNODES {
+                let id = NodeId::new(i).unwrap_or(NodeId::ZERO);
+                Node::init_at(addr_of_mut!((*p).nodes[i]), id);
+            }
+            addr_of_mut!((*p).orders).write([NodeOrder::EMPTY; MAX_NUMNODES]);
+            addr_of_mut!((*p).zonelists).write([[Zonelist::EMPTY; 2]; MAX_NUMNODES]);
+            addr_of_mut!((*p).first).write([[[None; NR_ZONE_KINDS]; 2]; MAX_NUMNODES]);
+            addr_of_mut!((*p).index).write(ZoneIndex::EMPTY);
+            addr_of_mut!((*p).nofrag).write([const { AtomicBool::new(false) }; MAX_NUMNODES]);
+            addr_of_mut!((*p).global_defer).write(Deferral::new());
+            addr_of_mut!((*p).tunables).write(Tunables {
+                min_free_kbytes: AtomicU64::new(u64::MAX),
+                watermark_scale_factor: AtomicU32::new(DEFAULT_WATERMARK_SCALE_FACTOR),
+                extfrag_threshold: AtomicU32::new(DEFAULT_EXTFRAG_THRESHOLD),
+                proactiveness: AtomicU8::new(DEFAULT_PROACTIVENESS),
+                thp: AtomicU8::new(ThpPolicy::default().encode()),
+                defrag_mode: AtomicBool::new(false),
+            });
+            addr_of_mut!((*p).cpus).write(0);
+            slot.assume_init_mut()
         }
     }
 
-    /// Adds node `id` with its zones, and rebuilds every zonelist (spec 01
-    /// §3.6). Checked before anything changes.
-    pub fn add_node(&mut self, id: NodeId, node: Node<'a>) -> Result<(), MachineError> {
-        if !self.topology.contains(id) {
-            return Err(MachineError::NodeOutOfRange);
+    /// A machine on the heap (host programs and tests).
+    #[cfg(feature = "std")]
+    pub fn new_boxed(config: MachineConfig) -> std::boxed::Box<Self> {
+        let mut b = std::boxed::Box::<Self>::new_uninit();
+        Self::new_in(&mut b, config);
+        // SAFETY: `new_in` initialised every field.
+        unsafe { b.assume_init() }
+    }
+
+    /// Metadata bytes a zone over `span` of this machine needs (see
+    /// [`Zone::metadata_bytes`]); 0 for a span no zone can have.
+    pub fn zone_metadata_bytes(&self, span: PfnRange) -> usize {
+        Zone::<R>::metadata_bytes(span, self.mobility)
+    }
+
+    /// Adds the zone `kind` to node `node` over `span`, every frame a hole
+    /// until handed over with [`Machine::add_free_range`]. `meta` holds at
+    /// least [`Machine::zone_metadata_bytes`] bytes, typically carved from
+    /// the RAM being managed (and then left out of the free ranges).
+    /// Checked before anything changes: the node exists, has no zone of
+    /// that kind, and no zone of any node overlaps `span`.
+    pub fn add_zone(
+        &mut self,
+        node: NodeId,
+        kind: ZoneKind,
+        span: PfnRange,
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&Zone<'a, R>, SetupError> {
+        if !self.topology.contains(node) {
+            return Err(SetupError::NoSuchNode(node));
         }
-        if self.nodes[id.index()].is_some() {
-            return Err(MachineError::DuplicateNode);
+        if self.nodes[node.index()].zone(kind).is_some() {
+            return Err(SetupError::DuplicateZone(node, kind));
         }
-        if node.zones().next().is_none() {
-            return Err(MachineError::NoZones);
+        if self
+            .all_zones()
+            .any(|z| !z.span().intersect(&span).is_empty())
+        {
+            return Err(SetupError::OverlappingSpan(node, kind));
         }
-        for other in self.nodes.iter().flatten() {
-            for z in node.zones() {
-                if other
-                    .zones()
-                    .any(|o| !o.span().intersect(&z.span()).is_empty())
-                {
-                    return Err(MachineError::OverlappingSpan);
-                }
+        let zone = Zone::new(kind, node, span, self.mobility, meta)?;
+        self.nodes[node.index()].slot_mut(kind).fill(zone);
+        self.build_zonelists();
+        self.recompute_watermarks();
+        self.nodes[node.index()]
+            .zone(kind)
+            .ok_or(SetupError::DuplicateZone(node, kind))
+    }
+
+    /// Hands usable RAM over, split across the zones whose spans it meets.
+    /// Every frame must fall in some zone's span and never have been handed
+    /// over: checked before any zone changes (all or nothing). Watermarks
+    /// are recomputed. The frames are numbers to the allocator, which never
+    /// reads or writes them.
+    pub fn add_free_range(&self, range: PfnRange) -> Result<(), SetupError> {
+        if range.is_empty() {
+            return Err(pageframe_buddy::RangeError::Empty.into());
+        }
+        let covered: u64 = self
+            .all_zones()
+            .map(|z| z.span().intersect(&range).len())
+            .sum();
+        if covered != range.len() {
+            return Err(pageframe_buddy::RangeError::OutOfSpan.into());
+        }
+        for z in self.all_zones() {
+            let part = z.span().intersect(&range);
+            if !part.is_empty() {
+                z.check_add_range(part)?;
             }
         }
-        self.nodes[id.index()] = Some(node);
-        self.build_zonelists();
+        for z in self.all_zones() {
+            let part = z.span().intersect(&range);
+            if !part.is_empty() {
+                z.add_free_range(part)?;
+            }
+        }
+        self.recompute_watermarks();
         Ok(())
     }
 
-    /// Rebuilds the node orders and zonelists from the nodes present.
+    /// Rebuilds the node orders and zonelists from the zones present.
     fn build_zonelists(&mut self) {
         let memory = self
             .topology
             .nodes()
-            .filter(|n| self.nodes[n.index()].is_some())
+            .filter(|n| self.nodes[n.index()].has_memory())
             .fold(NodeMask::EMPTY, NodeMask::with);
         self.orders = build_node_orders(&self.topology, memory);
         for n in self.topology.nodes() {
-            let populated = |node: NodeId, kind: ZoneKind| {
-                self.nodes[node.index()]
-                    .as_ref()
-                    .is_some_and(|x| x.zone(kind).is_some())
-            };
+            let populated =
+                |node: NodeId, kind: ZoneKind| self.nodes[node.index()].zone(kind).is_some();
             self.zonelists[n.index()] = [
                 Zonelist::build(self.orders[n.index()].as_slice(), populated),
                 Zonelist::build(&[n], populated),
             ];
+            for (l, list) in self.zonelists[n.index()].iter().enumerate() {
+                for k in ZoneKind::ALL {
+                    self.first[n.index()][l][k.index()] = list.eligible(k).next();
+                }
+            }
         }
+        let mut index = ZoneIndex::EMPTY;
+        for z in self.all_zones() {
+            index.push(
+                z.span(),
+                ZoneRef {
+                    node: z.node(),
+                    kind: z.kind(),
+                },
+            );
+        }
+        self.index = index;
     }
 
-    /// The topology.
+    /// The machine's topology.
     pub fn topology(&self) -> &Topology {
         &self.topology
     }
 
-    /// Node `id`, if present.
-    pub fn node(&self, id: NodeId) -> Option<&Node<'a>> {
-        self.nodes.get(id.index())?.as_ref()
+    /// The zones' mobility configuration.
+    pub fn mobility_config(&self) -> MobilityConfig {
+        self.mobility
     }
 
-    /// The nodes present, in id order.
-    pub fn nodes(&self) -> impl Iterator<Item = (NodeId, &Node<'a>)> + '_ {
-        self.topology
-            .nodes()
-            .filter_map(|n| Some((n, self.nodes[n.index()].as_ref()?)))
+    /// Node `id` (memoryless nodes too), if it is one of the topology's.
+    pub fn node(&self, id: NodeId) -> Option<&Node<'a, R>> {
+        self.topology.contains(id).then(|| &self.nodes[id.index()])
+    }
+
+    /// The topology's nodes, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node<'a, R>> + '_ {
+        self.topology.nodes().map(|n| &self.nodes[n.index()])
+    }
+
+    pub(crate) fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node<'a, R>> {
+        let n = self.topology.nr_nodes();
+        self.nodes.iter_mut().take(n)
+    }
+
+    /// Every zone of every node.
+    pub fn all_zones(&self) -> impl Iterator<Item = &Zone<'a, R>> + '_ {
+        self.nodes().flat_map(|n| n.zones())
     }
 
     /// The zone a zonelist entry names.
-    pub fn zone(&self, r: ZoneRef) -> Option<&Zone<'a>> {
+    pub fn zone(&self, r: ZoneRef) -> Option<&Zone<'a, R>> {
         self.node(r.node)?.zone(r.kind)
     }
 
-    /// Node `id`'s preference order (empty if `id` is not a node).
-    pub fn node_order(&self, id: NodeId) -> &[NodeId] {
-        self.orders.get(id.index()).map_or(&[], |o| o.as_slice())
+    /// The zone whose span holds `pfn`.
+    #[inline]
+    pub fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
+        self.zone(self.index.find(pfn)?)
     }
 
-    /// One of node `id`'s zonelists (empty if `id` is not a node).
+    /// Which zone holds `pfn`.
+    #[inline]
+    pub(crate) fn zone_ref_of(&self, pfn: Pfn) -> Option<ZoneRef> {
+        self.index.find(pfn)
+    }
+
+    /// The first zone a request from `local` with `gfp` tries, and its
+    /// highest usable zone; `None` for an invalid request or one no zone
+    /// can serve.
+    #[inline]
+    pub(crate) fn preferred(&self, local: NodeId, gfp: Gfp) -> Option<(ZoneRef, ZoneKind)> {
+        let highest = gfp.request_zone()?;
+        let list = usize::from(gfp.contains(Gfp::THISNODE));
+        let r = (*self.first.get(local.index())?)[list][highest.index()]?;
+        Some((r, highest))
+    }
+
+    /// The node whose zones hold `pfn`.
+    pub fn node_of(&self, pfn: Pfn) -> Option<NodeId> {
+        self.zone_of(pfn).map(Zone::node)
+    }
+
+    /// Node `id`'s preference order (empty for an unknown node).
+    pub fn node_order(&self, id: NodeId) -> &[NodeId] {
+        match self.topology.contains(id) {
+            true => self.orders[id.index()].as_slice(),
+            false => &[],
+        }
+    }
+
+    /// One of node `id`'s zonelists (empty for an unknown node).
     pub fn zonelist(&self, id: NodeId, kind: ZonelistKind) -> &Zonelist {
         const EMPTY: Zonelist = Zonelist::EMPTY;
+        if !self.topology.contains(id) {
+            return &EMPTY;
+        }
         let i = match kind {
             ZonelistKind::Fallback => 0,
             ZonelistKind::NoFallback => 1,
         };
-        self.zonelists.get(id.index()).map_or(&EMPTY, |z| &z[i])
+        &self.zonelists[id.index()][i]
     }
 
-    /// The zonelist a request from `local` with `gfp` walks:
-    /// NOFALLBACK for `__GFP_THISNODE`, FALLBACK otherwise.
+    /// The zonelist a request from `local` with `gfp` walks: NOFALLBACK for
+    /// `__GFP_THISNODE`, FALLBACK otherwise.
     pub fn zonelist_for(&self, local: NodeId, gfp: Gfp) -> &Zonelist {
         let kind = if gfp.contains(Gfp::THISNODE) {
             ZonelistKind::NoFallback
@@ -187,34 +361,214 @@ impl<'a> Machine<'a> {
         self.zonelist(local, kind)
     }
 
-    /// The node whose zones hold `pfn`.
-    pub fn node_of(&self, pfn: Pfn) -> Option<NodeId> {
-        self.nodes()
-            .find(|(_, n)| n.zone_of(pfn).is_some())
-            .map(|(id, _)| id)
+    // ---- tunables ----
+
+    /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes every
+    /// zone's watermarks. Any value is accepted: one larger than the
+    /// machine's memory reserves all of it (every ordinary allocation then
+    /// fails its watermark check), as Linux does.
+    pub fn set_min_free_kbytes(&self, kib: u64) {
+        self.tunables
+            .min_free_kbytes
+            .store(kib.min(u64::MAX - 1), Relaxed);
+        self.recompute_watermarks();
     }
 
-    /// Allocates `2^order` frames for a task on `local` without compaction:
-    /// the zonelist `gfp` selects (spec 01 §3.6) against the low watermarks,
-    /// first without fragmenting fallbacks on the local node when its DMA32
-    /// zone backs Normal (spec 01 §9, spec 02 §5.5), then against the min
-    /// watermarks with the reserve access `gfp` grants (spec 01 §8.3).
-    /// `__GFP_THISNODE` never leaves `local`.
-    pub fn alloc(&self, local: NodeId, gfp: Gfp, order: Order) -> Result<Allocation, AllocError> {
-        let (list, highest) = self.prepare(local, gfp)?;
-        let refs = list.as_slice().iter().copied();
-        self.freelist(
-            local,
-            refs.clone(),
+    /// The `vm.min_free_kbytes` in force: the value set, or 4·√(low memory
+    /// in KiB) clamped to 128 KiB..256 MiB.
+    pub fn min_free_kbytes(&self) -> u64 {
+        match self.tunables.min_free_kbytes.load(Relaxed) {
+            u64::MAX => {
+                default_min_free_kbytes(self.lowmem_pages().saturating_mul(PAGE_SIZE / 1024))
+            }
+            v => v,
+        }
+    }
+
+    /// Sets `vm.watermark_scale_factor` (1..=3000) and recomputes the
+    /// watermarks; other values are refused.
+    pub fn set_watermark_scale_factor(&self, factor: u32) -> Result<(), ConfigError> {
+        if !(1..=MAX_WATERMARK_SCALE_FACTOR).contains(&factor) {
+            return Err(ConfigError::WatermarkScaleFactor(factor));
+        }
+        self.tunables.watermark_scale_factor.store(factor, Relaxed);
+        self.recompute_watermarks();
+        Ok(())
+    }
+
+    /// Sets `vm.compaction_proactiveness` (0..=100; 0 turns proactive
+    /// compaction off). Each node's kcompactd takes it at its next tick.
+    pub fn set_proactiveness(&self, p: u32) -> Result<(), ConfigError> {
+        let v = u8::try_from(p)
+            .ok()
+            .filter(|&v| v <= 100)
+            .ok_or(ConfigError::Proactiveness(p))?;
+        self.tunables.proactiveness.store(v, Relaxed);
+        Ok(())
+    }
+
+    /// `vm.compaction_proactiveness`.
+    pub fn proactiveness(&self) -> u8 {
+        self.tunables.proactiveness.load(Relaxed)
+    }
+
+    /// Sets `vm.extfrag_threshold` (0..=1000): compaction of a costly order
+    /// is skipped while the fragmentation index is at or below it (the
+    /// failure would come from lack of memory).
+    pub fn set_extfrag_threshold(&self, t: u32) -> Result<(), ConfigError> {
+        if t > 1000 {
+            return Err(ConfigError::ExtfragThreshold(t));
+        }
+        self.tunables.extfrag_threshold.store(t, Relaxed);
+        Ok(())
+    }
+
+    /// `vm.extfrag_threshold`.
+    pub fn extfrag_threshold(&self) -> u32 {
+        self.tunables.extfrag_threshold.load(Relaxed)
+    }
+
+    /// Sets the huge-page policy [`Machine::alloc_thp`] follows.
+    pub fn set_thp_policy(&self, policy: ThpPolicy) {
+        self.tunables.thp.store(policy.encode(), Relaxed);
+    }
+
+    /// The huge-page policy in force.
+    pub fn thp_policy(&self) -> ThpPolicy {
+        ThpPolicy::decode(self.tunables.thp.load(Relaxed))
+    }
+
+    /// Sets `vm.defrag_mode` (spec 02 §5.5): every request first tries
+    /// without fragmenting fallbacks (no claim below a pageblock, no
+    /// steal), and keeps that rule through the slow path's reclaim and
+    /// compaction, dropping it only when they have failed.
+    pub fn set_defrag_mode(&self, on: bool) {
+        self.tunables.defrag_mode.store(on, Relaxed);
+    }
+
+    /// `vm.defrag_mode`.
+    pub fn defrag_mode(&self) -> bool {
+        self.tunables.defrag_mode.load(Relaxed)
+    }
+
+    /// The slow path's flags (`gfp_to_alloc_flags`), with NOFRAGMENT under
+    /// `defrag_mode`.
+    pub(crate) fn slow_flags(&self, gfp: Gfp, order: Order) -> AllocFlags {
+        let f = AllocFlags::slow(gfp, order);
+        if self.defrag_mode() && !f.contains(AllocFlags::NO_WATERMARKS) {
+            f | AllocFlags::NOFRAGMENT
+        } else {
+            f
+        }
+    }
+
+    fn lowmem_pages(&self) -> u64 {
+        self.all_zones()
+            .filter(|z| z.kind() != ZoneKind::Movable)
+            .map(|z| z.managed_pages())
+            .sum()
+    }
+
+    /// Recomputes every zone's watermarks and lowmem reserves
+    /// (`__setup_per_zone_wmarks`, `setup_per_zone_lowmem_reserve`, spec 01
+    /// §7.1, §7.3): the min reserve is shared between all zones of the
+    /// machine in proportion to their size; Movable zones keep a small
+    /// fixed min. Saturating arithmetic throughout.
+    pub fn recompute_watermarks(&self) {
+        let pages_min = self.min_free_kbytes() / (PAGE_SIZE / 1024);
+        let lowmem = self.lowmem_pages().max(1);
+        let factor = self.tunables.watermark_scale_factor.load(Relaxed);
+        for node in self.nodes() {
+            let dma32 = node
+                .zone(ZoneKind::Dma32)
+                .is_some_and(|z| z.managed_pages() > 0);
+            self.nofrag[node.id().index()].store(dma32, Relaxed);
+            let managed: [u64; NR_ZONE_KINDS] = core::array::from_fn(|i| {
+                node.zone(ZoneKind::ALL[i]).map_or(0, |z| z.managed_pages())
+            });
+            for z in node.zones() {
+                let i = z.kind().index();
+                let m = managed[i];
+                let share = mul_div(pages_min, m, lowmem);
+                let mut w = Watermarks::compute(share, m, factor);
+                if z.kind() == ZoneKind::Movable {
+                    // spec 01 §7.1: movable zones keep a small fixed min.
+                    let min = (m / 1024).clamp(32, 128);
+                    w = Watermarks::with_gap(min, w.low - w.min);
+                }
+                let mut reserve = [0u64; NR_ZONE_KINDS];
+                for (j, r) in reserve.iter_mut().enumerate().skip(i + 1) {
+                    let upper: u64 = managed[i + 1..=j].iter().sum();
+                    let ratio = LOWMEM_RESERVE_RATIO[i];
+                    *r = if ratio == 0 || m == 0 {
+                        0
+                    } else {
+                        upper / ratio
+                    };
+                }
+                z.set_watermarks(w, reserve);
+            }
+        }
+    }
+
+    // ---- allocation and free ----
+
+    /// Allocates `2^order` frames for a task on `node` from the free lists,
+    /// never compacting or reclaiming: the zonelist `gfp` selects (spec 01
+    /// §3.6), first against the low watermarks (without fragmenting
+    /// fallbacks while the local DMA32 zone backs Normal, spec 02 §5.5),
+    /// then against the min watermarks with the reserve access `gfp` grants
+    /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
+    /// node allocates from the nearest nodes with memory.
+    pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Allocation, AllocError> {
+        self.alloc_fast(node, gfp, order, None)
+    }
+
+    /// [`Machine::alloc`], through this CPU's caches when `cpu` has them.
+    pub(crate) fn alloc_fast(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
+    ) -> Result<Allocation, AllocError> {
+        // The common case first: the first zone of the zonelist serves at
+        // the low watermark. (A cache hit was already tried by the caller.)
+        if cpu.is_none()
+            && let Some((r, highest)) = self.preferred(node, gfp)
+            && let Some(z) = self.zone(r)
+            && let Ok(pfn) = z.try_alloc(gfp, order, self.fast_flags_at(node, gfp, r), highest)
+        {
+            return Ok(Allocation {
+                node: r.node,
+                zone: r.kind,
+                pfn,
+            });
+        }
+        let (list, highest) = self.prepare(node, gfp)?;
+        let fast = self.fast_flags(node, gfp, list);
+        match self.freelist(
+            node,
+            list.eligible(highest),
             gfp,
             order,
-            self.fast_flags(local, gfp, list),
-        )
-        .or_else(|e| match e {
-            AllocError::OrderTooLarge => Err(e),
-            _ => self.freelist(local, refs, gfp, order, AllocFlags::slow(gfp, order)),
-        })
-        .inspect(|a| debug_assert!(a.zone <= highest))
+            fast,
+            cpu.as_deref_mut(),
+        ) {
+            Err(AllocError::OutOfMemory) => {
+                let slow = self.slow_flags(gfp, order);
+                match self.freelist(node, list.eligible(highest), gfp, order, slow, cpu) {
+                    // defrag_mode kept NOFRAGMENT so far; with no reclaim or
+                    // compaction to wait for, its last resort comes now.
+                    Err(AllocError::OutOfMemory) if slow.contains(AllocFlags::NOFRAGMENT) => {
+                        let last = slow - AllocFlags::NOFRAGMENT;
+                        self.freelist(node, list.eligible(highest), gfp, order, last, None)
+                    }
+                    r => r,
+                }
+            }
+            r => r,
+        }
     }
 
     /// Checks the request and picks its zonelist and highest zone.
@@ -223,12 +577,9 @@ impl<'a> Machine<'a> {
         local: NodeId,
         gfp: Gfp,
     ) -> Result<(&Zonelist, ZoneKind), AllocError> {
-        if !gfp.is_valid() {
-            return Err(AllocError::InvalidGfp);
-        }
-        let highest = gfp.highest_zone().ok_or(AllocError::InvalidGfp)?;
-        if self.node(local).is_none() {
-            return Err(AllocError::NoEligibleZone);
+        let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
+        if !self.topology.contains(local) {
+            return Err(AllocError::NoSuchNode);
         }
         let list = self.zonelist_for(local, gfp);
         if list.eligible(highest).next().is_none() {
@@ -241,27 +592,34 @@ impl<'a> Machine<'a> {
     /// preferred zone is the local Normal zone with a populated DMA32 zone
     /// below it (`alloc_flags_nofragment`, spec 01 §9).
     pub(crate) fn fast_flags(&self, local: NodeId, gfp: Gfp, list: &Zonelist) -> AllocFlags {
+        let _ = list;
+        match self.preferred(local, gfp) {
+            Some((r, _)) => self.fast_flags_at(local, gfp, r),
+            None => AllocFlags::fast(gfp),
+        }
+    }
+
+    /// [`Machine::fast_flags`] when the preferred zone `r` is known.
+    #[inline]
+    pub(crate) fn fast_flags_at(&self, local: NodeId, gfp: Gfp, r: ZoneRef) -> AllocFlags {
         let fast = AllocFlags::fast(gfp);
-        let Some(highest) = gfp.highest_zone() else {
-            return fast;
-        };
-        let preferred = list.eligible(highest).next();
         let dma32 = self
-            .node(local)
-            .and_then(|n| n.zone(ZoneKind::Dma32))
-            .is_some_and(|z| z.managed_pages() > 0);
-        if preferred.is_some_and(|r| r.node == local && r.kind == ZoneKind::Normal) && dma32 {
+            .nofrag
+            .get(local.index())
+            .is_some_and(|b| b.load(Relaxed));
+        if self.defrag_mode() || (r.node == local && r.kind == ZoneKind::Normal && dma32) {
             fast | AllocFlags::NOFRAGMENT
         } else {
             fast
         }
     }
 
-    /// `get_page_from_freelist` (spec 01 §9) over `refs`: the first eligible
-    /// zone that passes its watermark and has a block. A NOFRAGMENT pass
-    /// reaching another node's zone drops NOFRAGMENT and starts over
-    /// (locality beats fragmentation), and a failed NOFRAGMENT pass is
-    /// retried without it.
+    /// `get_page_from_freelist` (spec 01 §9) over `refs`: the first zone
+    /// that passes its watermark and has a block. Without `defrag_mode`, a
+    /// NOFRAGMENT pass that reaches another node's zone drops NOFRAGMENT
+    /// and starts over (locality beats fragmentation), and a failed
+    /// NOFRAGMENT pass is retried without it; under `defrag_mode` the flag
+    /// stays (the slow path drops it last).
     pub(crate) fn freelist(
         &self,
         local: NodeId,
@@ -269,17 +627,23 @@ impl<'a> Machine<'a> {
         gfp: Gfp,
         order: Order,
         mut flags: AllocFlags,
+        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
     ) -> Result<Allocation, AllocError> {
-        let highest = gfp.highest_zone().ok_or(AllocError::InvalidGfp)?;
+        let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::NoEligibleZone;
+        let keep_nofragment = self.defrag_mode();
         'retry: loop {
             for r in refs.clone().filter(|r| r.kind <= highest) {
-                if flags.contains(AllocFlags::NOFRAGMENT) && r.node != local {
+                if flags.contains(AllocFlags::NOFRAGMENT) && r.node != local && !keep_nofragment {
                     flags.remove(AllocFlags::NOFRAGMENT);
                     continue 'retry;
                 }
                 let Some(z) = self.zone(r) else { continue };
-                match z.try_alloc(gfp, order, flags, highest) {
+                let got = match cpu.as_deref_mut().and_then(|c| c.get(r)) {
+                    Some(local_pcp) => z.alloc_cached(local_pcp, gfp, order, flags, highest),
+                    None => z.try_alloc(gfp, order, flags, highest),
+                };
+                match got {
                     Ok(pfn) => {
                         return Ok(Allocation {
                             node: r.node,
@@ -291,7 +655,7 @@ impl<'a> Machine<'a> {
                     Err(e) => last = e,
                 }
             }
-            if flags.contains(AllocFlags::NOFRAGMENT) {
+            if flags.contains(AllocFlags::NOFRAGMENT) && !keep_nofragment {
                 flags.remove(AllocFlags::NOFRAGMENT);
                 continue;
             }
@@ -299,93 +663,129 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// Frees a block into the node and zone that hold it.
+    /// Frees a block into the zone that holds it. Bad input (a frame in no
+    /// zone, misaligned, in a hole, inside a block, of the wrong order, not
+    /// allocated, already freed, sitting in a per-CPU cache, or being
+    /// migrated) gets a [`FreeError`] and changes nothing.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        let id = self.node_of(pfn).ok_or(FreeError::OutOfRange)?;
-        self.nodes[id.index()]
-            .as_ref()
+        self.zone_of(pfn)
             .ok_or(FreeError::OutOfRange)?
             .free(pfn, order)
     }
 
-    /// Free frames over all nodes.
+    /// Pins (or unpins) the allocated block headed by `pfn`: a pinned block
+    /// is treated as unmovable (compaction and isolation leave it alone),
+    /// e.g. while a device reads it by DMA.
+    pub fn set_pinned(&self, pfn: Pfn, pinned: bool) -> Result<(), PinError> {
+        let z = self.zone_of(pfn).ok_or(PinError::OutOfRange)?;
+        if !z.states.is_live_allocation(pfn) {
+            return Err(PinError::NotAllocated);
+        }
+        if z.with_zone(|m| m.set_pinned(pfn, pinned)) {
+            Ok(())
+        } else {
+            Err(PinError::NotAllocated)
+        }
+    }
+
+    // ---- reports ----
+
+    /// Free frames over all nodes (not counting per-CPU caches).
     pub fn free_pages(&self) -> u64 {
-        self.nodes().map(|(_, n)| n.free_pages()).sum()
+        self.nodes().map(|n| n.free_pages()).sum()
     }
 
-    /// Checks every zone of every node.
+    /// Managed frames over all nodes.
+    pub fn managed_pages(&self) -> u64 {
+        self.nodes().map(|n| n.managed_pages()).sum()
+    }
+
+    /// Checks every zone of every node (see [`Zone::validate`]).
     pub fn validate(&self) -> Result<(), ValidateError> {
-        self.nodes().try_for_each(|(_, n)| n.validate())
+        self.nodes().try_for_each(|n| n.validate())
     }
 
-    /// Node `id`'s counters (zero for a node outside the machine).
+    /// Node `id`'s counters (zero for a node outside the topology).
     pub fn stats(&self, id: NodeId) -> NodeStats {
-        self.state
-            .get(id.index())
-            .map_or_else(NodeStats::default, |s| s.stats.snapshot())
+        self.node(id).map_or_else(NodeStats::default, Node::stats)
     }
 
     /// All nodes' counters added up.
     pub fn total_stats(&self) -> NodeStats {
         let mut t = NodeStats::default();
-        for n in self.topology.nodes() {
-            t += self.stats(n);
+        for n in self.nodes() {
+            t += n.stats();
         }
         t
     }
 
-    pub(crate) fn count(&self, id: NodeId, s: NodeStats) {
-        if let Some(st) = self.state.get(id.index()) {
-            st.stats.add(&s);
-        }
-    }
-
-    /// The compaction deferral of zone `kind` on node `id` (spec 03 §7).
-    pub fn zone_deferral(&self, id: NodeId, kind: ZoneKind) -> DeferralState {
-        self.state
-            .get(id.index())
-            .map_or_else(DeferralState::default, |s| {
-                let (considered, shift, order_failed) = s.zone_compact[kind.index()].deferral();
-                DeferralState {
-                    considered,
-                    shift,
-                    order_failed,
-                }
-            })
-    }
-
-    /// Zone `kind` of node `id`'s compaction state, if the zone exists.
-    pub fn compact_state(&self, id: NodeId, kind: ZoneKind) -> Option<&CompactState> {
-        self.node(id)?.zone(kind)?;
-        Some(&self.state[id.index()].zone_compact[kind.index()])
-    }
-
-    /// The node-aware policy's deferral of node `id`.
-    pub fn node_deferral(&self, id: NodeId) -> DeferralState {
-        self.state
-            .get(id.index())
-            .map_or_else(DeferralState::default, |s| s.node_defer.state())
-    }
-
-    /// The node-aware policy's machine-wide back-off.
-    pub fn global_deferral(&self) -> DeferralState {
+    /// The node-aware policy's machine-wide back-off of remote compaction.
+    pub fn global_deferral(&self) -> pageframe_compact::DeferralState {
         self.global_defer.state()
     }
 
-    /// Node `id`'s fragmentation score (spec 03 §4.4): each zone's share of
-    /// free memory not in huge-page-sized blocks, weighted by the zone's
-    /// size, so small zones barely count. 0..=100; `None` for a missing node.
-    pub fn fragmentation_score(&self, id: NodeId) -> Option<u32> {
-        let node = self.node(id)?;
-        let node_pages: u64 = node.managed_pages();
-        let mut total = 0u64;
-        for z in node.zones() {
-            let (present, score) = z.with_zone(|m| {
-                let o = m.pageblock_order().min(m.buddy().max_order());
-                (m.buddy().managed_pages(), u64::from(m.extfrag_percent(o)))
-            });
-            total += present * score / (node_pages + 1);
+    pub(crate) fn count(&self, id: NodeId, s: NodeStats) {
+        if let Some(n) = self.node(id) {
+            n.counters.add(&s);
         }
-        Some(total.min(100) as u32)
+    }
+
+    /// `/proc/buddyinfo` for the whole machine: one line a zone.
+    pub fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R> {
+        MachineBuddyInfo(self)
+    }
+}
+
+/// Every zone's span, sorted, for the zone of a frame in a few compares.
+#[derive(Clone, Copy)]
+struct ZoneIndex {
+    spans: [(u64, u64); MAX_NUMNODES * NR_ZONE_KINDS],
+    refs: [ZoneRef; MAX_NUMNODES * NR_ZONE_KINDS],
+    len: usize,
+}
+
+impl ZoneIndex {
+    const EMPTY: ZoneIndex = ZoneIndex {
+        spans: [(0, 0); MAX_NUMNODES * NR_ZONE_KINDS],
+        refs: [ZoneRef {
+            node: NodeId::ZERO,
+            kind: ZoneKind::Dma,
+        }; MAX_NUMNODES * NR_ZONE_KINDS],
+        len: 0,
+    };
+
+    fn push(&mut self, span: PfnRange, r: ZoneRef) {
+        if self.len < self.spans.len() {
+            self.spans[self.len] = (span.start.get(), span.end.get());
+            self.refs[self.len] = r;
+            self.len += 1;
+        }
+    }
+
+    #[inline]
+    fn find(&self, pfn: Pfn) -> Option<ZoneRef> {
+        let p = pfn.get();
+        let i = self.spans[..self.len]
+            .iter()
+            .position(|&(s, e)| p >= s && p < e)?;
+        Some(self.refs[i])
+    }
+}
+
+/// `a * b / c` in 128 bits, saturating.
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    let q = u128::from(a) * u128::from(b) / u128::from(c.max(1));
+    u64::try_from(q).unwrap_or(u64::MAX)
+}
+
+/// See [`Machine::buddyinfo`].
+pub struct MachineBuddyInfo<'m, 'a, R: RawMutex>(&'m Machine<'a, R>);
+
+impl<R: RawMutex> fmt::Display for MachineBuddyInfo<'_, '_, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for n in self.0.nodes() {
+            write!(f, "{}", n.buddyinfo())?;
+        }
+        Ok(())
     }
 }

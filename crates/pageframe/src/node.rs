@@ -1,247 +1,180 @@
-//! A node: the zones of one memory domain, the zonelist walk across them,
-//! and the node-wide watermark set-up (spec 01 §3.4, §3.6, §7, §9).
+//! A node of a [`crate::Machine`] (spec 01 §3.4, docs/rules/01-buddy.md
+//! §3.4): its zones, at most one of each [`ZoneKind`], and the per-node
+//! state of the slow path: the node-aware policy's deferral, kcompactd's
+//! pending wake-up and daemon state, and counters.
 
 use core::fmt;
+use core::mem::MaybeUninit;
+use core::ptr::addr_of_mut;
 
-use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, RangeError, ValidateError};
+use pageframe_buddy::{Pfn, ValidateError};
+use pageframe_compact::{Deferral, DeferralState, Kcompactd, KcompactdWake};
 
-use crate::error::{AllocError, NodeError};
-use crate::gfp::{AllocFlags, Gfp};
-use crate::watermark::{
-    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, Watermarks, default_min_free_kbytes,
-};
+use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::numa_stats::{NodeCounters, NodeStats};
+use crate::topology::NodeId;
 use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
 
-/// The zones of one node, at most one of each [`ZoneKind`].
-pub struct Node<'a> {
-    zones: [Option<Zone<'a>>; NR_ZONE_KINDS],
-    /// `vm.min_free_kbytes` if the user set it; computed otherwise.
-    min_free_kbytes: Option<u64>,
-    watermark_scale_factor: u32,
+/// A zone slot: filled once by [`crate::Machine::add_zone`].
+pub(crate) struct ZoneSlot<'a, R: RawMutex> {
+    present: bool,
+    zone: MaybeUninit<Zone<'a, R>>,
 }
 
-impl Default for Node<'_> {
-    fn default() -> Self {
-        Self::new()
+impl<'a, R: RawMutex> ZoneSlot<'a, R> {
+    pub(crate) fn get(&self) -> Option<&Zone<'a, R>> {
+        // SAFETY: `present` is set only after `zone` was written, and a
+        // written zone is never moved out or dropped before the slot.
+        self.present.then(|| unsafe { self.zone.assume_init_ref() })
+    }
+
+    pub(crate) fn get_mut(&mut self) -> Option<&mut Zone<'a, R>> {
+        // SAFETY: as in `get`.
+        self.present.then(|| unsafe { self.zone.assume_init_mut() })
+    }
+
+    /// Fills the empty slot.
+    pub(crate) fn fill(&mut self, zone: Zone<'a, R>) -> &Zone<'a, R> {
+        debug_assert!(!self.present);
+        let z = self.zone.write(zone);
+        self.present = true;
+        z
     }
 }
 
-impl<'a> Node<'a> {
-    /// A node without zones.
-    pub const fn new() -> Node<'a> {
-        Node {
-            zones: [None, None, None, None],
-            min_free_kbytes: None,
-            watermark_scale_factor: DEFAULT_WATERMARK_SCALE_FACTOR,
+impl<R: RawMutex> Drop for ZoneSlot<'_, R> {
+    fn drop(&mut self) {
+        if self.present {
+            // SAFETY: the zone was written (`present`) and is dropped once.
+            unsafe { self.zone.assume_init_drop() };
+        }
+    }
+}
+
+/// The zones of one node and its slow-path state. Reached through
+/// [`crate::Machine::node`]; every memoryless node of the topology has one
+/// too (with no zones).
+pub struct Node<'a, R: RawMutex = SpinLock> {
+    id: NodeId,
+    zones: [ZoneSlot<'a, R>; NR_ZONE_KINDS],
+    /// The node-aware policy's deferral of the node as a whole.
+    pub(crate) defer: Deferral,
+    /// kcompactd: the wake-up any CPU records, and the daemon's state.
+    pub(crate) wake: KcompactdWake,
+    pub(crate) kcompactd: Mutex<R, Kcompactd>,
+    pub(crate) counters: NodeCounters,
+}
+
+impl<'a, R: RawMutex> Node<'a, R> {
+    /// Writes an empty node with id `id` at `p`, field by field, so that no
+    /// large temporary is built on the stack.
+    ///
+    /// # Safety
+    ///
+    /// `p` must be valid for writes and aligned for a `Node`; whatever it
+    /// held is overwritten without being dropped.
+    pub(crate) unsafe fn init_at(p: *mut Self, id: NodeId) {
+        // SAFETY: the caller guarantees `p` is writable and aligned; each
+        // write targets one field (or one zone slot's `present` flag) of
+        // that allocation through a raw place, creating no reference to
+        // uninitialised memory. A slot's zone stays uninitialised until
+        // `present` says otherwise.
+        unsafe {
+            addr_of_mut!((*p).id).write(id);
+            for i in 0..NR_ZONE_KINDS {
+                addr_of_mut!((*p).zones[i].present).write(false);
+            }
+            addr_of_mut!((*p).defer).write(Deferral::new());
+            addr_of_mut!((*p).wake).write(KcompactdWake::new());
+            addr_of_mut!((*p).kcompactd).write(Mutex::new(Kcompactd::new()));
+            addr_of_mut!((*p).counters).write(NodeCounters::new());
         }
     }
 
-    /// Adds a zone. Its span must not overlap another zone's.
-    pub fn add_zone(&mut self, zone: Zone<'a>) -> Result<(), NodeError> {
-        if self.zones[zone.kind().index()].is_some() {
-            return Err(NodeError::DuplicateZone);
-        }
-        if self
-            .zones()
-            .any(|z| !z.span().intersect(&zone.span()).is_empty())
-        {
-            return Err(NodeError::OverlappingSpan);
-        }
-        let i = zone.kind().index();
-        self.zones[i] = Some(zone);
-        self.recompute_watermarks();
-        Ok(())
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
     }
 
     /// The zone of `kind`, if present.
-    pub fn zone(&self, kind: ZoneKind) -> Option<&Zone<'a>> {
-        self.zones[kind.index()].as_ref()
+    pub fn zone(&self, kind: ZoneKind) -> Option<&Zone<'a, R>> {
+        self.zones[kind.index()].get()
+    }
+
+    pub(crate) fn slot_mut(&mut self, kind: ZoneKind) -> &mut ZoneSlot<'a, R> {
+        &mut self.zones[kind.index()]
+    }
+
+    pub(crate) fn zones_mut(&mut self) -> impl Iterator<Item = &mut Zone<'a, R>> {
+        self.zones.iter_mut().filter_map(ZoneSlot::get_mut)
     }
 
     /// Present zones, low to high.
-    pub fn zones(&self) -> impl DoubleEndedIterator<Item = &Zone<'a>> + '_ {
-        self.zones.iter().flatten()
+    pub fn zones(&self) -> impl DoubleEndedIterator<Item = &Zone<'a, R>> + '_ {
+        self.zones.iter().filter_map(ZoneSlot::get)
+    }
+
+    /// Whether the node has memory (a zone).
+    pub fn has_memory(&self) -> bool {
+        self.zones().next().is_some()
     }
 
     /// The zone whose span holds `pfn`.
-    pub fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a>> {
+    pub fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
         self.zones().find(|z| z.span().contains(pfn))
     }
 
-    /// Hands usable RAM over, split across the zones whose spans it meets.
-    /// Every frame must fall in some zone's span; checked before anything
-    /// changes. Watermarks are recomputed.
-    pub fn add_free_range(&self, range: PfnRange) -> Result<(), RangeError> {
-        if range.is_empty() {
-            return Err(RangeError::Empty);
-        }
-        let covered: u64 = self.zones().map(|z| z.span().intersect(&range).len()).sum();
-        if covered != range.len() {
-            return Err(RangeError::OutOfSpan);
-        }
-        // Check every part before changing any zone: all-or-nothing.
-        for z in self.zones() {
-            let part = z.span().intersect(&range);
-            if !part.is_empty() {
-                z.with_zone(|m| m.buddy().check_add_range(part))?;
-            }
-        }
-        for z in self.zones() {
-            let part = z.span().intersect(&range);
-            if !part.is_empty() {
-                z.add_free_range(part)?;
-            }
-        }
-        self.recompute_watermarks();
-        Ok(())
-    }
-
-    /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes watermarks.
-    pub fn set_min_free_kbytes(&mut self, kib: u64) {
-        self.min_free_kbytes = Some(kib);
-        self.recompute_watermarks();
-    }
-
-    /// Sets `vm.watermark_scale_factor` (1..=3000) and recomputes watermarks.
-    pub fn set_watermark_scale_factor(&mut self, factor: u32) {
-        self.watermark_scale_factor = factor.clamp(1, 3000);
-        self.recompute_watermarks();
-    }
-
-    /// The `min_free_kbytes` in force.
-    pub fn min_free_kbytes(&self) -> u64 {
-        self.min_free_kbytes
-            .unwrap_or_else(|| default_min_free_kbytes(self.lowmem_pages() * 4))
-    }
-
-    fn lowmem_pages(&self) -> u64 {
-        self.zones()
-            .filter(|z| z.kind() != ZoneKind::Movable)
-            .map(|z| z.managed_pages())
-            .sum()
-    }
-
-    /// Recomputes every zone's watermarks and lowmem reserves
-    /// (`__setup_per_zone_wmarks`, `setup_per_zone_lowmem_reserve`,
-    /// spec 01 §7.1 and §7.3).
-    pub fn recompute_watermarks(&self) {
-        let pages_min = self.min_free_kbytes() / 4;
-        let lowmem = self.lowmem_pages().max(1);
-        let managed: [u64; NR_ZONE_KINDS] =
-            core::array::from_fn(|i| self.zones[i].as_ref().map_or(0, |z| z.managed_pages()));
-        for z in self.zones() {
-            let m = managed[z.kind().index()];
-            let share = pages_min * m / lowmem;
-            let mut w = Watermarks::compute(share, m, self.watermark_scale_factor);
-            if z.kind() == ZoneKind::Movable {
-                // spec 01 §7.1: highmem/movable keep a small fixed min.
-                let min = (m / 1024).clamp(32, 128);
-                w = Watermarks {
-                    min,
-                    low: min + (w.low - w.min),
-                    high: min + (w.high - w.min),
-                    promo: min + (w.promo - w.min),
-                };
-            }
-            let i = z.kind().index();
-            let mut reserve = [0u64; NR_ZONE_KINDS];
-            for (j, r) in reserve.iter_mut().enumerate().skip(i + 1) {
-                let upper: u64 = managed[i + 1..=j].iter().sum();
-                let ratio = LOWMEM_RESERVE_RATIO[i];
-                *r = if ratio == 0 || m == 0 {
-                    0
-                } else {
-                    upper / ratio
-                };
-            }
-            let mut inner = z.inner.lock();
-            inner.wmark = w;
-            inner.lowmem_reserve = reserve;
-        }
-    }
-
-    /// Allocates `2^order` frames: walks the zones the GFP flags allow from
-    /// the highest down (the zonelist, spec 01 §3.6, §9), first against the
-    /// low watermarks (without fragmenting fallbacks when a DMA32 zone backs
-    /// a Normal request, spec 02 §5.5; then again allowing them), then
-    /// against the min watermarks with the reserve access the flags grant.
-    /// There is no reclaim: if every pass fails the request fails.
-    pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        if !gfp.is_valid() {
-            return Err(AllocError::InvalidGfp);
-        }
-        let highest = gfp.highest_zone().ok_or(AllocError::InvalidGfp)?;
-        let mut eligible = self
-            .zones()
-            .rev()
-            .filter(|z| z.kind() <= highest)
-            .peekable();
-        if eligible.peek().is_none() {
-            return Err(AllocError::NoEligibleZone);
-        }
-        let mut last = AllocError::OutOfMemory;
-        let fast = AllocFlags::fast(gfp);
-        let nofragment = highest >= ZoneKind::Normal
-            && self
-                .zone(ZoneKind::Dma32)
-                .is_some_and(|z| z.managed_pages() > 0);
-        let first = if nofragment {
-            fast | AllocFlags::NOFRAGMENT
-        } else {
-            fast
-        };
-        let passes = [
-            Some(first),
-            nofragment.then_some(fast),
-            Some(AllocFlags::slow(gfp, order)),
-        ];
-        for flags in passes.into_iter().flatten() {
-            for z in self.zones().rev().filter(|z| z.kind() <= highest) {
-                match z.try_alloc(gfp, order, flags, highest) {
-                    Ok(p) => return Ok(p),
-                    Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
-                    Err(e) => last = e,
-                }
-            }
-        }
-        Err(last)
-    }
-
-    /// Frees a block into the zone that holds it.
-    pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.zone_of(pfn)
-            .ok_or(FreeError::OutOfRange)?
-            .free(pfn, order)
-    }
-
-    /// Free frames over all zones.
+    /// Free frames over the node's zones (not counting per-CPU caches).
     pub fn free_pages(&self) -> u64 {
         self.zones().map(|z| z.free_pages()).sum()
     }
 
-    /// Managed frames over all zones.
+    /// Managed frames over the node's zones.
     pub fn managed_pages(&self) -> u64 {
         self.zones().map(|z| z.managed_pages()).sum()
     }
 
-    /// Checks every zone.
+    /// Checks every zone of the node.
     pub fn validate(&self) -> Result<(), ValidateError> {
         self.zones().try_for_each(|z| z.validate())
     }
 
-    /// A `/proc/buddyinfo` report, one line a zone.
-    pub fn buddyinfo(&self) -> BuddyInfo<'_, 'a> {
+    /// The node's counters: its own (huge pages, stalls, reclaim), and the
+    /// compaction counters of its zones added up.
+    pub fn stats(&self) -> NodeStats {
+        let mut s = self.counters.snapshot();
+        for z in self.zones() {
+            s.compact += z.compact_state().stats();
+        }
+        if let Some(k) = self.kcompactd.try_lock() {
+            s.kcompactd = k.stats();
+        }
+        s
+    }
+
+    /// The node-aware policy's deferral of this node.
+    pub fn deferral(&self) -> DeferralState {
+        self.defer.state()
+    }
+
+    /// Whether kcompactd has a wake-up pending.
+    pub fn kcompactd_pending(&self) -> bool {
+        self.wake.pending()
+    }
+
+    /// A `/proc/buddyinfo` report of the node: one line a zone.
+    pub fn buddyinfo(&self) -> BuddyInfo<'_, 'a, R> {
         BuddyInfo(self)
     }
 }
 
-/// `/proc/buddyinfo` for a node: `Node 0, zone <name> <free blocks per order>`.
-pub struct BuddyInfo<'n, 'a>(&'n Node<'a>);
+/// `/proc/buddyinfo` for a node: `Node N, zone <name> <free blocks per order>`.
+pub struct BuddyInfo<'n, 'a, R: RawMutex>(&'n Node<'a, R>);
 
-impl fmt::Display for BuddyInfo<'_, '_> {
+impl<R: RawMutex> fmt::Display for BuddyInfo<'_, '_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for z in self.0.zones() {
-            writeln!(f, "Node 0, {z}")?;
+            writeln!(f, "{z}")?;
         }
         Ok(())
     }

@@ -1,11 +1,15 @@
-//! Per-node counters of the multi-node slow path, named after Linux's
-//! vmstat lines where one exists (`thp_fault_alloc`, `compact_stall`, ...).
+//! Per-node counters, named after Linux's vmstat lines where one exists
+//! (`thp_fault_alloc`, `compact_stall`, ...).
 //!
-//! THP counters are charged to the node the request came from (its local
-//! node), so "remote" means served by another node. Compaction work is
-//! charged to the node whose zones were compacted.
+//! Huge-page counters are charged to the node the request came from (its
+//! local node), so "remote" means served by another node. Compaction work
+//! is counted once, per zone, by the compaction crate
+//! ([`pageframe_compact::CompactStats`]); a node's snapshot adds its zones'
+//! counters up.
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use pageframe_compact::{CompactStats, KcompactdStats};
 
 macro_rules! node_counters {
     ($($(#[$m:meta])* $f:ident),* $(,)?) => {
@@ -13,6 +17,10 @@ macro_rules! node_counters {
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
         pub struct NodeStats {
             $($(#[$m])* pub $f: u64,)*
+            /// Compaction of the node's zones (direct and background).
+            pub compact: CompactStats,
+            /// The node's kcompactd (zero while a tick is running).
+            pub kcompactd: KcompactdStats,
         }
 
         #[derive(Debug, Default)]
@@ -21,8 +29,16 @@ macro_rules! node_counters {
         }
 
         impl NodeCounters {
+            pub(crate) const fn new() -> Self {
+                NodeCounters { $($f: AtomicU64::new(0),)* }
+            }
+
             pub(crate) fn snapshot(&self) -> NodeStats {
-                NodeStats { $($f: self.$f.load(Relaxed),)* }
+                NodeStats {
+                    $($f: self.$f.load(Relaxed),)*
+                    compact: CompactStats::default(),
+                    kcompactd: KcompactdStats::default(),
+                }
             }
 
             pub(crate) fn add(&self, s: &NodeStats) {
@@ -35,6 +51,14 @@ macro_rules! node_counters {
         impl core::ops::AddAssign for NodeStats {
             fn add_assign(&mut self, o: NodeStats) {
                 $(self.$f += o.$f;)*
+                self.compact += o.compact;
+                let (a, b) = (&mut self.kcompactd, o.kcompactd);
+                a.wakes += b.wakes;
+                a.proactive_checks += b.proactive_checks;
+                a.proactive_runs += b.proactive_runs;
+                a.backoffs += b.backoffs;
+                a.idle_ticks += b.idle_ticks;
+                a.backoff_ticks += b.backoff_ticks;
             }
         }
     };
@@ -49,34 +73,22 @@ node_counters!(
     thp_success_remote,
     /// Huge-page requests that failed (`thp_fault_fallback`).
     thp_failed,
-    /// Direct compactions on behalf of requests from this node that ran at
-    /// least one zone (`compact_stall`).
-    compact_stall,
-    /// Time spent in those compactions (and their reclaim), nanoseconds.
-    compact_stall_ns,
-    /// Stalls after which the request got its block (`compact_success`).
-    compact_success,
-    /// Stalls after which it did not (`compact_fail`).
-    compact_fail,
-    /// Zone runs on this node's zones, direct or kcompactd.
-    compact_runs,
-    /// Compaction of this node skipped by deferral (zone or node level).
-    compact_deferred,
+    /// Requests from this node that stalled in direct compaction or reclaim.
+    stalls,
+    /// Time those stalls took, nanoseconds (the kernel's clock).
+    stall_ns,
+    /// Requests from this node whose node-level deferral skipped
+    /// compaction (the node-aware policy).
+    node_deferred,
     /// Requests from this node whose remote compaction was skipped by the
     /// machine-wide back-off.
-    compact_global_skips,
-    /// Frames scanned on this node's zones (`compact_*_scanned`).
-    compact_scanned,
-    /// Frames migrated on this node's zones (`pgmigrate_success`).
-    compact_migrated,
+    global_skips,
     /// Direct reclaim calls on this node's zones.
     reclaim_calls,
     /// Frames direct reclaim freed on this node's zones.
     reclaimed,
     /// kcompactd wake-ups recorded for this node (`kcompactd_wake`).
     kcompactd_wakes,
-    /// kcompactd work passes that ran on this node.
-    kcompactd_runs,
 );
 
 impl NodeStats {

@@ -1,151 +1,181 @@
-//! The allocation slow path across nodes (spec 01 §10, spec 03 §7, §11.1):
-//! what a high-order request does when the free lists cannot serve it at
-//! once. Two shapes:
+//! The allocation slow path across nodes (spec 01 §10, spec 03 §7, §11.1;
+//! docs/rules/01-buddy.md §10, docs/rules/03-compaction.md §11): what a
+//! request does when the free lists cannot serve it at once. The
+//! compaction rules themselves (direct compaction over a list of zones,
+//! per-zone deferral, the retry policy, suitability) are the compaction
+//! crate's ([`try_to_compact_pages`], [`CompactRetry`]); this module
+//! decides which zones, in which order, and what happens between tries.
+//! Two shapes:
 //!
 //! * Linux's ([`NodePolicy::ThisNode`], [`NodePolicy::RemoteFallback`]):
 //!   the whole zonelist at the low then the min watermark, then direct
-//!   compaction of every zone in zonelist order (each zone skipped while
-//!   deferred), then (unless compact-only) reclaim and a second, sync-light
-//!   compaction; costly orders without `__GFP_RETRY_MAYFAIL` stop there.
-//! * Node-aware ([`NodePolicy::NodeAware`]): node by node in distance order,
-//!   the node's free lists; the local node is compacted directly unless it
-//!   is deferred, remote nodes only in the background (kcompactd), and only
-//!   when the machine-wide back-off left by requests that failed on every
-//!   node has expired.
+//!   compaction of the zonelist's zones, then (unless compact-only)
+//!   reclaim and compaction again at rising priority; costly orders
+//!   without `__GFP_RETRY_MAYFAIL` stop after one round.
+//! * Node-aware ([`NodePolicy::NodeAware`]): node by node in distance
+//!   order, the node's free lists; the local node is compacted directly
+//!   unless the node is deferred, remote nodes only in the background
+//!   (kcompactd), and only while the machine-wide back-off left by
+//!   requests that failed on every node allows it.
 
 use pageframe_buddy::Order;
+use pageframe_compact::{
+    CompactResult, CompactRetry, Migrator, Priority, reset_isolation_suitable, try_to_compact_pages,
+};
 use pageframe_mobility::MigrateType;
 
-use pageframe_compact::{CompactResult, Priority, reset_isolation_suitable};
-
-use crate::compactor::{Clock, Compactor, ZoneTarget};
+use crate::compaction::{Guarded, Locked, ZoneSet};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
-use crate::kcompactd_node::{Suitability, suitability};
+use crate::lock::RawMutex;
 use crate::machine::{Allocation, Machine};
 use crate::numa_stats::NodeStats;
 use crate::thp::{NodePolicy, ThpPolicy};
 use crate::topology::NodeId;
+use crate::zone::ZoneKind;
 use crate::zonelist::{ZoneRef, Zonelist};
 
 /// Frames one direct reclaim pass asks for (`SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: u64 = 32;
-/// Retry rounds at most (`MAX_RECLAIM_RETRIES`, spec 01 §10.1).
+/// Reclaim rounds at most (`MAX_RECLAIM_RETRIES`, spec 01 §10.1).
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
-/// Compaction retries after a success before the priority rises (spec 01
-/// §10.2; a quarter of it for costly orders).
-pub const MAX_COMPACT_RETRIES: u32 = 16;
 
-/// A request for the slow path.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct SlowRequest {
-    /// The node the requester runs on.
-    pub local: NodeId,
-    /// Its GFP flags (`__GFP_THISNODE` keeps it on `local` whatever
-    /// `nodes` says).
-    pub gfp: Gfp,
-    /// The order.
-    pub order: Order,
-    /// Where it looks and compacts.
-    pub nodes: NodePolicy,
-    /// Never reclaim; one compaction pass.
-    pub compact_only: bool,
+/// What the slow path asks of the kernel: moving pages ([`Migrator`], for
+/// compaction), and optionally direct reclaim and a clock for the stall
+/// statistics. A kernel without reclaim implements only the migrator and
+/// writes `impl SlowPathHooks for MyMigrator {}`.
+pub trait SlowPathHooks: Migrator {
+    /// Direct reclaim on zone `zone` of `node`: free up to `pages` frames
+    /// (through [`Machine::free`]) and return how many were freed.
+    fn reclaim(&mut self, node: NodeId, zone: ZoneKind, pages: u64) -> u64 {
+        let _ = (node, zone, pages);
+        0
+    }
+
+    /// Now, in nanoseconds from any origin, never decreasing (0: no clock,
+    /// stall times stay 0).
+    fn now_ns(&self) -> u64 {
+        0
+    }
 }
 
-/// Which deferral gates a zone's direct compaction.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Gate {
-    /// Linux's per-zone deferral (spec 03 §11.1).
-    Zone,
-    /// The caller has already checked the node's deferral.
-    Node,
+impl<H: SlowPathHooks + ?Sized> SlowPathHooks for &mut H {
+    fn reclaim(&mut self, node: NodeId, zone: ZoneKind, pages: u64) -> u64 {
+        (**self).reclaim(node, zone, pages)
+    }
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
 }
 
-/// Time and outcome of the compaction a request stalled in.
-struct Stall<'k> {
-    clock: &'k dyn Clock,
+/// One slow-path request.
+#[derive(Clone, Copy, Debug)]
+struct Request {
+    local: NodeId,
+    gfp: Gfp,
+    order: Order,
+    nodes: NodePolicy,
+    compact_only: bool,
+}
+
+/// Time spent stalled, and whether anything ran.
+struct Stall {
     ran: bool,
     ns: u64,
 }
 
-impl Stall<'_> {
-    /// Runs `f`, adding its duration.
-    fn timed<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        let t0 = self.clock.now_ns();
-        let r = f();
-        self.ns += self.clock.now_ns().saturating_sub(t0);
-        r
-    }
-}
-
-/// What a direct compaction over some zones achieved.
-struct Direct {
-    result: CompactResult,
-    page: Option<Allocation>,
-}
-
-impl<'a> Machine<'a> {
-    /// A transparent huge page (or any `order`) for a fault on `local` in a
-    /// region with (`madvised`) or without `MADV_HUGEPAGE`, under `policy`:
-    /// counts the attempt and where it was served in `local`'s statistics.
-    pub fn alloc_thp<C: Compactor + ?Sized>(
+impl<'a, R: RawMutex> Machine<'a, R> {
+    /// Allocates `2^order` frames for a task on `node`, trying as hard as
+    /// `gfp` allows: the free lists, then (for requests that may do direct
+    /// reclaim and I/O, order above 0) direct compaction through `hooks`'
+    /// migrator and direct reclaim, with Linux's retry rules (spec 01 §10).
+    /// `__GFP_NORETRY` gives up after one round; a costly order (above 3)
+    /// without `__GFP_RETRY_MAYFAIL` too.
+    pub fn alloc_slow<H: SlowPathHooks + ?Sized>(
         &self,
-        local: NodeId,
+        node: NodeId,
+        gfp: Gfp,
         order: Order,
-        madvised: bool,
-        policy: &ThpPolicy,
-        compactor: &mut C,
-        clock: &dyn Clock,
+        hooks: &mut H,
     ) -> Result<Allocation, AllocError> {
-        let req = SlowRequest {
-            local,
-            gfp: policy.gfp(madvised),
-            order,
-            nodes: policy.nodes,
-            compact_only: policy.compact_only,
+        let nodes = if gfp.contains(Gfp::THISNODE) {
+            NodePolicy::ThisNode
+        } else {
+            NodePolicy::RemoteFallback
         };
-        let r = self.alloc_slow(&req, compactor, clock);
+        self.slow(
+            Request {
+                local: node,
+                gfp,
+                order,
+                nodes,
+                compact_only: false,
+            },
+            hooks,
+        )
+    }
+
+    /// A transparent huge page (the pageblock order) for a fault on `node`
+    /// in a region with (`madvised`) or without `MADV_HUGEPAGE`, under the
+    /// machine's [`ThpPolicy`] ([`Machine::set_thp_policy`]): how hard it
+    /// tries, which nodes it may use and compact. Counts the attempt and
+    /// where it was served in `node`'s statistics.
+    pub fn alloc_thp<H: SlowPathHooks + ?Sized>(
+        &self,
+        node: NodeId,
+        madvised: bool,
+        hooks: &mut H,
+    ) -> Result<Allocation, AllocError> {
+        let policy: ThpPolicy = self.thp_policy();
+        let order = self.mobility_config().pageblock_order;
+        let r = self.slow(
+            Request {
+                local: node,
+                gfp: policy.gfp(madvised),
+                order,
+                nodes: policy.nodes,
+                compact_only: policy.compact_only,
+            },
+            hooks,
+        );
         let mut s = NodeStats {
             thp_attempts: 1,
             ..NodeStats::default()
         };
         match &r {
-            Ok(a) if a.node == local => s.thp_success_local = 1,
+            Ok(a) if a.node == node => s.thp_success_local = 1,
             Ok(_) => s.thp_success_remote = 1,
             Err(_) => s.thp_failed = 1,
         }
-        self.count(local, s);
+        self.count(node, s);
         r
     }
 
-    /// Allocates through the slow path: the free lists first, then
-    /// compaction (and reclaim) as `req` allows. See the module docs.
-    pub fn alloc_slow<C: Compactor + ?Sized>(
+    fn slow<H: SlowPathHooks + ?Sized>(
         &self,
-        req: &SlowRequest,
-        compactor: &mut C,
-        clock: &dyn Clock,
+        mut req: Request,
+        hooks: &mut H,
     ) -> Result<Allocation, AllocError> {
+        // Both spellings of "this node only" mean the same.
+        if req.nodes == NodePolicy::ThisNode {
+            req.gfp |= Gfp::THISNODE;
+        }
         let (list, _) = self.prepare(req.local, req.gfp)?;
-        let mut stall = Stall {
-            clock,
-            ran: false,
-            ns: 0,
-        };
+        let t0 = hooks.now_ns();
+        let mut stall = Stall { ran: false, ns: 0 };
         let r = match req.nodes {
-            NodePolicy::NodeAware => self.node_aware(req, list, compactor, &mut stall),
+            NodePolicy::NodeAware => self.node_aware(&req, list, hooks, &mut stall),
             NodePolicy::ThisNode | NodePolicy::RemoteFallback => {
-                self.linux_slow(req, list, compactor, &mut stall)
+                self.linux_slow(&req, list, hooks, &mut stall)
             }
         };
         if stall.ran {
+            stall.ns = hooks.now_ns().saturating_sub(t0);
             self.count(
                 req.local,
                 NodeStats {
-                    compact_stall: 1,
-                    compact_stall_ns: stall.ns,
-                    compact_success: u64::from(r.is_ok()),
-                    compact_fail: u64::from(r.is_err()),
+                    stalls: 1,
+                    stall_ns: stall.ns,
                     ..NodeStats::default()
                 },
             );
@@ -156,7 +186,7 @@ impl<'a> Machine<'a> {
     /// Wakes kcompactd on every node of the list when the request may wake
     /// background reclaim (spec 01 §10, §11: with no kswapd here, the
     /// compactor is the thread that can help a high-order request).
-    fn wake_background(&self, req: &SlowRequest, list: &Zonelist) {
+    fn wake_background(&self, req: &Request, list: &Zonelist) {
         if !req.gfp.contains(Gfp::KSWAPD_RECLAIM) || req.order == Order::ZERO {
             return;
         }
@@ -168,75 +198,82 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn can_compact(req: &SlowRequest) -> bool {
+    fn can_compact(req: &Request) -> bool {
         req.order > Order::ZERO
             && req.gfp.contains(Gfp::DIRECT_RECLAIM)
             && req.gfp.contains(Gfp::IO)
     }
 
     /// Linux's slow path over the whole zonelist (spec 01 §10).
-    fn linux_slow<C: Compactor + ?Sized>(
+    fn linux_slow<H: SlowPathHooks + ?Sized>(
         &self,
-        req: &SlowRequest,
+        req: &Request,
         list: &Zonelist,
-        c: &mut C,
-        stall: &mut Stall<'_>,
+        hooks: &mut H,
+        stall: &mut Stall,
     ) -> Result<Allocation, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
         let refs = list.as_slice().iter().copied();
         let fast = self.fast_flags(local, gfp, list);
-        let mut last = match self.freelist(local, refs.clone(), gfp, order, fast) {
+        let mut last = match self.freelist(local, refs.clone(), gfp, order, fast, None) {
             Ok(a) => return Ok(a),
             Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
             Err(e) => e,
         };
         self.wake_background(req, list);
-        let slow = AllocFlags::slow(gfp, order);
-        if let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow) {
+        let slow = self.slow_flags(gfp, order);
+        if let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None) {
             return Ok(a);
         }
         if !Self::can_compact(req) {
-            return Err(last);
+            return self
+                .last_resort(local, refs, gfp, order, slow)
+                .or(Err(last));
         }
         let costly = order.is_costly();
-        let mut prio = Priority::SyncLight;
+        let mut retry = CompactRetry::new(order);
         // The first, async attempt for costly or unmovable requests.
-        if costly || req.gfp.migratetype() != MigrateType::Movable {
-            let d = self.direct_compact(
+        if costly || gfp.migratetype() != MigrateType::Movable {
+            let (result, page) = self.direct_compact(
                 local,
                 refs.clone(),
                 gfp,
                 order,
                 Priority::Async,
-                Gate::Zone,
-                c,
+                hooks,
                 stall,
             );
-            if let Some(a) = d.page {
+            if let Some(a) = page {
                 return Ok(a);
             }
             if costly && gfp.contains(Gfp::NORETRY) {
-                if d.result <= CompactResult::Deferred {
+                if result <= CompactResult::Deferred {
                     return Err(last);
                 }
-                prio = Priority::Async;
+                retry.set_priority(Priority::Async);
             }
         }
-        let mut retries = 0u32;
         for _round in 0..MAX_RECLAIM_RETRIES {
-            match self.freelist(local, refs.clone(), gfp, order, slow) {
+            match self.freelist(local, refs.clone(), gfp, order, slow, None) {
                 Ok(a) => return Ok(a),
                 Err(e) => last = e,
             }
             if !req.compact_only
-                && self.reclaim(refs.clone(), gfp, c, stall) > 0
-                && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow)
+                && self.reclaim(refs.clone(), gfp, hooks, stall) > 0
+                && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None)
             {
                 return Ok(a);
             }
-            let d =
-                self.direct_compact(local, refs.clone(), gfp, order, prio, Gate::Zone, c, stall);
-            if let Some(a) = d.page {
+            let (result, page) = self.direct_compact(
+                local,
+                refs.clone(),
+                gfp,
+                order,
+                retry.priority(),
+                hooks,
+                stall,
+            );
+            if let Some(a) = page {
                 return Ok(a);
             }
             if gfp.contains(Gfp::NORETRY) || req.compact_only {
@@ -247,65 +284,58 @@ impl<'a> Machine<'a> {
             if costly && !gfp.contains(Gfp::RETRY_MAYFAIL) {
                 break;
             }
-            let again =
-                self.should_compact_retry(d.result, &mut retries, &mut prio, order, refs.clone());
-            if !again {
+            let highest = gfp.highest_zone().unwrap_or(ZoneKind::Normal);
+            let suitable = || {
+                refs.clone()
+                    .filter(|r| r.kind <= highest)
+                    .filter_map(|r| self.zone(r))
+                    .any(|z| {
+                        let marks = z.marks(highest);
+                        z.inspect(|m| {
+                            pageframe_compact::compaction_suitable(
+                                m,
+                                order,
+                                marks.wmark.min,
+                                &marks,
+                                self.extfrag_threshold(),
+                            )
+                        })
+                    })
+            };
+            if !retry.should_retry(result, suitable) {
                 break;
             }
         }
-        Err(last)
+        self.last_resort(local, refs, gfp, order, slow)
+            .or(Err(last))
     }
 
-    /// `should_compact_retry` (spec 01 §10.2).
-    fn should_compact_retry(
+    /// Under `defrag_mode`, what the slow path does once reclaim and
+    /// compaction have failed: the free lists without NOFRAGMENT (spec 02
+    /// §5.5). Otherwise nothing.
+    fn last_resort(
         &self,
-        result: CompactResult,
-        retries: &mut u32,
-        prio: &mut Priority,
+        local: NodeId,
+        refs: impl Iterator<Item = ZoneRef> + Clone,
+        gfp: Gfp,
         order: Order,
-        refs: impl Iterator<Item = ZoneRef>,
-    ) -> bool {
-        let costly = order.is_costly();
-        let min = if costly {
-            Priority::SyncLight
-        } else {
-            Priority::SyncFull
-        };
-        let raise = |prio: &mut Priority, retries: &mut u32| match prio.raised() {
-            Some(p) if *prio > min => {
-                *prio = p;
-                *retries = 0;
-                true
-            }
-            _ => false,
-        };
-        match result {
-            // Compaction could not start: worth another round only if some
-            // zone now has the free memory to compact into.
-            CompactResult::Skipped => refs
-                .filter_map(|r| self.zone(r))
-                .any(|z| suitability(z, order) == Suitability::Continue),
-            CompactResult::Success => {
-                *retries += 1;
-                let max = if costly {
-                    MAX_COMPACT_RETRIES / 4
-                } else {
-                    MAX_COMPACT_RETRIES
-                };
-                *retries <= max || raise(prio, retries)
-            }
-            _ => raise(prio, retries),
+        slow: AllocFlags,
+    ) -> Result<Allocation, AllocError> {
+        if !slow.contains(AllocFlags::NOFRAGMENT) {
+            return Err(AllocError::OutOfMemory);
         }
+        let last = slow - AllocFlags::NOFRAGMENT;
+        self.freelist(local, refs, gfp, order, last, None)
     }
 
     /// One direct reclaim pass: up to [`SWAP_CLUSTER_MAX`] frames from the
     /// eligible zones in list order. Returns the frames freed.
-    fn reclaim<C: Compactor + ?Sized>(
+    fn reclaim<H: SlowPathHooks + ?Sized>(
         &self,
         refs: impl Iterator<Item = ZoneRef>,
         gfp: Gfp,
-        c: &mut C,
-        stall: &mut Stall<'_>,
+        hooks: &mut H,
+        stall: &mut Stall,
     ) -> u64 {
         let Some(highest) = gfp.highest_zone() else {
             return 0;
@@ -315,9 +345,13 @@ impl<'a> Machine<'a> {
             if freed >= SWAP_CLUSTER_MAX {
                 break;
             }
-            let Some(z) = self.zone(r) else { continue };
+            if self.zone(r).is_none() {
+                continue;
+            }
             stall.ran = true;
-            let got = stall.timed(|| c.reclaim(r.node, z, SWAP_CLUSTER_MAX - freed));
+            let got = hooks
+                .reclaim(r.node, r.kind, SWAP_CLUSTER_MAX - freed)
+                .min(SWAP_CLUSTER_MAX - freed);
             freed += got;
             self.count(
                 r.node,
@@ -331,119 +365,71 @@ impl<'a> Machine<'a> {
         freed
     }
 
-    /// `try_to_compact_pages` (spec 03 §11.1) over `refs` and then the free
-    /// lists: compacts the eligible zones in order until one succeeds,
-    /// skipping zones that are already ready or not worth it, and (with
-    /// [`Gate::Zone`]) zones that are deferred. A failed non-async run
-    /// defers its zone; a block then obtained resets the zone's deferral.
+    /// Direct compaction (`try_to_compact_pages`, spec 03 §11.1) of the
+    /// eligible zones of `refs` in order, then the free lists: a block the
+    /// run captured is the caller's; otherwise the whole list is tried once
+    /// more. The compaction crate applies per-zone deferral and accounts
+    /// the stall.
     #[allow(clippy::too_many_arguments)]
-    fn direct_compact<C: Compactor + ?Sized>(
+    fn direct_compact<H: SlowPathHooks + ?Sized>(
         &self,
         local: NodeId,
         refs: impl Iterator<Item = ZoneRef> + Clone,
         gfp: Gfp,
         order: Order,
         prio: Priority,
-        gate: Gate,
-        c: &mut C,
-        stall: &mut Stall<'_>,
-    ) -> Direct {
-        let mut out = Direct {
-            result: CompactResult::Skipped,
-            page: None,
-        };
+        hooks: &mut H,
+        stall: &mut Stall,
+    ) -> (CompactResult, Option<Allocation>) {
         let Some(highest) = gfp.highest_zone() else {
-            return out;
+            return (CompactResult::Skipped, None);
         };
-        let slow = AllocFlags::slow(gfp, order);
-        for r in refs.clone().filter(|r| r.kind <= highest) {
-            let (Some(z), Some(st)) = (self.zone(r), self.state.get(r.node.index())) else {
-                continue;
-            };
-            let cs = &st.zone_compact[r.kind.index()];
-            if gate == Gate::Zone && prio != Priority::SyncFull && cs.compaction_deferred(order) {
-                out.result = out.result.max(CompactResult::Deferred);
-                self.count(
-                    r.node,
-                    NodeStats {
-                        compact_deferred: 1,
-                        ..NodeStats::default()
-                    },
-                );
-                continue;
-            }
-            match suitability(z, order) {
-                Suitability::Continue => {}
-                // Another request freed or compacted a block meanwhile.
-                Suitability::Ready => {
-                    if let Ok(pfn) = z.try_alloc(gfp, order, slow, highest) {
-                        out.page = Some(Allocation {
-                            node: r.node,
-                            zone: r.kind,
-                            pfn,
-                        });
-                        return out;
-                    }
-                    continue;
-                }
-                Suitability::Skip => continue,
-            }
-            stall.ran = true;
-            let target = ZoneTarget {
-                node: r.node,
-                zone: z,
-                state: cs,
-                mt: gfp.migratetype(),
-                background: false,
-            };
-            let run = stall.timed(|| c.compact(target, order, prio));
-            self.count(
-                r.node,
-                NodeStats {
-                    compact_runs: 1,
-                    compact_scanned: run.work.scanned,
-                    compact_migrated: run.work.migrated,
-                    ..NodeStats::default()
-                },
-            );
-            out.result = out.result.max(run.result);
-            match run.result {
-                CompactResult::Success => {
-                    cs.defer_reset(order, false);
-                    let got = match run.captured {
-                        Some(p) => Ok(p),
-                        None => z.try_alloc(gfp, order, slow, highest),
-                    };
-                    if let Ok(pfn) = got {
-                        cs.defer_reset(order, true);
-                        out.page = Some(Allocation {
-                            node: r.node,
-                            zone: r.kind,
-                            pfn,
-                        });
-                        return out;
-                    }
-                    break;
-                }
-                CompactResult::Complete | CompactResult::PartialSkipped
-                    if prio != Priority::Async =>
-                {
-                    cs.defer_compaction(order)
-                }
-                CompactResult::Contended => break,
-                _ => {}
-            }
-        }
+        let Some(set) = ZoneSet::new(self, refs.clone(), highest) else {
+            return (CompactResult::Skipped, None);
+        };
+        let mt = gfp.migratetype();
+        let mut guarded = Guarded {
+            inner: hooks,
+            machine: self,
+        };
+        let out = set.with(|zones| try_to_compact_pages(zones, order, mt, prio, &mut guarded));
         if out.result > CompactResult::Deferred {
-            // spec 01 §10: after compaction, the whole list once more.
-            if let Ok(a) = self.freelist(local, refs, gfp, order, slow) {
-                if let Some(st) = self.state.get(a.node.index()) {
-                    st.zone_compact[a.zone.index()].defer_reset(order, true);
-                }
-                out.page = Some(a);
-            }
+            stall.ran = true;
         }
-        out
+        let page = match out.captured {
+            Some((i, pfn)) => {
+                let z = set.zone(i);
+                z.states.set_allocated(pfn, order, mt);
+                let r = set.zone_ref(i);
+                Some((
+                    i,
+                    Allocation {
+                        node: r.node,
+                        zone: r.kind,
+                        pfn,
+                    },
+                ))
+            }
+            None if out.result > CompactResult::Deferred => self
+                .freelist(local, refs, gfp, order, self.slow_flags(gfp, order), None)
+                .ok()
+                .map(|a| {
+                    let i = (0..set.len())
+                        .find(|&i| {
+                            set.zone_ref(i)
+                                == ZoneRef {
+                                    node: a.node,
+                                    kind: a.zone,
+                                }
+                        })
+                        .unwrap_or(usize::MAX);
+                    (i, a)
+                }),
+            None => None,
+        };
+        let page_zone = page.map(|(i, _)| i).filter(|&i| i < set.len());
+        set.with(|zones| out.finish(zones, page_zone));
+        (out.result, page.map(|(_, a)| a))
     }
 
     /// The node-aware slow path: node by node in preference order. The
@@ -455,23 +441,23 @@ impl<'a> Machine<'a> {
     /// faulting task never stalls compacting a remote node. A request that
     /// fails everywhere after waking remote compactors defers the next
     /// wake-ups (spec 03 §7 counting); a remote success ends the back-off.
-    fn node_aware<C: Compactor + ?Sized>(
+    fn node_aware<H: SlowPathHooks + ?Sized>(
         &self,
-        req: &SlowRequest,
+        req: &Request,
         list: &Zonelist,
-        c: &mut C,
-        stall: &mut Stall<'_>,
+        hooks: &mut H,
+        stall: &mut Stall,
     ) -> Result<Allocation, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
         let nodes = list.nodes();
-        let slow = AllocFlags::slow(gfp, order);
+        let slow = self.slow_flags(gfp, order);
         let can_compact = Self::can_compact(req);
         let highest = gfp.highest_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::OutOfMemory;
         // None: remote compaction not considered yet; Some(allowed).
         let mut global: Option<bool> = None;
         self.wake_background(req, list);
-        for (i, &n) in nodes.as_slice().iter().enumerate() {
+        for &n in nodes.as_slice() {
             let refs = list.as_slice().iter().copied().filter(move |r| r.node == n);
             let fast = if n == local {
                 self.fast_flags(local, gfp, list)
@@ -479,10 +465,10 @@ impl<'a> Machine<'a> {
                 AllocFlags::fast(gfp)
             };
             match self
-                .freelist(local, refs.clone(), gfp, order, fast)
+                .freelist(local, refs.clone(), gfp, order, fast, None)
                 .or_else(|e| match e {
                     AllocError::OrderTooLarge => Err(e),
-                    _ => self.freelist(local, refs.clone(), gfp, order, slow),
+                    _ => self.freelist(local, refs.clone(), gfp, order, slow, None),
                 }) {
                 Ok(a) => {
                     if n != local {
@@ -498,14 +484,14 @@ impl<'a> Machine<'a> {
             if !can_compact {
                 continue;
             }
-            if i > 0 {
+            if n != local {
                 let allowed = *global.get_or_insert_with(|| {
                     let deferred = self.global_defer.is_deferred(order);
                     if deferred {
                         self.count(
                             local,
                             NodeStats {
-                                compact_global_skips: 1,
+                                global_skips: 1,
                                 ..NodeStats::default()
                             },
                         );
@@ -517,28 +503,24 @@ impl<'a> Machine<'a> {
                 }
                 continue;
             }
-            let Some(st) = self.state.get(n.index()) else {
-                continue;
-            };
-            if st.node_defer.is_deferred(order) {
+            let Some(node) = self.node(n) else { continue };
+            if node.defer.is_deferred(order) {
                 self.count(
                     n,
                     NodeStats {
-                        compact_deferred: 1,
+                        node_deferred: 1,
                         ..NodeStats::default()
                     },
                 );
                 continue;
             }
-            if st.node_defer.state().shift > 0 {
+            if node.defer.state().shift > 0 {
                 // Retrying a node after failures: clear the skip hints a
                 // direct compactor left (what kswapd does on going to
                 // sleep), or the retry would only revisit what was not
                 // skipped last time (the node-level `compaction_restarting`).
-                for r in refs.clone() {
-                    if let Some(z) = self.zone(r) {
-                        reset_isolation_suitable(z, &st.zone_compact[r.kind.index()]);
-                    }
+                for z in node.zones().filter(|z| z.kind() <= highest) {
+                    reset_isolation_suitable(&Locked(z), &z.compact);
                 }
             }
             let mut result = CompactResult::Skipped;
@@ -553,33 +535,23 @@ impl<'a> Machine<'a> {
             for (k, &prio) in prios.iter().enumerate() {
                 if k > 0
                     && !req.compact_only
-                    && self.reclaim(refs.clone(), gfp, c, stall) > 0
-                    && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow)
+                    && self.reclaim(refs.clone(), gfp, hooks, stall) > 0
+                    && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None)
                 {
-                    st.node_defer.reset(order, true);
+                    node.defer.reset(order, true);
                     return Ok(a);
                 }
-                let d = self.direct_compact(
-                    local,
-                    refs.clone(),
-                    gfp,
-                    order,
-                    prio,
-                    Gate::Node,
-                    c,
-                    stall,
-                );
-                result = result.max(d.result);
-                if let Some(a) = d.page {
-                    st.node_defer.reset(order, true);
+                let (r, page) =
+                    self.direct_compact(local, refs.clone(), gfp, order, prio, hooks, stall);
+                result = result.max(r);
+                if let Some(a) = page {
+                    node.defer.reset(order, true);
                     return Ok(a);
                 }
             }
             match result {
-                CompactResult::Success => st.node_defer.reset(order, false),
-                CompactResult::Complete | CompactResult::PartialSkipped => {
-                    st.node_defer.defer(order)
-                }
+                CompactResult::Success => node.defer.reset(order, false),
+                CompactResult::Complete | CompactResult::PartialSkipped => node.defer.defer(order),
                 _ => {}
             }
         }

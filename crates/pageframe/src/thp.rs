@@ -138,7 +138,57 @@ pub struct ThpPolicy {
     pub compact_only: bool,
 }
 
+impl Default for ThpPolicy {
+    /// Linux's default `defrag` setting (`madvise`: only `MADV_HUGEPAGE`
+    /// regions stall), with the node-aware, compact-only node policy.
+    fn default() -> Self {
+        ThpPolicy {
+            defrag: ThpDefrag::Madvise,
+            nodes: NodePolicy::NodeAware,
+            compact_only: true,
+        }
+    }
+}
+
 impl ThpPolicy {
+    /// Packs the policy into a byte (the machine keeps it in an atomic).
+    pub(crate) const fn encode(&self) -> u8 {
+        let d = match self.defrag {
+            ThpDefrag::Always => 0,
+            ThpDefrag::Defer => 1,
+            ThpDefrag::DeferMadvise => 2,
+            ThpDefrag::Madvise => 3,
+            ThpDefrag::Never => 4,
+        };
+        let n = match self.nodes {
+            NodePolicy::ThisNode => 0,
+            NodePolicy::RemoteFallback => 1,
+            NodePolicy::NodeAware => 2,
+        };
+        d | (n << 3) | ((self.compact_only as u8) << 5)
+    }
+
+    /// The inverse of [`ThpPolicy::encode`].
+    pub(crate) const fn decode(v: u8) -> ThpPolicy {
+        let defrag = match v & 7 {
+            0 => ThpDefrag::Always,
+            1 => ThpDefrag::Defer,
+            2 => ThpDefrag::DeferMadvise,
+            4 => ThpDefrag::Never,
+            _ => ThpDefrag::Madvise,
+        };
+        let nodes = match (v >> 3) & 3 {
+            0 => NodePolicy::ThisNode,
+            1 => NodePolicy::RemoteFallback,
+            _ => NodePolicy::NodeAware,
+        };
+        ThpPolicy {
+            defrag,
+            nodes,
+            compact_only: v & (1 << 5) != 0,
+        }
+    }
+
     /// `__GFP_THISNODE` with direct compaction and reclaim (`MADV_HUGEPAGE`
     /// before 2018): may stall on the local node.
     pub const THISNODE_COMPACT: ThpPolicy = ThpPolicy {

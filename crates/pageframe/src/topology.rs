@@ -41,7 +41,7 @@ impl fmt::Display for NodeId {
 }
 
 /// Why a topology was refused.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum TopologyError {
     /// No node, or more than [`MAX_NUMNODES`].
     NodeCount,
@@ -55,7 +55,18 @@ pub enum TopologyError {
 
 impl fmt::Display for TopologyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            TopologyError::NodeCount => {
+                write!(f, "a topology has 1..={MAX_NUMNODES} nodes")
+            }
+            TopologyError::NodeOutOfRange => f.write_str("the node is not part of the topology"),
+            TopologyError::LocalDistance => {
+                write!(f, "a node's distance to itself must be {LOCAL_DISTANCE}")
+            }
+            TopologyError::RemoteTooClose => {
+                write!(f, "two nodes must be further apart than {LOCAL_DISTANCE}")
+            }
+        }
     }
 }
 
@@ -72,6 +83,12 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// One node with CPUs.
+    pub const SINGLE: Topology = match Topology::uniform(1) {
+        Ok(t) => t,
+        Err(_) => panic!("one node is a valid topology"),
+    };
+
     /// `n` nodes, all with CPUs, each [`REMOTE_DISTANCE`] from the others.
     pub const fn uniform(n: usize) -> Result<Topology, TopologyError> {
         if n == 0 || n > MAX_NUMNODES {

@@ -1,20 +1,26 @@
-//! A zone: one buddy allocator over an address-range class, its watermarks,
-//! behind one spin lock (spec 01 §3.3).
+//! A zone: one buddy allocator over an address-range class (spec 01 §3.3,
+//! docs/rules/01-buddy.md §3), grouped by mobility, with its watermarks
+//! and lowmem reserve behind the kernel's lock, the per-frame ownership
+//! bytes the lock-free paths use, its per-CPU caches and its compaction
+//! state.
+//!
+//! Zones live inside a [`crate::Machine`]; everything that changes a zone
+//! goes through the machine, so the public surface here is read-only.
 
 use core::fmt;
 use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 
-use pageframe_buddy::{
-    FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats, ValidateError,
-};
-use pageframe_mobility::{AllocMode, FallbackStats, MigrateType, MobileZone, MobilityConfig};
-use spin::Mutex;
+use pageframe_buddy::{BlockInfo, FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats};
+use pageframe_compact::CompactState;
+use pageframe_mobility::{FallbackStats, MobileZone, MobilityConfig, Watermarks, ZoneMarks};
+use pageframe_pcp::{PcpSet, ZoneFlags};
 
 use crate::error::AllocError;
+use crate::frame_state::{FrameStates, State};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::watermark::{
-    DEFAULT_WATERMARK_SCALE_FACTOR, Watermarks, default_min_free_kbytes, watermark_ok,
-};
+use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::topology::NodeId;
 
 /// Address-range classes of memory, low to high (spec 01 §3.5). A zone's
 /// index is its place in this order.
@@ -59,6 +65,13 @@ impl ZoneKind {
     }
 }
 
+impl fmt::Display for ZoneKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the zone lock protects.
 pub(crate) struct ZoneInner<'a> {
     pub buddy: MobileZone<'a>,
     pub wmark: Watermarks,
@@ -67,54 +80,77 @@ pub(crate) struct ZoneInner<'a> {
     pub watermark_failures: u64,
 }
 
-/// A zone: a buddy allocator grouped by mobility ([`MobileZone`]) with
-/// watermarks, behind a spin lock. All methods take `&self`, so a zone (or
-/// the [`crate::Node`] holding it) can be shared.
-pub struct Zone<'a> {
+/// A zone of a [`crate::Machine`]: a buddy allocator grouped by mobility
+/// ([`MobileZone`]) with watermarks behind a lock of type `R`, one
+/// ownership byte per frame, optional per-CPU caches, and its compaction
+/// state. Read it through the accessors here; allocate and free through the
+/// machine.
+///
+/// Size: a few KiB (the free-list heads); a machine keeps its zones in place.
+pub struct Zone<'a, R: RawMutex = SpinLock> {
     kind: ZoneKind,
+    node: NodeId,
     span: PfnRange,
-    pub(crate) inner: Mutex<ZoneInner<'a>>,
-    /// Per-frame states for the per-CPU cache path (see [`crate::cache`]);
-    /// `None` until [`Zone::with_frame_states`].
-    pub(crate) states: Option<crate::cache::FrameStates<'a>>,
+    pub(crate) inner: Mutex<R, ZoneInner<'a>>,
+    pub(crate) states: FrameStates<'a>,
+    pub(crate) pcp: Option<PcpSet<'a, 'a>>,
+    /// Free frames after the last zone operation, and copies of the
+    /// watermarks and lowmem reserves: the cached path's lock-free
+    /// watermark check reads them.
+    free_hint: AtomicU64,
+    /// `[mark][highest]`: the mark plus the lowmem reserve held against a
+    /// requester whose highest zone is `highest`.
+    threshold_hint: [[AtomicU64; NR_ZONE_KINDS]; 3],
     /// Zone flags the per-CPU caches read without the lock.
-    pub(crate) pcp_flags: core::sync::atomic::AtomicU8,
+    pcp_flags: AtomicU8,
+    /// Per-zone compaction state (cached scanners, deferral, counters).
+    pub(crate) compact: CompactState,
 }
 
-impl<'a> Zone<'a> {
-    /// Metadata bytes a zone over `span` needs: 16 a frame (the span rounded
-    /// to 4 MiB) plus one a pageblock, plus alignment slack.
-    pub const fn metadata_bytes(span: PfnRange) -> usize {
-        Self::metadata_bytes_with(span, MOBILITY_DEFAULT)
+impl<'a, R: RawMutex> Zone<'a, R> {
+    /// Metadata bytes a zone over `span` built with `config` needs, all of
+    /// it: the buddy core's 16 bytes a frame (the span rounded out to whole
+    /// max-order blocks) plus alignment slack, the mobility layer's 67
+    /// bytes a pageblock (type byte, allocated-frame count and bitmap for
+    /// the placement policy), and one ownership byte a frame. 0 for a span
+    /// no zone can have (empty, or too large).
+    pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
+        let m = MobileZone::metadata_bytes(span, config);
+        if m == 0 {
+            0
+        } else {
+            m + FrameStates::bytes(span)
+        }
     }
 
-    /// The same for a zone built with `config`.
-    pub const fn metadata_bytes_with(span: PfnRange, config: MobilityConfig) -> usize {
-        MobileZone::metadata_bytes(span, config)
-    }
-
-    /// A zone of `kind` over `span`, with every frame a hole until handed
-    /// over with [`Zone::add_free_range`]. `meta` is the metadata buffer, at
-    /// least [`Zone::metadata_bytes`] long, typically carved from the RAM the
-    /// zone will manage (and then left out of the free ranges).
-    pub fn new(
+    /// A zone with every frame a hole until handed over. `meta` must hold
+    /// [`Zone::metadata_bytes`] bytes.
+    pub(crate) fn new(
         kind: ZoneKind,
-        span: PfnRange,
-        meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<Zone<'a>, InitError> {
-        Self::with_config(kind, span, MOBILITY_DEFAULT, meta)
-    }
-
-    /// A zone with explicit mobility choices (pageblock order, grouping).
-    pub fn with_config(
-        kind: ZoneKind,
+        node: NodeId,
         span: PfnRange,
         config: MobilityConfig,
         meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<Zone<'a>, InitError> {
-        let buddy = MobileZone::new(span, config, meta)?;
+    ) -> Result<Self, InitError> {
+        let needed = Self::metadata_bytes(span, config);
+        let given = meta.len();
+        if needed == 0 {
+            return Err(if span.is_empty() {
+                InitError::EmptySpan
+            } else {
+                InitError::SpanTooLarge
+            });
+        }
+        if given < needed {
+            return Err(InitError::MetadataTooSmall { needed, given });
+        }
+        let (core, states) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
+        let buddy = MobileZone::new(span, config, core)?;
+        let states =
+            FrameStates::new(span, states).ok_or(InitError::MetadataTooSmall { needed, given })?;
         Ok(Zone {
             kind,
+            node,
             span,
             inner: Mutex::new(ZoneInner {
                 buddy,
@@ -122,8 +158,12 @@ impl<'a> Zone<'a> {
                 lowmem_reserve: [0; NR_ZONE_KINDS],
                 watermark_failures: 0,
             }),
-            states: None,
-            pcp_flags: core::sync::atomic::AtomicU8::new(0),
+            states,
+            pcp: None,
+            free_hint: AtomicU64::new(0),
+            threshold_hint: [const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3],
+            pcp_flags: AtomicU8::new(0),
+            compact: CompactState::new(),
         })
     }
 
@@ -132,42 +172,59 @@ impl<'a> Zone<'a> {
         self.kind
     }
 
+    /// The node the zone belongs to.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
     /// The span, holes included.
     pub fn span(&self) -> PfnRange {
         self.span
     }
 
-    /// Hands usable frames over. The watermarks are recomputed as if this
-    /// zone were alone; a [`crate::Node`] recomputes them over all its zones.
-    pub fn add_free_range(&self, range: PfnRange) -> Result<(), RangeError> {
+    /// Hands usable frames over (the machine checks the range first).
+    pub(crate) fn add_free_range(&self, range: PfnRange) -> Result<(), RangeError> {
         let mut z = self.inner.lock();
         z.buddy.add_free_range(range)?;
-        let managed = z.buddy.buddy().managed_pages();
-        let pages_min = default_min_free_kbytes(managed * 4) / 4;
-        z.wmark = Watermarks::compute(pages_min, managed, DEFAULT_WATERMARK_SCALE_FACTOR);
+        self.after_zone_op(&z);
         Ok(())
     }
 
-    /// Allocates `2^order` frames: first against the low watermark, then
-    /// against the min watermark with the reserve access `gfp` grants (there
-    /// is no reclaim to wait for). The zone ignores zone-selector bits; the
-    /// mobility bits choose the migratetype.
-    #[inline]
-    pub fn alloc(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        if !gfp.is_valid() {
-            return Err(AllocError::InvalidGfp);
-        }
-        self.try_alloc(gfp, order, AllocFlags::fast(gfp), self.kind)
-            .or_else(|_| self.try_alloc(gfp, order, AllocFlags::slow(gfp, order), self.kind))
+    /// Whether [`Zone::add_free_range`] would take `range`.
+    pub(crate) fn check_add_range(&self, range: PfnRange) -> Result<(), RangeError> {
+        self.inner.lock().buddy.buddy().check_add_range(range)
     }
 
-    /// One attempt under one lock acquisition: the watermark check for a
-    /// requester whose highest usable zone is `highest`, then the free lists
-    /// of the migratetype `gfp` selects, with fallback as `flags` allow
-    /// (`rmqueue`, spec 01 §6.3-6.4). A high-order atomic success reserves
-    /// its pageblock for later ones (spec 02 §7).
+    /// Sets the watermarks and lowmem reserves (the machine computes them).
+    pub(crate) fn set_watermarks(&self, w: Watermarks, reserve: [u64; NR_ZONE_KINDS]) {
+        let mut z = self.inner.lock();
+        z.wmark = w;
+        z.lowmem_reserve = reserve;
+        for (row, mark) in self.threshold_hint.iter().zip([w.min, w.low, w.high]) {
+            for (h, r) in row.iter().zip(reserve) {
+                h.store(mark.saturating_add(r), Relaxed);
+            }
+        }
+        self.after_zone_op(&z);
+    }
+
+    /// The marks a requester whose highest zone is `highest` is held to.
+    pub(crate) fn marks(&self, highest: ZoneKind) -> ZoneMarks {
+        let z = self.inner.lock();
+        ZoneMarks {
+            wmark: z.wmark,
+            reserve: z.lowmem_reserve[highest.index()],
+        }
+    }
+
+    /// One attempt under one lock acquisition (`rmqueue` after the
+    /// watermark check, spec 01 §6.3-6.4, §7.4): the check against the mark
+    /// `flags` select, with the reserve access they grant, for a requester
+    /// whose highest usable zone is `highest`; then the free lists of the
+    /// type `gfp` selects, with fallback as `flags` allow. A high-order
+    /// atomic success reserves its pageblock (spec 02 §7).
     #[inline]
-    pub fn try_alloc(
+    pub(crate) fn try_alloc(
         &self,
         gfp: Gfp,
         order: Order,
@@ -175,87 +232,118 @@ impl<'a> Zone<'a> {
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
         let mut z = self.inner.lock();
-        let mark = z.wmark.get(flags.mark());
-        let reserve = z.lowmem_reserve[highest.index()];
-        let zone = &z.buddy;
-        if order > zone.buddy().max_order() {
+        if order > z.buddy.buddy().max_order() {
             return Err(AllocError::OrderTooLarge);
         }
-        let reserves = flags.intersects(AllocFlags::RESERVES);
-        let mut free = zone.free_pages();
-        if !reserves {
-            // spec 01 §7.4: the highatomic reserve is not for everyone.
-            free -= zone.free_pages_of(MigrateType::HighAtomic).min(free);
-        }
-        let ok = watermark_ok(free, order.get(), mark, reserve, flags, |o| {
-            let types: &[MigrateType] =
-                if flags.intersects(AllocFlags::HIGHATOMIC | AllocFlags::OOM) {
-                    &[
-                        MigrateType::Unmovable,
-                        MigrateType::Movable,
-                        MigrateType::Reclaimable,
-                        MigrateType::HighAtomic,
-                    ]
-                } else {
-                    &[
-                        MigrateType::Unmovable,
-                        MigrateType::Movable,
-                        MigrateType::Reclaimable,
-                    ]
-                };
-            (o..=zone.buddy().max_order().get())
-                .filter_map(Order::new)
-                .any(|k| types.iter().any(|&t| zone.free_blocks_of(k, t) > 0))
-        });
-        if !ok {
+        let mark = z.wmark.get(flags.mark());
+        let reserve = z.lowmem_reserve[highest.index()];
+        if !z
+            .buddy
+            .watermark_ok(order, mark, reserve, flags.access(gfp))
+        {
             z.watermark_failures += 1;
             return Err(AllocError::OutOfMemory);
         }
-        let mut mode = AllocMode::empty();
-        mode.set(
-            AllocMode::NOFRAGMENT,
-            flags.contains(AllocFlags::NOFRAGMENT),
-        );
-        mode.set(
-            AllocMode::HIGHATOMIC,
-            flags.contains(AllocFlags::HIGHATOMIC),
-        );
-        mode.set(
-            AllocMode::RESERVES,
-            flags.intersects(AllocFlags::NON_BLOCK | AllocFlags::OOM),
-        );
+        let mt = gfp.migratetype();
         let p = z
             .buddy
-            .alloc(order, gfp.migratetype(), mode)
+            .alloc(order, mt, flags.mode())
             .map_err(AllocError::from)?;
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);
         }
+        self.states.set_allocated(p, order, mt);
         self.after_zone_op(&z);
-        if let Some(st) = &self.states {
-            st.set_allocated(p, order, gfp.migratetype());
-        }
         Ok(p)
     }
 
-    /// Frees a block; bad input gets a [`FreeError`] and changes nothing.
-    #[inline]
-    pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+    /// Frees a live allocation: the ownership byte by compare-and-swap, then
+    /// the core, in one critical section. Bad input gets a [`FreeError`]
+    /// and changes nothing.
+    pub(crate) fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if !self.span.contains(pfn) {
+            return Err(FreeError::OutOfRange);
+        }
         let mut z = self.inner.lock();
-        if let Some(st) = &self.states {
-            // A block sitting in a per-CPU cache is free as far as its owner
-            // is concerned: freeing it again is a double free.
-            st.check_not_cached(pfn)?;
+        // The ownership byte decides who frees, by compare-and-swap (a
+        // per-CPU cache frees without this lock). A live allocation of this
+        // order is one the core holds allocated with that order, so the
+        // core's free then succeeds.
+        match self.states.take_for_free(pfn, order) {
+            Ok(_) => {
+                let r = z.buddy.free(pfn, order);
+                debug_assert!(r.is_ok(), "an owned block is allocated in the core");
+                self.after_zone_op(&z);
+                r
+            }
+            Err(e) => {
+                // Name the problem: the core's structural errors (order,
+                // alignment, hole, tail, wrong order, free) come first; a
+                // block the core holds allocated but nobody owns here is
+                // the allocator's, mid-operation.
+                z.buddy.buddy().would_free(pfn, order)?;
+                match (e, self.states.get(pfn)) {
+                    (FreeError::AlreadyFree, State::Free) => Err(FreeError::Busy),
+                    (e, _) => Err(e),
+                }
+            }
         }
-        z.buddy.free(pfn, order)?;
-        self.after_zone_op(&z);
-        if let Some(st) = &self.states {
-            st.set_free(pfn, order);
-        }
-        Ok(())
     }
 
-    /// Free frames.
+    /// Updates the values the lock-free paths read, after a zone operation.
+    #[inline]
+    pub(crate) fn after_zone_op(&self, z: &ZoneInner<'_>) {
+        let free = z.buddy.free_pages();
+        self.free_hint.store(free, Relaxed);
+        if self.pcp.is_some() {
+            let below = free < z.wmark.high;
+            self.pcp_flags.store(
+                if below {
+                    ZoneFlags::BELOW_HIGH.bits()
+                } else {
+                    0
+                },
+                Relaxed,
+            );
+        }
+    }
+
+    /// The cached path's watermark check: free frames after the last zone
+    /// operation above `mark` (a racy read, as Linux's `zone_watermark_fast`
+    /// reads its counter).
+    #[inline]
+    pub(crate) fn free_hint(&self) -> u64 {
+        self.free_hint.load(Relaxed)
+    }
+
+    /// The mark `flags` select plus the reserve held against `highest`,
+    /// read without the lock (racy copies kept by `set_watermarks`).
+    #[inline]
+    pub(crate) fn fast_threshold(&self, flags: AllocFlags, highest: ZoneKind) -> u64 {
+        self.threshold_hint[flags.mark() as usize][highest.index()].load(Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn pcp_flags(&self) -> ZoneFlags {
+        ZoneFlags::from_bits_truncate(self.pcp_flags.load(Relaxed))
+    }
+
+    /// Runs `f` on the mobility zone under the lock (the machine's
+    /// mechanisms: compaction, isolation).
+    pub(crate) fn with_zone<T>(&self, f: impl FnOnce(&mut MobileZone<'a>) -> T) -> T {
+        let mut z = self.inner.lock();
+        let r = f(&mut z.buddy);
+        self.after_zone_op(&z);
+        r
+    }
+
+    /// Runs `f` on the mobility zone under the lock, read-only: for reports
+    /// and tests (block types, pageblock pollution, indices).
+    pub fn inspect<T>(&self, f: impl FnOnce(&MobileZone<'a>) -> T) -> T {
+        f(&self.inner.lock().buddy)
+    }
+
+    /// Free frames (not counting those in per-CPU caches).
     pub fn free_pages(&self) -> u64 {
         self.inner.lock().buddy.free_pages()
     }
@@ -295,42 +383,91 @@ impl<'a> Zone<'a> {
         self.inner.lock().lowmem_reserve[kind.index()]
     }
 
-    /// Checks every invariant of the zone.
-    pub fn validate(&self) -> Result<(), ValidateError> {
-        self.inner.lock().buddy.validate()
+    /// The zone's compaction state (deferral, cached scanners, counters).
+    pub fn compact_state(&self) -> &CompactState {
+        &self.compact
     }
 
-    /// Runs `f` on the mobility zone under the lock (diagnostics, and the
-    /// layers that drive the free lists directly: compaction, isolation).
-    pub fn with_zone<R>(&self, f: impl FnOnce(&mut MobileZone<'a>) -> R) -> R {
-        f(&mut self.inner.lock().buddy)
+    /// Whether per-CPU caches serve this zone.
+    pub fn has_pcp(&self) -> bool {
+        self.pcp.is_some()
+    }
+
+    /// Checks every invariant of the zone: the core's and the mobility
+    /// layer's (free lists, counts, pageblock hygiene), and that the
+    /// ownership bytes agree with the core: every block they call
+    /// allocated, cached or isolated is an allocated block of that order in
+    /// the core, and, at rest (no compaction or cache refill running),
+    /// every allocated block of the core has an owner here.
+    pub fn validate(&self) -> Result<(), pageframe_buddy::ValidateError> {
+        let z = self.inner.lock();
+        z.buddy.validate()?;
+        let bad = |rule, pfn| pageframe_buddy::ValidateError {
+            rule,
+            pfn: Some(pfn),
+        };
+        for (p, info) in z.buddy.buddy().walk(self.span) {
+            let (first_free, end) = match info {
+                BlockInfo::Hole => (p, p + 1),
+                BlockInfo::Free { head, order, .. } => (p, head + order.pages()),
+                BlockInfo::Allocated { head, order, .. } => {
+                    if head == p {
+                        match self.states.get(p) {
+                            State::Allocated(o, _) | State::Cached(o) | State::Isolated(o)
+                                if o == order => {}
+                            State::Free => {
+                                return Err(bad("allocated block without an owner", p));
+                            }
+                            _ => return Err(bad("ownership byte of another order", p)),
+                        }
+                    }
+                    (p + 1, head + order.pages())
+                }
+            };
+            let mut q = first_free;
+            while q < end.min(self.span.end) {
+                if self.states.get(q) != State::Free {
+                    return Err(bad("ownership byte on a frame that heads no block", q));
+                }
+                q = q + 1;
+            }
+        }
+        Ok(())
     }
 }
 
-impl fmt::Display for Zone<'_> {
-    /// One `/proc/buddyinfo` line.
+impl<R: RawMutex> fmt::Display for Zone<'_, R> {
+    /// One `/proc/buddyinfo` line: `Node N, zone <name> <free blocks per order>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let z = self.inner.lock();
-        write!(f, "{}", z.buddy.buddy().buddyinfo_named(self.kind.name()))
+        let label = ZoneLabel(self.node, self.kind);
+        write!(f, "{}", z.buddy.buddy().buddyinfo_labelled(&label))
+    }
+}
+
+/// `Node 0, zone   Normal`: how Linux's reports name a zone.
+struct ZoneLabel(NodeId, ZoneKind);
+
+impl fmt::Display for ZoneLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Node {}, zone {:>8}", self.0.index(), self.1.name())
     }
 }
 
 /// A zone's `/proc/pagetypeinfo` section; see [`Zone::pagetypeinfo`].
-pub struct PageTypeInfo<'z, 'a>(&'z Zone<'a>);
+pub struct PageTypeInfo<'z, 'a, R: RawMutex>(&'z Zone<'a, R>);
 
-impl fmt::Display for PageTypeInfo<'_, '_> {
+impl<R: RawMutex> fmt::Display for PageTypeInfo<'_, '_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let z = self.0.inner.lock();
-        write!(f, "{}", z.buddy.pagetypeinfo(self.0.kind.name()))
+        let label = ZoneLabel(self.0.node, self.0.kind);
+        write!(f, "{}", z.buddy.pagetypeinfo(&label))
     }
 }
 
-impl<'a> Zone<'a> {
+impl<'a, R: RawMutex> Zone<'a, R> {
     /// Free blocks per order per migratetype and pageblocks per type.
-    pub fn pagetypeinfo(&self) -> PageTypeInfo<'_, 'a> {
+    pub fn pagetypeinfo(&self) -> PageTypeInfo<'_, 'a, R> {
         PageTypeInfo(self)
     }
 }
-
-/// The mobility configuration zones get by default.
-const MOBILITY_DEFAULT: MobilityConfig = MobilityConfig::DEFAULT;

@@ -176,7 +176,7 @@ impl Zonelist {
 
     /// The entries a request whose highest usable zone is `highest` may use
     /// (`for_next_zone_zonelist_nodemask` without a node mask).
-    pub fn eligible(&self, highest: ZoneKind) -> impl Iterator<Item = ZoneRef> + '_ {
+    pub fn eligible(&self, highest: ZoneKind) -> impl Iterator<Item = ZoneRef> + Clone + '_ {
         self.as_slice()
             .iter()
             .copied()

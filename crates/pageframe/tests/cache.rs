@@ -1,203 +1,220 @@
-//! The per-CPU cache in front of a zone: cached paths, checked frees, and
-//! conservation with frames crossing CPUs.
+//! The per-CPU caches through a CPU's handle: cached paths, checked frees,
+//! conservation with frames crossing CPUs, and compaction beside them.
 
-use std::collections::HashSet;
-use std::mem::MaybeUninit;
+mod common;
 
-use pageframe::pcp::{
-    CpuId, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Slot, ZoneGeometry,
+use std::collections::{HashMap, HashSet};
+
+use common::*;
+use pageframe::pcp::{CpuId, PcpError};
+use pageframe::{
+    FreeError, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, ZoneKind,
 };
-use pageframe::{FreeError, Gfp, Order, Pfn, PfnRange, Zone, ZoneKind};
 
 const FRAMES: u64 = 64 << 10; // 256 MiB
 
-type Meta = Box<[MaybeUninit<u8>]>;
-
-fn zone_with_states(meta: &mut Meta, states: &mut Meta) -> Zone<'static> {
-    let span = PfnRange::new(Pfn(0x1000), Pfn(0x1000 + FRAMES));
-    let m: &'static mut [MaybeUninit<u8>] = leak(meta);
-    let s: &'static mut [MaybeUninit<u8>] = leak(states);
-    let z = Zone::new(ZoneKind::Normal, span, m)
-        .unwrap()
-        .with_frame_states(s)
-        .unwrap();
-    z.add_free_range(PfnRange::new(Pfn(0x1000), Pfn(0x1000 + FRAMES - 100)))
-        .unwrap();
-    z
+/// One zone of 256 MiB (100 frames short of its span: a hole at the top)
+/// with per-CPU caches for `cpus` CPUs.
+fn cached_machine(cpus: u32) -> &'static Machine<'static> {
+    let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    let span = r(4 * GIB, 4 * GIB + FRAMES);
+    zone(
+        m,
+        NodeId::ZERO,
+        ZoneKind::Normal,
+        span,
+        r(4 * GIB, 4 * GIB + FRAMES - 100),
+    );
+    let bytes = m.pcp_bytes(cpus).unwrap();
+    m.enable_pcp(cpus, leak(bytes)).unwrap();
+    m
 }
 
-/// Moves a buffer into a leaked allocation the test keeps for its whole run.
-fn leak(b: &mut Meta) -> &'static mut [MaybeUninit<u8>] {
-    Box::leak(std::mem::take(b))
-}
-
-fn sizing(z: &Zone<'_>, cpus: u32) -> PcpSizing {
-    PcpSizing::for_zone(ZoneGeometry {
-        managed_pages: z.managed_pages(),
-        low_wmark: z.watermarks().low,
-        page_size: 4096,
-        local_cpus: cpus,
-        high_fraction: 0,
-    })
-    .unwrap()
-}
-
-fn slots(s: PcpSizing, cpus: usize) -> Vec<PcpSlot<'static>> {
-    (0..cpus)
-        .map(|_| {
-            let mem: &'static mut [Slot] =
-                Box::leak(vec![Slot::EMPTY; s.suggested_slots()].into_boxed_slice());
-            PcpSlot::new(PerCpuPages::new(mem, s, PcpConfig::X86_64).unwrap())
-        })
-        .collect()
-}
-
-fn buffers() -> (Meta, Meta) {
-    let span = PfnRange::new(Pfn(0x1000), Pfn(0x1000 + FRAMES));
-    (
-        Box::new_uninit_slice(Zone::metadata_bytes(span)),
-        Box::new_uninit_slice(Zone::frame_state_bytes(span)),
-    )
+#[test]
+fn handles_are_claimed_once() {
+    let m = cached_machine(2);
+    let c0 = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    assert_eq!(m.cpu(CpuId(0), NodeId::ZERO).err(), Some(PcpError::Busy));
+    assert_eq!(
+        m.cpu(CpuId(2), NodeId::ZERO).err(),
+        Some(PcpError::NoSuchCpu)
+    );
+    assert_eq!(m.cpu(CpuId(1), n(5)).err(), Some(PcpError::NoSuchCpu));
+    drop(c0);
+    assert!(
+        m.cpu(CpuId(0), NodeId::ZERO).is_ok(),
+        "dropping gives it back"
+    );
+    let m2 = one_zone(4096);
+    assert!(m2.pcp_bytes(0).is_err());
+    assert!(m2.enable_pcp(1, leak(16)).is_err(), "memory too small");
+    assert_eq!(m2.pcp_cpus(), 0);
 }
 
 #[test]
 fn cached_paths_serve_and_check_frees() {
-    let (mut m, mut s) = buffers();
-    let zone = zone_with_states(&mut m, &mut s);
-    let before = zone.free_pages();
-    let sz = sizing(&zone, 1);
-    let cpus = slots(sz, 1);
-    let set = PcpSet::new(&cpus);
-    let mut local = set.claim(CpuId(0)).unwrap();
-
+    let m = cached_machine(1);
+    let before = m.free_pages();
+    let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let mut live = Vec::new();
     for i in 0..2000u32 {
-        let order = Order::new((i % 4) as u8).unwrap();
+        let order = o((i % 4) as u8);
         live.push((
-            zone.alloc_cached(&mut local, Gfp::KERNEL | Gfp::MOVABLE, order)
-                .unwrap(),
+            cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap().pfn,
             order,
         ));
     }
     let held: HashSet<Pfn> = live.iter().map(|l| l.0).collect();
     assert_eq!(held.len(), live.len(), "a frame was handed out twice");
-    let locks_before = zone.stats().allocs;
+    let zone = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
+    let zone_allocs = zone.stats().allocs;
     for _ in 0..10_000 {
-        let p = zone
-            .alloc_cached(&mut local, Gfp::KERNEL, Order::ZERO)
-            .unwrap();
-        zone.free_cached(&mut local, p, Order::ZERO).unwrap();
+        let p = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+        cpu.free(p, Order::ZERO).unwrap();
     }
-    let from_zone = zone.stats().allocs - locks_before;
+    let from_zone = zone.stats().allocs - zone_allocs;
     assert!(
         from_zone < 1000,
         "{from_zone} of 10000 allocations reached the zone"
     );
+    let (stats, count, _) = cpu.cache_stats(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    assert!(
+        count > 0 && stats.local_hits >= 9000,
+        "{stats:?}, {count} pages cached"
+    );
+    assert_eq!(
+        m.free_pages() + count as u64 + 2000 * 15 / 4,
+        before,
+        "cached frames are not free"
+    );
 
     // Bad frees through the cache: typed errors, nothing changes.
-    let (p, o) = live[1];
-    let cached_count = local.count();
+    let (p, order) = live[1];
     let zone_free = zone.free_pages();
     assert_eq!(
-        zone.free_cached(&mut local, p, Order::ZERO),
-        Err(FreeError::WrongOrder { allocated: o })
+        cpu.free(p, Order::ZERO),
+        Err(FreeError::WrongOrder { allocated: order })
     );
-    zone.free_cached(&mut local, p, o).unwrap();
+    cpu.free(p, order).unwrap();
     assert_eq!(
-        zone.free_cached(&mut local, p, o),
+        cpu.free(p, order),
         Err(FreeError::AlreadyFree),
         "double free of a cached frame"
     );
     assert_eq!(
-        zone.free(p, o),
+        m.free(p, order),
         Err(FreeError::AlreadyFree),
-        "nor through the zone"
+        "nor through the machine"
     );
-    let cached_count = cached_count + o.pages() as u32;
-    assert!(local.count() <= cached_count);
     assert_eq!(
-        zone.free_cached(&mut local, Pfn(0x1000 + FRAMES - 50), Order::ZERO),
+        cpu.free(Pfn(4 * GIB + FRAMES - 50), Order::ZERO),
         Err(FreeError::Hole)
     );
-    assert_eq!(
-        zone.free_cached(&mut local, Pfn(0x10), Order::ZERO),
-        Err(FreeError::OutOfRange)
-    );
+    assert_eq!(cpu.free(Pfn(0x10), Order::ZERO), Err(FreeError::OutOfRange));
+    let tail = live.iter().find(|l| l.1 == o(3)).unwrap().0 + 1;
+    assert!(matches!(
+        cpu.free(tail, Order::ZERO),
+        Err(FreeError::NotBlockHead { .. })
+    ));
     let span = zone.span();
     let free_frame = zone
-        .with_zone(|z| {
+        .inspect(|z| {
             z.buddy()
                 .walk(span)
                 .find_map(|(p, b)| matches!(b, pageframe::BlockInfo::Free { .. }).then_some(p))
         })
         .unwrap();
     assert_eq!(
-        zone.free_cached(&mut local, free_frame, Order::ZERO),
+        cpu.free(free_frame, Order::ZERO),
         Err(FreeError::AlreadyFree)
     );
     assert_eq!(zone.free_pages(), zone_free);
     live.remove(1);
 
-    for (p, o) in live {
-        zone.free_cached(&mut local, p, o).unwrap();
+    for (p, order) in live {
+        cpu.free(p, order).unwrap();
     }
-    local.drain(&zone);
-    assert_eq!(zone.free_pages(), before, "every frame back in the zone");
-    zone.validate().unwrap();
+    cpu.drain();
+    assert_eq!(m.free_pages(), before, "every frame back in the zone");
+    m.validate().unwrap();
 }
 
 #[test]
 fn frames_freed_on_another_cpu_are_conserved() {
-    let (mut m, mut s) = buffers();
-    let zone = zone_with_states(&mut m, &mut s);
-    let before = zone.free_pages();
-    let sz = sizing(&zone, 2);
-    let cpus = slots(sz, 2);
-    let set = PcpSet::new(&cpus);
+    let m = cached_machine(2);
+    let before = m.free_pages();
     let (tx, rx) = std::sync::mpsc::sync_channel::<(Pfn, Order)>(1024);
-    std::thread::scope(|sc| {
-        let (z, set) = (&zone, &set);
-        sc.spawn(move || {
-            let mut local = set.claim(CpuId(0)).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
             for i in 0..50_000u32 {
-                let o = Order::new((i % 2) as u8).unwrap();
-                let p = z
-                    .alloc_cached(&mut local, Gfp::KERNEL | Gfp::MOVABLE, o)
-                    .unwrap();
-                tx.send((p, o)).unwrap();
+                let order = o((i % 2) as u8);
+                let p = cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap().pfn;
+                tx.send((p, order)).unwrap();
             }
-            local.drain(z);
+            cpu.drain();
         });
-        sc.spawn(move || {
-            let mut local = set.claim(CpuId(1)).unwrap();
+        s.spawn(move || {
+            let mut cpu = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
             let mut seen = 0u32;
-            for (p, o) in rx {
-                z.free_cached(&mut local, p, o).unwrap();
+            for (p, order) in rx {
+                cpu.free(p, order).unwrap();
                 seen += 1;
             }
             assert_eq!(seen, 50_000);
-            local.drain(z);
+            cpu.drain();
         });
     });
-    assert_eq!(zone.free_pages(), before, "no frame lost");
-    zone.validate().unwrap();
+    assert_eq!(m.free_pages(), before, "no frame lost");
+    m.validate().unwrap();
 }
 
-/// A migrator whose "contents" are one word per frame.
+#[test]
+fn drain_all_reaches_caches_held_by_others() {
+    let m = cached_machine(2);
+    let before = m.free_pages();
+    let mut c1 = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+    let p = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+    c1.free(p, Order::ZERO).unwrap();
+    assert!(m.free_pages() < before, "CPU 1's cache holds frames");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let stop = &stop;
+        s.spawn(move || {
+            // CPU 1 keeps working and honours the request at its next call.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let q = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+                c1.free(q, Order::ZERO).unwrap();
+            }
+            c1.drain();
+        });
+        let mut c0 = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+        m.drain_pcp(Some(&mut c0), |_| std::thread::yield_now());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(m.free_pages(), before);
+    m.validate().unwrap();
+}
+
+/// A migrator over one word per frame that records what it moved.
 #[derive(Default)]
-struct Words {
-    data: std::collections::HashMap<u64, u64>,
+struct Recorder {
+    data: HashMap<u64, u64>,
     sources: HashSet<u64>,
 }
 
-impl pageframe::Migrator for Words {
+impl Migrator for Recorder {
     fn migrate(
         &mut self,
         src: Pfn,
         dst: Pfn,
         order: Order,
-        _mode: pageframe::compact::MigrateMode,
-    ) -> Result<(), pageframe::compact::MigrateError> {
+        _: MigrateMode,
+    ) -> Result<(), MigrateError> {
         for i in 0..order.pages() {
             if let Some(w) = self.data.remove(&(src.get() + i)) {
                 self.data.insert(dst.get() + i, w);
@@ -208,89 +225,114 @@ impl pageframe::Migrator for Words {
     }
 }
 
+impl pageframe::SlowPathHooks for Recorder {}
+
 #[test]
 fn compaction_keeps_the_cache_path_states() {
-    use pageframe::{
-        CompactDriver, CompactPriority, CompactState, Compactor, MigrateType, NodeId, ZoneTarget,
-    };
-    let (mut m, mut s) = buffers();
-    let zone = zone_with_states(&mut m, &mut s);
-    let sz = sizing(&zone, 1);
-    let cpus = slots(sz, 1);
-    let set = PcpSet::new(&cpus);
-    let mut local = set.claim(CpuId(0)).unwrap();
+    let m = cached_machine(1);
+    let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     // Fill with movable frames through the cache, then free 3 of every 4.
-    let mut driver = CompactDriver::new(Words::default());
+    let mut mig = Recorder::default();
     let mut live = HashSet::new();
-    while let Ok(p) = zone.alloc_cached(&mut local, Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO) {
-        live.insert(p);
-        driver.migrator.data.insert(p.get(), p.get() ^ 0x5a5a);
+    while let Ok(a) = cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO) {
+        live.insert(a.pfn);
+        mig.data.insert(a.pfn.get(), a.pfn.get() ^ 0x5a5a);
     }
     // Free from the top down: the frames freed last, the lowest, are the
     // ones still cached, right where the migrate scanner starts.
-    let mut order: Vec<Pfn> = live.iter().copied().collect();
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    for p in order {
+    let mut all: Vec<Pfn> = live.iter().copied().collect();
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    let mut cached = HashSet::new();
+    for p in all {
         if p.get() % 4 != 0 {
-            zone.free_cached(&mut local, p, Order::ZERO).unwrap();
-            driver.migrator.data.remove(&p.get());
+            cpu.free(p, Order::ZERO).unwrap();
+            mig.data.remove(&p.get());
             live.remove(&p);
+            cached.insert(p.get());
         }
     }
-    let cached: HashSet<u64> = {
-        let mut c = HashSet::new();
-        local.inspect(|pcp| {
-            pcp.for_each_block(|_, f| {
-                c.insert(f.0);
-            })
-        });
-        c
-    };
+    let (_, count, _) = cpu.cache_stats(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    assert!(count > 0, "the test needs frames sitting in the cache");
+    let out = m.compact_node(NodeId::ZERO, &mut mig).unwrap();
+    assert!(out.stats.migrated > 0, "compaction moved blocks: {out:?}");
     assert!(
-        !cached.is_empty(),
-        "the test needs frames sitting in the cache"
+        mig.sources.iter().all(|s| live.contains(&Pfn(*s))),
+        "only live allocations move"
     );
-    let state = CompactState::new();
-    let target = ZoneTarget {
-        node: NodeId::ZERO,
-        zone: &zone,
-        state: &state,
-        mt: MigrateType::Movable,
-        background: false,
-    };
-    let run = driver.compact(target, Order::HUGE_2M, CompactPriority::SyncFull);
-    assert!(run.work.migrated > 0, "compaction moved blocks: {run:?}");
-    assert!(
-        driver.migrator.sources.is_disjoint(&cached),
-        "a cached frame was migrated"
-    );
-    // Every owner finds its word at the frame's new place; frees through the
-    // cache follow the moves: the new place frees, the old one is refused.
-    let now_live: HashSet<Pfn> = driver.migrator.data.keys().map(|&k| Pfn(k)).collect();
-    let owners: HashSet<Pfn> = driver
-        .migrator
-        .data
-        .values()
-        .map(|&w| Pfn(w ^ 0x5a5a))
-        .collect();
+    // Every owner finds its word at the frame's new place; frees follow the
+    // moves: the new place frees, the old one is refused.
+    let now_live: HashSet<Pfn> = mig.data.keys().map(|&k| Pfn(k)).collect();
+    let owners: HashSet<Pfn> = mig.data.values().map(|&w| Pfn(w ^ 0x5a5a)).collect();
     assert_eq!(owners, live, "every owner's word survived, once");
     assert_eq!(now_live.len(), live.len(), "no frame lost or duplicated");
-    for &src in &driver.migrator.sources {
+    m.validate().unwrap();
+    for &src in &mig.sources {
         if !now_live.contains(&Pfn(src)) {
             assert!(
-                zone.free_cached(&mut local, Pfn(src), Order::ZERO).is_err(),
+                cpu.free(Pfn(src), Order::ZERO).is_err(),
                 "old place of a moved block"
             );
         }
     }
+    // A 2 MiB block through the slow path, then everything back.
+    let huge = m
+        .alloc_slow(
+            NodeId::ZERO,
+            Gfp::HIGHUSER_MOVABLE,
+            Order::HUGE_2M,
+            &mut mig,
+        )
+        .unwrap();
     for p in now_live {
-        zone.free_cached(&mut local, p, Order::ZERO).unwrap();
+        cpu.free(p, Order::ZERO).unwrap();
     }
-    if let Some(p) = run.captured {
-        // The 2 MiB block compaction captured for the requester is its to free.
-        zone.free_cached(&mut local, p, Order::HUGE_2M).unwrap();
+    cpu.free(huge.pfn, Order::HUGE_2M).unwrap();
+    cpu.drain();
+    assert_eq!(m.free_pages(), m.managed_pages());
+    m.validate().unwrap();
+}
+
+/// A migrator that frees every source it is asked to isolate, through the
+/// machine (a kernel breaking the protocol): the free is refused while the
+/// block is isolated, so no frame gets two owners.
+struct Rogue<'m> {
+    machine: &'m Machine<'static>,
+    refused: u64,
+}
+
+impl Migrator for Rogue<'_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
+        if self.machine.free(pfn, order) == Err(FreeError::Busy) {
+            self.refused += 1;
+        }
+        true
     }
-    local.drain(&zone);
-    assert_eq!(zone.free_pages(), zone.managed_pages());
-    zone.validate().unwrap();
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_block_being_migrated_cannot_be_freed() {
+    let m = one_zone(16 * PB);
+    let mut w = Words::default();
+    let kept = fragment(m, 0, &mut w);
+    let mut rogue = Rogue {
+        machine: m,
+        refused: 0,
+    };
+    let out = m.compact_node(NodeId::ZERO, &mut rogue).unwrap();
+    assert!(out.stats.migrated > 0);
+    assert_eq!(
+        rogue.refused, out.stats.isolated_source,
+        "every isolated source refused its free"
+    );
+    m.validate().unwrap();
+    // The owners still own exactly one block each (moved or not).
+    let zone = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
+    assert_eq!(zone.managed_pages() - zone.free_pages(), kept.len() as u64);
 }

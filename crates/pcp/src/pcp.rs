@@ -167,7 +167,7 @@ impl<'m> PerCpuPages<'m> {
             {
                 return Err("THP list used without a THP order");
             }
-            pages += len * li.order(thp).pages() as u64;
+            pages += len * li.order(thp).pages();
         }
         if pages != self.count as u64 {
             return Err("count differs from the pages on the lists");

@@ -29,6 +29,7 @@
 //! ```
 #![no_std]
 
+pub mod carve;
 mod migratetype;
 mod order;
 mod pfn;

@@ -17,10 +17,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use pageframe_buddy::Pfn;
-use pageframe_compact::{Kcompactd, node_score};
-
-use super::compact_common::{LabMigrator, Machine, PB, Pattern};
+use super::compact_common::{LabMigrator, NODE, PB, Pattern, World};
 use crate::args::Opts;
 use crate::plot::{self, Series};
 use crate::table::{Table, f};
@@ -35,28 +32,16 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     if frames < 16 * PB {
         return Err("--gib too small (at least 32 MiB)".into());
     }
-    let mut m = Machine::new(frames)?;
+    let mut m = World::new(frames)?;
     m.fragment(Pattern::Stride, opts.seed);
-    let set_pins = |m: &Machine, on: bool| {
-        let mut z = m.zone.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut n = 0u64;
-        for (_, info) in z.buddy().walk(z.span()).collect::<Vec<_>>() {
-            if let pageframe_buddy::BlockInfo::Allocated { head, .. } = info {
-                z.set_pinned(Pfn(head.get()), on);
-                n += 1;
-            }
-        }
-        n
-    };
-    let pinned = set_pins(&m, true);
+    m.machine.set_proactiveness(20).map_err(|e| e.to_string())?;
+    let pinned = m.set_pins(true);
     println!(
         "backoff: {} MiB zone, {} frames in use, all pinned until t = {unpin_at} s; kcompactd proactiveness 20, a tick every 500 ms for {seconds} s (simulated)",
         frames >> 8,
         pinned
     );
-    let mut kcd = Kcompactd::new();
     let mut mig = LabMigrator::new(&m);
-    let node = m.node();
     let mut cpu_ms = 0.0f64;
     let mut run_costs = Vec::new();
     let mut cum = Vec::new();
@@ -68,11 +53,11 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     for i in 0..=ticks {
         let now = i * TICK_NS;
         if !unpinned && now >= unpin_at * 1_000_000_000 {
-            set_pins(&m, false);
+            m.set_pins(false);
             unpinned = true;
         }
         let t = Instant::now();
-        let rep = kcd.tick(now, &node, &mut mig);
+        let rep = m.machine.kcompactd_tick(NODE, now, &mut mig);
         let ms = t.elapsed().as_secs_f64() * 1e3;
         cpu_ms += ms;
         if !unpinned {
@@ -90,7 +75,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         cum.push((now as f64 / 1e9, cpu_ms));
     }
     m.owners.verify(&m.mem)?;
-    let st = kcd.stats();
+    let st = m.machine.stats(NODE).kcompactd;
     let per_run = run_costs.iter().sum::<f64>() / run_costs.len().max(1) as f64;
     let every_check_ms = per_run * pinned_ticks as f64;
     let mut t = Table::new(&["t (s)", "score before", "score after", "run ms"]);
@@ -145,7 +130,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         ]),
         None => t.row(vec!["after unpinning".into(), "no run".into()]),
     }
-    let final_score = node_score(&node).unwrap_or(0);
+    let final_score = m.machine.fragmentation_score(NODE).unwrap_or(0);
     t.row(vec!["final node score".into(), final_score.to_string()]);
     println!("{}", t.render());
     if !opts.no_plot {

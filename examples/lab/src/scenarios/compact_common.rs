@@ -1,20 +1,19 @@
-//! Shared pieces of the compaction scenarios (issue 6): a zone whose frames
-//! are backed by real memory (so a migration copies 4 KiB for real), the
-//! owners' reverse map, the kernel-side migrator, the Gupta fragmentation
-//! pattern, and the allocation slow path with direct compaction.
+//! Shared pieces of the compaction scenarios (issue 6): a `pageframe`
+//! machine of one zone whose frames are backed by real memory (so a
+//! migration copies 4 KiB for real), the owners' reverse map, the
+//! kernel-side migrator, and the Gupta fragmentation pattern. Allocation,
+//! compaction and kcompactd go through the machine's public API: what the
+//! lab measures is what a kernel gets.
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use pageframe::{DEFAULT_WATERMARK_SCALE_FACTOR, Watermarks, default_min_free_kbytes};
-use pageframe_buddy::{BuddyConfig, Order, PAGE_SIZE, Pfn, PfnRange};
-use pageframe_compact::{
-    CompactRetry, CompactState, MigrateError, MigrateMode, Migrator, NodeZone, Priority, ZoneLock,
-    ZoneMarks, reset_isolation_suitable, try_to_compact_pages, watermark_ok,
+use pageframe::{
+    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, SlowPathHooks,
+    ZoneKind,
 };
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+use pageframe::{Order, PAGE_SIZE, Pfn, PfnRange};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -138,33 +137,6 @@ impl Owners {
     }
 }
 
-/// The zone behind a mutex.
-pub struct LabZone(pub Mutex<MobileZone<'static>>);
-
-impl ZoneLock for LabZone {
-    fn with_locked(&self, f: &mut dyn FnMut(&mut MobileZone<'_>)) {
-        if let Ok(mut z) = self.0.lock() {
-            f(&mut z);
-        }
-    }
-}
-
-/// A zone over real memory, fragmented the Gupta way.
-pub struct Machine {
-    /// The zone.
-    pub zone: LabZone,
-    /// Its compaction state.
-    pub state: CompactState,
-    /// Its watermarks (Linux's defaults for its size).
-    pub marks: ZoneMarks,
-    /// Page contents.
-    pub mem: Memory,
-    /// Owners of the in-use frames.
-    pub owners: Owners,
-    /// Frames in the zone.
-    pub frames: u64,
-}
-
 /// How the 3/4 of each 2 MiB block are freed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Pattern {
@@ -184,52 +156,50 @@ impl Pattern {
     }
 }
 
-impl Machine {
-    /// A zone of `frames` frames (a multiple of 512) over fresh memory.
-    pub fn new(frames: u64) -> Result<Machine, String> {
+/// A machine of one zone over real memory, fragmented the Gupta way.
+pub struct World {
+    /// The allocator (leaked: the lab keeps it for the run).
+    pub machine: &'static Machine<'static>,
+    /// Page contents.
+    pub mem: Memory,
+    /// Owners of the in-use frames.
+    pub owners: Owners,
+    /// Frames in the zone.
+    pub frames: u64,
+}
+
+/// The machine's only node.
+pub const NODE: NodeId = NodeId::ZERO;
+
+impl World {
+    /// A machine with one Normal zone of `frames` frames (a multiple of
+    /// 512) over fresh memory, Linux's default watermarks for its size.
+    pub fn new(frames: u64) -> Result<World, String> {
         let span = PfnRange::new(Pfn(0), Pfn(frames));
-        let cfg = MobilityConfig {
-            buddy: BuddyConfig {
-                max_order: Order::DEFAULT_MAX,
-            },
-            pageblock_order: HUGE,
-            grouping: true,
-            placement: false,
-        };
+        let m: &'static mut Machine<'static> =
+            Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
         let meta: &'static mut [MaybeUninit<u8>] =
-            Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
-        let mut z = MobileZone::new(span, cfg, meta).map_err(|e| format!("{e:?}"))?;
-        z.add_free_range(span).map_err(|e| format!("{e:?}"))?;
-        let pages_min = default_min_free_kbytes(frames * 4) / 4;
-        let w = Watermarks::compute(pages_min, frames, DEFAULT_WATERMARK_SCALE_FACTOR);
-        Ok(Machine {
-            zone: LabZone(Mutex::new(z)),
-            state: CompactState::new(),
-            marks: ZoneMarks {
-                min: w.min,
-                low: w.low,
-                high: w.high,
-                reserve: 0,
-            },
+            Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+        m.add_zone(NODE, ZoneKind::Normal, span, meta)
+            .map_err(|e| e.to_string())?;
+        m.add_free_range(span).map_err(|e| e.to_string())?;
+        Ok(World {
+            machine: m,
             mem: Memory::new(frames)?,
             owners: Owners::new(),
             frames,
         })
     }
 
-    /// The node of one zone, as the entry points take it.
-    pub fn node(&self) -> [NodeZone<'_, LabZone>; 1] {
-        [NodeZone::new(&self.zone, &self.state, self.marks)]
-    }
-
     /// The Gupta pattern: allocate every frame movable, then free 3/4 of
     /// the frames of every 2 MiB block. Each kept frame gets an owner whose
     /// data (a tag) is written into the page. Returns the free frames.
     pub fn fragment(&mut self, pattern: Pattern, seed: u64) -> u64 {
-        let mut z = self.zone.0.lock().unwrap_or_else(|e| e.into_inner());
+        let m = self.machine;
         let mut all = Vec::with_capacity(self.frames as usize);
-        while let Ok(p) = z.alloc(Order::ZERO, MigrateType::Movable, AllocMode::empty()) {
-            all.push(p.get());
+        // MEMALLOC: take every frame, the watermark reserve included.
+        while let Ok(a) = m.alloc(NODE, Gfp::HIGHUSER_MOVABLE | Gfp::MEMALLOC, Order::ZERO) {
+            all.push(a.pfn.get());
         }
         all.sort_unstable();
         let mut rng = SmallRng::seed_from_u64(seed);
@@ -256,10 +226,22 @@ impl Machine {
                 self.owners.pfn_of.push(AtomicU64::new(p));
                 self.mem.write_tag(p, id + 1);
             } else {
-                let _ = z.free(Pfn(p), Order::ZERO);
+                let _ = m.free(Pfn(p), Order::ZERO);
             }
         }
-        z.free_pages()
+        m.free_pages()
+    }
+
+    /// Pins (or unpins) every owner's frame: compaction cannot move them.
+    /// Returns how many.
+    pub fn set_pins(&self, on: bool) -> u64 {
+        let mut n = 0;
+        for p in &self.owners.pfn_of {
+            if self.machine.set_pinned(Pfn(p.load(Relaxed)), on).is_ok() {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The fewest 4 KiB moves that leave all in-use frames in the fewest
@@ -277,11 +259,30 @@ impl Machine {
 
     /// Free frames in free blocks of the huge-page order or larger.
     pub fn huge_free(&self) -> u64 {
-        let z = self.zone.0.lock().unwrap_or_else(|e| e.into_inner());
-        (HUGE.get()..=z.buddy().max_order().get())
-            .filter_map(Order::new)
-            .map(|o| z.buddy().free_blocks(o) << o.get())
-            .sum()
+        let z = self
+            .machine
+            .node(NODE)
+            .and_then(|n| n.zone(ZoneKind::Normal))
+            .expect("the zone");
+        z.inspect(|z| {
+            (HUGE.get()..=z.buddy().max_order().get())
+                .filter_map(Order::new)
+                .map(|o| z.buddy().free_blocks(o) << o.get())
+                .sum()
+        })
+    }
+
+    /// A 2 MiB block for a costly movable request that may retry
+    /// (`__GFP_RETRY_MAYFAIL`, spec 01 §10) through the machine: its free
+    /// lists first ([`Machine::alloc`]), then its slow path with direct
+    /// compaction ([`Machine::alloc_slow`]), moving pages with `mig`.
+    pub fn alloc_huge(&self, mig: &mut LabMigrator<'_>) -> Option<(Pfn, Served)> {
+        let gfp = Gfp::TRANSHUGE | Gfp::RETRY_MAYFAIL;
+        if let Ok(a) = self.machine.alloc(NODE, gfp, HUGE) {
+            return Some((a.pfn, Served::Fast));
+        }
+        let a = self.machine.alloc_slow(NODE, gfp, HUGE, mig).ok()?;
+        Some((a.pfn, Served::Compacted))
     }
 }
 
@@ -298,7 +299,7 @@ pub struct LabMigrator<'m> {
 }
 
 impl<'m> LabMigrator<'m> {
-    pub fn new(m: &'m Machine) -> Self {
+    pub fn new(m: &'m World) -> Self {
         LabMigrator {
             mem: &m.mem,
             owners: &m.owners,
@@ -347,59 +348,15 @@ impl Migrator for LabMigrator<'_> {
     }
 }
 
-/// One allocation attempt of `order` against `mark`, under the lock.
-fn try_alloc(m: &Machine, order: Order, mark: u64) -> Option<Pfn> {
-    let mut z = m.zone.0.lock().unwrap_or_else(|e| e.into_inner());
-    if !watermark_ok(&z, order, mark, 0) {
-        return None;
-    }
-    z.alloc(order, MigrateType::Movable, AllocMode::empty())
-        .ok()
-}
+impl SlowPathHooks for LabMigrator<'_> {}
 
 /// How an allocation was served.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Served {
-    /// From the free lists at the low watermark.
+    /// From the free lists.
     Fast,
-    /// After direct compaction (captured or allocated after it).
+    /// Through the slow path (direct compaction).
     Compacted,
-}
-
-/// The allocation slow path for a costly movable request that may retry
-/// (`__GFP_RETRY_MAYFAIL`, spec 01 §10): the free lists at the low, then the
-/// min watermark; then direct compaction, async first, then at the slow
-/// path's priority with `should_compact_retry` deciding further rounds.
-pub fn alloc_huge(m: &Machine, mig: &mut LabMigrator<'_>) -> Option<(Pfn, Served)> {
-    if let Some(p) = try_alloc(m, HUGE, m.marks.low).or_else(|| try_alloc(m, HUGE, m.marks.min)) {
-        return Some((p, Served::Fast));
-    }
-    let node = m.node();
-    let mut prio = Priority::Async;
-    let mut retry = CompactRetry::new(HUGE);
-    loop {
-        // The slow path wakes kswapd before each attempt; with nothing to
-        // reclaim it goes straight back to sleep, and going to sleep resets
-        // the skip hints if a direct compactor's scanners met (spec 03 §6.3).
-        reset_isolation_suitable(&m.zone, &m.state);
-        let out = try_to_compact_pages(&node, HUGE, MigrateType::Movable, prio, mig);
-        let got = match out.captured {
-            Some((_, p)) => Some(p),
-            None => try_alloc(m, HUGE, m.marks.min),
-        };
-        out.finish(&node, got.map(|_| 0));
-        if let Some(p) = got {
-            return Some((p, Served::Compacted));
-        }
-        if prio == Priority::Async {
-            prio = retry.priority();
-            continue;
-        }
-        if !retry.should_retry(out.result, || false) {
-            return None;
-        }
-        prio = retry.priority();
-    }
 }
 
 /// The `q`-quantile (0..=1) of sorted values.

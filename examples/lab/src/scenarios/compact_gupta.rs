@@ -36,11 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pageframe_compact::{Kcompactd, compact_memory};
-
-use super::compact_common::{
-    HUGE, LabMigrator, Machine, PB, Pattern, Served, alloc_huge, quantile,
-};
+use super::compact_common::{HUGE, LabMigrator, NODE, PB, Pattern, Served, World, quantile};
 use crate::args::Opts;
 use crate::plot::{self, Series};
 use crate::table::{Table, f, pct};
@@ -75,7 +71,7 @@ struct Phase {
 }
 
 fn allocate_until_failure(
-    m: &Machine,
+    m: &World,
     interval: Duration,
     spin: bool,
     mig: &mut LabMigrator<'_>,
@@ -98,7 +94,7 @@ fn allocate_until_failure(
         }
         next = Instant::now() + interval;
         let t = Instant::now();
-        let got = alloc_huge(m, mig);
+        let got = m.alloc_huge(mig);
         let us = t.elapsed().as_secs_f64() * 1e6;
         let Some((_, how)) = got else { break };
         lat.push(us);
@@ -119,8 +115,11 @@ fn phase(
     (interval, spin): (Duration, bool),
     proactiveness: Option<u8>,
 ) -> Result<Phase, String> {
-    let mut m = Machine::new(frames)?;
+    let mut m = World::new(frames)?;
     let free_before = m.fragment(pattern, seed);
+    m.machine
+        .set_proactiveness(u32::from(proactiveness.unwrap_or(0)))
+        .map_err(|e| e.to_string())?;
     let stop = AtomicBool::new(false);
     let ticks = AtomicU64::new(0);
     let (lat_us, (compacted, first_compacted), blocks, bg, migrated) = thread::scope(|s| {
@@ -128,15 +127,14 @@ fn phase(
         let bg = proactiveness.map(|p| {
             let (stop, ticks) = (&stop, &ticks);
             s.spawn(move || {
-                let mut kcd = Kcompactd::new();
-                let _ = kcd.set_proactiveness(u32::from(p));
+                let _ = p;
                 let mut mig = LabMigrator::new(m).with_stop(stop);
-                let node = m.node();
                 let t0 = Instant::now();
                 let mut busy = Duration::ZERO;
                 while !stop.load(Relaxed) {
                     let start = Instant::now();
-                    kcd.tick(t0.elapsed().as_nanos() as u64, &node, &mut mig);
+                    m.machine
+                        .kcompactd_tick(NODE, t0.elapsed().as_nanos() as u64, &mut mig);
                     busy += start.elapsed();
                     ticks.fetch_add(1, Relaxed);
                     // kcompactd's 500 ms timeout, in 10 ms steps so a stop is
@@ -146,7 +144,7 @@ fn phase(
                         thread::sleep(Duration::from_millis(10).min(wake - Instant::now()));
                     }
                 }
-                let st = kcd.stats();
+                let st = m.machine.stats(NODE).kcompactd;
                 (
                     st.proactive_checks,
                     st.proactive_runs,
@@ -198,16 +196,16 @@ struct Full {
 }
 
 fn full_once(frames: u64, pattern: Pattern, seed: u64) -> Result<Full, String> {
-    let mut m = Machine::new(frames)?;
+    let mut m = World::new(frames)?;
     m.fragment(pattern, seed);
     let min_moves = m.min_moves();
     let mut mig = LabMigrator::new(&m);
     mig.log = Some(Vec::with_capacity(min_moves as usize + 1024));
     let t = Instant::now();
-    compact_memory(&m.node(), &mut mig);
+    m.machine.compact_node(NODE, &mut mig);
     let wall_s = t.elapsed().as_secs_f64();
     m.owners.verify(&m.mem)?;
-    let free = m.zone.0.lock().map(|z| z.free_pages()).unwrap_or(0);
+    let free = m.machine.free_pages();
     let huge_share = m.huge_free() as f64 / free.max(1) as f64;
     // The memcpy baseline: the very same 4 KiB copies, same addresses, same
     // order, with nothing else around them.
@@ -247,10 +245,10 @@ fn fast_path(
     gaps_ms: &[f64],
     spin: bool,
 ) -> Result<Vec<(f64, f64, f64)>, String> {
-    let mut m = Machine::new(frames)?;
+    let mut m = World::new(frames)?;
     m.fragment(pattern, seed);
     let mut mig = LabMigrator::new(&m);
-    compact_memory(&m.node(), &mut mig);
+    m.machine.compact_node(NODE, &mut mig);
     let mut out = Vec::new();
     for &gap in gaps_ms {
         let mut lat = Vec::new();
@@ -264,10 +262,10 @@ fn fast_path(
                 thread::sleep(until.saturating_duration_since(Instant::now()));
             }
             let t = Instant::now();
-            let got = alloc_huge(&m, &mut mig);
+            let got = m.alloc_huge(&mut mig);
             lat.push(t.elapsed().as_secs_f64() * 1e6);
             let Some((p, _)) = got else { break };
-            let _ = m.zone.0.lock().map(|mut z| z.free(p, HUGE));
+            let _ = m.machine.free(p, HUGE);
         }
         lat.sort_by(f64::total_cmp);
         out.push((gap, pick(&lat, 50.0), pick(&lat, 99.0)));

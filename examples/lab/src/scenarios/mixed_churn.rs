@@ -7,17 +7,23 @@
 //! with the placement policy) in one invocation.
 //!
 //! The order-10 blocks are held until the load ends (as the 2005 test's
-//! module did). Memory runs full, so an order-10 request that finds no free block
-//! does what direct reclaim would: it picks up to `--reclaim-tries` random
-//! 4 MiB regions and evicts their movable and reclaimable objects; a region
-//! helps only if it holds no unmovable frame. Grouping decides how many
-//! regions that leaves usable.
+//! module did). Everything goes through a `pageframe` machine's slow path
+//! (`alloc_slow`), whose direct reclaim is the lab's: memory runs full, so
+//! a small request's reclaim evicts random movable and reclaimable objects
+//! (page cache, shrinkable caches), and an order-10 request's reclaim picks
+//! up to `--reclaim-tries` random 4 MiB regions and evicts the objects of
+//! the first that holds no unmovable frame. There is no compaction (every
+//! migration is refused): grouping alone decides how many regions stay
+//! usable. `defrag_mode` is the machine's tunable.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::mem::MaybeUninit;
 
-use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
-use pageframe_mobility::{AllocMode, MigrateType, MobilityConfig};
+use pageframe::{
+    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, MigrateType, Migrator, MobilityConfig,
+    NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -74,7 +80,7 @@ struct Outcome {
     polluted_min: u64,
     occupancy: f64,
     reclaimed: u64,
-    stats: pageframe_mobility::FallbackStats,
+    stats: pageframe::FallbackStats,
 }
 
 struct Params {
@@ -110,24 +116,128 @@ fn lifetime(rng: &mut SmallRng, p: &Params) -> u64 {
     (p.lifetime_min / u.powf(1.0 / p.alpha)).min(1e12) as u64
 }
 
+/// The lab's direct reclaim for the machine's slow path, over the live
+/// objects: see the module docs. Migrations are refused (no compaction).
+struct Reclaim<'m> {
+    machine: &'m Machine<'static>,
+    live: BTreeMap<u64, (Order, MigrateType)>,
+    huge: Vec<(u64, Pfn)>,
+    rng: SmallRng,
+    /// Serving an order-10 request: evict whole regions.
+    regions: bool,
+    reclaim_tries: u32,
+    blocks: u64,
+    reclaimed: u64,
+}
+
+impl Reclaim<'_> {
+    fn evict(&mut self, pfn: u64) -> u64 {
+        let Some((o, _)) = self.live.remove(&pfn) else {
+            return 0;
+        };
+        if self.machine.free(Pfn(pfn), o).is_err() {
+            return 0;
+        }
+        self.reclaimed += o.pages();
+        o.pages()
+    }
+}
+
+impl Migrator for Reclaim<'_> {
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+        Err(MigrateError::Busy)
+    }
+}
+
+impl SlowPathHooks for Reclaim<'_> {
+    fn reclaim(&mut self, _: NodeId, _: ZoneKind, pages: u64) -> u64 {
+        let mut freed = 0;
+        if self.regions {
+            for _ in 0..self.reclaim_tries {
+                let region = self.rng.gen_range(0..self.blocks) * MAX_BLOCK;
+                let range = region..region + MAX_BLOCK;
+                let pinned = self
+                    .live
+                    .range(range.clone())
+                    .any(|(_, (_, mt))| *mt == MigrateType::Unmovable)
+                    || self.huge.iter().any(|(_, h)| range.contains(&h.get()));
+                if pinned {
+                    continue;
+                }
+                let evict: Vec<u64> = self.live.range(range).map(|(&p, _)| p).collect();
+                for p in evict {
+                    freed += self.evict(p);
+                }
+                break;
+            }
+            return freed;
+        }
+        for _ in 0..64 {
+            if freed >= pages {
+                break;
+            }
+            let at = self.rng.gen_range(0..self.blocks * MAX_BLOCK);
+            let victim = self
+                .live
+                .range(at..)
+                .chain(self.live.range(..at))
+                .find(|(_, (_, t))| *t != MigrateType::Unmovable)
+                .map(|(&pfn, _)| pfn);
+            let Some(pfn) = victim else { break };
+            freed += self.evict(pfn);
+        }
+        freed
+    }
+}
+
+fn gfp_of(mt: MigrateType) -> Gfp {
+    match mt {
+        MigrateType::Movable => Gfp::KERNEL | Gfp::MOVABLE,
+        MigrateType::Reclaimable => Gfp::KERNEL | Gfp::RECLAIMABLE,
+        _ => Gfp::KERNEL,
+    }
+}
+
 fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcome, String> {
     let frames = blocks * MAX_BLOCK;
     let span = PfnRange::new(Pfn(0), Pfn(frames));
     let cfg = MobilityConfig {
         grouping: v.grouping,
         placement: v.placement,
-        ..MobilityConfig::default()
+        ..MobilityConfig::DEFAULT
     };
-    let mut meta = super::mobile_meta(span, cfg);
-    let mut z = super::mobile_zone(span, cfg, &mut meta)?;
-    let mut rng = SmallRng::seed_from_u64(seed);
-    // Live objects: pfn -> (order, type); expiries in a min-heap.
-    let mut live: std::collections::BTreeMap<u64, (Order, MigrateType)> = Default::default();
-    let mut reclaimed = 0u64;
+    // Leaked with its metadata: the lab is a short-lived host program.
+    let m: &'static mut Machine<'static> = Box::leak(Machine::new_boxed(MachineConfig {
+        mobility: cfg,
+        ..MachineConfig::SINGLE_NODE
+    }));
+    let meta: &'static mut [MaybeUninit<u8>] =
+        Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+    let node = NodeId::ZERO;
+    m.add_zone(node, ZoneKind::Normal, span, meta)
+        .map_err(|e| e.to_string())?;
+    m.add_free_range(span).map_err(|e| e.to_string())?;
+    m.set_defrag_mode(v.defrag_mode);
+    let m: &'static Machine<'static> = m;
+    let zone = m
+        .node(node)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or("zone")?;
+    let mut r = Reclaim {
+        machine: m,
+        live: BTreeMap::new(),
+        huge: Vec::new(),
+        rng: SmallRng::seed_from_u64(seed),
+        regions: false,
+        reclaim_tries: p.reclaim_tries,
+        blocks,
+        reclaimed: 0,
+    };
+    // Expiries of live objects in a min-heap.
     let mut expiry: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
-    let mut huge: Vec<(u64, Pfn)> = Vec::new();
     let (mut attempts, mut ok, mut small_failed) = (0u64, 0u64, 0u64);
     let warmup = p.steps / 5;
+    let huge_gfp = Gfp::KERNEL | Gfp::MOVABLE;
     let bar = crate::progress::bar(p.steps, v.name);
     for step in 0..p.steps {
         while let Some(&Reverse((t, pfn))) = expiry.peek() {
@@ -135,85 +245,33 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
                 break;
             }
             expiry.pop();
-            if let Some((o, _)) = live.remove(&pfn) {
-                z.free(Pfn(pfn), o).map_err(|e| format!("{e:?}"))?;
+            if let Some((o, _)) = r.live.remove(&pfn) {
+                m.free(Pfn(pfn), o).map_err(|e| e.to_string())?;
             }
         }
-        huge.retain(|&(t, pfn)| {
+        r.huge.retain(|&(t, pfn)| {
             if t <= step && t != u64::MAX {
-                z.free(pfn, Order::DEFAULT_MAX).is_err()
+                m.free(pfn, Order::DEFAULT_MAX).is_err()
             } else {
                 true
             }
         });
-        let (mt, order) = (pick_type(&mut rng), pick_order(&mut rng));
-        let mode = if v.defrag_mode {
-            AllocMode::NOFRAGMENT
-        } else {
-            AllocMode::empty()
-        };
-        let mut got = z.alloc(order, mt, mode).ok();
-        // Memory is full: reclaim evicts random movable/reclaimable objects
-        // (page cache, shrinkable caches) until the request fits.
-        for _ in 0..64 {
-            if got.is_some() {
-                break;
+        let (mt, order) = (pick_type(&mut r.rng), pick_order(&mut r.rng));
+        r.regions = false;
+        match m.alloc_slow(node, gfp_of(mt), order, &mut r) {
+            Ok(a) => {
+                r.live.insert(a.pfn.get(), (order, mt));
+                let life = lifetime(&mut r.rng, p);
+                expiry.push(Reverse((step + life, a.pfn.get())));
             }
-            let at = rng.gen_range(0..blocks * MAX_BLOCK);
-            let victim = live
-                .range(at..)
-                .chain(live.range(..at))
-                .find(|(_, (_, t))| *t != MigrateType::Unmovable)
-                .map(|(&pfn, &(o, _))| (pfn, o));
-            let Some((pfn, o)) = victim else { break };
-            live.remove(&pfn);
-            z.free(Pfn(pfn), o).map_err(|e| format!("{e:?}"))?;
-            reclaimed += o.pages();
-            got = z.alloc(order, mt, mode).ok();
-        }
-        if got.is_none() {
-            // Reclaim did not help: now fragmenting fallback is allowed.
-            got = z.alloc(order, mt, AllocMode::empty()).ok();
-        }
-        match got {
-            Some(pfn) => {
-                live.insert(pfn.get(), (order, mt));
-                expiry.push(Reverse((step + lifetime(&mut rng, p), pfn.get())));
-            }
-            None => small_failed += 1,
+            Err(_) => small_failed += 1,
         }
         if step % p.huge_every == 0 && step >= warmup {
             attempts += 1;
-            let mut got = z
-                .alloc(Order::DEFAULT_MAX, MigrateType::Movable, AllocMode::empty())
-                .ok();
-            for _ in 0..p.reclaim_tries {
-                if got.is_some() {
-                    break;
-                }
-                let region = rng.gen_range(0..blocks) * MAX_BLOCK;
-                let range = region..region + MAX_BLOCK;
-                let pinned = live
-                    .range(range.clone())
-                    .any(|(_, (_, mt))| *mt == MigrateType::Unmovable)
-                    || huge.iter().any(|(_, h)| range.contains(&h.get()));
-                if pinned {
-                    continue;
-                }
-                let evict: Vec<(u64, Order)> =
-                    live.range(range).map(|(&pfn, &(o, _))| (pfn, o)).collect();
-                for (pfn, o) in evict {
-                    live.remove(&pfn);
-                    z.free(Pfn(pfn), o).map_err(|e| format!("{e:?}"))?;
-                    reclaimed += o.pages();
-                }
-                got = z
-                    .alloc(Order::DEFAULT_MAX, MigrateType::Movable, AllocMode::empty())
-                    .ok();
-            }
-            if let Some(pfn) = got {
+            r.regions = true;
+            if let Ok(a) = m.alloc_slow(node, huge_gfp, Order::DEFAULT_MAX, &mut r) {
                 ok += 1;
-                huge.push((step.saturating_add(p.huge_hold), pfn));
+                r.huge.push((step.saturating_add(p.huge_hold), a.pfn));
             }
         }
         if step % 4096 == 0 {
@@ -222,20 +280,20 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
     }
     bar.finish_and_clear();
     let used: u64 =
-        live.values().map(|(o, _)| o.pages()).sum::<u64>() + huge.len() as u64 * MAX_BLOCK;
+        r.live.values().map(|(o, _)| o.pages()).sum::<u64>() + r.huge.len() as u64 * MAX_BLOCK;
     let occupancy = used as f64 / frames as f64;
     // At rest: reclaim frees all movable and reclaimable memory.
-    for (pfn, o) in huge.drain(..) {
-        z.free(o, Order::DEFAULT_MAX)
-            .map_err(|e| format!("huge free {pfn}: {e:?}"))?;
+    for (pfn, o) in r.huge.drain(..) {
+        m.free(o, Order::DEFAULT_MAX)
+            .map_err(|e| format!("huge free {pfn}: {e}"))?;
     }
-    let keep: Vec<(u64, (Order, MigrateType))> = live
+    let keep: Vec<(u64, (Order, MigrateType))> = std::mem::take(&mut r.live)
         .into_iter()
         .filter(|(pfn, (o, mt))| {
             if *mt == MigrateType::Unmovable {
                 true
             } else {
-                z.free(Pfn(*pfn), *o).is_err()
+                m.free(Pfn(*pfn), *o).is_err()
             }
         })
         .collect();
@@ -249,18 +307,13 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
     // occupy ceil(frames / 1024) regions; every other region could be free.
     let at_rest_max = blocks - unmovable_frames.div_ceil(MAX_BLOCK);
     let mut at_rest = 0;
-    while z
-        .alloc(Order::DEFAULT_MAX, MigrateType::Movable, AllocMode::empty())
+    while m
+        .alloc(node, huge_gfp | Gfp::MEMALLOC, Order::DEFAULT_MAX)
         .is_ok()
     {
         at_rest += 1;
     }
-    z.validate().map_err(|e| format!("{e:?}"))?;
-    debug_assert!(
-        z.buddy()
-            .walk(span)
-            .all(|(_, b)| !matches!(b, BlockInfo::Hole))
-    );
+    m.validate().map_err(|e| e.to_string())?;
     Ok(Outcome {
         huge_attempts: attempts,
         huge_ok: ok,
@@ -271,8 +324,8 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
         polluted: polluted_blocks.iter().filter(|b| **b).count() as u64,
         polluted_min: unmovable_frames.div_ceil(PB),
         occupancy,
-        reclaimed,
-        stats: z.stats(),
+        reclaimed: r.reclaimed,
+        stats: zone.fallback_stats(),
     })
 }
 

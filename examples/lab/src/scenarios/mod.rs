@@ -13,27 +13,6 @@ mod swap_latency;
 mod thp_numa;
 mod thp_swap;
 
-/// A mobility zone over `span`, all free, with its metadata in `meta`
-/// (sized and allocated by the caller with [`mobile_meta`]).
-pub(crate) fn mobile_zone<'a>(
-    span: pageframe_buddy::PfnRange,
-    cfg: pageframe_mobility::MobilityConfig,
-    meta: &'a mut [std::mem::MaybeUninit<u8>],
-) -> Result<pageframe_mobility::MobileZone<'a>, String> {
-    let mut z =
-        pageframe_mobility::MobileZone::new(span, cfg, meta).map_err(|e| format!("{e:?}"))?;
-    z.add_free_range(span).map_err(|e| format!("{e:?}"))?;
-    Ok(z)
-}
-
-/// An uninitialised metadata buffer for [`mobile_zone`].
-pub(crate) fn mobile_meta(
-    span: pageframe_buddy::PfnRange,
-    cfg: pageframe_mobility::MobilityConfig,
-) -> Box<[std::mem::MaybeUninit<u8>]> {
-    Box::new_uninit_slice(pageframe_mobility::MobileZone::metadata_bytes(span, cfg))
-}
-
 /// A runnable experiment.
 pub struct Scenario {
     /// Command-line name.

@@ -1,17 +1,16 @@
 //! pcp-tune (issue 5): two CPUs, one allocating bursts of order-0 frames
-//! and the other freeing them, through the facade's per-CPU caches; `high`
-//! auto-tuned vs fixed at `high_min`. Prints zone-lock acquisitions per 1000
-//! operations and plots `high` over the run.
+//! and the other freeing them, through a machine's per-CPU caches (each
+//! CPU's handle); `high` auto-tuned vs fixed (`percpu_pagelist_high_fraction`
+//! set so that `high` stays at what auto-tuning starts from). Prints
+//! zone-lock acquisitions per 1000 operations and plots `high` over the run.
 
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use pageframe::pcp::{
-    CpuId, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Slot, ZoneGeometry,
-};
-use pageframe::{Gfp, Order, Pfn, PfnRange, Zone, ZoneKind};
+use pageframe::pcp::CpuId;
+use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
 use crate::args::Opts;
 use crate::plot::{self, Series};
@@ -30,97 +29,105 @@ struct Run {
 
 fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, String> {
     let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + frames));
-    let mut meta: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(Zone::metadata_bytes(span));
-    let mut states: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(Zone::frame_state_bytes(span));
-    let zone = Zone::new(ZoneKind::Normal, span, &mut meta)
-        .and_then(|z| z.with_frame_states(&mut states))
-        .map_err(|e| format!("{e:?}"))?;
-    zone.add_free_range(span).map_err(|e| format!("{e:?}"))?;
-    let auto = PcpSizing::for_zone(ZoneGeometry {
-        managed_pages: zone.managed_pages(),
-        low_wmark: zone.watermarks().low,
-        page_size: 4096,
-        local_cpus: 2,
-        high_fraction: 0,
-    })
-    .map_err(|e| format!("{e:?}"))?;
-    let sizing = if fixed {
-        PcpSizing::new(auto.batch(), auto.high_min(), auto.high_min())
-            .map_err(|e| format!("{e:?}"))?
-    } else {
-        auto
-    };
-    let mut mem: Vec<Vec<Slot>> = (0..2)
-        .map(|_| vec![Slot::EMPTY; sizing.suggested_slots()])
-        .collect();
-    let slots: Vec<PcpSlot<'_>> = mem
-        .iter_mut()
-        .map(|m| PerCpuPages::new(m, sizing, PcpConfig::X86_64).map(PcpSlot::new))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{e:?}"))?;
-    let set = PcpSet::new(&slots);
+    // Leaked with its metadata: the lab is a short-lived host program.
+    let m: &'static mut Machine<'static> =
+        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+    let meta: &'static mut [MaybeUninit<u8>] =
+        Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+    m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+        .map_err(|e| e.to_string())?;
+    m.add_free_range(span).map_err(|e| e.to_string())?;
+    let bytes = m.pcp_bytes(2).map_err(|e| e.to_string())?;
+    m.enable_pcp(2, Box::leak(Box::new_uninit_slice(bytes)))
+        .map_err(|e| e.to_string())?;
+    let m: &'static Machine<'static> = m;
+    let zone = m
+        .node(NodeId::ZERO)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or("zone")?;
+    if fixed {
+        // Fixed high = managed / fraction / CPUs: the fraction that keeps
+        // it where auto-tuning starts (high_min = the low watermark / CPUs).
+        let fraction = (frames / zone.watermarks().low.max(1)).max(8) as u32;
+        m.set_pcp_high_fraction(fraction)
+            .map_err(|e| e.to_string())?;
+    }
     let rounds = (total / burst).max(20);
     let warm = rounds / 10;
     let every = (rounds / 100).max(1);
     let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(2);
-    let (z, set) = (&zone, &set);
+    let stats = |c: &mut pageframe::CpuCache<'_, 'static>| {
+        c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
+            .map(|s| s.0)
+            .unwrap_or_default()
+    };
+    let high = |c: &mut pageframe::CpuCache<'_, 'static>| {
+        c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
+            .map_or(0, |s| s.2)
+    };
     let (a, b) = std::thread::scope(|sc| {
         let producer = sc.spawn(move || -> Result<_, String> {
-            let mut cpu = set.claim(CpuId(0)).map_err(|e| format!("{e:?}"))?;
-            let (mut base, mut t0, mut series) = (cpu.stats(), Instant::now(), Vec::new());
+            let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).map_err(|e| e.to_string())?;
+            let (mut base, mut t0, mut series) = (stats(&mut cpu), Instant::now(), Vec::new());
             for r in 0..rounds {
                 if r == warm {
-                    base = cpu.stats();
+                    base = stats(&mut cpu);
                     t0 = Instant::now();
                 }
                 let mut v = Vec::with_capacity(burst);
                 for _ in 0..burst {
                     v.push(
-                        z.alloc_cached(&mut cpu, Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO)
-                            .map_err(|e| format!("{e:?}"))?,
+                        cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO)
+                            .map_err(|e| e.to_string())?
+                            .pfn,
                     );
                 }
                 if r % every == 0 {
-                    series.push((r as f64, f64::from(cpu.high())));
+                    series.push((r as f64, f64::from(high(&mut cpu))));
                 }
                 tx.send(v).map_err(|e| e.to_string())?;
             }
             drop(tx);
-            let st = cpu.stats();
-            cpu.drain(z);
+            let st = stats(&mut cpu);
+            cpu.drain();
             Ok((st, base, series, t0.elapsed()))
         });
         let consumer = sc.spawn(move || -> Result<_, String> {
-            let mut cpu = set.claim(CpuId(1)).map_err(|e| format!("{e:?}"))?;
-            let (mut base, mut r, mut series) = (cpu.stats(), 0usize, Vec::new());
+            let mut cpu = m.cpu(CpuId(1), NodeId::ZERO).map_err(|e| e.to_string())?;
+            let (mut base, mut r, mut series) = (stats(&mut cpu), 0usize, Vec::new());
             while let Ok(v) = rx.recv() {
                 if r == warm {
-                    base = cpu.stats();
+                    base = stats(&mut cpu);
                 }
                 for p in v {
-                    z.free_cached(&mut cpu, p, Order::ZERO)
-                        .map_err(|e| format!("{e:?}"))?;
+                    cpu.free(p, Order::ZERO).map_err(|e| e.to_string())?;
                 }
                 if r % every == 0 {
-                    series.push((r as f64, f64::from(cpu.high())));
+                    series.push((r as f64, f64::from(high(&mut cpu))));
                 }
                 r += 1;
             }
             // Idle: only the 1-second decay runs (spec 04 §6).
-            let mut idle = vec![(0, cpu.count(), cpu.high())];
+            let count_high = |c: &mut pageframe::CpuCache<'_, 'static>| {
+                c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
+                    .map_or((0, 0), |s| (s.1, s.2))
+            };
+            let (c0, h0) = count_high(&mut cpu);
+            let mut idle = vec![(0, c0, h0)];
             for tick in 1..=32u32 {
-                cpu.decay(z);
-                idle.push((tick, cpu.count(), cpu.high()));
+                cpu.tick();
+                let (c, h) = count_high(&mut cpu);
+                idle.push((tick, c, h));
             }
-            let st = cpu.stats();
-            cpu.drain(z);
+            let st = stats(&mut cpu);
+            cpu.drain();
             Ok((st, base, series, idle))
         });
         (producer.join(), consumer.join())
     });
     let (pa, pb, high0, elapsed) = a.map_err(|_| "producer panicked".to_string())??;
     let (ca, cb, high1, idle) = b.map_err(|_| "consumer panicked".to_string())??;
-    zone.validate().map_err(|e| format!("{e:?}"))?;
+    m.validate().map_err(|e| e.to_string())?;
     if zone.free_pages() != zone.managed_pages() {
         return Err(format!(
             "frames lost: {} free of {}",
@@ -148,7 +155,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     let frames: u64 = opts.get("frames", 1 << 18)?;
     let total: usize = opts.get("ops", if opts.quick { 100_000 } else { 400_000 })?;
     println!(
-        "pcp-tune: {} MiB zone (facade Zone with per-CPU caches), CPU 0 allocates bursts of order-0 frames, \
+        "pcp-tune: {} MiB zone (a machine with per-CPU caches), CPU 0 allocates bursts of order-0 frames, \
          CPU 1 frees them; {total} allocations per run, counters after a warm-up of a tenth",
         frames / 256
     );

@@ -14,8 +14,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use pageframe_buddy::{Order, Pfn, PfnRange};
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
+use std::mem::MaybeUninit;
+
+use pageframe::{
+    Gfp, Machine, MachineConfig, MobileZone, MobilityConfig, NodeId, Order, Pfn, PfnRange, ZoneKind,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -81,36 +84,49 @@ fn run_variant(v: &Variant, frames: u64, iters: usize, seed: u64) -> Result<Outc
     let cfg = MobilityConfig {
         grouping: v.grouping,
         placement: v.placement,
-        ..MobilityConfig::default()
+        ..MobilityConfig::DEFAULT
     };
-    let mut meta = super::mobile_meta(span, cfg);
-    let mut z = super::mobile_zone(span, cfg, &mut meta)?;
+    // Leaked with its metadata: the lab is a short-lived host program.
+    let m: &'static mut Machine<'static> = Box::leak(Machine::new_boxed(MachineConfig {
+        mobility: cfg,
+        ..MachineConfig::SINGLE_NODE
+    }));
+    let meta: &'static mut [MaybeUninit<u8>] =
+        Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+    let node = NodeId::ZERO;
+    m.add_zone(node, ZoneKind::Normal, span, meta)
+        .map_err(|e| e.to_string())?;
+    m.add_free_range(span).map_err(|e| e.to_string())?;
+    let m: &'static Machine<'static> = m;
+    let zone = m
+        .node(node)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or("zone")?;
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut used = vec![0u64; (frames / PB) as usize];
     let mut live: Vec<Pfn> = Vec::with_capacity(frames as usize);
-    let alloc =
-        |z: &mut MobileZone<'_>, used: &mut [u64], live: &mut Vec<Pfn>| -> Result<(), String> {
-            let p = z
-                .alloc(Order::ZERO, MigrateType::Movable, AllocMode::empty())
-                .map_err(|e| format!("{e:?}"))?;
-            used[(p.get() / PB) as usize] += 1;
-            live.push(p);
-            Ok(())
-        };
+    let alloc = |used: &mut [u64], live: &mut Vec<Pfn>| -> Result<(), String> {
+        let p = m
+            .alloc(node, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+            .map_err(|e| e.to_string())?
+            .pfn;
+        used[(p.get() / PB) as usize] += 1;
+        live.push(p);
+        Ok(())
+    };
     for _ in 0..frames * 9 / 10 {
-        alloc(&mut z, &mut used, &mut live)?;
+        alloc(&mut used, &mut live)?;
     }
-    let free_one =
-        |z: &mut MobileZone<'_>, used: &mut [u64], live: &mut Vec<Pfn>, rng: &mut SmallRng| {
-            let p = live.swap_remove(rng.gen_range(0..live.len()));
-            used[(p.get() / PB) as usize] -= 1;
-            z.free(p, Order::ZERO).map_err(|e| format!("{e:?}"))
-        };
+    let free_one = |used: &mut [u64], live: &mut Vec<Pfn>, rng: &mut SmallRng| {
+        let p = live.swap_remove(rng.gen_range(0..live.len()));
+        used[(p.get() / PB) as usize] -= 1;
+        m.free(p, Order::ZERO).map_err(|e| e.to_string())
+    };
     for _ in 0..live.len() / 2 {
-        free_one(&mut z, &mut used, &mut live, &mut rng)?;
+        free_one(&mut used, &mut live, &mut rng)?;
     }
     let mut out = Outcome {
-        availability: vec![availability(&z)],
+        availability: vec![zone.inspect(availability)],
         debt: vec![debt(&used)],
         ns_per_op: 0.0,
     };
@@ -120,19 +136,19 @@ fn run_variant(v: &Variant, frames: u64, iters: usize, seed: u64) -> Result<Outc
     let t = Instant::now();
     for _ in 0..iters {
         for _ in 0..churn {
-            free_one(&mut z, &mut used, &mut live, &mut rng)?;
+            free_one(&mut used, &mut live, &mut rng)?;
         }
         for _ in 0..churn {
-            alloc(&mut z, &mut used, &mut live)?;
+            alloc(&mut used, &mut live)?;
         }
         ops += 2 * churn;
-        out.availability.push(availability(&z));
+        out.availability.push(zone.inspect(availability));
         out.debt.push(debt(&used));
         bar.inc(1);
     }
     out.ns_per_op = t.elapsed().as_nanos() as f64 / ops as f64;
     bar.finish_and_clear();
-    z.validate().map_err(|e| format!("{e:?}"))?;
+    m.validate().map_err(|e| e.to_string())?;
     Ok(out)
 }
 

@@ -17,9 +17,10 @@
 //! hold a pinned frame), node 1 free.
 //!
 //! How compaction cost is modelled: it is not modelled, it is done. Every
-//! frame is backed by 4 KiB of real memory; direct compaction is
-//! `pageframe-compact`'s engine through the facade's `CompactDriver`, and
-//! each migration copies the frame's 4 KiB and updates the owner map.
+//! frame is backed by 4 KiB of real memory; the faults go through the
+//! machine's `alloc_thp` (its slow path, direct compaction by
+//! `pageframe-compact`), and each migration copies the frame's 4 KiB and
+//! updates the owner map.
 //! Direct reclaim (the non-compact-only policies) writes up to 32 movable
 //! frames of the zone, oldest first, to a swap buffer (a 4 KiB copy each)
 //! and frees them. Latency is wall time per fault, allocation included.
@@ -28,12 +29,10 @@ use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use pageframe::compact::{MigrateError, MigrateMode, Migrator};
 use pageframe::{
-    Clock, CompactDriver, CompactPriority, CompactRun, Compactor, Machine, Node, NodeId, NodeStats,
-    Order, PAGE_SIZE, Pfn, PfnRange, ThpPolicy, Topology, Zone, ZoneKind, ZoneTarget,
+    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, NodeStats, Order,
+    PAGE_SIZE, Pfn, PfnRange, SlowPathHooks, ThpPolicy, Topology, ZoneKind,
 };
-use pageframe_mobility::{AllocMode, MigrateType};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -42,7 +41,6 @@ use crate::args::Opts;
 use crate::table::{Table, f, pct};
 
 const PB: u64 = 512;
-const HUGE: Order = Order::HUGE_2M;
 const PAGE: usize = PAGE_SIZE as usize;
 
 /// Who holds a frame (the lab's reverse map).
@@ -59,6 +57,8 @@ enum Owner {
 
 /// The kernel side: page contents, the owner map, swap-out.
 struct Kernel {
+    machine: &'static Machine<'static>,
+    start: Instant,
     mem: Vec<u8>,
     owner: Vec<Owner>,
     /// Anonymous frames in the order they were faulted in (the LRU);
@@ -102,58 +102,46 @@ impl Migrator for Kernel {
     }
 }
 
-/// The slow path's hooks: compaction through `pageframe-compact`, reclaim
-/// by swapping out.
-struct Mm {
-    driver: CompactDriver<Kernel>,
-}
-
-impl Compactor for Mm {
-    fn compact(
-        &mut self,
-        t: ZoneTarget<'_, '_>,
-        order: Order,
-        prio: CompactPriority,
-    ) -> CompactRun {
-        self.driver.compact(t, order, prio)
-    }
-
-    fn reclaim(&mut self, _: NodeId, zone: &Zone<'_>, pages: u64) -> u64 {
-        let k = &mut self.driver.migrator;
-        let span = zone.span();
+/// The slow path's hooks: reclaim by swapping out, and the wall clock.
+impl SlowPathHooks for Kernel {
+    fn reclaim(&mut self, node: NodeId, kind: ZoneKind, pages: u64) -> u64 {
+        let Some(span) = self
+            .machine
+            .node(node)
+            .and_then(|n| n.zone(kind))
+            .map(|z| z.span())
+        else {
+            return 0;
+        };
         let mut freed = 0;
         let mut looked = 0;
-        let max_look = k.lru.len();
+        let max_look = self.lru.len();
         while freed < pages && looked < max_look {
-            let Some(p) = k.lru.pop_front() else { break };
+            let Some(p) = self.lru.pop_front() else { break };
             looked += 1;
-            if k.owner[p as usize] != Owner::Anon {
+            if self.owner[p as usize] != Owner::Anon {
                 continue; // stale entry: moved or gone
             }
             if !span.contains(Pfn(p)) {
-                k.lru.push_back(p);
+                self.lru.push_back(p);
                 continue;
             }
-            let slot = k.swap_slot % 64;
-            k.swap_slot += 1;
+            let slot = self.swap_slot % 64;
+            self.swap_slot += 1;
             let src = p as usize * PAGE;
-            let (mem, swap) = (&k.mem, &mut k.swap);
+            let (mem, swap) = (&self.mem, &mut self.swap);
             swap[slot * PAGE..(slot + 1) * PAGE].copy_from_slice(&mem[src..src + PAGE]);
-            if zone.free(Pfn(p), Order::ZERO).is_ok() {
-                k.owner[p as usize] = Owner::Free;
-                k.swapped += 1;
+            if self.machine.free(Pfn(p), Order::ZERO).is_ok() {
+                self.owner[p as usize] = Owner::Free;
+                self.swapped += 1;
                 freed += 1;
             }
         }
         freed
     }
-}
 
-struct Wall(Instant);
-
-impl Clock for Wall {
     fn now_ns(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
+        self.start.elapsed().as_nanos() as u64
     }
 }
 
@@ -233,7 +221,9 @@ impl Outcome {
 /// Lays out one node's memory: every frame allocated movable, then pinned
 /// frames and freed frames per `state`. Returns the anonymous frames.
 fn populate(
-    zone: &Zone<'_>,
+    m: &Machine<'static>,
+    node: NodeId,
+    span: PfnRange,
     state: State,
     owner: &mut [Owner],
     rng: &mut SmallRng,
@@ -241,15 +231,10 @@ fn populate(
     if state == State::Free {
         return Ok(Vec::new());
     }
-    let span = zone.span();
     let mut anon = Vec::new();
-    let frames: Vec<Pfn> = zone.with_zone(|z| {
-        std::iter::from_fn(|| {
-            z.alloc(Order::ZERO, MigrateType::Movable, AllocMode::empty())
-                .ok()
-        })
-        .collect()
-    });
+    let gfp = Gfp::HIGHUSER_MOVABLE | Gfp::THISNODE | Gfp::MEMALLOC;
+    let frames: Vec<Pfn> =
+        std::iter::from_fn(|| m.alloc(node, gfp, Order::ZERO).ok().map(|a| a.pfn)).collect();
     if frames.len() as u64 != span.len() {
         return Err(format!(
             "populate: got {} of {} frames",
@@ -275,11 +260,10 @@ fn populate(
         others.shuffle(rng);
         let (free, keep) = others.split_at(others.len() / 2);
         for &p in free {
-            zone.free(Pfn(p), Order::ZERO)
-                .map_err(|e| format!("{e:?}"))?;
+            m.free(Pfn(p), Order::ZERO).map_err(|e| e.to_string())?;
         }
         if let Some(p) = pin {
-            zone.with_zone(|z| z.set_pinned(Pfn(p), true));
+            m.set_pinned(Pfn(p), true).map_err(|e| e.to_string())?;
             owner[p as usize] = Owner::Pinned;
         }
         for &p in keep {
@@ -297,25 +281,28 @@ fn run_one(
     faults: u64,
     seed: u64,
 ) -> Result<Outcome, String> {
-    let mut m = Machine::new(Topology::uniform(2).map_err(|e| e.to_string())?);
-    let mut metas: Vec<Box<[MaybeUninit<u8>]>> = Vec::new();
+    let topology = Topology::uniform(2).map_err(|e| e.to_string())?;
+    // Leaked with its metadata: the lab is a short-lived host program.
+    let m: &'static mut Machine<'static> =
+        Box::leak(Machine::new_boxed(MachineConfig::new(topology)));
+    let span_of = |i: u64| PfnRange::new(Pfn(i * frames_per_node), Pfn((i + 1) * frames_per_node));
     for i in 0..2u64 {
-        let span = PfnRange::new(Pfn(i * frames_per_node), Pfn((i + 1) * frames_per_node));
-        metas.push(Box::new_uninit_slice(Zone::metadata_bytes(span)));
-    }
-    let mut metas = metas.iter_mut();
-    for i in 0..2u64 {
-        let span = PfnRange::new(Pfn(i * frames_per_node), Pfn((i + 1) * frames_per_node));
-        let meta = metas.next().ok_or("metadata")?;
-        let mut node = Node::new();
-        node.add_zone(Zone::new(ZoneKind::Normal, span, meta).map_err(|e| format!("{e:?}"))?)
-            .map_err(|e| e.to_string())?;
-        node.add_free_range(span).map_err(|e| format!("{e:?}"))?;
+        let span = span_of(i);
+        let meta: &'static mut [MaybeUninit<u8>] =
+            Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
         let id = NodeId::new(i as usize).ok_or("node id")?;
-        m.add_node(id, node).map_err(|e| e.to_string())?;
+        m.add_zone(id, ZoneKind::Normal, span, meta)
+            .map_err(|e| e.to_string())?;
+        m.add_free_range(span).map_err(|e| e.to_string())?;
     }
+    // kcompactd does the work the faults wake it for, nothing proactive.
+    m.set_proactiveness(0).map_err(|e| e.to_string())?;
+    m.set_thp_policy(*policy);
+    let m: &'static Machine<'static> = m;
     let total = 2 * frames_per_node as usize;
     let mut kernel = Kernel {
+        machine: m,
+        start: Instant::now(),
         mem: vec![0u8; total * PAGE],
         owner: vec![Owner::Free; total],
         lru: VecDeque::new(),
@@ -330,11 +317,7 @@ fn run_one(
     let mut rng = SmallRng::seed_from_u64(seed);
     for (i, &state) in case.nodes.iter().enumerate() {
         let id = NodeId::new(i).ok_or("node id")?;
-        let zone = m
-            .node(id)
-            .and_then(|n| n.zone(ZoneKind::Normal))
-            .ok_or("zone")?;
-        let anon = populate(zone, state, &mut kernel.owner, &mut rng)?;
+        let anon = populate(m, id, span_of(i as u64), state, &mut kernel.owner, &mut rng)?;
         for p in anon {
             // Fault the page in with recognisable contents.
             kernel.page(p)[..8].copy_from_slice(&p.to_le_bytes());
@@ -347,32 +330,30 @@ fn run_one(
             .and_then(|id| m.fragmentation_score(id))
             .unwrap_or(0);
     }
-    let mut mm = Mm {
-        driver: CompactDriver::new(kernel),
-    };
-    let clock = Wall(Instant::now());
     let local = NodeId::ZERO;
+    let mut now = 0u64;
     for _ in 0..faults {
         let t0 = Instant::now();
-        let r = m.alloc_thp(local, HUGE, true, policy, &mut mm, &clock);
+        let r = m.alloc_thp(local, true, &mut kernel);
         out.lat_ns.push(t0.elapsed().as_nanos() as u64);
         out.faults += 1;
         // kcompactd threads run on other CPUs between faults: their work
         // is counted, not charged to the faulting task.
         for i in 0..2 {
             let id = NodeId::new(i).ok_or("node id")?;
-            if m.kcompactd_pending(id) {
+            if m.node(id).is_some_and(|n| n.kcompactd_pending()) {
                 let before = m.stats(id);
                 let t1 = Instant::now();
-                m.run_kcompactd(id, &mut mm);
+                now += 1;
+                m.kcompactd_tick(id, now, &mut kernel);
                 out.bg_ns += t1.elapsed().as_nanos() as u64;
                 let after = m.stats(id);
-                out.bg_migrated += after.compact_migrated - before.compact_migrated;
-                out.bg_runs += after.compact_runs - before.compact_runs;
+                out.bg_migrated += after.compact.migrate_success - before.compact.migrate_success;
+                out.bg_runs += after.compact.runs - before.compact.runs;
             }
         }
         if let Ok(a) = r {
-            let k = &mut mm.driver.migrator;
+            let k = &mut kernel;
             for p in a.pfn.get()..a.pfn.get() + PB {
                 k.owner[p as usize] = Owner::Huge;
             }
@@ -385,7 +366,7 @@ fn run_one(
     }
     m.validate().map_err(|e| format!("{e:?}"))?;
     // Every anonymous page that is still resident kept its contents.
-    let k = &mut mm.driver.migrator;
+    let k = &mut kernel;
     let anon: Vec<u64> = (0..total as u64)
         .filter(|&p| k.owner[p as usize] == Owner::Anon)
         .collect();
@@ -462,9 +443,9 @@ pub fn run(opts: &Opts) -> Result<(), String> {
             o.remote.to_string(),
             f(o.mean_us(), 1),
             f(o.p99_us(), 1),
-            (s.compact_runs - o.bg_runs).to_string(),
-            (s.compact_migrated - o.bg_migrated).to_string(),
-            f(s.compact_stall_ns as f64 / 1e6, 1),
+            (s.compact.runs - o.bg_runs).to_string(),
+            (s.compact.migrate_success - o.bg_migrated).to_string(),
+            f(s.stall_ns as f64 / 1e6, 1),
             o.bg_runs.to_string(),
             o.bg_migrated.to_string(),
             f(o.bg_ns as f64 / 1e6, 1),

@@ -1,24 +1,22 @@
-//! Compaction deferral (spec 03 §7): after `d` failures, skip the next
-//! `2^d - 1` attempts at the failed order or above, `d` at most 6; a success
-//! forgets the failures.
+//! Deferral after failures (spec 03 §7, docs/rules/03-compaction.md §7):
+//! after `d` failed runs a target is skipped by the next `2^d - 1` attempts
+//! at the failed order or above, `d` at most [`COMPACT_MAX_DEFER_SHIFT`]; a
+//! success forgets the failures.
 //!
-//! The facade keeps one [`Deferral`] per zone (Linux's rule, used by every
-//! policy), one per node and one for the whole machine (the node-aware
-//! policy, see [`crate::NodePolicy::NodeAware`]). Every field is an atomic
-//! read and written without read-modify-write, as Linux's per-zone fields
-//! are: concurrent requesters may lose an update, which only shifts when the
-//! next attempt happens.
+//! [`Deferral`] is the rule, once: every zone's [`CompactState`] holds one
+//! (Linux's per-zone deferral), and the facade keeps more of them for whole
+//! nodes and for the machine (its node-aware huge-page policy). Every field
+//! is an atomic read and written without read-modify-write, as Linux's
+//! per-zone fields are: concurrent requesters may lose an update, which only
+//! shifts when the next attempt happens.
 
 use core::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 
 use pageframe_buddy::Order;
 
-/// Deferral stops doubling here: at most `2^6 - 1 = 63` skipped attempts in
-/// a row (spec 03 §2, `COMPACT_MAX_DEFER_SHIFT`).
-pub const MAX_DEFER_SHIFT: u8 = 6;
+use crate::{COMPACT_MAX_DEFER_SHIFT, CompactState};
 
-/// The back-off state of one compaction target (a zone, a node, or all
-/// nodes at once).
+/// The back-off state of one compaction target (a zone, a node, a machine).
 #[derive(Debug)]
 pub struct Deferral {
     considered: AtomicU32,
@@ -27,21 +25,21 @@ pub struct Deferral {
     order_failed: AtomicU8,
 }
 
-impl Default for Deferral {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// A snapshot of a [`Deferral`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct DeferralState {
     /// Attempts counted since the last failure.
     pub considered: u32,
-    /// Failures in a row, at most [`MAX_DEFER_SHIFT`].
+    /// Failures in a row, at most [`COMPACT_MAX_DEFER_SHIFT`].
     pub shift: u8,
     /// The lowest order deferred.
     pub order_failed: u8,
+}
+
+impl Default for Deferral {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Deferral {
@@ -61,7 +59,8 @@ impl Deferral {
     pub fn defer(&self, order: Order) {
         self.considered.store(0, Relaxed);
         let s = self.shift.load(Relaxed);
-        self.shift.store((s + 1).min(MAX_DEFER_SHIFT), Relaxed);
+        self.shift
+            .store((s + 1).min(COMPACT_MAX_DEFER_SHIFT), Relaxed);
         let f = self.order_failed.load(Relaxed);
         self.order_failed.store(f.min(order.get()), Relaxed);
     }
@@ -73,7 +72,7 @@ impl Deferral {
         if order.get() < self.order_failed.load(Relaxed) {
             return false;
         }
-        let limit = 1u32 << self.shift.load(Relaxed);
+        let limit = 1u32 << self.shift.load(Relaxed).min(COMPACT_MAX_DEFER_SHIFT);
         let c = self.considered.load(Relaxed).saturating_add(1);
         if c >= limit {
             self.considered.store(limit, Relaxed);
@@ -91,10 +90,17 @@ impl Deferral {
             self.considered.store(0, Relaxed);
             self.shift.store(0, Relaxed);
         }
-        let f = self.order_failed.load(Relaxed);
-        if order.get() >= f {
+        if order.get() >= self.order_failed.load(Relaxed) {
             self.order_failed.store(order.get() + 1, Relaxed);
         }
+    }
+
+    /// `compaction_restarting`: deferral is at its maximum and used up, so
+    /// the next run should start afresh with cleared skip hints.
+    pub fn restarting(&self, order: Order) -> bool {
+        order.get() >= self.order_failed.load(Relaxed)
+            && self.shift.load(Relaxed) == COMPACT_MAX_DEFER_SHIFT
+            && self.considered.load(Relaxed) >= 1 << COMPACT_MAX_DEFER_SHIFT
     }
 
     /// The current state.
@@ -104,5 +110,35 @@ impl Deferral {
             shift: self.shift.load(Relaxed),
             order_failed: self.order_failed.load(Relaxed),
         }
+    }
+}
+
+/// Linux's names for the zone's deferral, on the zone's state.
+impl CompactState {
+    /// `defer_compaction`: a run at `order` failed; double the back-off.
+    pub fn defer_compaction(&self, order: Order) {
+        self.defer.defer(order)
+    }
+
+    /// `compaction_deferred`: should a request at `order` skip this zone
+    /// this time? Counts the attempt.
+    pub fn compaction_deferred(&self, order: Order) -> bool {
+        self.defer.is_deferred(order)
+    }
+
+    /// `compaction_defer_reset`: a run at `order` succeeded; if the
+    /// allocation itself succeeded (`alloc_success`) forget past failures.
+    pub fn defer_reset(&self, order: Order, alloc_success: bool) {
+        self.defer.reset(order, alloc_success)
+    }
+
+    /// `compaction_restarting`: deferral is at its maximum and used up.
+    pub fn compaction_restarting(&self, order: Order) -> bool {
+        self.defer.restarting(order)
+    }
+
+    /// The zone's deferral.
+    pub fn deferral(&self) -> &Deferral {
+        &self.defer
     }
 }

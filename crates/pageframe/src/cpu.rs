@@ -1,0 +1,282 @@
+//! A CPU's handle on the machine: its per-CPU cache of every zone, claimed
+//! together (spec 04, docs/rules/04-pcp.md; ARCHITECTURE principle 5).
+//!
+//! Holding the handle is the proof that nothing else uses this CPU's
+//! caches: it is handed out once per CPU ([`Machine::cpu`], one
+//! compare-and-swap per zone) and given back when dropped. A kernel claims
+//! each CPU's handle at bring-up, keeps it in that CPU's per-CPU area and
+//! reaches it with preemption (and allocating interrupts) off; an interrupt
+//! that finds the handle in use allocates through [`Machine::alloc`]
+//! instead, as Linux's failed trylock falls back to the zone.
+
+use core::mem::MaybeUninit;
+
+use pageframe_buddy::{FreeError, Order, Pfn};
+use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
+
+use crate::error::{AllocError, PcpSetupError, SetupError};
+use crate::gfp::Gfp;
+use crate::lock::{RawMutex, SpinLock};
+use crate::machine::{Allocation, Machine};
+use crate::topology::{MAX_NUMNODES, NodeId};
+use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+use crate::zonelist::ZoneRef;
+
+/// Most CPUs a machine's per-CPU caches can be set up for.
+pub const MAX_CPUS: usize = 4096;
+
+/// A zone and this CPU's claimed cache of it.
+type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>);
+
+/// One CPU's claimed caches, by node and zone kind, each with its zone.
+pub(crate) struct Locals<'m, 'a, R: RawMutex> {
+    by_zone: [[Option<Claimed<'m, 'a, R>>; NR_ZONE_KINDS]; MAX_NUMNODES],
+}
+
+impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
+    #[inline]
+    pub(crate) fn get(&mut self, r: ZoneRef) -> Option<&mut LocalPcp<'a, 'a>> {
+        Some(&mut self.entry(r)?.1)
+    }
+
+    #[inline]
+    fn entry(&mut self, r: ZoneRef) -> Option<&mut Claimed<'m, 'a, R>> {
+        self.by_zone
+            .get_mut(r.node.index())?
+            .get_mut(r.kind.index())?
+            .as_mut()
+    }
+}
+
+/// A CPU's handle: allocates and frees through its per-CPU caches. See the
+/// module docs for the contract; without per-CPU caches
+/// ([`Machine::enable_pcp`] not called) it allocates from the zones.
+pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock> {
+    machine: &'m Machine<'a, R>,
+    cpu: CpuId,
+    node: NodeId,
+    locals: Locals<'m, 'a, R>,
+}
+
+impl<'a, R: RawMutex> Machine<'a, R> {
+    /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
+    /// memory handed over so far (the caches are sized from it: a CPU's
+    /// cache may hold up to 1/8 of its zone divided among the node's CPUs).
+    pub fn pcp_bytes(&self, cpus: u32) -> Result<usize, SetupError> {
+        if cpus == 0 || cpus as usize > MAX_CPUS {
+            return Err(PcpSetupError::CpuCount.into());
+        }
+        let mut total = 0usize;
+        for z in self.all_zones() {
+            let b = z.pcp_bytes(cpus, self.local_cpus(cpus))?;
+            total = total.checked_add(b).ok_or(PcpSetupError::CpuCount)?;
+        }
+        Ok(total)
+    }
+
+    /// CPUs on a node, assuming CPUs spread evenly over the nodes that
+    /// have them.
+    fn local_cpus(&self, cpus: u32) -> u32 {
+        let with_cpus = self
+            .topology()
+            .nodes()
+            .filter(|&n| self.topology().has_cpus(n))
+            .count()
+            .max(1) as u32;
+        (cpus / with_cpus).max(1)
+    }
+
+    /// Sets up per-CPU caches for CPUs `0..cpus` in every zone present,
+    /// from `mem` (at least [`Machine::pcp_bytes`] bytes). Call after the
+    /// memory is handed over (the caches are sized from it) and before
+    /// sharing the machine.
+    pub fn enable_pcp(
+        &mut self,
+        cpus: u32,
+        mem: &'a mut [MaybeUninit<u8>],
+    ) -> Result<(), SetupError> {
+        let needed = self.pcp_bytes(cpus)?;
+        if self.cpus != 0 {
+            return Err(PcpSetupError::AlreadyEnabled.into());
+        }
+        if mem.len() < needed {
+            return Err(PcpSetupError::MemoryTooSmall {
+                needed,
+                given: mem.len(),
+            }
+            .into());
+        }
+        let local = self.local_cpus(cpus);
+        let mut rest = mem;
+        for node in self.nodes_mut() {
+            for z in node.zones_mut() {
+                rest = z.enable_pcp(cpus, local, rest)?;
+            }
+        }
+        self.cpus = cpus;
+        Ok(())
+    }
+
+    /// Sets `vm.percpu_pagelist_high_fraction` (spec 04 §3.2): 0 (the
+    /// default) auto-tunes each cache's `high` between the low watermark
+    /// and 1/8 of the zone, shared by the node's CPUs; 8 and above fixes it
+    /// at `managed / fraction` shared the same way. Other values are
+    /// refused. Owners apply the new sizing at their next operation.
+    pub fn set_pcp_high_fraction(&self, fraction: u32) -> Result<(), crate::ConfigError> {
+        if (1..8).contains(&fraction) {
+            return Err(crate::ConfigError::PcpHighFraction(fraction));
+        }
+        let local = self.local_cpus(self.cpus.max(1));
+        for z in self.all_zones() {
+            z.update_pcp_sizing(local, fraction)
+                .map_err(|_| crate::ConfigError::PcpHighFraction(fraction))?;
+        }
+        Ok(())
+    }
+
+    /// CPUs with per-CPU caches (0 when none were set up).
+    pub fn pcp_cpus(&self) -> u32 {
+        self.cpus
+    }
+
+    /// Claims CPU `cpu`'s caches of every zone, for a CPU on node `node`
+    /// (the node its allocations prefer). `Busy` if the CPU's handle is
+    /// already out, `NoSuchCpu` beyond the CPUs set up. Without per-CPU
+    /// caches the handle allocates from the zones.
+    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R>, PcpError> {
+        if !self.topology().contains(node) {
+            return Err(PcpError::NoSuchCpu);
+        }
+        let mut locals = Locals {
+            by_zone: Default::default(),
+        };
+        for z in self.all_zones() {
+            if let Some(set) = &z.pcp {
+                // An error drops the caches claimed so far: all or nothing.
+                locals.by_zone[z.node().index()][z.kind().index()] = Some((z, set.claim(cpu)?));
+            }
+        }
+        Ok(CpuCache {
+            machine: self,
+            cpu,
+            node,
+            locals,
+        })
+    }
+
+    /// Empties every CPU's cache of every zone back into the zones
+    /// (`drain_all_pages`, spec 04 §7): caches nobody holds are drained
+    /// here; holders are asked and this waits until each has done it at
+    /// its next operation (`kick(cpu)` is called while waiting: a kernel
+    /// sends an IPI, a host test yields). `local` is the caller's own
+    /// handle, if it holds one.
+    pub fn drain_pcp(
+        &self,
+        mut local: Option<&mut CpuCache<'_, 'a, R>>,
+        mut kick: impl FnMut(CpuId),
+    ) {
+        for z in self.all_zones() {
+            let Some(set) = &z.pcp else { continue };
+            let own = local.as_deref_mut().and_then(|c| {
+                c.locals.get(ZoneRef {
+                    node: z.node(),
+                    kind: z.kind(),
+                })
+            });
+            set.drain_all(z, own, &mut kick);
+        }
+    }
+}
+
+impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
+    /// The CPU.
+    pub fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+
+    /// The node its allocations prefer.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// [`Machine::alloc`] through this CPU's caches: orders 0..=3 and the
+    /// pageblock order of ordinary requests come from the cache when it
+    /// has them (refilled from the zone in batches); everything else goes
+    /// to the zones. Never compacts.
+    #[inline]
+    pub fn alloc(&mut self, gfp: Gfp, order: Order) -> Result<Allocation, AllocError> {
+        // The common case first: a hit in this CPU's cache of the first zone
+        // the request would try. Anything else walks the zonelist.
+        if let Some((r, highest)) = self.machine.preferred(self.node, gfp)
+            && let Some((z, local)) = self.locals.entry(r)
+        {
+            let flags = self.machine.fast_flags_at(self.node, gfp, r);
+            if let Some(pfn) = z.cache_hit(local, gfp, order, flags, highest) {
+                return Ok(Allocation {
+                    node: r.node,
+                    zone: r.kind,
+                    pfn,
+                });
+            }
+        }
+        self.machine
+            .alloc_fast(self.node, gfp, order, Some(&mut self.locals))
+    }
+
+    /// [`Machine::free`] through this CPU's cache of the block's zone
+    /// (spilled to the zone in batches). The same typed errors, checked by
+    /// compare-and-swap: of two CPUs freeing one frame at once, exactly one
+    /// succeeds.
+    #[inline]
+    pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let r = self.machine.zone_ref_of(pfn).ok_or(FreeError::OutOfRange)?;
+        match self.locals.entry(r) {
+            Some((z, local)) => z.free_cached(local, pfn, order),
+            None => self
+                .machine
+                .zone(r)
+                .ok_or(FreeError::OutOfRange)?
+                .free(pfn, order),
+        }
+    }
+
+    /// Empties this CPU's caches into the zones (`drain_local_pages`).
+    /// Returns the frames given back.
+    pub fn drain(&mut self) -> u64 {
+        let mut n = 0;
+        for z in self.machine.all_zones() {
+            if let Some(l) = self.locals.get(ZoneRef {
+                node: z.node(),
+                kind: z.kind(),
+            }) {
+                n += l.drain(z);
+            }
+        }
+        n
+    }
+
+    /// The periodic step (spec 04 §6): honours remote requests and decays
+    /// each cache's `high` towards its floor. Call it from a timer, about
+    /// once a second.
+    pub fn tick(&mut self) {
+        for z in self.machine.all_zones() {
+            if let Some(l) = self.locals.get(ZoneRef {
+                node: z.node(),
+                kind: z.kind(),
+            }) {
+                l.decay(z);
+            }
+        }
+    }
+
+    /// This CPU's cache of a zone: its counters, base pages held, `high`.
+    pub fn cache_stats(&mut self, node: NodeId, kind: ZoneKind) -> Option<(PcpStats, u32, u32)> {
+        let l = self.locals.get(ZoneRef { node, kind })?;
+        Some((l.stats(), l.count(), l.high()))
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &Machine<'a, R> {
+        self.machine
+    }
+}

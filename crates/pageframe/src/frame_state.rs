@@ -1,0 +1,302 @@
+//! Who holds each frame, as the facade sees it: one atomic byte per frame of
+//! a zone's span, read and changed without the zone lock.
+//!
+//! The per-CPU caches hand frames out and take them back without the zone
+//! lock, so they cannot ask the buddy core whether a free is legitimate.
+//! This byte answers instead, and it is the single authority on ownership
+//! above the core: every transition away from "allocated" is a
+//! compare-and-swap, so of two CPUs that free the same frame at once exactly
+//! one succeeds, and a block that compaction isolated for migration cannot
+//! be freed (or isolated twice) behind its back.
+//!
+//! | state | meaning | left by |
+//! |---|---|---|
+//! | free | in the buddy core (free, a hole, or inside a block) | an allocation (store: the frame came from the core under the lock, or from the caller's own cache) |
+//! | allocated(order, type) | the owner's block | free: CAS to free (zone, lock held) or to cached (per-CPU cache); isolation: CAS to isolated |
+//! | cached(order) | on one CPU's cache list | only that CPU (store) |
+//! | isolated(order) | a migration source | the compactor: back to allocated, or free once moved |
+//!
+//! A destination block compaction took from the free lists stays "free"
+//! here until its migration completes: nobody owns it yet, so nobody can
+//! free it.
+
+use core::sync::atomic::Ordering::Relaxed;
+
+use crate::sync::AtomicU8;
+
+use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
+use pageframe_mobility::MigrateType;
+
+/// The kind in the high nibble, the order in the low one.
+const KIND_SHIFT: u32 = 4;
+const FREE: u8 = 0;
+const CACHED: u8 = 4;
+const ISOLATED: u8 = 5;
+
+/// What a frame's byte says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum State {
+    Free,
+    Allocated(Order, MigrateType),
+    Cached(Order),
+    Isolated(Order),
+}
+
+const fn encode(kind: u8, order: Order) -> u8 {
+    (kind << KIND_SHIFT) | order.get()
+}
+
+/// Allocated kinds are 1..=3: the requested type's value plus one (requests
+/// are always one of the three basic types).
+const fn allocated(order: Order, mt: MigrateType) -> u8 {
+    let kind = match mt {
+        MigrateType::Movable => 2,
+        MigrateType::Reclaimable => 3,
+        _ => 1,
+    };
+    encode(kind, order)
+}
+
+const fn decode(v: u8) -> State {
+    let order = Order::new_truncated(v & 0xf);
+    match v >> KIND_SHIFT {
+        1 => State::Allocated(order, MigrateType::Unmovable),
+        2 => State::Allocated(order, MigrateType::Movable),
+        3 => State::Allocated(order, MigrateType::Reclaimable),
+        CACHED => State::Cached(order),
+        ISOLATED => State::Isolated(order),
+        _ => State::Free,
+    }
+}
+
+/// One byte per frame of a zone's span.
+pub(crate) struct FrameStates<'a> {
+    base: Pfn,
+    bytes: &'a [AtomicU8],
+}
+
+impl<'a> FrameStates<'a> {
+    /// Bytes needed for `span` (one a frame).
+    pub(crate) const fn bytes(span: PfnRange) -> usize {
+        span.len() as usize
+    }
+
+    /// Takes `mem` (at least [`FrameStates::bytes`] long) and marks every
+    /// frame free. `None` if `mem` is too short.
+    #[cfg(not(loom))]
+    pub(crate) fn new(span: PfnRange, mem: &'a mut [core::mem::MaybeUninit<u8>]) -> Option<Self> {
+        let mem = mem.get_mut(..Self::bytes(span))?;
+        for b in mem.iter_mut() {
+            b.write(FREE);
+        }
+        // SAFETY: every byte was just initialised; `AtomicU8` has the size
+        // and alignment of `u8`; the exclusive borrow of `mem` for 'a
+        // becomes a shared borrow of atomics, which allow only atomic access.
+        let bytes = unsafe { &*(mem as *mut [core::mem::MaybeUninit<u8>] as *const [AtomicU8]) };
+        Some(FrameStates {
+            base: span.start,
+            bytes,
+        })
+    }
+
+    /// Under loom the bytes are loom's atomics, which are not bytes: the
+    /// model's zones are tiny and leak them (the transitions are the same
+    /// code).
+    #[cfg(loom)]
+    pub(crate) fn new(span: PfnRange, mem: &'a mut [core::mem::MaybeUninit<u8>]) -> Option<Self> {
+        mem.get(..Self::bytes(span))?;
+        let v: std::vec::Vec<AtomicU8> = (0..Self::bytes(span))
+            .map(|_| AtomicU8::new(FREE))
+            .collect();
+        Some(FrameStates {
+            base: span.start,
+            bytes: std::boxed::Box::leak(v.into_boxed_slice()),
+        })
+    }
+
+    #[inline]
+    fn slot(&self, pfn: Pfn) -> Option<&AtomicU8> {
+        self.bytes
+            .get(usize::try_from(pfn.get().checked_sub(self.base.get())?).ok()?)
+    }
+
+    /// The state of `pfn` (free outside the span).
+    #[inline]
+    pub(crate) fn get(&self, pfn: Pfn) -> State {
+        self.slot(pfn)
+            .map_or(State::Free, |s| decode(s.load(Relaxed)))
+    }
+
+    /// Records a block the caller now holds exclusively as allocated: taken
+    /// from the core under the zone lock, or from the caller's own cache.
+    #[inline]
+    pub(crate) fn set_allocated(&self, pfn: Pfn, order: Order, mt: MigrateType) {
+        if let Some(s) = self.slot(pfn) {
+            s.store(allocated(order, mt), Relaxed);
+        }
+    }
+
+    /// Records a block the caller holds exclusively as cached (a refill).
+    #[inline]
+    pub(crate) fn set_cached(&self, pfn: Pfn, order: Order) {
+        if let Some(s) = self.slot(pfn) {
+            s.store(encode(CACHED, order), Relaxed);
+        }
+    }
+
+    /// Records a block the caller held exclusively (cached, or isolated and
+    /// now moved) as back in the core.
+    #[inline]
+    pub(crate) fn set_free(&self, pfn: Pfn) {
+        if let Some(s) = self.slot(pfn) {
+            s.store(FREE, Relaxed);
+        }
+    }
+
+    /// Moves a live allocation of `order` from "allocated" to `to` by
+    /// compare-and-swap: returns the type it was allocated as, or the
+    /// reason it is not a live allocation of that order. Exactly one of
+    /// several concurrent callers on one frame succeeds.
+    #[inline]
+    fn take(&self, pfn: Pfn, order: Order, to: u8) -> Result<MigrateType, FreeError> {
+        let s = self.slot(pfn).ok_or(FreeError::OutOfRange)?;
+        let mut v = s.load(Relaxed);
+        loop {
+            match decode(v) {
+                State::Allocated(o, mt) if o == order => {
+                    match s.compare_exchange_weak(v, to, Relaxed, Relaxed) {
+                        Ok(_) => return Ok(mt),
+                        Err(now) => v = now,
+                    }
+                }
+                State::Allocated(o, _) => return Err(FreeError::WrongOrder { allocated: o }),
+                State::Cached(_) => return Err(FreeError::AlreadyFree),
+                State::Isolated(_) => return Err(FreeError::Busy),
+                // The core knows why (hole, tail, free, or a block the
+                // allocator holds mid-operation): the caller asks it.
+                State::Free => return Err(FreeError::AlreadyFree),
+            }
+        }
+    }
+
+    /// A free of a live allocation of `order` (zone lock held, so the core
+    /// can be told in the same critical section).
+    #[inline]
+    pub(crate) fn take_for_free(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
+        self.take(pfn, order, FREE)
+    }
+
+    /// A free into this CPU's cache: the block becomes cached.
+    #[inline]
+    pub(crate) fn take_for_cache(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
+        self.take(pfn, order, encode(CACHED, order))
+    }
+
+    /// Isolation of a movable live allocation for migration: `false` (state
+    /// unchanged) if it is not one (freed meanwhile, cached, isolated by
+    /// another compactor, or not movable).
+    #[inline]
+    pub(crate) fn isolate(&self, pfn: Pfn, order: Order) -> bool {
+        let Some(s) = self.slot(pfn) else {
+            return false;
+        };
+        s.compare_exchange(
+            allocated(order, MigrateType::Movable),
+            encode(ISOLATED, order),
+            Relaxed,
+            Relaxed,
+        )
+        .is_ok()
+    }
+
+    /// An isolated block that did not move goes back to its owner.
+    #[inline]
+    pub(crate) fn putback(&self, pfn: Pfn, order: Order) {
+        if let Some(s) = self.slot(pfn) {
+            let _ = s.compare_exchange(
+                encode(ISOLATED, order),
+                allocated(order, MigrateType::Movable),
+                Relaxed,
+                Relaxed,
+            );
+        }
+    }
+
+    /// A completed move: the destination is the owner's block, and the
+    /// source, already back in the core, is free here unless it was handed
+    /// out again meanwhile (then its new state stands).
+    #[inline]
+    pub(crate) fn moved(&self, src: Pfn, dst: Pfn, order: Order) {
+        self.set_allocated(dst, order, MigrateType::Movable);
+        if let Some(s) = self.slot(src) {
+            let _ = s.compare_exchange(encode(ISOLATED, order), FREE, Relaxed, Relaxed);
+        }
+    }
+
+    /// Whether a block is held by a per-CPU cache or isolated (compaction
+    /// must not take it as a source; a cached block is free for its owner).
+    #[inline]
+    pub(crate) fn is_live_allocation(&self, pfn: Pfn) -> bool {
+        matches!(self.get(pfn), State::Allocated(..))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use core::mem::MaybeUninit;
+
+    #[test]
+    fn transitions() {
+        let span = PfnRange::new(Pfn(100), Pfn(164));
+        let mut mem = [MaybeUninit::<u8>::uninit(); 64];
+        let st = FrameStates::new(span, &mut mem).unwrap();
+        let o2 = Order::new(2).unwrap();
+        let p = Pfn(104);
+        assert_eq!(st.get(p), State::Free);
+        assert_eq!(st.take_for_free(p, o2), Err(FreeError::AlreadyFree));
+        st.set_allocated(p, o2, MigrateType::Reclaimable);
+        assert_eq!(st.get(p), State::Allocated(o2, MigrateType::Reclaimable));
+        assert_eq!(
+            st.take_for_free(p, Order::ZERO),
+            Err(FreeError::WrongOrder { allocated: o2 })
+        );
+        assert!(!st.isolate(p, o2), "not movable");
+        assert_eq!(st.take_for_cache(p, o2), Ok(MigrateType::Reclaimable));
+        assert_eq!(st.get(p), State::Cached(o2));
+        assert_eq!(st.take_for_free(p, o2), Err(FreeError::AlreadyFree));
+        st.set_allocated(p, o2, MigrateType::Movable);
+        assert!(st.isolate(p, o2));
+        assert!(!st.isolate(p, o2), "isolated once");
+        assert_eq!(st.take_for_free(p, o2), Err(FreeError::Busy));
+        st.putback(p, o2);
+        assert!(st.is_live_allocation(p));
+        assert!(st.isolate(p, o2));
+        st.moved(p, Pfn(108), o2);
+        assert_eq!(st.get(p), State::Free);
+        assert_eq!(st.get(Pfn(108)), State::Allocated(o2, MigrateType::Movable));
+        // Out of the span: free, never taken.
+        assert_eq!(st.get(Pfn(10)), State::Free);
+        assert_eq!(st.take_for_free(Pfn(10), o2), Err(FreeError::OutOfRange));
+        assert!(!st.isolate(Pfn(u64::MAX), o2));
+        let mut short = [MaybeUninit::<u8>::uninit(); 8];
+        assert!(FrameStates::new(span, &mut short).is_none());
+    }
+
+    #[test]
+    fn every_state_round_trips() {
+        for o in 0..=pageframe_buddy::ORDER_LIMIT {
+            let o = Order::new(o).unwrap();
+            for mt in [
+                MigrateType::Unmovable,
+                MigrateType::Movable,
+                MigrateType::Reclaimable,
+            ] {
+                assert_eq!(decode(allocated(o, mt)), State::Allocated(o, mt));
+            }
+            assert_eq!(decode(encode(CACHED, o)), State::Cached(o));
+            assert_eq!(decode(encode(ISOLATED, o)), State::Isolated(o));
+        }
+        assert_eq!(decode(FREE), State::Free);
+    }
+}

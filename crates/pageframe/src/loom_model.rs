@@ -1,0 +1,212 @@
+//! Loom models of the cross-CPU ownership protocol: the per-CPU caches of a
+//! real (tiny) machine, its ownership bytes and its zone lock, with every
+//! interleaving loom explores within its bounds. Run with `cargo xtask
+//! loom` (`RUSTFLAGS="--cfg loom" cargo test -p pageframe --lib --release
+//! loom_model`).
+
+use std::boxed::Box;
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+use std::vec;
+
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::thread;
+use pageframe_buddy::{BuddyConfig, FreeError, Order, Pfn, PfnRange};
+use pageframe_mobility::MobilityConfig;
+use pageframe_pcp::CpuId;
+
+use crate::lock::{GuardSend, RawMutex};
+use crate::{Gfp, Machine, MachineConfig, NodeId, ZoneKind};
+
+/// A spin lock loom can see: a loom atomic, and a yield while spinning so
+/// the holder gets to run. Created lazily (loom atomics are not `const`).
+struct LoomLock(OnceLock<AtomicBool>);
+
+impl LoomLock {
+    fn flag(&self) -> &AtomicBool {
+        self.0.get_or_init(|| AtomicBool::new(false))
+    }
+}
+
+// SAFETY: mutual exclusion by compare-and-swap on one flag, acquire on
+// lock and release on unlock.
+unsafe impl RawMutex for LoomLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = LoomLock(OnceLock::new());
+    type GuardMarker = GuardSend;
+
+    fn lock(&self) {
+        while !self.try_lock() {
+            thread::yield_now();
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        self.flag()
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    unsafe fn unlock(&self) {
+        self.flag().store(false, Ordering::Release);
+    }
+}
+
+type LoomMachine = Machine<'static, LoomLock>;
+
+const FRAMES: u64 = 16;
+
+/// One node, one zone of 16 frames (max order 3), watermarks at zero, and
+/// per-CPU caches for two CPUs.
+fn machine() -> &'static LoomMachine {
+    let config = MachineConfig {
+        mobility: MobilityConfig {
+            buddy: BuddyConfig {
+                max_order: Order::new_truncated(3),
+            },
+            pageblock_order: Order::new_truncated(3),
+            ..MobilityConfig::DEFAULT
+        },
+        ..MachineConfig::SINGLE_NODE
+    };
+    let slot: &'static mut MaybeUninit<LoomMachine> = Box::leak(Box::new_uninit());
+    let m = Machine::new_in(slot, config);
+    let span = PfnRange::new(Pfn(0), Pfn(FRAMES));
+    let meta =
+        Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+        .unwrap();
+    m.add_free_range(span).unwrap();
+    m.set_min_free_kbytes(0);
+    let bytes = m.pcp_bytes(2).unwrap();
+    m.enable_pcp(
+        2,
+        Box::leak(vec![MaybeUninit::uninit(); bytes].into_boxed_slice()),
+    )
+    .unwrap();
+    m
+}
+
+/// Interleavings explored by the last model (printed by each test).
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.max_branches = 100_000;
+    b
+}
+
+/// Everything back in the zone, and the books agree.
+fn settled(m: &LoomMachine) {
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    m.drain_pcp(None, |_| thread::yield_now());
+    assert_eq!(m.free_pages(), FRAMES);
+    m.validate().unwrap();
+}
+
+/// Two CPUs free the same frame at once, one through its cache and one
+/// through the zone: exactly one succeeds, the other gets a typed error,
+/// and the frame is in exactly one place afterwards.
+#[test]
+fn two_cpus_freeing_one_frame_have_one_winner() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let p = {
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+            c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn
+        };
+        let t = thread::spawn(move || {
+            let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+            c.free(p, Order::ZERO)
+        });
+        let mut c0 = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+        let mine = c0.free(p, Order::ZERO);
+        let theirs = t.join().unwrap();
+        assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} / {theirs:?}");
+        for r in [mine, theirs] {
+            assert!(matches!(r, Ok(()) | Err(FreeError::AlreadyFree)));
+        }
+        drop(c0);
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// The same race between a cache and the zone path (`Machine::free`).
+#[test]
+fn cache_and_zone_freeing_one_frame_have_one_winner() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let p = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+        let t = thread::spawn(move || m.free(p, Order::ZERO));
+        let mine = {
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+            c.free(p, Order::ZERO)
+        };
+        let theirs = t.join().unwrap();
+        assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} / {theirs:?}");
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A CPU frees into its cache while another CPU drains every cache: the
+/// drain waits for the owner, which honours it at its next operation or
+/// when it lets the cache go; nothing is lost.
+#[test]
+fn a_free_racing_a_remote_drain() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let p = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+        // A kernel claims each CPU's handle once and keeps it.
+        let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+        let t = thread::spawn(move || {
+            c.free(p, Order::ZERO).unwrap();
+            thread::yield_now();
+            c.tick();
+        });
+        m.drain_pcp(None, |_| thread::yield_now());
+        t.join().unwrap();
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A drain of every cache while a CPU allocates through its cache (refills
+/// from the zone) and frees: the allocated frames are distinct and come
+/// back; the zone ends whole.
+#[test]
+fn drain_all_during_allocation() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+        let t = thread::spawn(move || {
+            let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+            let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+            assert_ne!(a, b);
+            c.free(a, Order::ZERO).unwrap();
+            c.free(b, Order::ZERO).unwrap();
+        });
+        m.drain_pcp(None, |_| thread::yield_now());
+        t.join().unwrap();
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}

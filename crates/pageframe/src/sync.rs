@@ -1,0 +1,9 @@
+//! The atomics the lock-free paths use: `core`'s normally, loom's under
+//! `--cfg loom`, so the ownership protocol can be model-checked
+//! (`cargo xtask loom`).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::AtomicU8;
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::AtomicU8;

@@ -1,0 +1,90 @@
+//! The machine against its reference model (`pageframe::model`): random
+//! sequences of allocations and frees through CPU handles and the machine,
+//! bad frees, the slow path and huge pages with compaction moving owners'
+//! blocks, kcompactd, pinning, drains and tunables. After every step no
+//! frame has two owners, none is lost, and `validate()` holds.
+
+use pageframe::model::{GFPS, Op, run};
+use proptest::prelude::*;
+
+fn op() -> impl Strategy<Value = Op> {
+    let small = 0u8..12;
+    prop_oneof![
+        8 => (0u8..3, 0u8..3, 0u8..GFPS.len() as u8, prop_oneof![4 => 0u8..4, 1 => 4u8..=12])
+            .prop_map(|(node, cpu, gfp, order)| Op::Alloc { node, cpu, gfp, order }),
+        5 => (any::<usize>(), 0u8..3).prop_map(|(index, cpu)| Op::Free { index, cpu }),
+        2 => (0u8..7, any::<usize>(), any::<u64>(), 0u8..3)
+            .prop_map(|(kind, index, raw, cpu)| Op::BadFree { kind, index, raw, cpu }),
+        1 => (0u8..2, 0u8..9, small.clone(), any::<bool>())
+            .prop_map(|(node, gfp, order, refuse)| Op::Slow { node, gfp, order, refuse }),
+        1 => (0u8..2, any::<bool>(), any::<u8>(), any::<bool>())
+            .prop_map(|(node, madvised, policy, refuse)| Op::Thp { node, madvised, policy, refuse }),
+        1 => (0u8..2, any::<u32>()).prop_map(|(node, now)| Op::Kcompactd { node, now }),
+        2 => (0u8..2).prop_map(|node| Op::CompactNode { node }),
+        1 => (any::<usize>(), any::<bool>(), proptest::option::weighted(0.2, any::<u64>()))
+            .prop_map(|(index, pinned, raw)| Op::Pin { index, pinned, raw }),
+        1 => (0u8..3).prop_map(|cpu| Op::Drain { cpu }),
+        1 => (0u8..2).prop_map(|cpu| Op::Tick { cpu }),
+        1 => (any::<u8>(), prop_oneof![0u32..5000, any::<u32>()])
+            .prop_map(|(which, value)| Op::Tunable { which, value }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn machine_keeps_every_promise(ops in proptest::collection::vec(op(), 1..160)) {
+        if let Err(e) = run(&ops) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}
+
+/// The model itself catches what it is meant to: a hand-made sequence that
+/// fills the machine, fragments it and compacts, with every kind of bad
+/// free on the way.
+#[test]
+fn a_long_scripted_run() {
+    let mut ops = Vec::new();
+    for i in 0..4000u32 {
+        ops.push(Op::Alloc {
+            node: (i % 2) as u8,
+            cpu: (i % 3) as u8,
+            gfp: (i % 4) as u8,
+            order: (i % 3) as u8,
+        });
+    }
+    for i in 0..3000usize {
+        ops.push(Op::Free {
+            index: i * 7,
+            cpu: (i % 3) as u8,
+        });
+        if i % 100 == 0 {
+            ops.push(Op::BadFree {
+                kind: (i / 100 % 7) as u8,
+                index: i,
+                raw: i as u64 * 7919,
+                cpu: 2,
+            });
+        }
+    }
+    ops.push(Op::Drain { cpu: 2 });
+    ops.push(Op::Kcompactd { node: 0, now: 1 });
+    ops.push(Op::CompactNode { node: 1 });
+    for node in 0..2 {
+        ops.push(Op::Slow {
+            node,
+            gfp: 2,
+            order: 9,
+            refuse: false,
+        });
+        ops.push(Op::Thp {
+            node,
+            madvised: true,
+            policy: 10,
+            refuse: false,
+        });
+    }
+    run(&ops).unwrap();
+}

@@ -1,0 +1,235 @@
+//! Regression tests for the findings of the "sound by construction" review
+//! (issue 14): each would fail on the facade as it was before the fix. The
+//! compile-time ones (no `&mut` access to a zone's free lists, no per-CPU
+//! cache usable with another zone, the adapter's trust boundary) are
+//! `compile_fail` examples in `pageframe::soundness_notes`.
+
+mod common;
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use common::*;
+use pageframe::pcp::CpuId;
+use pageframe::{
+    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, Order, Pfn, ThpDefrag,
+    ThpPolicy, Topology, ZoneKind,
+};
+
+/// Finding 2: two CPUs freeing one frame at once, through their caches or
+/// the zone: exactly one succeeds, every time, and no frame is lost.
+#[test]
+fn concurrent_frees_of_one_frame_have_one_winner() {
+    let m = one_zone(64 << 10);
+    m.enable_pcp(2, leak(m.pcp_bytes(2).unwrap())).unwrap();
+    let m: &Machine<'static> = m;
+    let managed = m.managed_pages();
+    let rounds = 2000;
+    let barrier = Barrier::new(2);
+    let wins = [AtomicU32::new(0), AtomicU32::new(0)];
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Pfn>(0);
+    std::thread::scope(|s| {
+        let (barrier, wins) = (&barrier, &wins);
+        s.spawn(move || {
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+            for i in 0..rounds {
+                let p = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+                tx.send(p).unwrap();
+                barrier.wait();
+                // Alternate the paths: cache vs cache, cache vs zone.
+                let r = if i % 2 == 0 {
+                    c.free(p, Order::ZERO)
+                } else {
+                    m.free(p, Order::ZERO)
+                };
+                if r.is_ok() {
+                    wins[0].fetch_add(1, Ordering::Relaxed);
+                } else {
+                    assert_eq!(r, Err(FreeError::AlreadyFree));
+                }
+                barrier.wait();
+            }
+        });
+        s.spawn(move || {
+            let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+            for p in rx.iter().take(rounds) {
+                barrier.wait();
+                let r = c.free(p, Order::ZERO);
+                if r.is_ok() {
+                    wins[1].fetch_add(1, Ordering::Relaxed);
+                } else {
+                    assert_eq!(r, Err(FreeError::AlreadyFree));
+                }
+                barrier.wait();
+            }
+            c.drain();
+        });
+    });
+    let total = wins[0].load(Ordering::Relaxed) + wins[1].load(Ordering::Relaxed);
+    assert_eq!(total, rounds as u32, "exactly one free won each round");
+    m.drain_pcp(None, |_| std::thread::yield_now());
+    assert_eq!(m.free_pages(), managed, "no frame lost or doubled");
+    m.validate().unwrap();
+}
+
+/// Finding 6a: a memoryless node falls back by distance.
+#[test]
+fn memoryless_node_allocates_from_the_nearest_node() {
+    let mut t = Topology::uniform(3).unwrap();
+    t.set_distance(n(2), n(1), 15).unwrap();
+    let m = machine_with(MachineConfig::new(t));
+    for i in 0..2 {
+        let span = r(base(i), base(i) + 4 * PB);
+        zone(m, n(i), ZoneKind::Normal, span, span);
+    }
+    let a = m.alloc(n(2), Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(a.node, n(1), "node 1 is nearer to node 2");
+    assert_eq!(m.node_order(n(2)), &[n(1), n(0)]);
+    assert_eq!(
+        m.alloc(n(2), Gfp::KERNEL | Gfp::THISNODE, Order::ZERO),
+        Err(AllocError::NoEligibleZone)
+    );
+    assert_eq!(
+        m.alloc(n(3), Gfp::KERNEL, Order::ZERO),
+        Err(AllocError::NoSuchNode)
+    );
+    m.free(a.pfn, Order::ZERO).unwrap();
+}
+
+/// Finding 6b: `NodePolicy::ThisNode` keeps huge pages on the local node
+/// even when its GFP flags do not say `__GFP_THISNODE`.
+#[test]
+fn thisnode_policy_never_returns_a_remote_frame() {
+    let m = numa(2, 8);
+    let mut w = Words::default();
+    let _kept = fragment(m, 0, &mut w);
+    w.refuse = true; // compaction cannot help node 0
+    m.set_thp_policy(ThpPolicy {
+        defrag: ThpDefrag::Always,
+        nodes: NodePolicy::ThisNode,
+        compact_only: true,
+    });
+    for _ in 0..20 {
+        match m.alloc_thp(n(0), true, &mut w) {
+            Ok(a) => assert_eq!(a.node, n(0), "a remote huge page under ThisNode"),
+            Err(e) => assert_eq!(e, AllocError::OutOfMemory),
+        }
+    }
+    let s = m.stats(n(0));
+    assert_eq!(s.thp_success_remote, 0);
+    assert_eq!(s.thp_attempts, 20);
+    // Remote fallback does go remote on the same machine.
+    m.set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
+    let a = m.alloc_thp(n(0), true, &mut w).unwrap();
+    assert_eq!(a.node, n(1));
+}
+
+/// Finding 8: a kernel with a 16 KiB stack can build a machine, add zones
+/// and memory, and allocate (debug build: the worst case for stack use).
+#[test]
+fn machine_builds_on_a_16_kib_stack() {
+    let slot: &'static mut std::mem::MaybeUninit<Machine<'static>> = Box::leak(Box::new_uninit());
+    let metas: Vec<&'static mut [std::mem::MaybeUninit<u8>]> =
+        (0..2).map(|_| leak(8 << 20)).collect();
+    let done = std::thread::Builder::new()
+        .stack_size(16 << 10)
+        .spawn(move || {
+            let m = Machine::new_in(slot, MachineConfig::SINGLE_NODE);
+            let mut metas = metas.into_iter();
+            let dma32 = r(256, 64 << 10);
+            let normal = r(4 * GIB, 4 * GIB + (64 << 10));
+            m.add_zone(NodeId::ZERO, ZoneKind::Dma32, dma32, metas.next().unwrap())
+                .unwrap();
+            m.add_zone(
+                NodeId::ZERO,
+                ZoneKind::Normal,
+                normal,
+                metas.next().unwrap(),
+            )
+            .unwrap();
+            m.add_free_range(dma32).unwrap();
+            m.add_free_range(normal).unwrap();
+            let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+            m.free(a.pfn, Order::ZERO).unwrap();
+            m.managed_pages()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(done, (64 << 10) - 256 + (64 << 10));
+}
+
+/// Finding 7: any `lock_api::RawMutex` can be the zone lock; here a
+/// counting one, showing every zone operation goes through it.
+#[test]
+fn the_zone_lock_is_the_callers_choice() {
+    use pageframe::lock::{GuardSend, RawMutex, SpinLock};
+    static LOCKS: AtomicU32 = AtomicU32::new(0);
+    struct Counting(SpinLock);
+    // SAFETY: delegates mutual exclusion to the spin lock.
+    unsafe impl RawMutex for Counting {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const INIT: Self = Counting(SpinLock::INIT);
+        type GuardMarker = GuardSend;
+        fn lock(&self) {
+            LOCKS.fetch_add(1, Ordering::Relaxed);
+            RawMutex::lock(&self.0)
+        }
+        fn try_lock(&self) -> bool {
+            RawMutex::try_lock(&self.0)
+        }
+        unsafe fn unlock(&self) {
+            // SAFETY: forwarded from our caller, who holds the lock.
+            unsafe { RawMutex::unlock(&self.0) }
+        }
+    }
+    let m: &mut Machine<'static, Counting> =
+        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+    let span = r(0, 4096);
+    let meta = leak(m.zone_metadata_bytes(span));
+    m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+        .unwrap();
+    m.add_free_range(span).unwrap();
+    let before = LOCKS.load(Ordering::Relaxed);
+    let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    m.free(a.pfn, Order::ZERO).unwrap();
+    assert!(LOCKS.load(Ordering::Relaxed) >= before + 2);
+}
+
+/// Finding 5: numbers near their type's limits get typed errors, never a
+/// panic, and change nothing.
+#[test]
+fn numbers_near_their_limits_are_refused_cleanly() {
+    let m = one_zone(4096);
+    let free = m.free_pages();
+    for p in [u64::MAX, u64::MAX - 1, pageframe::MAX_PFN, 1 << 63, 0] {
+        assert_eq!(m.free(Pfn(p), Order::ZERO), Err(FreeError::OutOfRange));
+        assert_eq!(
+            m.free(Pfn(p), Order::new(pageframe::buddy::ORDER_LIMIT).unwrap()),
+            Err(FreeError::OutOfRange)
+        );
+        assert!(m.add_free_range(r(p.saturating_sub(10), p)).is_err());
+        assert!(m.set_pinned(Pfn(p), true).is_err());
+    }
+    assert!(m.add_free_range(r(u64::MAX - 10, u64::MAX)).is_err());
+    for k in 11..=pageframe::buddy::ORDER_LIMIT {
+        let big = Order::new(k).unwrap();
+        assert_eq!(
+            m.alloc(NodeId::ZERO, Gfp::KERNEL, big),
+            Err(AllocError::OrderTooLarge)
+        );
+        assert_eq!(m.free(Pfn(4 * GIB), big), Err(FreeError::OrderTooLarge));
+    }
+    let huge_span = r(u64::MAX - 4096, u64::MAX);
+    let m2 = machine_with(MachineConfig::SINGLE_NODE);
+    assert_eq!(m2.zone_metadata_bytes(huge_span), 0);
+    assert!(
+        m2.add_zone(NodeId::ZERO, ZoneKind::Normal, huge_span, leak(1 << 20))
+            .is_err()
+    );
+    for id in [8usize, 200, usize::MAX] {
+        assert!(NodeId::new(id).is_none());
+    }
+    assert_eq!(m.free_pages(), free);
+    m.validate().unwrap();
+}

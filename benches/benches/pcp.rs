@@ -39,19 +39,19 @@ fn cpu(m: &'static Machine<'static>, id: u32) -> CpuCache<'static, 'static> {
 }
 
 fn stats(c: &mut CpuCache<'_, 'static>) -> PcpStats {
-    c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-        .map(|s| s.0)
+    c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+        .map(|s| s.stats)
         .unwrap_or_default()
 }
 
 fn high(c: &mut CpuCache<'_, 'static>) -> u32 {
-    c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-        .map_or(0, |s| s.2)
+    c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+        .map_or(0, |s| s.high)
 }
 
 fn count(c: &mut CpuCache<'_, 'static>) -> u32 {
-    c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-        .map_or(0, |s| s.1)
+    c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+        .map_or(0, |s| s.count)
 }
 
 fn peer(pages: u64) -> buddy_system_allocator::FrameAllocator<32> {

@@ -9,6 +9,9 @@
 //! * `bench-table`     only the table, from the last bench run
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
+//! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
+
+mod citations;
 
 use std::env;
 use std::fs;
@@ -254,6 +257,10 @@ fn main() -> ExitCode {
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),
         Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
+        Some("citations") => citations::unresolved(&root()).and_then(|bad| match bad.len() {
+            0 => Ok(println!("every rule citation resolves to docs/rules/")),
+            n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
+        }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
         _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };

@@ -11,7 +11,7 @@ use crate::MigrateType;
 const TYPE_MASK: u8 = 0b111;
 /// Compaction skip hint (spec 03 §6).
 const SKIP: u8 = 1 << 3;
-/// Isolated; the type bits keep the underlying type (spec 02 §3, 6.17+).
+/// Isolated; the type bits keep the underlying type (spec 02 §3; Linux 6.17+).
 const ISOLATE: u8 = 1 << 4;
 /// Bytes per pageblock: flags, the allocated-frame count (LE u16), then a
 /// bitmap of allocated frames (one bit a frame), kept by the placement

@@ -48,6 +48,21 @@ impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
     }
 }
 
+/// One CPU's cache of one zone, as [`CpuCache::cache_info`] reports it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CacheInfo {
+    /// Its counters.
+    pub stats: PcpStats,
+    /// Base pages it holds.
+    pub count: u32,
+    /// Its current `high` (spill threshold, in base pages).
+    pub high: u32,
+    /// The floor `high` decays to.
+    pub high_min: u32,
+    /// The ceiling `high` grows to.
+    pub high_max: u32,
+}
+
 /// A CPU's handle: allocates and frees through its per-CPU caches. See the
 /// module docs for the contract; without per-CPU caches
 /// ([`Machine::enable_pcp`] not called) it allocates from the zones.
@@ -269,10 +284,19 @@ impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
         }
     }
 
-    /// This CPU's cache of a zone: its counters, base pages held, `high`.
-    pub fn cache_stats(&mut self, node: NodeId, kind: ZoneKind) -> Option<(PcpStats, u32, u32)> {
+    /// This CPU's cache of a zone: its counters, what it holds and its
+    /// `high` with the bounds it tunes between. `None` without a cache of
+    /// that zone.
+    pub fn cache_info(&mut self, node: NodeId, kind: ZoneKind) -> Option<CacheInfo> {
         let l = self.locals.get(ZoneRef { node, kind })?;
-        Some((l.stats(), l.count(), l.high()))
+        let sizing = l.inspect(|p| p.sizing());
+        Some(CacheInfo {
+            stats: l.stats(),
+            count: l.count(),
+            high: l.high(),
+            high_min: sizing.high_min(),
+            high_max: sizing.high_max(),
+        })
     }
 
     /// The machine.

@@ -159,7 +159,7 @@ mod zone;
 mod zone_layout;
 mod zonelist;
 
-pub use cpu::{CpuCache, MAX_CPUS};
+pub use cpu::{CacheInfo, CpuCache, MAX_CPUS};
 pub use error::{
     AllocError, BlockError, ConfigError, FreeError, InitError, PcpSetupError, PinError, RangeError,
     SetupError, ValidateError,

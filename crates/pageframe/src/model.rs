@@ -622,7 +622,7 @@ fn check(m: &Machine<'_>, owners: &Owners, mover: &Mover, managed: u64) -> Resul
             .map_err(|e| format!("{e}"))?;
         for &(node, kind, _, _) in &ZONES {
             let id = NodeId::new(node).ok_or("node")?;
-            cached += c.cache_stats(id, kind).map_or(0, |s| u64::from(s.1));
+            cached += c.cache_info(id, kind).map_or(0, |s| u64::from(s.count));
         }
     }
     let free = m.free_pages();

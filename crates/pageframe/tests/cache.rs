@@ -81,7 +81,8 @@ fn cached_paths_serve_and_check_frees() {
         from_zone < 1000,
         "{from_zone} of 10000 allocations reached the zone"
     );
-    let (stats, count, _) = cpu.cache_stats(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    let pageframe::CacheInfo { stats, count, .. } =
+        cpu.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
     assert!(
         count > 0 && stats.local_hits >= 9000,
         "{stats:?}, {count} pages cached"
@@ -251,7 +252,10 @@ fn compaction_keeps_the_cache_path_states() {
             cached.insert(p.get());
         }
     }
-    let (_, count, _) = cpu.cache_stats(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    let count = cpu
+        .cache_info(NodeId::ZERO, ZoneKind::Normal)
+        .unwrap()
+        .count;
     assert!(count > 0, "the test needs frames sitting in the cache");
     let out = m.compact_node(NodeId::ZERO, &mut mig).unwrap();
     assert!(out.stats.migrated > 0, "compaction moved blocks: {out:?}");

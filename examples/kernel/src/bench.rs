@@ -3,10 +3,11 @@
 //! several rounds. Under QEMU's software emulation a "cycle" is host TSC
 //! time spent emulating, so figures compare runs on one host, not hardware.
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::time::Instant;
 use alloc::vec::Vec;
 use core::fmt;
-use pageframe::{AllocError, FreeError, Gfp, Node, Order, Pfn};
+use pageframe::{AllocError, FreeError, Gfp, Order, Pfn};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 9;
@@ -53,9 +54,9 @@ impl fmt::Display for BenchError {
 }
 
 /// Measures `order` with batches of up to `batch` blocks (fewer when the
-/// node has less than twice that free).
+/// machine has less than twice that free).
 pub fn run(
-    node: &Node<'_>,
+    machine: &KernelMachine,
     order: Order,
     batch: usize,
     free_pages: u64,
@@ -73,12 +74,18 @@ pub fn run(
         let start = Instant::now();
         for _ in 0..batch {
             // Capacity reserved above: push never reallocates.
-            pfns.push(node.alloc(Gfp::KERNEL, order).map_err(BenchError::Alloc)?);
+            pfns.push(
+                machine
+                    .alloc(NODE, Gfp::KERNEL, order)
+                    .map(|a| a.pfn)
+                    .map_err(BenchError::Alloc)?,
+            );
         }
         alloc[round] = start.elapsed().0 / batch as u64;
         let start = Instant::now();
         while let Some(pfn) = pfns.pop() {
-            node.free(pfn, order)
+            machine
+                .free(pfn, order)
                 .map_err(|e| BenchError::Free(pfn, e))?;
         }
         free[round] = start.elapsed().0 / batch as u64;

@@ -6,11 +6,12 @@
 //! first-fit list heap living in one block taken from the allocator at
 //! start-up. Before [`init`] every request fails (returns null).
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::PAGE_SIZE;
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::null_mut;
 use linked_list_allocator::Heap;
-use pageframe::{Gfp, Node, Order, Pfn};
+use pageframe::{Gfp, Order, Pfn};
 use spin::{Mutex, Once};
 
 /// Order of the block behind the small-object heap (64 KiB).
@@ -18,13 +19,13 @@ const SMALL_HEAP_ORDER: u8 = 4;
 
 /// The global allocator.
 pub struct KernelHeap {
-    node: Once<&'static Node<'static>>,
+    machine: Once<&'static KernelMachine>,
     small: Mutex<Heap>,
 }
 
 #[global_allocator]
 static HEAP: KernelHeap = KernelHeap {
-    node: Once::new(),
+    machine: Once::new(),
     small: Mutex::new(Heap::empty()),
 };
 
@@ -38,15 +39,18 @@ impl core::fmt::Display for HeapInitError {
     }
 }
 
-/// Starts the heap over `node`; returns the small heap's size in bytes.
-pub fn init(node: &'static Node<'static>) -> Result<usize, HeapInitError> {
+/// Starts the heap over `machine`; returns the small heap's size in bytes.
+pub fn init(machine: &'static KernelMachine) -> Result<usize, HeapInitError> {
     let order = Order::new(SMALL_HEAP_ORDER).expect("order 4 is valid");
-    let pfn = node.alloc(Gfp::KERNEL, order).map_err(HeapInitError)?;
+    let pfn = machine
+        .alloc(NODE, Gfp::KERNEL, order)
+        .map(|a| a.pfn)
+        .map_err(HeapInitError)?;
     let bytes = (order.pages() * PAGE_SIZE) as usize;
     // SAFETY: a block just allocated for the heap alone, mapped at its
     // physical address (the direct map covers all RAM), never freed.
     unsafe { HEAP.small.lock().init(pfn.addr().get() as *mut u8, bytes) };
-    HEAP.node.call_once(|| node);
+    HEAP.machine.call_once(|| machine);
     Ok(bytes)
 }
 
@@ -77,10 +81,10 @@ unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match route(layout) {
             Route::TooLarge => null_mut(),
-            Route::Pages(order) => match self.node.get() {
-                Some(node) => node
-                    .alloc(Gfp::KERNEL, order)
-                    .map_or(null_mut(), |pfn| pfn.addr().get() as *mut u8),
+            Route::Pages(order) => match self.machine.get() {
+                Some(machine) => machine
+                    .alloc(NODE, Gfp::KERNEL, order)
+                    .map_or(null_mut(), |a| a.pfn.addr().get() as *mut u8),
                 None => null_mut(),
             },
             Route::Small => self
@@ -96,12 +100,12 @@ unsafe impl GlobalAlloc for KernelHeap {
             // Never handed out, so never freed.
             Route::TooLarge => {}
             Route::Pages(order) => {
-                let node = self
-                    .node
+                let machine = self
+                    .machine
                     .get()
                     .expect("a page block was allocated, so init ran");
                 let pfn = Pfn::new(ptr as u64 / PAGE_SIZE);
-                if let Err(e) = node.free(pfn, order) {
+                if let Err(e) = machine.free(pfn, order) {
                     panic!("heap: freeing block {pfn:?} order {order:?}: {e:?}");
                 }
             }

@@ -12,6 +12,7 @@ mod bringup;
 mod cmdline;
 mod exceptions;
 mod heap;
+mod irq_lock;
 mod memmap;
 mod migrate;
 mod paging;
@@ -64,8 +65,8 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
     let mem = or_fail(bringup::bring_up(&info, kernel), "bring-up");
     let setup = entry.elapsed();
     report::memory(&mem, &info, &rate, setup);
-    report::free_lists(mem.node);
-    or_fail(mem.node.validate(), "validate after set-up");
+    report::free_lists(mem.machine);
+    or_fail(mem.machine.validate(), "validate after set-up");
 
     run_modes(&mem, &opts, &rate);
     println!(
@@ -78,22 +79,25 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
 
 /// Runs the selected modes in the order of [`cmdline::MODES`].
 fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
-    let node = mem.node;
+    let machine = mem.machine;
     if opts.modes.contains(Modes::SELFTEST) {
         let report = or_fail(
-            selftest::run(node, &mem.managed, mem.pfn_end(), opts.seed),
+            selftest::run(machine, &mem.managed, mem.pfn_end(), opts.seed),
             "selftest",
         );
         report.print(rate);
         println!("selftest: PASS");
     }
     if opts.modes.contains(Modes::BENCH) {
-        let free = node.free_pages();
+        let free = machine.free_pages();
         for (order, batch) in [(0, 4096), (9, 64)] {
             let order = Order::new(order).expect("orders 0 and 9 exist");
-            println!("{}", or_fail(bench::run(node, order, batch, free), "bench"));
+            println!(
+                "{}",
+                or_fail(bench::run(machine, order, batch, free), "bench")
+            );
         }
-        or_fail(node.validate(), "validate after bench");
+        or_fail(machine.validate(), "validate after bench");
     }
     if opts.modes.contains(Modes::MIGRATE) {
         let mut runs = alloc::vec::Vec::new();
@@ -106,7 +110,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
                 ap_reader: false,
             };
             runs.push(or_fail(
-                migrate::run(node, mem.pfn_end(), params),
+                migrate::run(machine, mem.pfn_end(), params),
                 "migrate",
             ));
         }
@@ -121,21 +125,21 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             show_peak: true,
             ap_reader: false,
         };
-        let run = or_fail(migrate::run(node, mem.pfn_end(), params), "unmovable");
+        let run = or_fail(migrate::run(machine, mem.pfn_end(), params), "unmovable");
         migrate::print(core::slice::from_ref(&run), rate);
-        migrate::print_mobility(node, &run);
+        migrate::print_mobility(machine, &run);
         println!("unmovable: PASS");
     }
     if opts.modes.contains(Modes::THP_SWAP) {
-        let r = or_fail(thp_swap::run(node), "thp-swap");
+        let r = or_fail(thp_swap::run(machine), "thp-swap");
         thp_swap::print(&r, rate);
-        or_fail(node.validate(), "validate after thp-swap");
+        or_fail(machine.validate(), "validate after thp-swap");
         println!("thp-swap: PASS");
     }
     if opts.modes.contains(Modes::SMP) {
-        let r = or_fail(smp_stress::run(node, rate), "smp");
+        let r = or_fail(smp_stress::run(machine, rate), "smp");
         smp_stress::print(&r, rate);
-        or_fail(node.validate(), "validate after smp");
+        or_fail(machine.validate(), "validate after smp");
         let params = migrate::Params {
             proactiveness: 0,
             unmovable_every: 0,
@@ -143,7 +147,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             show_peak: false,
             ap_reader: true,
         };
-        let m = or_fail(migrate::run(node, mem.pfn_end(), params), "smp migrate");
+        let m = or_fail(migrate::run(machine, mem.pfn_end(), params), "smp migrate");
         migrate::print(core::slice::from_ref(&m), rate);
         println!(
             "smp: second CPU read {} pages during compaction, {} stale words, {} TLB shootdowns",

@@ -16,17 +16,14 @@
 //! the fill and with the 2 MiB allocations, and reports the mobility
 //! layer's fallback counters and pageblock types (spec 02).
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::println;
 use crate::time::{Cycles, Instant, TscRate};
 use crate::user_pages::{Tables, UserMigrator, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use pageframe::compact::{
-    CompactRequest, CompactResult, CompactState, Kcompactd, NodeZone, Priority, ZoneMarks,
-    compact_zone, node_score, reset_isolation_suitable,
-};
-use pageframe::{FallbackStats, Gfp, MigrateType, Node, Order, Pfn, Zone};
+use pageframe::{FallbackStats, Gfp, MigrateType, Order, Pfn};
 
 /// Words per 4 KiB page.
 const WORDS: usize = 512;
@@ -139,9 +136,9 @@ fn pattern(vpn: u64, w: usize) -> u64 {
 /// The words of a page written and checked: first, middle, last.
 const CHECKED: [usize; 3] = [0, WORDS / 2, WORDS - 1];
 
-fn sum_fallback(node: &Node<'_>) -> FallbackStats {
+fn sum_fallback(machine: &KernelMachine) -> FallbackStats {
     let mut s = FallbackStats::default();
-    for z in node.zones() {
+    for z in machine.all_zones() {
         let f = z.fallback_stats();
         s.own += f.own;
         s.claims_whole += f.claims_whole;
@@ -156,20 +153,11 @@ fn sum_fallback(node: &Node<'_>) -> FallbackStats {
 }
 
 /// Pageblocks holding at least one non-movable allocation, over all zones.
-fn polluted(node: &Node<'_>) -> u64 {
-    node.zones()
-        .map(|z| z.with_zone(|m| m.polluted_pageblocks()))
+fn polluted(machine: &KernelMachine) -> u64 {
+    machine
+        .all_zones()
+        .map(|z| z.inspect(|m| m.polluted_pageblocks()))
         .sum()
-}
-
-fn marks(z: &Zone<'_>) -> ZoneMarks {
-    let w = z.watermarks();
-    ZoneMarks {
-        min: w.min,
-        low: w.low,
-        high: w.high,
-        reserve: 0,
-    }
 }
 
 /// Ticks of the timer the proactive phase waits at most.
@@ -177,17 +165,18 @@ const MAX_TICKS: u64 = 4;
 
 /// One run of the scenario.
 pub fn run(
-    node: &'static Node<'static>,
+    machine: &'static KernelMachine,
     pfn_end: u64,
     p: Params,
 ) -> Result<RunReport, MigrateModeError> {
-    let start_free = node.free_pages();
+    let start_free = machine.free_pages();
+    let captured0 = machine.stats(NODE).compact.captured;
     let mut rep = RunReport {
         proactiveness: p.proactiveness,
         ..RunReport::default()
     };
-    let fallback0 = sum_fallback(node);
-    rep.polluted_before = polluted(node);
+    let fallback0 = sum_fallback(machine);
+    rep.polluted_before = polluted(machine);
     let cap = start_free;
     let huge_cap = cap / 512 + 1;
 
@@ -219,7 +208,9 @@ pub fn run(
     // (empty) after the run and are reused by the next one.
     let mut tables = Tables::current();
     let mut take = || {
-        node.alloc(Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+        machine
+            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+            .map(|a| a.pfn)
             .ok()
             .map(|p| p.get() * 4096)
     };
@@ -241,19 +232,19 @@ pub fn run(
             )
             .map_err(|_| MigrateModeError::NoMemory("huge page tables"))?;
     }
-    let base_free = node.free_pages();
+    let base_free = machine.free_pages();
 
     // Fill.
     let movable = Gfp::KERNEL | Gfp::MOVABLE;
     let mut vpn = 0u64;
     while vpn < cap {
         if p.unmovable_every > 0 && vpn.is_multiple_of(p.unmovable_every) {
-            match node.alloc(Gfp::KERNEL, Order::ZERO) {
+            match machine.alloc(NODE, Gfp::KERNEL, Order::ZERO).map(|a| a.pfn) {
                 Ok(f) => unmovable.push(f),
                 Err(_) => break,
             }
         }
-        let Ok(pfn) = node.alloc(movable, Order::ZERO) else {
+        let Ok(pfn) = machine.alloc(NODE, movable, Order::ZERO).map(|a| a.pfn) else {
             break;
         };
         if !tables.map_user(vpn, pfn) {
@@ -275,15 +266,14 @@ pub fn run(
         if pfn.get() % 4 != 0 {
             tables.unmap_user(v);
             rmap[pfn.get() as usize] = 0;
-            node.free(pfn, Order::ZERO)
+            machine
+                .free(pfn, Order::ZERO)
                 .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
         } else {
             rep.kept += 1;
         }
     }
 
-    let zones: Vec<&Zone<'static>> = node.zones().rev().collect();
-    let states: Vec<CompactState> = zones.iter().map(|_| CompactState::new()).collect();
     let mut mig = UserMigrator {
         tables: &mut tables,
         rmap,
@@ -326,55 +316,49 @@ pub fn run(
     let thp = Order::HUGE_2M;
     let shoot0 = crate::smp::shootdowns();
     let mut middle = || -> Result<(), MigrateModeError> {
-        // Proactive phase: kcompactd is ticked by the timer while the CPU idles.
+        // Proactive phase: the machine's kcompactd is ticked by the timer
+        // while the CPU idles.
         if p.proactiveness > 0 {
-            let nz: Vec<NodeZone<'_, Zone<'static>>> = zones
-                .iter()
-                .zip(&states)
-                .map(|(z, s)| NodeZone::new(*z, s, marks(z)))
-                .collect();
-            let mut kc = Kcompactd::new();
-            kc.set_proactiveness(p.proactiveness)
+            machine
+                .set_proactiveness(p.proactiveness)
                 .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
             let t0 = Instant::now();
-            let before = node_score(&nz);
+            let before = machine.fragmentation_score(NODE);
             let mut last = crate::timer::ticks();
             while rep.ticks < MAX_TICKS {
                 let now_ticks = crate::timer::wait_tick(last);
                 rep.ticks += now_ticks - last;
                 last = now_ticks;
-                let r = kc.tick(crate::timer::now_ns(), &nz, &mut mig);
-                if r.proactive.is_some() || (r.checked && r.proactive.is_none()) {
+                let r = machine.kcompactd_tick(NODE, crate::timer::now_ns(), &mut mig);
+                if r.proactive.is_some() || r.checked {
                     break;
                 }
             }
             rep.proactive_cycles = t0.elapsed().0;
-            let after = node_score(&nz);
-            rep.score = before.zip(after);
+            rep.score = before.zip(machine.fragmentation_score(NODE));
             rep.migrated_proactive = mig.moved;
+            machine
+                .set_proactiveness(0)
+                .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
         }
 
-        // 2 MiB allocations until failure, direct compaction as the fallback.
-        // With no kswapd to do it when it sleeps, a pending skip-hint flush
-        // (requested when a run's scanners met) is honoured here, before
-        // direct compaction starts (spec 03 §4).
-        for (z, st) in zones.iter().zip(&states) {
-            reset_isolation_suitable(*z, st);
-        }
-        rep.free_before = node.free_pages();
+        // 2 MiB allocations until failure, direct compaction as the
+        // fallback (the machine's slow path).
+        rep.free_before = machine.free_pages();
         loop {
             for _ in 0..p.unmovable_per_block {
-                if let Ok(f) = node.alloc(Gfp::KERNEL, Order::ZERO) {
+                if let Ok(f) = machine.alloc(NODE, Gfp::KERNEL, Order::ZERO).map(|a| a.pfn) {
                     unmovable.push(f);
                 }
             }
             let t = Instant::now();
-            let got = alloc_huge(node, &zones, &states, &mut mig, movable, thp, &mut rep);
+            let got = alloc_huge(machine, &mut mig);
             let dt = t.elapsed().0;
             let Some(pfn) = got else { break };
             lat.push(dt);
             if blocks.len() == blocks.capacity() {
-                node.free(pfn, thp)
+                machine
+                    .free(pfn, thp)
                     .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
                 break;
             }
@@ -403,17 +387,19 @@ pub fn run(
     }
     rep.blocks = blocks.len() as u64;
     rep.migrated = mig.moved;
-    rep.polluted_peak = polluted(node);
+    rep.captured = machine.stats(NODE).compact.captured - captured0;
+    rep.polluted_peak = polluted(machine);
     rep.unmovable_in_movable = unmovable
         .iter()
         .filter(|&&f| {
-            node.zone_of(f)
-                .and_then(|z| z.with_zone(|m| m.block_type(f)))
+            machine
+                .zone_of(f)
+                .and_then(|z| z.inspect(|m| m.block_type(f)))
                 == Some(MigrateType::Movable)
         })
         .count() as u64;
     if p.show_peak {
-        for z in node.zones() {
+        for z in machine.all_zones() {
             println!(
                 "unmovable: pagetypeinfo zone {} with everything allocated:",
                 z.kind().name()
@@ -465,7 +451,7 @@ pub fn run(
             }
         }
     }
-    rep.fallback = sum_fallback(node);
+    rep.fallback = sum_fallback(machine);
     rep.fallback.own -= fallback0.own;
     rep.fallback.claims_whole -= fallback0.claims_whole;
     rep.fallback.claims_partial -= fallback0.claims_partial;
@@ -478,28 +464,32 @@ pub fn run(
     // Tear down and check conservation.
     for (i, &pfn) in blocks.iter().enumerate() {
         mig.tables.unmap_huge(i as u64);
-        node.free(pfn, thp)
+        machine
+            .free(pfn, thp)
             .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
     }
     for v in 0..rep.filled {
         if let Some(pfn) = mig.tables.user_frame(v) {
             mig.tables.unmap_user(v);
-            node.free(pfn, Order::ZERO)
+            machine
+                .free(pfn, Order::ZERO)
                 .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
         }
     }
     for &f in &unmovable {
-        node.free(f, Order::ZERO)
+        machine
+            .free(f, Order::ZERO)
             .map_err(|_| MigrateModeError::Allocator("free of an unmovable frame"))?;
     }
-    let after = node.free_pages();
+    let after = machine.free_pages();
     if after != base_free {
         return Err(MigrateModeError::Conservation {
             before: base_free,
             after,
         });
     }
-    node.validate()
+    machine
+        .validate()
         .map_err(|_| MigrateModeError::Allocator("validate after the run"))?;
 
     lat.sort_unstable();
@@ -511,50 +501,16 @@ pub fn run(
     Ok(rep)
 }
 
-/// One order-9 allocation: the fast path, else direct compaction of each
-/// zone (async, then sync-light) with capture, retrying the allocation
-/// after a successful run that did not capture.
-fn alloc_huge(
-    node: &Node<'static>,
-    zones: &[&Zone<'static>],
-    states: &[CompactState],
-    mig: &mut UserMigrator<'_>,
-    gfp: Gfp,
-    order: Order,
-    rep: &mut RunReport,
-) -> Option<Pfn> {
-    if let Ok(p) = node.alloc(gfp, order) {
-        return Some(p);
+/// A 2 MiB block for a movable request that may retry: the free lists
+/// first, then the machine's slow path, whose direct compaction moves user
+/// pages through `mig` (async, then sync-light, with capture).
+fn alloc_huge(machine: &KernelMachine, mig: &mut UserMigrator<'_>) -> Option<Pfn> {
+    let gfp = Gfp::TRANSHUGE | Gfp::RETRY_MAYFAIL;
+    let thp = Order::HUGE_2M;
+    if let Ok(a) = machine.alloc(NODE, gfp, thp) {
+        return Some(a.pfn);
     }
-    for prio in [Priority::Async, Priority::SyncLight, Priority::SyncFull] {
-        for (z, st) in zones.iter().zip(states) {
-            if prio != Priority::SyncFull && st.compaction_deferred(order) {
-                continue;
-            }
-            let req = CompactRequest::direct(order, MigrateType::Movable, prio, marks(z));
-            let out = compact_zone(*z, st, mig, &req);
-            if let Some(p) = out.captured {
-                st.defer_reset(order, true);
-                rep.captured += 1;
-                return Some(p);
-            }
-            match out.result {
-                CompactResult::Success => {
-                    if let Ok(p) = node.alloc(gfp, order) {
-                        st.defer_reset(order, true);
-                        return Some(p);
-                    }
-                }
-                CompactResult::Complete | CompactResult::PartialSkipped
-                    if prio != Priority::Async =>
-                {
-                    st.defer_compaction(order);
-                }
-                _ => {}
-            }
-        }
-    }
-    None
+    machine.alloc_slow(NODE, gfp, thp, mig).ok().map(|a| a.pfn)
 }
 
 /// Prints the side-by-side table of runs.
@@ -596,7 +552,7 @@ pub fn print(runs: &[RunReport], rate: &TscRate) {
 
 /// The mobility layer's view after a run: fallback counters of the run and
 /// the pageblock types now.
-pub fn print_mobility(node: &Node<'_>, r: &RunReport) {
+pub fn print_mobility(machine: &KernelMachine, r: &RunReport) {
     let f = &r.fallback;
     println!(
         "unmovable: {} unmovable frames interleaved; fallback: own {} claims whole {} partial {} refused {} \
@@ -615,7 +571,7 @@ pub fn print_mobility(node: &Node<'_>, r: &RunReport) {
          everything allocated; unmovable frames of the run inside movable-typed pageblocks {}",
         r.polluted_before, r.polluted_peak, r.unmovable_in_movable
     );
-    for z in node.zones() {
+    for z in machine.all_zones() {
         println!(
             "unmovable: pagetypeinfo zone {} after the run:",
             z.kind().name()

@@ -4,11 +4,12 @@
 
 use crate::boot::BootInfo;
 use crate::bringup::Memory;
+use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::{PAGE_SIZE, PhysRange};
 use crate::println;
 use crate::time::{Cycles, TscRate};
 use core::fmt;
-use pageframe::{Mark, Node};
+use pageframe::Mark;
 
 /// The firmware map and what stays out of the allocator.
 pub fn boot(info: &BootInfo, kernel: PhysRange) {
@@ -27,9 +28,9 @@ pub fn boot(info: &BootInfo, kernel: PhysRange) {
 
 /// Zones, overhead and set-up times.
 pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
-    let node = mem.node;
+    let machine = mem.machine;
     for s in mem.zones() {
-        let Some(zone) = node.zone(s.kind) else {
+        let Some(zone) = machine.node(NODE).and_then(|n| n.zone(s.kind)) else {
             continue;
         };
         println!(
@@ -48,7 +49,7 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
         );
     }
     let ram_frames = info.memmap.ram_bytes() / PAGE_SIZE;
-    let managed = node.managed_pages();
+    let managed = machine.managed_pages();
     let meta: u64 = mem.zones().map(|s| s.metadata_bytes as u64).sum();
     println!(
         "frames managed: {managed} of {ram_frames} RAM frames ({})",
@@ -58,6 +59,12 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
         "metadata: {meta} bytes, {} bytes per managed frame, {} of managed RAM",
         Decimal2(meta * 100 / managed.max(1)),
         Percent(meta, managed * PAGE_SIZE)
+    );
+    println!(
+        "per-CPU caches: {} CPUs, {} KiB at {}",
+        machine.pcp_cpus(),
+        mem.pcp.0 >> 10,
+        mem.pcp.1
     );
     println!(
         "allocator init: {} (zones created, RAM handed over)",
@@ -82,14 +89,14 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
 }
 
 /// `/proc/buddyinfo`, `/proc/pagetypeinfo` and the watermarks.
-pub fn free_lists(node: &Node<'_>) {
+pub fn free_lists(machine: &KernelMachine) {
     println!("buddyinfo:");
-    crate::print!("{}", node.buddyinfo());
+    crate::print!("{}", machine.buddyinfo());
     println!("pagetypeinfo:");
-    for zone in node.zones() {
+    for zone in machine.all_zones() {
         crate::print!("{}", zone.pagetypeinfo());
     }
-    for zone in node.zones() {
+    for zone in machine.all_zones() {
         let w = zone.watermarks();
         println!(
             "zone {} watermarks: min {} low {} high {} pages, free {}",

@@ -2,13 +2,14 @@
 //! verify them all, free them in random order and check the allocator is
 //! back where it started (`validate()` and per-order free counts).
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::{PAGE_SIZE, RangeSet};
 use crate::permutation::Permutation;
 use crate::snapshot::Snapshot;
 use crate::time::{Cycles, Instant, TscRate};
 use alloc::vec::Vec;
 use core::fmt;
-use pageframe::{AllocError, FreeError, Gfp, Node, Order, Pfn, ValidateError, ZoneKind};
+use pageframe::{AllocError, FreeError, Gfp, Order, Pfn, ValidateError, ZoneKind};
 
 /// A check that failed.
 #[derive(Debug)]
@@ -178,10 +179,10 @@ const PFN_4G: u64 = (1 << 32) / PAGE_SIZE;
 /// Written into a frame's last word, xored with its number.
 const TAIL_MAGIC: u64 = 0xa5a5_5a5a_f00d_cafe;
 
-/// Runs the self-test over `node`, whose free frames must all lie in
+/// Runs the self-test over `machine`, whose free frames must all lie in
 /// `managed` (the RAM handed over) and below frame number `pfn_end`.
 pub fn run(
-    node: &Node<'_>,
+    machine: &KernelMachine,
     managed: &RangeSet,
     pfn_end: u64,
     seed: u64,
@@ -189,8 +190,8 @@ pub fn run(
     // The bitmap comes from the heap, hence from the allocator: take it
     // before recording the initial state.
     let mut taken = FrameBitmap::new(pfn_end).ok_or(SelftestError::NoBitmap)?;
-    node.validate()?;
-    let before = Snapshot::take(node);
+    machine.validate()?;
+    let before = Snapshot::take(machine);
     let order0 = Order::ZERO;
 
     // 1. Take every free frame.
@@ -198,7 +199,7 @@ pub fn run(
         (0u64, 0u64, Pfn::new(u64::MAX), Pfn::new(0));
     let start = Instant::now();
     loop {
-        let pfn = match node.alloc(TAKE_ALL, order0) {
+        let pfn = match machine.alloc(NODE, TAKE_ALL, order0).map(|a| a.pfn) {
             Ok(pfn) => pfn,
             Err(AllocError::OutOfMemory) => break,
             Err(e) => return Err(SelftestError::Alloc(e)),
@@ -221,11 +222,11 @@ pub fn run(
             got: frames,
         });
     }
-    let left = Snapshot::take(node).free_pages();
+    let left = Snapshot::take(machine).free_pages();
     if left != 0 {
         return Err(SelftestError::Leftover(left));
     }
-    if let Ok(pfn) = node.alloc(TAKE_ALL, order0) {
+    if let Ok(pfn) = machine.alloc(NODE, TAKE_ALL, order0).map(|a| a.pfn) {
         return Err(SelftestError::AllocWhenEmpty(pfn));
     }
 
@@ -262,15 +263,16 @@ pub fn run(
         if !taken.clear(pfn) {
             continue;
         }
-        node.free(pfn, order0)
+        machine
+            .free(pfn, order0)
             .map_err(|e| SelftestError::Free(pfn, e))?;
         if !checked_double {
             checked_double = true;
-            let mid = Snapshot::take(node);
-            if node.free(pfn, order0).is_ok() {
+            let mid = Snapshot::take(machine);
+            if machine.free(pfn, order0).is_ok() {
                 return Err(SelftestError::DoubleFreeAccepted(pfn));
             }
-            if let Some((zone, order, a, b)) = mid.first_difference(&Snapshot::take(node)) {
+            if let Some((zone, order, a, b)) = mid.first_difference(&Snapshot::take(machine)) {
                 return Err(SelftestError::NotRestored(zone, order, a, b));
             }
         }
@@ -278,8 +280,8 @@ pub fn run(
     let free = start.elapsed();
 
     // 5. Back to the initial state.
-    node.validate()?;
-    if let Some((zone, order, a, b)) = before.first_difference(&Snapshot::take(node)) {
+    machine.validate()?;
+    if let Some((zone, order, a, b)) = before.first_difference(&Snapshot::take(machine)) {
         return Err(SelftestError::NotRestored(zone, order, a, b));
     }
     Ok(SelftestReport {

@@ -9,10 +9,11 @@
 //! from the allocator. The application processor's APIC id is taken as 1
 //! (QEMU's numbering for `-smp 2`; a full kernel would read the ACPI MADT).
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::time::{Instant, TscRate};
 use crate::user_pages::Tables;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use pageframe::{Gfp, Node, Order};
+use pageframe::{Gfp, Order};
 use x86_64::VirtAddr;
 use x86_64::instructions::tlb;
 use x86_64::registers::control::Cr3;
@@ -276,13 +277,15 @@ fn send_ipi(icr_low: u32) {
 
 /// Brings up the application processor (INIT, then two STARTUPs, spec'd
 /// delays 10 ms and 200 us), which then waits for jobs.
-pub fn start_ap(node: &Node<'_>, rate: &TscRate) -> Result<(), SmpError> {
+pub fn start_ap(machine: &KernelMachine, rate: &TscRate) -> Result<(), SmpError> {
     if AP_ALIVE.load(Ordering::Acquire) != 0 {
         return Ok(());
     }
     let mut tables = Tables::current();
     let mut take = || {
-        node.alloc(Gfp::KERNEL | Gfp::DMA32 | Gfp::ZERO, Order::ZERO)
+        machine
+            .alloc(NODE, Gfp::KERNEL | Gfp::DMA32 | Gfp::ZERO, Order::ZERO)
+            .map(|a| a.pfn)
             .ok()
             .map(|p| p.get() * 4096)
     };
@@ -306,9 +309,10 @@ pub fn start_ap(node: &Node<'_>, rate: &TscRate) -> Result<(), SmpError> {
     tlb::flush(VirtAddr::new(TRAMPOLINE));
 
     let stack_order = Order::new(3).expect("order 3 exists");
-    let stack = node
-        .alloc(Gfp::KERNEL, stack_order)
-        .map_err(|_| SmpError::NoMemory)?;
+    let stack = machine
+        .alloc(NODE, Gfp::KERNEL, stack_order)
+        .map_err(|_| SmpError::NoMemory)?
+        .pfn;
     let stack_top = (stack.get() + stack_order.pages()) * 4096;
 
     // SAFETY: the trampoline's bytes are a static blob between the two

@@ -1,8 +1,9 @@
 //! The allocator's observable state, to check it returns to where it was.
 
-use pageframe::{Node, Order, ZoneKind};
+use crate::bringup::KernelMachine;
+use pageframe::{Order, ZoneKind};
 
-/// Most zones a node has.
+/// Most zones a machine has.
 const ZONES_MAX: usize = 4;
 /// Orders recorded (0..=15 covers any configured maximum).
 const ORDERS: usize = 16;
@@ -25,10 +26,10 @@ pub struct ZoneState {
 }
 
 impl Snapshot {
-    /// Records `node`'s counts now.
-    pub fn take(node: &Node<'_>) -> Self {
+    /// Records `machine`'s counts now.
+    pub fn take(machine: &KernelMachine) -> Self {
         let mut zones = [None; ZONES_MAX];
-        for (slot, zone) in zones.iter_mut().zip(node.zones()) {
+        for (slot, zone) in zones.iter_mut().zip(machine.all_zones()) {
             let mut free_blocks = [0; ORDERS];
             for (o, count) in free_blocks.iter_mut().enumerate() {
                 *count = Order::new(o as u8).map_or(0, |order| zone.free_blocks(order));

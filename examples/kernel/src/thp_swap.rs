@@ -13,13 +13,14 @@
 //!
 //! Every path verifies every word of the 2 MiB through its new mapping.
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::println;
 use crate::time::{Cycles, Instant, TscRate};
 use crate::user_pages::{HUGE_BASE, Tables, USER_BASE, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::mem::MaybeUninit;
-use pageframe::{Gfp, Node, Order, Pfn};
+use pageframe::{Gfp, Order, Pfn};
 use pageframe_swap::{
     Order as SwapOrder, Slot, SwapConfig, SwapCpu, SwapDevice, SwapinDecision, SwapinPolicy,
     VmaFlags,
@@ -137,19 +138,19 @@ fn median(v: &mut [u64]) -> u64 {
     v[v.len() / 2]
 }
 
-/// Runs the mode; the node's free count is back where it started after,
+/// Runs the mode; the machine's free count is back where it started after,
 /// but for the page-table frames the mode created (they stay, empty, for
 /// later modes).
-pub fn run(node: &'static Node<'static>) -> Result<ThpSwapReport, ThpSwapError> {
-    let free0 = node.free_pages();
-    let (rep, tables) = run_inner(node)?;
-    if node.free_pages() + tables != free0 {
+pub fn run(machine: &'static KernelMachine) -> Result<ThpSwapReport, ThpSwapError> {
+    let free0 = machine.free_pages();
+    let (rep, tables) = run_inner(machine)?;
+    if machine.free_pages() + tables != free0 {
         return Err(ThpSwapError::Leak("frames"));
     }
     Ok(rep)
 }
 
-fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSwapError> {
+fn run_inner(machine: &'static KernelMachine) -> Result<(ThpSwapReport, u64), ThpSwapError> {
     let cfg = SwapConfig::new(CLUSTERS * 512);
     let mut meta: Vec<MaybeUninit<u8>> = Vec::new();
     meta.try_reserve_exact(SwapDevice::metadata_bytes(&cfg))
@@ -163,9 +164,10 @@ fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSw
         .try_reserve_exact(CLUSTERS as usize)
         .map_err(|_| ThpSwapError::NoMemory("disk list"))?;
     for _ in 0..CLUSTERS {
-        let b = node
-            .alloc(Gfp::KERNEL, Order::HUGE_2M)
-            .map_err(|_| ThpSwapError::NoMemory("RAM disk"))?;
+        let b = machine
+            .alloc(NODE, Gfp::KERNEL, Order::HUGE_2M)
+            .map_err(|_| ThpSwapError::NoMemory("RAM disk"))?
+            .pfn;
         // Touched once now, so the host's first-touch faults on the disk
         // are not part of any timed trip.
         // SAFETY: the block was just reserved for the disk; RAM reachable
@@ -175,7 +177,9 @@ fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSw
     }
     let mut tables = Tables::current();
     let mut take = || {
-        node.alloc(Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+        machine
+            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+            .map(|a| a.pfn)
             .ok()
             .map(|p| p.get() * PAGE)
     };
@@ -198,7 +202,7 @@ fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSw
         for path in 0..3 {
             let seed = (round * 3 + path) as u64 + 1;
             let (out, inn) = one_trip(
-                node,
+                machine,
                 &dev,
                 &mut cpu,
                 &disk,
@@ -235,7 +239,8 @@ fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSw
     }
     dev.validate().map_err(|_| ThpSwapError::Swap("validate"))?;
     for &b in &disk.blocks {
-        node.free(b, Order::HUGE_2M)
+        machine
+            .free(b, Order::HUGE_2M)
             .map_err(|_| ThpSwapError::Leak("RAM disk free refused"))?;
     }
     Ok((rep, tables.table_frames))
@@ -245,7 +250,7 @@ fn run_inner(node: &'static Node<'static>) -> Result<(ThpSwapReport, u64), ThpSw
 /// 2 split out); returns the out and in cycles.
 #[allow(clippy::too_many_arguments)]
 fn one_trip(
-    node: &Node<'static>,
+    machine: &KernelMachine,
     dev: &SwapDevice<'_>,
     cpu: &mut SwapCpu,
     disk: &RamDisk,
@@ -261,9 +266,10 @@ fn one_trip(
     let name = ["whole", "split in", "split out"][path];
 
     // The page, mapped with one 2 MiB entry and filled through it.
-    let blk = node
-        .alloc(movable, thp)
-        .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?;
+    let blk = machine
+        .alloc(NODE, movable, thp)
+        .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?
+        .pfn;
     if !tables.map_huge(0, blk) {
         return Err(ThpSwapError::NoMemory("2 MiB mapping"));
     }
@@ -307,7 +313,8 @@ fn one_trip(
             drop_cache(s, base)?;
         }
     }
-    node.free(blk, thp)
+    machine
+        .free(blk, thp)
         .map_err(|_| ThpSwapError::Leak("free of the swapped-out page"))?;
     let out = t.elapsed().0;
 
@@ -321,9 +328,10 @@ fn one_trip(
         if d != SwapinDecision::Whole {
             return Err(ThpSwapError::Decision(d));
         }
-        let nb = node
-            .alloc(movable, thp)
-            .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?;
+        let nb = machine
+            .alloc(NODE, movable, thp)
+            .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?
+            .pfn;
         dev.swapcache_prepare(s, k)
             .map_err(|_| ThpSwapError::Swap("swap cache"))?;
         disk.read(s, nb.get() * PAGE, 512);
@@ -344,7 +352,8 @@ fn one_trip(
             }
         }
         tables.unmap_huge(0);
-        node.free(nb, thp)
+        machine
+            .free(nb, thp)
             .map_err(|_| ThpSwapError::Leak("free of the swapped-in page"))?;
         return Ok((out, inn));
     }
@@ -360,9 +369,10 @@ fn one_trip(
         slots.extend((0..512).map(|i| Slot::new(first + i)));
     }
     for (i, &s) in slots.iter().enumerate() {
-        let f = node
-            .alloc(movable, Order::ZERO)
-            .map_err(|_| ThpSwapError::NoMemory("a base page"))?;
+        let f = machine
+            .alloc(NODE, movable, Order::ZERO)
+            .map_err(|_| ThpSwapError::NoMemory("a base page"))?
+            .pfn;
         dev.swapcache_prepare(s, base)
             .map_err(|_| ThpSwapError::Swap("swap cache"))?;
         disk.read(s, f.get() * PAGE, 1);
@@ -389,7 +399,8 @@ fn one_trip(
             .user_frame(p as u64)
             .ok_or(ThpSwapError::Leak("mapping"))?;
         tables.unmap_user(p as u64);
-        node.free(f, Order::ZERO)
+        machine
+            .free(f, Order::ZERO)
             .map_err(|_| ThpSwapError::Leak("free of a base page"))?;
     }
     Ok((out, inn))

@@ -11,6 +11,7 @@
 //! physical address.
 
 use alloc::vec::Vec;
+use pageframe::SlowPathHooks;
 use pageframe::compact::{MigrateError, MigrateMode, Migrator};
 use pageframe::{Order, Pfn};
 use x86_64::instructions::tlb;
@@ -250,5 +251,13 @@ impl Migrator for UserMigrator<'_> {
             f();
         }
         false
+    }
+}
+
+/// The slow path moves pages through this migrator; this kernel has no
+/// reclaim, and stall times are read from the timer.
+impl SlowPathHooks for UserMigrator<'_> {
+    fn now_ns(&self) -> u64 {
+        crate::timer::now_ns()
     }
 }

@@ -7,11 +7,12 @@
 //! same zone's usable RAM and the rest is handed over. Nothing is sized for
 //! one machine: metadata scales with the span the map reports.
 
+use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
 use crate::time::{Cycles, Instant};
 use core::fmt;
 use core::mem::MaybeUninit;
-use pageframe::{Pfn, PfnRange, Zone, ZoneKind};
+use pageframe::{Pfn, PfnRange, ZoneKind};
 
 /// Everything below this address stays out of the allocator.
 pub const LOW_MEMORY_END: u64 = 1 << 20;
@@ -40,10 +41,8 @@ pub enum ZoneSetupError {
         /// Bytes needed.
         bytes: usize,
     },
-    /// The allocator refused the zone.
-    Init(ZoneKind, pageframe::InitError),
-    /// The allocator refused a usable range.
-    Range(ZoneKind, PhysRange, pageframe::RangeError),
+    /// The machine refused the zone or a usable range.
+    Setup(ZoneKind, pageframe::SetupError),
 }
 
 impl fmt::Display for ZoneSetupError {
@@ -51,10 +50,9 @@ impl fmt::Display for ZoneSetupError {
         match self {
             Self::TooManyRanges => write!(f, "memory map too fragmented"),
             Self::NoRoomForMetadata { kind, bytes } => {
-                write!(f, "no room for {bytes} bytes of {} metadata", kind.name())
+                write!(f, "no room for {bytes} bytes of {kind} metadata")
             }
-            Self::Init(kind, e) => write!(f, "zone {}: {e}", kind.name()),
-            Self::Range(kind, r, e) => write!(f, "zone {} range {r}: {e}", kind.name()),
+            Self::Setup(kind, e) => write!(f, "zone {kind}: {e}"),
         }
     }
 }
@@ -100,20 +98,26 @@ pub struct ZoneSetup {
     pub cycles: Cycles,
 }
 
-/// Builds the zone of `kind` over the part of `usable` inside its window.
-/// Its metadata is carved out of `usable`, which afterwards holds exactly
-/// the frames handed over. `Ok(None)` when the window holds no usable RAM.
+/// Adds the zone of `kind` to `machine`, spanning the part of `spans`
+/// inside its window, and hands the part of `usable` inside it over. Its metadata is carved out of
+/// `usable`, which afterwards holds exactly the frames handed over.
+/// `Ok(None)` when the window holds no usable RAM.
 ///
 /// # Safety
 /// Every address in `usable ∩ window` must be RAM that nothing else uses
 /// and that is identity-mapped, writable, for the rest of the kernel's life.
 pub unsafe fn build_zone(
+    machine: &mut KernelMachine,
     kind: ZoneKind,
     usable: &mut RangeSet,
-) -> Result<Option<(Zone<'static>, ZoneSetup)>, ZoneSetupError> {
+    spans: &RangeSet,
+) -> Result<Option<ZoneSetup>, ZoneSetupError> {
     let start = Instant::now();
     let window = window(kind);
-    let inside = usable.clipped(window);
+    if usable.clipped(window).ranges().is_empty() {
+        return Ok(None);
+    }
+    let inside = spans.clipped(window);
     let (Some(first), Some(last)) = (inside.ranges().first(), inside.ranges().last()) else {
         return Ok(None);
     };
@@ -121,7 +125,7 @@ pub unsafe fn build_zone(
         Pfn::new(first.start / PAGE_SIZE),
         Pfn::new(last.end / PAGE_SIZE),
     );
-    let bytes = Zone::metadata_bytes(span);
+    let bytes = machine.zone_metadata_bytes(span);
     let metadata = usable
         .take_top(bytes as u64, window)
         .ok_or(ZoneSetupError::NoRoomForMetadata { kind, bytes })?;
@@ -130,20 +134,19 @@ pub unsafe fn build_zone(
     // is mapped at its physical address for the kernel's lifetime.
     let meta: &'static mut [MaybeUninit<u8>] =
         unsafe { core::slice::from_raw_parts_mut(metadata.start as *mut MaybeUninit<u8>, bytes) };
-    let zone = Zone::new(kind, span, meta).map_err(|e| ZoneSetupError::Init(kind, e))?;
+    let setup = |e| ZoneSetupError::Setup(kind, e);
+    machine.add_zone(NODE, kind, span, meta).map_err(setup)?;
     let handed = usable.clipped(window);
     for r in handed.ranges() {
         let range = PfnRange::new(Pfn::new(r.start / PAGE_SIZE), Pfn::new(r.end / PAGE_SIZE));
-        zone.add_free_range(range)
-            .map_err(|e| ZoneSetupError::Range(kind, *r, e))?;
+        machine.add_free_range(range).map_err(setup)?;
     }
-    let setup = ZoneSetup {
+    Ok(Some(ZoneSetup {
         kind,
         span,
         metadata,
         metadata_bytes: bytes,
         ranges: handed.ranges().len(),
         cycles: start.elapsed(),
-    };
-    Ok(Some((zone, setup)))
+    }))
 }

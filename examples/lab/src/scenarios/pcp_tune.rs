@@ -57,13 +57,13 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
     let every = (rounds / 100).max(1);
     let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(2);
     let stats = |c: &mut pageframe::CpuCache<'_, 'static>| {
-        c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-            .map(|s| s.0)
+        c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+            .map(|s| s.stats)
             .unwrap_or_default()
     };
     let high = |c: &mut pageframe::CpuCache<'_, 'static>| {
-        c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-            .map_or(0, |s| s.2)
+        c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+            .map_or(0, |s| s.high)
     };
     let (a, b) = std::thread::scope(|sc| {
         let producer = sc.spawn(move || -> Result<_, String> {
@@ -109,8 +109,8 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
             }
             // Idle: only the 1-second decay runs (spec 04 §6).
             let count_high = |c: &mut pageframe::CpuCache<'_, 'static>| {
-                c.cache_stats(NodeId::ZERO, ZoneKind::Normal)
-                    .map_or((0, 0), |s| (s.1, s.2))
+                c.cache_info(NodeId::ZERO, ZoneKind::Normal)
+                    .map_or((0, 0), |s| (s.count, s.high))
             };
             let (c0, h0) = count_high(&mut cpu);
             let mut idle = vec![(0, c0, h0)];

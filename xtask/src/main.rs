@@ -3,6 +3,7 @@
 //! * `test`            install QEMU if missing (root + apt), then every test
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
+//! * `loom`            the loom models of the cross-CPU protocols
 //! * `lint`            rustfmt check and clippy with warnings denied
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
@@ -27,6 +28,11 @@ const MIRI: &[(&str, &[&str])] = &[
     ("pageframe-swap", &["--test", "miri"]),
     ("pageframe-pcp", &["--test", "percpu"]),
     ("pageframe", &["--lib"]),
+];
+/// Loom models: crate and test-target arguments.
+const LOOM: &[(&str, &[&str])] = &[
+    ("pageframe-pcp", &["--test", "loom"]),
+    ("pageframe", &["--lib", "loom_model"]),
 ];
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";
@@ -161,6 +167,20 @@ fn miri() -> Result<(), String> {
     Ok(())
 }
 
+/// The loom models: every cross-CPU protocol, explored under loom's
+/// scheduler (`--cfg loom`, in its own target directory so the normal
+/// build stays cached).
+fn loom() -> Result<(), String> {
+    for (krate, extra) in LOOM {
+        run(Command::new("cargo")
+            .env("RUSTFLAGS", "--cfg loom")
+            .args(["test", "--release", "--target-dir", "target/loom", "-p", krate])
+            .args(*extra)
+            .args(["--", "--nocapture", "--test-threads", "1"]))?;
+    }
+    Ok(())
+}
+
 fn target_dir() -> PathBuf {
     env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -250,6 +270,7 @@ fn main() -> ExitCode {
             _ => Err("usage: cargo xtask fuzz <target|all> <seconds>".into()),
         },
         Some("miri") => miri(),
+        Some("loom") => loom(),
         Some("lint") => run(Command::new("cargo").args(["fmt", "--all", "--", "--check"])).and_then(|()| {
             run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))
         }),
@@ -262,7 +283,7 @@ fn main() -> ExitCode {
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

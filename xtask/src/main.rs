@@ -174,7 +174,14 @@ fn loom() -> Result<(), String> {
     for (krate, extra) in LOOM {
         run(Command::new("cargo")
             .env("RUSTFLAGS", "--cfg loom")
-            .args(["test", "--release", "--target-dir", "target/loom", "-p", krate])
+            .args([
+                "test",
+                "--release",
+                "--target-dir",
+                "target/loom",
+                "-p",
+                krate,
+            ])
             .args(*extra)
             .args(["--", "--nocapture", "--test-threads", "1"]))?;
     }

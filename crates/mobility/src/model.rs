@@ -77,8 +77,13 @@ impl Model {
                     .iter()
                     .any(|m| z.free_blocks_of(o, *m) > 0)
                 });
+                let before = (z.mobility().grouping() && (mode - AllocMode::NOFRAGMENT).is_empty())
+                    .then(|| Blocks::read(z, &self.live));
                 match z.alloc(order, mt, mode) {
                     Ok(p) => {
+                        if let Some(before) = &before {
+                            before.check_fallback(z, p, order, mt, mode)?;
+                        }
                         ensure!(p.is_aligned(order), "misaligned {p:?}");
                         let end = p.get() + order.pages();
                         let clash = self
@@ -218,6 +223,260 @@ impl Model {
     /// Live blocks.
     pub fn live(&self) -> &BTreeMap<u64, (u8, MigrateType)> {
         &self.live
+    }
+}
+
+/// The fallback table (spec 02 §5.1), written out here so the model does
+/// not take the rule from the code under test.
+fn fallback_table(mt: MigrateType) -> &'static [MigrateType] {
+    use MigrateType::{Movable as M, Reclaimable as R, Unmovable as U};
+    match mt {
+        U => &[R, M],
+        M => &[R, U],
+        R => &[U, M],
+        _ => &[],
+    }
+}
+
+/// One pageblock as an allocation found it.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    start: u64,
+    ty: Option<MigrateType>,
+    /// Frames in free blocks inside it.
+    free: u64,
+    /// Frames of live movable allocations inside it.
+    movable: u64,
+    /// Bit `o`: a free block of order `o` lies inside it (or covers it).
+    free_orders: u32,
+    /// Wholly inside the zone (one straddling its edge is never claimed
+    /// partially).
+    inside: bool,
+}
+
+/// Every pageblock's type and contents, and the free lists by order and
+/// type, before an allocation: what the fallback rules decide from.
+struct Blocks {
+    pb_order: u8,
+    pb_pages: u64,
+    max_order: u8,
+    blocks: Vec<Block>,
+    /// `free[o][t]`: free blocks of order `o` on type `t`'s lists.
+    free: Vec<[u64; 3]>,
+}
+
+const BASIC: [MigrateType; 3] = [
+    MigrateType::Unmovable,
+    MigrateType::Movable,
+    MigrateType::Reclaimable,
+];
+
+fn basic_index(mt: MigrateType) -> Option<usize> {
+    BASIC.iter().position(|&b| b == mt)
+}
+
+impl Blocks {
+    fn read(z: &MobileZone<'_>, live: &BTreeMap<u64, (u8, MigrateType)>) -> Blocks {
+        let pbs = z.mobility().pageblocks();
+        let pb_pages = pbs.pages();
+        let span = z.span();
+        let blocks = (0..pbs.len())
+            .map(|i| {
+                let start = pbs.block_start(i);
+                let full = pbs.block_range(start);
+                let range = full.intersect(&span);
+                let (mut free, mut free_orders) = (0u64, 0u32);
+                for (_, info) in z.buddy().walk(range) {
+                    if let BlockInfo::Free { head, order, .. } = info {
+                        let end = (head.get() + order.pages()).min(range.end.get());
+                        free += end - head.get().max(range.start.get());
+                        free_orders |= 1 << order.get();
+                    }
+                }
+                let movable = live
+                    .range(..range.end.get())
+                    .filter(|(_, (_, t))| *t == MigrateType::Movable)
+                    .map(|(&q, &(k, _))| {
+                        let end = (q + (1u64 << k)).min(range.end.get());
+                        end.saturating_sub(q.max(range.start.get()))
+                    })
+                    .sum();
+                Block {
+                    start: start.get(),
+                    ty: pbs.get(start),
+                    free,
+                    movable,
+                    free_orders,
+                    inside: range == full,
+                }
+            })
+            .collect();
+        let max_order = z.buddy().max_order().get();
+        let free = (0..=max_order)
+            .map(|o| {
+                let o = Order::new(o).unwrap_or_default();
+                BASIC.map(|t| z.free_blocks_of(o, t))
+            })
+            .collect();
+        Blocks {
+            pb_order: z.pageblock_order().get(),
+            pb_pages,
+            max_order,
+            blocks,
+            free,
+        }
+    }
+
+    /// spec 02 §5.3: the frames of block `b` compatible with a request of
+    /// type `mt` claiming it from type `fb`.
+    fn alike(&self, b: &Block, mt: MigrateType, fb: MigrateType) -> u64 {
+        match (mt, fb) {
+            (MigrateType::Movable, _) => b.movable,
+            (_, MigrateType::Movable) => self.pb_pages - b.free - b.movable,
+            _ => 0,
+        }
+    }
+
+    /// Whether a list of type `t` had a block of order `o` or above.
+    fn has_at_or_above(&self, o: u8, t: MigrateType) -> bool {
+        let Some(i) = basic_index(t) else {
+            return false;
+        };
+        (o..=self.max_order).any(|o| self.free[o as usize][i] > 0)
+    }
+
+    /// spec 02 §5.2-5.4: after `z` served `order` as `mt` with block `p`:
+    /// its own lists first (no retype); else a claim, which retypes only
+    /// pageblocks it may (`should_try_claim_block`, whole free blocks or
+    /// `free + alike >= half`; never below pageblock order with
+    /// NOFRAGMENT); else a steal (never with NOFRAGMENT) of the smallest
+    /// fallback block, from the first type of the fallback table that has
+    /// one at that order.
+    fn check_fallback(
+        &self,
+        z: &MobileZone<'_>,
+        p: Pfn,
+        order: Order,
+        mt: MigrateType,
+        mode: AllocMode,
+    ) -> Result<(), String> {
+        let k = order.get();
+        let nofrag = mode.contains(AllocMode::NOFRAGMENT);
+        let pbs = z.mobility().pageblocks();
+        let retyped: Vec<(Block, Option<MigrateType>)> = self
+            .blocks
+            .iter()
+            .map(|b| (*b, pbs.get(Pfn(b.start))))
+            .filter(|(b, now)| b.ty != *now)
+            .collect();
+        if self.has_at_or_above(k, mt) {
+            ensure!(
+                retyped.is_empty(),
+                "own type had a block, yet {retyped:?} were retyped"
+            );
+            ensure!(
+                z.block_type(p) == Some(mt),
+                "own type had a block, served from {:?}",
+                z.block_type(p)
+            );
+            return Ok(());
+        }
+        if let Some((first, _)) = retyped.first() {
+            // A claim: of a block of the fallback type the table lists
+            // first at the claimed order `cur`, where claiming is allowed
+            // (`should_try_claim_block`: cur >= pageblock_order / 2, or a
+            // non-movable request); the retyped pageblocks hold that block.
+            let fb = first.ty.unwrap_or(MigrateType::Isolate);
+            ensure!(
+                fallback_table(mt).contains(&fb),
+                "claimed a {fb:?} block for {mt:?}"
+            );
+            for (b, now) in &retyped {
+                ensure!(
+                    *now == Some(mt),
+                    "claim retyped block {:#x} to {now:?}, not {mt:?}",
+                    b.start
+                );
+                ensure!(b.ty == first.ty, "one claim retyped blocks of two types");
+            }
+            let min = if nofrag && k < self.pb_order {
+                self.pb_order
+            } else {
+                k
+            };
+            let may_claim = |cur: u8| cur >= self.pb_order / 2 || mt != MigrateType::Movable;
+            let first_fb = |cur: u8| {
+                fallback_table(mt)
+                    .iter()
+                    .copied()
+                    .find(|&t| basic_index(t).is_some_and(|i| self.free[cur as usize][i] > 0))
+            };
+            let cur = (min..=self.max_order).rev().find(|&cur| {
+                may_claim(cur)
+                    && first_fb(cur) == Some(fb)
+                    && retyped.iter().all(|(b, _)| b.free_orders & (1 << cur) != 0)
+            });
+            let Some(cur) = cur else {
+                return Err(format!(
+                    "claim of {} {fb:?} block(s) for {mt:?} order {k} matches no order the rule allows",
+                    retyped.len()
+                ));
+            };
+            // Largest first: every higher order with a fallback block was
+            // tried before and refused, which only a partial claim can be
+            // (whole pageblocks are always claimed), and only where some
+            // block of that type and order fails the half rule.
+            for c in cur + 1..=self.max_order {
+                let Some(t) = first_fb(c) else { continue };
+                ensure!(
+                    c < self.pb_order,
+                    "claimed at order {cur}, but a whole {t:?} block of order {c} was free"
+                );
+                let refusable = self.blocks.iter().any(|b| {
+                    b.ty == Some(t)
+                        && b.free_orders & (1 << c) != 0
+                        && (!b.inside || b.free + self.alike(b, mt, t) < self.pb_pages / 2)
+                });
+                ensure!(
+                    refusable,
+                    "claimed at order {cur}, but order {c} had a claimable {t:?} block"
+                );
+            }
+            if cur < self.pb_order {
+                let b = &retyped[0].0;
+                let alike = self.alike(b, mt, fb);
+                ensure!(
+                    retyped.len() == 1,
+                    "a partial claim retyped {} blocks",
+                    retyped.len()
+                );
+                ensure!(
+                    b.inside,
+                    "block {:#x} straddles the zone edge, yet was claimed",
+                    b.start
+                );
+                ensure!(
+                    b.free + alike >= self.pb_pages / 2,
+                    "block {:#x} claimed with free {} + alike {alike} < half",
+                    b.start,
+                    b.free
+                );
+            }
+            return Ok(());
+        }
+        ensure!(!nofrag, "NOFRAGMENT stole from another type");
+        let smallest = (k..=self.max_order).find_map(|o| {
+            fallback_table(mt)
+                .iter()
+                .copied()
+                .find(|&t| basic_index(t).is_some_and(|i| self.free[o as usize][i] > 0))
+        });
+        ensure!(
+            smallest.is_some() && z.block_type(p) == smallest,
+            "steal for {mt:?} order {k} took a {:?} block, the rule says {smallest:?}",
+            z.block_type(p)
+        );
+        Ok(())
     }
 }
 

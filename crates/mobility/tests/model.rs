@@ -9,7 +9,8 @@ use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0u8..11, 0u8..3, 0u8..8).prop_map(|(k, t, m)| Op::Alloc(k.min(if k > 6 { k } else { k % 4 }), t, m)),
+        // Every order, 4..=6 included (the claim rule's threshold is order 4).
+        8 => (0u8..11, 0u8..3, 0u8..8).prop_map(|(k, t, m)| Op::Alloc(k, t, m)),
         6 => any::<usize>().prop_map(Op::Free),
         1 => (0u64..5000, 0u8..12).prop_map(|(p, k)| Op::FreeAny(p, k)),
         1 => any::<usize>().prop_map(Op::Isolate),

@@ -231,9 +231,16 @@ fn numbers_near_their_limits_are_refused_cleanly() {
         assert!(NodeId::new(id).is_none());
     }
     // Watermark arithmetic saturates instead of overflowing.
-    for (share, managed, factor) in [(u64::MAX, u64::MAX, u32::MAX), (u64::MAX, 1, 1), (0, u64::MAX, 3000)] {
+    for (share, managed, factor) in [
+        (u64::MAX, u64::MAX, u32::MAX),
+        (u64::MAX, 1, 1),
+        (0, u64::MAX, 3000),
+    ] {
         let w = pageframe::Watermarks::compute(share, managed, factor);
-        assert!(w.min <= w.low && w.low <= w.high && w.high <= w.promo, "{w:?}");
+        assert!(
+            w.min <= w.low && w.low <= w.high && w.high <= w.promo,
+            "{w:?}"
+        );
     }
     // Orders beyond the largest any zone can have are not orders at all.
     assert!(Order::new(70).is_none() && Order::new(pageframe::buddy::ORDER_LIMIT + 1).is_none());

@@ -2,7 +2,8 @@
 //! (issue 14): each would fail on the facade as it was before the fix. The
 //! compile-time ones (no `&mut` access to a zone's free lists, no per-CPU
 //! cache usable with another zone, the adapter's trust boundary) are
-//! `compile_fail` examples in `pageframe::soundness_notes`.
+//! `compile_fail` examples in the crate docs ("Why safe code cannot break
+//! it").
 
 mod common;
 
@@ -244,6 +245,64 @@ fn numbers_near_their_limits_are_refused_cleanly() {
     }
     // Orders beyond the largest any zone can have are not orders at all.
     assert!(Order::new(70).is_none() && Order::new(pageframe::buddy::ORDER_LIMIT + 1).is_none());
+    assert_eq!(m.free_pages(), free);
+    m.validate().unwrap();
+}
+
+/// Every entry point that takes a node, a CPU or a tunable refuses a value
+/// outside the machine with a typed error (or an empty answer for a
+/// report), and changes nothing.
+#[test]
+fn every_entry_point_refuses_what_is_not_in_the_machine() {
+    let m = one_zone(4096);
+    let free = m.free_pages();
+    // Per-CPU set-up: no CPUs, too many, too little memory.
+    assert!(m.pcp_bytes(0).is_err());
+    assert!(m.pcp_bytes(u32::MAX).is_err());
+    assert!(m.pcp_bytes(pageframe::MAX_CPUS as u32 + 1).is_err());
+    assert!(m.enable_pcp(0, leak(0)).is_err());
+    let need = m.pcp_bytes(2).unwrap();
+    assert!(m.enable_pcp(2, leak(need - 1)).is_err(), "one byte short");
+    assert_eq!(m.pcp_cpus(), 0, "a refused set-up leaves no caches");
+    m.enable_pcp(2, leak(need)).unwrap();
+    assert!(m.enable_pcp(2, leak(need)).is_err(), "twice");
+    for f in [1u32, 7] {
+        assert!(m.set_pcp_high_fraction(f).is_err());
+    }
+    let m: &Machine<'static> = m;
+    // A node of the id space that the topology does not have.
+    let absent = NodeId::new(5).unwrap();
+    assert_eq!(
+        m.alloc(absent, Gfp::KERNEL, Order::ZERO),
+        Err(AllocError::NoSuchNode)
+    );
+    let mut hooks = Words::default();
+    assert!(
+        m.alloc_slow(absent, Gfp::KERNEL, Order::ZERO, &mut hooks)
+            .is_err()
+    );
+    assert!(m.alloc_thp(absent, true, &mut hooks).is_err());
+    assert!(m.cpu(CpuId(0), absent).is_err());
+    assert!(m.node(absent).is_none());
+    assert!(m.node_order(absent).is_empty());
+    assert!(!m.wakeup_kcompactd(absent, Order::HUGE_2M, ZoneKind::Normal));
+    assert_eq!(m.kcompactd_tick(absent, 0, &mut hooks), Default::default());
+    assert!(m.compact_node(absent, &mut hooks).is_none());
+    assert!(m.fragmentation_score(absent).is_none());
+    assert_eq!(m.stats(absent), Default::default());
+    // CPUs beyond those set up; a CPU whose handle is out.
+    assert!(m.cpu(CpuId(2), NodeId::ZERO).is_err());
+    assert!(m.cpu(CpuId(u32::MAX), NodeId::ZERO).is_err());
+    let held = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    assert!(m.cpu(CpuId(0), NodeId::ZERO).is_err(), "one handle per CPU");
+    drop(held);
+    assert!(m.cpu(CpuId(0), NodeId::ZERO).is_ok(), "given back on drop");
+    // A request no zone can serve: a GFP zone modifier combination that
+    // names no zone.
+    assert_eq!(
+        m.alloc(NodeId::ZERO, Gfp::DMA | Gfp::DMA32, Order::ZERO),
+        Err(AllocError::InvalidGfp)
+    );
     assert_eq!(m.free_pages(), free);
     m.validate().unwrap();
 }

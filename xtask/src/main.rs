@@ -286,7 +286,10 @@ fn main() -> ExitCode {
         Some("bench-table") => bench_table(),
         Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
         Some("citations") => citations::unresolved(&root()).and_then(|bad| match bad.len() {
-            0 => Ok(println!("every rule citation resolves to docs/rules/")),
+            0 => {
+                println!("every rule citation resolves to docs/rules/");
+                Ok(())
+            }
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),

@@ -4,6 +4,7 @@
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
+//! * `soak --minutes M` threads, caches and compaction for M minutes
 //! * `lint`            rustfmt check and clippy with warnings denied
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
@@ -188,6 +189,23 @@ fn loom() -> Result<(), String> {
     Ok(())
 }
 
+/// The multi-threaded soak (`crates/pageframe/tests/soak.rs`) for `minutes`.
+fn soak(minutes: f64) -> Result<(), String> {
+    let secs = ((minutes * 60.0).round() as u64).max(1);
+    run(Command::new("cargo")
+        .env("PAGEFRAME_SOAK_SECS", secs.to_string())
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "pageframe",
+            "--test",
+            "soak",
+            "--",
+            "--nocapture",
+        ]))
+}
+
 fn target_dir() -> PathBuf {
     env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -278,6 +296,10 @@ fn main() -> ExitCode {
         },
         Some("miri") => miri(),
         Some("loom") => loom(),
+        Some("soak") => match (args.get(1).map(String::as_str), args.get(2).map(|m| m.parse::<f64>())) {
+            (Some("--minutes"), Some(Ok(m))) if m > 0.0 => soak(m),
+            _ => Err("usage: cargo xtask soak --minutes M".into()),
+        },
         Some("lint") => run(Command::new("cargo").args(["fmt", "--all", "--", "--check"])).and_then(|()| {
             run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))
         }),
@@ -293,7 +315,7 @@ fn main() -> ExitCode {
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -98,7 +98,8 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
 /// zones: the ownership byte of a source goes to "isolated" by
 /// compare-and-swap before the kernel is asked (so a concurrent free gets
 /// `Busy`, and a block freed or cached meanwhile is refused), back to
-/// "allocated" if it does not move, and to the destination once moved.
+/// "allocated" if it does not move, and to the destination once moved; the
+/// destination is "isolated" from the move until then.
 pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, M: Migrator + ?Sized> {
     pub inner: &'g mut M,
     pub machine: &'z Machine<'a, R>,
@@ -127,7 +128,20 @@ impl<R: RawMutex, M: Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
         order: Order,
         mode: MigrateMode,
     ) -> Result<(), MigrateError> {
-        self.inner.migrate(src, dst, order, mode)
+        // The kernel may publish `dst` to the owner as soon as it has moved
+        // the data: until `migrated` settles the books, its free is `Busy`.
+        let z = self.machine.zone_of(dst);
+        if let Some(z) = z {
+            z.states.set_isolated(dst, order);
+        }
+        let r = self.inner.migrate(src, dst, order, mode);
+        if let Some(z) = z {
+            match r {
+                Ok(()) => z.states.moved_out(src, order),
+                Err(_) => z.states.set_free(dst),
+            }
+        }
+        r
     }
 
     fn putback(&mut self, src: Pfn, order: Order) {

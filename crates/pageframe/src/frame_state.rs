@@ -14,11 +14,13 @@
 //! | free | in the buddy core (free, a hole, or inside a block) | an allocation (store: the frame came from the core under the lock, or from the caller's own cache) |
 //! | allocated(order, type) | the owner's block | free: CAS to free (zone, lock held) or to cached (per-CPU cache); isolation: CAS to isolated |
 //! | cached(order) | on one CPU's cache list | only that CPU (store) |
-//! | isolated(order) | a migration source | the compactor: back to allocated, or free once moved |
+//! | isolated(order) | a migration source, or a destination being filled | the compactor: back to allocated, or moved out |
+//! | moved out(order) | a source whose contents moved, books not yet settled | the compactor: free |
 //!
-//! A destination block compaction took from the free lists stays "free"
-//! here until its migration completes: nobody owns it yet, so nobody can
-//! free it.
+//! A destination block compaction took from the free lists is "isolated"
+//! while the kernel moves the source into it: the kernel may hand it to
+//! the source's owner before the allocator's books show the move, and a
+//! free of it then gets `Busy` until they do.
 
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -32,6 +34,7 @@ const KIND_SHIFT: u32 = 4;
 const FREE: u8 = 0;
 const CACHED: u8 = 4;
 const ISOLATED: u8 = 5;
+const MOVED_OUT: u8 = 6;
 
 /// What a frame's byte says.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -40,6 +43,8 @@ pub(crate) enum State {
     Allocated(Order, MigrateType),
     Cached(Order),
     Isolated(Order),
+    /// A migration source whose contents moved, waiting for the books.
+    MovedOut(Order),
 }
 
 const fn encode(kind: u8, order: Order) -> u8 {
@@ -65,6 +70,7 @@ const fn decode(v: u8) -> State {
         3 => State::Allocated(order, MigrateType::Reclaimable),
         CACHED => State::Cached(order),
         ISOLATED => State::Isolated(order),
+        MOVED_OUT => State::MovedOut(order),
         _ => State::Free,
     }
 }
@@ -144,6 +150,16 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// Records a migration destination as being migrated: from when the
+    /// kernel may publish it to its owner until the move is in the books,
+    /// a free of it gets `Busy` (the same answer as a free of the source).
+    #[inline]
+    pub(crate) fn set_isolated(&self, pfn: Pfn, order: Order) {
+        if let Some(s) = self.slot(pfn) {
+            s.store(encode(ISOLATED, order), Relaxed);
+        }
+    }
+
     /// Records a block the caller held exclusively (cached, or isolated and
     /// now moved) as back in the core.
     #[inline]
@@ -171,7 +187,7 @@ impl<'a> FrameStates<'a> {
                 }
                 State::Allocated(o, _) => return Err(FreeError::WrongOrder { allocated: o }),
                 State::Cached(_) => return Err(FreeError::AlreadyFree),
-                State::Isolated(_) => return Err(FreeError::Busy),
+                State::Isolated(_) | State::MovedOut(_) => return Err(FreeError::Busy),
                 // The core knows why (hole, tail, free, or a block the
                 // allocator holds mid-operation): the caller asks it.
                 State::Free => return Err(FreeError::AlreadyFree),
@@ -222,6 +238,22 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// The kernel moved an isolated source's contents: the source is
+    /// "moved out" until the books show the move. Its own state, so that a
+    /// source freed by compaction and then allocated and isolated again by
+    /// another compactor before this one finishes is not mistaken for it.
+    #[inline]
+    pub(crate) fn moved_out(&self, src: Pfn, order: Order) {
+        if let Some(s) = self.slot(src) {
+            let _ = s.compare_exchange(
+                encode(ISOLATED, order),
+                encode(MOVED_OUT, order),
+                Relaxed,
+                Relaxed,
+            );
+        }
+    }
+
     /// A completed move: the destination is the owner's block, and the
     /// source, already back in the core, is free here unless it was handed
     /// out again meanwhile (then its new state stands).
@@ -229,7 +261,7 @@ impl<'a> FrameStates<'a> {
     pub(crate) fn moved(&self, src: Pfn, dst: Pfn, order: Order) {
         self.set_allocated(dst, order, MigrateType::Movable);
         if let Some(s) = self.slot(src) {
-            let _ = s.compare_exchange(encode(ISOLATED, order), FREE, Relaxed, Relaxed);
+            let _ = s.compare_exchange(encode(MOVED_OUT, order), FREE, Relaxed, Relaxed);
         }
     }
 
@@ -272,6 +304,12 @@ mod tests {
         st.putback(p, o2);
         assert!(st.is_live_allocation(p));
         assert!(st.isolate(p, o2));
+        st.moved_out(p, o2);
+        assert_eq!(st.take_for_free(p, o2), Err(FreeError::Busy));
+        assert!(
+            !st.isolate(p, o2),
+            "a moved-out source is nobody's to isolate"
+        );
         st.moved(p, Pfn(108), o2);
         assert_eq!(st.get(p), State::Free);
         assert_eq!(st.get(Pfn(108)), State::Allocated(o2, MigrateType::Movable));
@@ -296,6 +334,7 @@ mod tests {
             }
             assert_eq!(decode(encode(CACHED, o)), State::Cached(o));
             assert_eq!(decode(encode(ISOLATED, o)), State::Isolated(o));
+            assert_eq!(decode(encode(MOVED_OUT, o)), State::MovedOut(o));
         }
         assert_eq!(decode(FREE), State::Free);
     }

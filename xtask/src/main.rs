@@ -5,6 +5,7 @@
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
 //! * `soak --minutes M` threads, caches and compaction for M minutes
+//! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `lint`            rustfmt check and clippy with warnings denied
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
@@ -21,14 +22,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// Tests that run under Miri: every crate with `unsafe` code, with the test
-/// targets that exercise it (the others are too slow under Miri or leak on
-/// purpose, e.g. swap's stress test).
-const MIRI: &[(&str, &[&str])] = &[
-    ("pageframe-buddy", &[]),
-    ("pageframe-mobility", &["--test", "mobility"]),
-    ("pageframe-swap", &["--test", "miri"]),
-    ("pageframe-pcp", &["--test", "percpu"]),
-    ("pageframe", &["--lib"]),
+/// targets that exercise it, the threaded ones included (smaller under
+/// `cfg(miri)`); the rest are too slow under Miri. The third field says
+/// whether the run is repeated under Tree Borrows.
+const MIRI: &[(&str, &[&str], bool)] = &[
+    ("pageframe-types", &["--lib"], true),
+    ("pageframe-buddy", &[], false),
+    ("pageframe-buddy", &["--test", "buddy"], true),
+    ("pageframe-mobility", &["--test", "mobility"], true),
+    ("pageframe-swap", &["--test", "miri"], true),
+    ("pageframe-swap", &["--test", "stress"], false),
+    ("pageframe-pcp", &["--test", "percpu"], true),
+    ("pageframe-pcp", &["--test", "stress"], true),
+    ("pageframe", &["--lib"], true),
+    ("pageframe", &["--test", "cache"], true),
+    ("pageframe", &["--test", "soundness", "concurrent_frees"], true),
+    ("pageframe", &["--test", "machine", "two_threads"], false),
 ];
 /// Loom models: crate and test-target arguments.
 const LOOM: &[(&str, &[&str])] = &[
@@ -142,16 +151,21 @@ fn fuzz(target: &str, seconds: &str) -> Result<(), String> {
         vec![target.to_owned()]
     };
     for t in targets {
-        run(Command::new("cargo")
-            .args([
-                "+nightly",
-                "fuzz",
-                "run",
-                &t,
-                "--",
-                &format!("-max_total_time={seconds}"),
-            ])
+        // The working corpus (not committed) starts from the committed
+        // seeds, which libFuzzer reads as a second corpus directory.
+        let corpus = format!("corpus/{t}");
+        let seeds = format!("seeds/{t}");
+        fs::create_dir_all(root().join("fuzz").join(&corpus)).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("cargo");
+        cmd.args(["+nightly", "fuzz", "run", &t, &corpus]);
+        if root().join("fuzz").join(&seeds).is_dir() {
+            cmd.arg(&seeds);
+        }
+        let start = std::time::Instant::now();
+        run(cmd
+            .args(["--", &format!("-max_total_time={seconds}"), "-print_final_stats=1"])
             .current_dir(root().join("fuzz")))?;
+        println!("fuzz: {t}: {:.0} s", start.elapsed().as_secs_f64());
     }
     Ok(())
 }
@@ -159,11 +173,19 @@ fn fuzz(target: &str, seconds: &str) -> Result<(), String> {
 fn miri() -> Result<(), String> {
     ensure_nightly_component("miri")?;
     ensure_nightly_component("rust-src")?;
-    for (c, extra) in MIRI {
+    // Metadata handed to an allocator lives as long as the program: the
+    // tests leak it on purpose.
+    let stacked = "-Zmiri-strict-provenance -Zmiri-ignore-leaks";
+    let tree = "-Zmiri-strict-provenance -Zmiri-ignore-leaks -Zmiri-tree-borrows";
+    let runs = MIRI.iter().map(|&(c, a, _)| (c, a, stacked));
+    let trees = MIRI.iter().filter(|m| m.2).map(|&(c, a, _)| (c, a, tree));
+    for (c, extra, flags) in runs.chain(trees) {
+        let start = std::time::Instant::now();
         run(Command::new("cargo")
             .args(["+nightly", "miri", "test", "-p", c])
-            .args(*extra)
-            .env("MIRIFLAGS", "-Zmiri-strict-provenance"))?;
+            .args(extra)
+            .env("MIRIFLAGS", flags))?;
+        println!("miri: {c} {} ({flags}): {:.0} s", extra.join(" "), start.elapsed().as_secs_f64());
     }
     Ok(())
 }
@@ -187,6 +209,36 @@ fn loom() -> Result<(), String> {
             .args(["--", "--nocapture", "--test-threads", "1"]))?;
     }
     Ok(())
+}
+
+/// The library crates whose coverage is reported.
+const LIBRARIES: &[&str] = &[
+    "pageframe-types",
+    "pageframe-buddy",
+    "pageframe-mobility",
+    "pageframe-compact",
+    "pageframe-pcp",
+    "pageframe-swap",
+    "pageframe",
+];
+
+/// Line coverage of the library crates by their own tests (cargo-llvm-cov,
+/// installed when missing), per file and in total.
+fn coverage() -> Result<(), String> {
+    let have_llvm_cov = Command::new("cargo")
+        .args(["llvm-cov", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_llvm_cov {
+        run(Command::new("rustup").args(["component", "add", "llvm-tools-preview"]))?;
+        run(Command::new("cargo").args(["install", "cargo-llvm-cov", "--locked"]))?;
+    }
+    let mut cmd = Command::new("cargo");
+    cmd.args(["llvm-cov", "--all-features", "--summary-only", "--ignore-filename-regex", "(tests|benches|examples|xtask|fuzz)/"]);
+    for l in LIBRARIES {
+        cmd.args(["-p", l]);
+    }
+    run(&mut cmd)
 }
 
 /// The multi-threaded soak (`crates/pageframe/tests/soak.rs`) for `minutes`.
@@ -296,6 +348,7 @@ fn main() -> ExitCode {
         },
         Some("miri") => miri(),
         Some("loom") => loom(),
+        Some("coverage") => coverage(),
         Some("soak") => match (args.get(1).map(String::as_str), args.get(2).map(|m| m.parse::<f64>())) {
             (Some("--minutes"), Some(Ok(m))) if m > 0.0 => soak(m),
             _ => Err("usage: cargo xtask soak --minutes M".into()),
@@ -315,7 +368,7 @@ fn main() -> ExitCode {
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -288,7 +288,7 @@ fn two_threads_share_a_machine_without_losing_frames() {
     let (tx, rx) = std::sync::mpsc::channel::<(Pfn, Order)>();
     std::thread::scope(|s| {
         s.spawn(move || {
-            for i in 0..20_000u32 {
+            for i in 0..if cfg!(miri) { 300 } else { 20_000u32 } {
                 let order = Order::new((i % 4) as u8).unwrap();
                 if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, order) {
                     tx.send((a.pfn, order)).unwrap();

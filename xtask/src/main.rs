@@ -36,7 +36,11 @@ const MIRI: &[(&str, &[&str], bool)] = &[
     ("pageframe-pcp", &["--test", "stress"], true),
     ("pageframe", &["--lib"], true),
     ("pageframe", &["--test", "cache"], true),
-    ("pageframe", &["--test", "soundness", "concurrent_frees"], true),
+    (
+        "pageframe",
+        &["--test", "soundness", "concurrent_frees"],
+        true,
+    ),
     ("pageframe", &["--test", "machine", "two_threads"], false),
 ];
 /// Loom models: crate and test-target arguments.
@@ -163,7 +167,11 @@ fn fuzz(target: &str, seconds: &str) -> Result<(), String> {
         }
         let start = std::time::Instant::now();
         run(cmd
-            .args(["--", &format!("-max_total_time={seconds}"), "-print_final_stats=1"])
+            .args([
+                "--",
+                &format!("-max_total_time={seconds}"),
+                "-print_final_stats=1",
+            ])
             .current_dir(root().join("fuzz")))?;
         println!("fuzz: {t}: {:.0} s", start.elapsed().as_secs_f64());
     }
@@ -185,7 +193,11 @@ fn miri() -> Result<(), String> {
             .args(["+nightly", "miri", "test", "-p", c])
             .args(extra)
             .env("MIRIFLAGS", flags))?;
-        println!("miri: {c} {} ({flags}): {:.0} s", extra.join(" "), start.elapsed().as_secs_f64());
+        println!(
+            "miri: {c} {} ({flags}): {:.0} s",
+            extra.join(" "),
+            start.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }
@@ -234,7 +246,13 @@ fn coverage() -> Result<(), String> {
         run(Command::new("cargo").args(["install", "cargo-llvm-cov", "--locked"]))?;
     }
     let mut cmd = Command::new("cargo");
-    cmd.args(["llvm-cov", "--all-features", "--summary-only", "--ignore-filename-regex", "(tests|benches|examples|xtask|fuzz)/"]);
+    cmd.args([
+        "llvm-cov",
+        "--all-features",
+        "--summary-only",
+        "--ignore-filename-regex",
+        "(tests|benches|examples|xtask|fuzz)/",
+    ]);
     for l in LIBRARIES {
         cmd.args(["-p", l]);
     }

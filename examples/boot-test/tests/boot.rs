@@ -98,15 +98,17 @@ fn two_gib_selftest_and_bench_pass() {
     );
     assert_eq!(allocated(&b).1, 0);
     for order in [0, 9] {
-        let line = b
-            .line(&format!("bench: order {order} alloc "))
-            .unwrap_or_else(|| panic!("bench line for order {order}"));
-        let cycles: u64 = line
-            .split_whitespace()
-            .next()
-            .and_then(|w| w.parse().ok())
-            .unwrap();
-        assert!(cycles > 0);
+        for path in ["zone  ", "cached"] {
+            let line = b
+                .line(&format!("bench: order {order} {path} alloc "))
+                .unwrap_or_else(|| panic!("bench line for order {order} through {path}"));
+            let cycles: u64 = line
+                .split_whitespace()
+                .next()
+                .and_then(|w| w.parse().ok())
+                .unwrap();
+            assert!(cycles > 0);
+        }
     }
 }
 

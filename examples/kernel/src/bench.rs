@@ -7,14 +7,26 @@ use crate::bringup::{KernelMachine, NODE};
 use crate::time::Instant;
 use alloc::vec::Vec;
 use core::fmt;
+use pageframe::pcp::CpuId;
 use pageframe::{AllocError, FreeError, Gfp, Order, Pfn};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 9;
 
+/// Which path the bench allocates through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// `Machine::alloc` / `Machine::free`: the zone under its lock.
+    Zone,
+    /// CPU 0's handle (`CpuCache`): its per-CPU cache, refilled in batches.
+    Cached,
+}
+
 /// One order's result.
 #[derive(Debug, Clone, Copy)]
 pub struct BenchResult {
+    /// The path measured.
+    pub path: Path,
     /// Block order.
     pub order: Order,
     /// Blocks per batch.
@@ -40,6 +52,8 @@ pub enum BenchError {
     Alloc(AllocError),
     /// A free was refused.
     Free(Pfn, FreeError),
+    /// CPU 0's handle is in use.
+    Handle,
 }
 
 impl fmt::Display for BenchError {
@@ -49,18 +63,28 @@ impl fmt::Display for BenchError {
             Self::NoMemory(o) => write!(f, "no free block of order {}", o.get()),
             Self::Alloc(e) => write!(f, "allocation failed mid-batch: {e}"),
             Self::Free(pfn, e) => write!(f, "free of {:#x} refused: {e}", pfn.get()),
+            Self::Handle => write!(f, "CPU 0's handle is in use"),
         }
     }
 }
 
-/// Measures `order` with batches of up to `batch` blocks (fewer when the
-/// machine has less than twice that free).
+/// Measures `order` through `path` with batches of up to `batch` blocks
+/// (fewer when the machine has less than twice that free).
 pub fn run(
     machine: &KernelMachine,
+    path: Path,
     order: Order,
     batch: usize,
     free_pages: u64,
 ) -> Result<BenchResult, BenchError> {
+    let mut cpu = match path {
+        Path::Cached => Some(
+            machine
+                .cpu(CpuId(0), NODE)
+                .map_err(|_| BenchError::Handle)?,
+        ),
+        Path::Zone => None,
+    };
     let batch = batch.min((free_pages / order.pages() / 2) as usize);
     if batch == 0 {
         return Err(BenchError::NoMemory(order));
@@ -74,25 +98,30 @@ pub fn run(
         let start = Instant::now();
         for _ in 0..batch {
             // Capacity reserved above: push never reallocates.
-            pfns.push(
-                machine
-                    .alloc(NODE, Gfp::KERNEL, order)
-                    .map(|a| a.pfn)
-                    .map_err(BenchError::Alloc)?,
-            );
+            let a = match cpu.as_mut() {
+                Some(c) => c.alloc(Gfp::KERNEL, order),
+                None => machine.alloc(NODE, Gfp::KERNEL, order),
+            };
+            pfns.push(a.map_err(BenchError::Alloc)?.pfn);
         }
         alloc[round] = start.elapsed().0 / batch as u64;
         let start = Instant::now();
         while let Some(pfn) = pfns.pop() {
-            machine
-                .free(pfn, order)
-                .map_err(|e| BenchError::Free(pfn, e))?;
+            match cpu.as_mut() {
+                Some(c) => c.free(pfn, order),
+                None => machine.free(pfn, order),
+            }
+            .map_err(|e| BenchError::Free(pfn, e))?;
         }
         free[round] = start.elapsed().0 / batch as u64;
+    }
+    if let Some(c) = cpu.as_mut() {
+        c.drain();
     }
     alloc.sort_unstable();
     free.sort_unstable();
     Ok(BenchResult {
+        path,
         order,
         batch,
         alloc: alloc[ROUNDS / 2],
@@ -106,8 +135,12 @@ impl fmt::Display for BenchResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "bench: order {} alloc {} cycles/op, free {} cycles/op (median of {ROUNDS} batches of {}; best {} / {})",
+            "bench: order {} {} alloc {} cycles/op, free {} cycles/op (median of {ROUNDS} batches of {}; best {} / {})",
             self.order.get(),
+            match self.path {
+                Path::Zone => "zone  ",
+                Path::Cached => "cached",
+            },
             self.alloc,
             self.free,
             self.batch,

@@ -92,10 +92,10 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         let free = machine.free_pages();
         for (order, batch) in [(0, 4096), (9, 64)] {
             let order = Order::new(order).expect("orders 0 and 9 exist");
-            println!(
-                "{}",
-                or_fail(bench::run(machine, order, batch, free), "bench")
-            );
+            for path in [bench::Path::Zone, bench::Path::Cached] {
+                let r = bench::run(machine, path, order, batch, free);
+                println!("{}", or_fail(r, "bench"));
+            }
         }
         or_fail(machine.validate(), "validate after bench");
     }

@@ -6,6 +6,7 @@
 //! * `loom`            the loom models of the cross-CPU protocols
 //! * `soak --minutes M` threads, caches and compaction for M minutes
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
+//! * `tsan`            the threaded tests and the soak under ThreadSanitizer
 //! * `lint`            rustfmt check and clippy with warnings denied
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
@@ -47,6 +48,7 @@ const MIRI: &[(&str, &[&str], bool)] = &[
 const LOOM: &[(&str, &[&str])] = &[
     ("pageframe-pcp", &["--test", "loom"]),
     ("pageframe", &["--lib", "loom_model"]),
+    ("pageframe-compact", &["--lib", "loom_tests"]),
 ];
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";
@@ -223,6 +225,50 @@ fn loom() -> Result<(), String> {
     Ok(())
 }
 
+/// Threaded tests run under ThreadSanitizer: crate and test target.
+const TSAN: &[(&str, &str)] = &[
+    ("pageframe", "soak"),
+    ("pageframe", "cache"),
+    ("pageframe", "soundness"),
+    ("pageframe-pcp", "stress"),
+    ("pageframe-swap", "stress"),
+];
+
+/// The threaded tests and the soak under ThreadSanitizer (nightly, with
+/// the standard library rebuilt instrumented), in their own target
+/// directory.
+fn tsan() -> Result<(), String> {
+    ensure_nightly_component("rust-src")?;
+    for (krate, test) in TSAN {
+        let start = std::time::Instant::now();
+        run(Command::new("cargo")
+            .env("RUSTFLAGS", "-Zsanitizer=thread")
+            .env("PAGEFRAME_SOAK_SECS", "10")
+            .env("TSAN_OPTIONS", "halt_on_error=1")
+            .args([
+                "+nightly",
+                "test",
+                "-Zbuild-std",
+                "--target",
+                "x86_64-unknown-linux-gnu",
+            ])
+            .args([
+                "--target-dir",
+                "target/tsan",
+                "--release",
+                "-p",
+                krate,
+                "--test",
+                test,
+            ]))?;
+        println!(
+            "tsan: {krate} {test}: {:.0} s",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
 /// The library crates whose coverage is reported.
 const LIBRARIES: &[&str] = &[
     "pageframe-types",
@@ -367,6 +413,7 @@ fn main() -> ExitCode {
         Some("miri") => miri(),
         Some("loom") => loom(),
         Some("coverage") => coverage(),
+        Some("tsan") => tsan(),
         Some("soak") => match (args.get(1).map(String::as_str), args.get(2).map(|m| m.parse::<f64>())) {
             (Some("--minutes"), Some(Ok(m))) if m > 0.0 => soak(m),
             _ => Err("usage: cargo xtask soak --minutes M".into()),
@@ -386,7 +433,7 @@ fn main() -> ExitCode {
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,8 +8,8 @@
 //! time, `&self`, atomics only) never waits for a running daemon, which
 //! owns its [`Kcompactd`] (`&mut self`) for as long as a tick compacts.
 
+use crate::sync::{AtomicU16, Relaxed};
 use core::fmt;
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use pageframe_buddy::Order;
 
@@ -92,14 +92,18 @@ pub struct Kcompactd {
 }
 
 /// A node's pending kcompactd wake-up: the highest order asked (0: none)
-/// and the lowest highest-zone index asked. Shared by every allocating CPU
-/// (atomics, no read-modify-write on the common path; a lost race only
-/// merges two wake-ups).
+/// and the lowest highest-zone index asked, in one atomic word so that a
+/// wake-up and the daemon taking it never see half of the other (a request
+/// is merged into the pending one, or taken whole). Shared by every
+/// allocating CPU; only the slow path writes it.
 #[derive(Debug)]
 pub struct KcompactdWake {
-    max_order: AtomicU8,
-    highest_zone: AtomicU8,
+    /// `order << 8 | highest_zone`; [`EMPTY`] when nothing is pending.
+    word: AtomicU16,
 }
+
+/// Nothing pending: order 0, no zone limit.
+const EMPTY: u16 = u8::MAX as u16;
 
 impl Default for KcompactdWake {
     fn default() -> Self {
@@ -109,16 +113,24 @@ impl Default for KcompactdWake {
 
 impl KcompactdWake {
     /// Nothing pending.
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
         KcompactdWake {
-            max_order: AtomicU8::new(0),
-            highest_zone: AtomicU8::new(u8::MAX),
+            word: AtomicU16::new(EMPTY),
+        }
+    }
+
+    /// Nothing pending (loom's atomics are not `const`).
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        KcompactdWake {
+            word: AtomicU16::new(EMPTY),
         }
     }
 
     /// Whether a woken order's work is pending.
     pub fn pending(&self) -> bool {
-        self.max_order.load(Relaxed) > 0
+        self.word.load(Relaxed) >> 8 > 0
     }
 
     /// `wakeup_kcompactd` (spec 03 §11.2): the allocator (or reclaim) wants
@@ -152,20 +164,35 @@ impl KcompactdWake {
             .unwrap_or(false)
         });
         if wanted {
-            self.max_order.fetch_max(order.get(), Relaxed);
-            let hz = u8::try_from(highest_zone).unwrap_or(u8::MAX);
-            self.highest_zone.fetch_min(hz, Relaxed);
+            self.record(order, highest_zone);
         }
         wanted
     }
 
+    /// Merges a request into the pending one: the larger order, the lower
+    /// highest zone.
+    pub(crate) fn record(&self, order: Order, highest_zone: usize) {
+        let hz = u16::from(u8::try_from(highest_zone).unwrap_or(u8::MAX));
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            let o = (cur >> 8).max(u16::from(order.get()));
+            let z = (cur & 0xff).min(hz);
+            match self
+                .word
+                .compare_exchange_weak(cur, o << 8 | z, Relaxed, Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     /// Takes the pending request: `(order, highest zone index)`.
-    fn take(&self) -> Option<(Order, usize)> {
-        let o = self.max_order.swap(0, Relaxed);
-        let hz = self.highest_zone.swap(u8::MAX, Relaxed);
-        Order::new(o)
+    pub(crate) fn take(&self) -> Option<(Order, usize)> {
+        let w = self.word.swap(EMPTY, Relaxed);
+        Order::new((w >> 8) as u8)
             .filter(|o| o.get() > 0)
-            .map(|o| (o, usize::from(hz)))
+            .map(|o| (o, usize::from(w & 0xff)))
     }
 }
 
@@ -384,4 +411,47 @@ pub fn compact_memory<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         a.isolate_refused += b.isolate_refused;
     }
     out
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+
+    /// Two CPUs record wake-ups while the daemon takes one: whatever the
+    /// interleaving, every request is taken exactly once (alone or merged
+    /// into another) and nothing stale is left behind.
+    #[test]
+    fn wakeups_are_merged_or_taken_never_lost() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let w = std::sync::Arc::new(KcompactdWake::new());
+            let o = |k| Order::new(k).unwrap();
+            let t1 = {
+                let w = w.clone();
+                loom::thread::spawn(move || w.record(o(9), 1))
+            };
+            let t2 = {
+                let w = w.clone();
+                loom::thread::spawn(move || w.record(o(3), 0))
+            };
+            let early = w.take();
+            t1.join().unwrap();
+            t2.join().unwrap();
+            let late = w.take();
+            let taken: std::vec::Vec<(Order, usize)> = early.into_iter().chain(late).collect();
+            assert!(!taken.is_empty());
+            assert_eq!(taken.iter().map(|t| t.0).max(), Some(o(9)), "{taken:?}");
+            assert_eq!(taken.iter().map(|t| t.1).min(), Some(0), "{taken:?}");
+            for (order, zone) in &taken {
+                // Each taken request is a merge of real requests, never a
+                // mix of one request and an empty word.
+                assert!(
+                    matches!((order.get(), *zone), (9, 1) | (3, 0) | (9, 0)),
+                    "{taken:?}"
+                );
+            }
+            assert!(!w.pending() && w.take().is_none(), "nothing left behind");
+        });
+    }
 }

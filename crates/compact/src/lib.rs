@@ -78,7 +78,7 @@
 //! ```
 #![no_std]
 
-#[cfg(feature = "std")]
+#[cfg(any(feature = "std", loom))]
 extern crate std;
 
 mod access;
@@ -99,6 +99,7 @@ mod result;
 mod skip;
 mod state;
 mod suitable;
+mod sync;
 
 pub use access::ZoneLock;
 pub use control::{CompactOutcome, CompactRequest, RunKind, RunStats};

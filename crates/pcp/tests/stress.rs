@@ -12,8 +12,10 @@ use pageframe_pcp::{
     CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn, Slot,
 };
 
-const FRAMES: u64 = 4096;
-const ROUNDS: usize = if cfg!(miri) { 10 } else { 300 };
+const FRAMES: u64 = if cfg!(miri) { 1024 } else { 4096 };
+const ROUNDS: usize = if cfg!(miri) { 4 } else { 300 };
+/// Drain rounds of the third CPU at most.
+const DRAINS: u32 = if cfg!(miri) { 100 } else { 5000 };
 
 #[test]
 fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
@@ -96,7 +98,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
         s.spawn(|| {
             let mut cpu = set.claim(CpuId(2)).unwrap();
             let mut i = 0u32;
-            while finished.load(Ordering::Acquire) < 2 && i < 5000 {
+            while finished.load(Ordering::Acquire) < 2 && i < DRAINS {
                 set.drain_all(zone, Some(&mut cpu), |_| thread::yield_now());
                 if i.is_multiple_of(50) {
                     let lo = 16 + (i % 7) * 16;

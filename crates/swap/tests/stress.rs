@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 const THREADS: usize = 4;
-const STEPS: usize = if cfg!(miri) { 200 } else { 20_000 };
+const STEPS: usize = if cfg!(miri) { 40 } else { 20_000 };
 
 struct Owned {
     bits: Vec<AtomicU64>,

@@ -546,7 +546,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             });
         }
         let (list, highest) = self.prepare(node, gfp)?;
-        let fast = self.fast_flags(node, gfp, list);
+        let fast = self.fast_flags(node, gfp);
         match self.freelist(
             node,
             list.eligible(highest),
@@ -591,8 +591,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// The fast path's flags: the low watermark, and NOFRAGMENT when the
     /// preferred zone is the local Normal zone with a populated DMA32 zone
     /// below it (`alloc_flags_nofragment`, spec 01 §9).
-    pub(crate) fn fast_flags(&self, local: NodeId, gfp: Gfp, list: &Zonelist) -> AllocFlags {
-        let _ = list;
+    pub(crate) fn fast_flags(&self, local: NodeId, gfp: Gfp) -> AllocFlags {
         match self.preferred(local, gfp) {
             Some((r, _)) => self.fast_flags_at(local, gfp, r),
             None => AllocFlags::fast(gfp),

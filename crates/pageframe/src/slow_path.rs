@@ -214,7 +214,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     ) -> Result<Allocation, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
         let refs = list.as_slice().iter().copied();
-        let fast = self.fast_flags(local, gfp, list);
+        let fast = self.fast_flags(local, gfp);
         let mut last = match self.freelist(local, refs.clone(), gfp, order, fast, None) {
             Ok(a) => return Ok(a),
             Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
@@ -460,7 +460,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         for &n in nodes.as_slice() {
             let refs = list.as_slice().iter().copied().filter(move |r| r.node == n);
             let fast = if n == local {
-                self.fast_flags(local, gfp, list)
+                self.fast_flags(local, gfp)
             } else {
                 AllocFlags::fast(gfp)
             };

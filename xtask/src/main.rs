@@ -49,6 +49,7 @@ const LOOM: &[(&str, &[&str])] = &[
     ("pageframe-pcp", &["--test", "loom"]),
     ("pageframe", &["--lib", "loom_model"]),
     ("pageframe-compact", &["--lib", "loom_tests"]),
+    ("pageframe-swap", &["--test", "loom"]),
 ];
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";

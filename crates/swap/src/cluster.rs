@@ -75,4 +75,4 @@ impl ClusterInner<'_> {
 /// A cluster lock and its state, on a cache line of its own so that CPUs
 /// working on neighbouring clusters do not share a line.
 #[repr(align(64))]
-pub(crate) struct ClusterCell<'a>(pub spin::Mutex<ClusterInner<'a>>);
+pub(crate) struct ClusterCell<'a>(pub crate::sync::Mutex<ClusterInner<'a>>);

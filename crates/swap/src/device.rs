@@ -26,8 +26,8 @@ pub struct SwapDevice<'a> {
     pub(crate) cfg: SwapConfig,
     pub(crate) cs: usize,
     pub(crate) clusters: &'a [ClusterCell<'a>],
-    pub(crate) lists: spin::Mutex<Lists<'a>>,
-    pub(crate) pool: spin::Mutex<ContPool<'a>>,
+    pub(crate) lists: crate::sync::Mutex<Lists<'a>>,
+    pub(crate) pool: crate::sync::Mutex<ContPool<'a>>,
     pub(crate) counters: DeviceCounters,
 }
 
@@ -91,7 +91,7 @@ impl<'a> SwapDevice<'a> {
             } else {
                 ClusterFlag::Nonfull
             };
-            ClusterCell(spin::Mutex::new(ClusterInner {
+            ClusterCell(crate::sync::Mutex::new(ClusterInner {
                 summary: crate::scan::summarize(m),
                 map: m,
                 hint,
@@ -132,8 +132,8 @@ impl<'a> SwapDevice<'a> {
             cfg,
             cs,
             clusters,
-            lists: spin::Mutex::new(lists),
-            pool: spin::Mutex::new(pool),
+            lists: crate::sync::Mutex::new(lists),
+            pool: crate::sync::Mutex::new(pool),
             counters: DeviceCounters::default(),
         })
     }
@@ -232,7 +232,7 @@ impl<'a> SwapDevice<'a> {
     // ---- shared helpers -------------------------------------------------
 
     /// The list lock, counted.
-    pub(crate) fn lock_lists(&self) -> spin::MutexGuard<'_, Lists<'a>> {
+    pub(crate) fn lock_lists(&self) -> crate::sync::MutexGuard<'_, Lists<'a>> {
         let mut l = self.lists.lock();
         l.acquisitions += 1;
         l

@@ -46,7 +46,7 @@
 //! ```
 #![no_std]
 
-#[cfg(feature = "std")]
+#[cfg(any(feature = "std", loom))]
 extern crate std;
 
 mod alloc;
@@ -65,6 +65,7 @@ mod refcount;
 mod scan;
 mod slot;
 mod stats;
+mod sync;
 mod validate;
 
 pub use cluster::{ClusterFlag, ClusterSnapshot};

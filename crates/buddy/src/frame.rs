@@ -202,13 +202,6 @@ impl<'a> FrameTable<'a> {
         unsafe { self.slots[i as usize].assume_init_mut() }
     }
 
-    /// Writes frame `i` (its whole block first if it was never written).
-    #[inline]
-    #[allow(dead_code)] // kept beside get_mut for symmetry; tests use it
-    pub fn write(&mut self, i: Idx, f: Frame) {
-        *self.get_mut(i) = f;
-    }
-
     /// Writes every frame of the max-order block holding `i` (as its head
     /// describes them) so that its frames may be read and split one by one.
     pub fn init_block(&mut self, i: Idx) {

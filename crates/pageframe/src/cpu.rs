@@ -156,8 +156,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// Claims CPU `cpu`'s caches of every zone, for a CPU on node `node`
     /// (the node its allocations prefer). `Busy` if the CPU's handle is
-    /// already out, `NoSuchCpu` beyond the CPUs set up. Without per-CPU
-    /// caches the handle allocates from the zones.
+    /// already out, or, for a moment, while a [`Machine::drain_pcp`] on
+    /// another CPU empties this unowned cache (claim handles before starting
+    /// drainers, or retry); `NoSuchCpu` beyond the CPUs set up. Without
+    /// per-CPU caches the handle allocates from the zones.
     pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R>, PcpError> {
         if !self.topology().contains(node) {
             return Err(PcpError::NoSuchCpu);

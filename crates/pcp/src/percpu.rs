@@ -165,7 +165,9 @@ impl<'s, 'm> PcpSet<'s, 'm> {
         self.slots.get(cpu.0 as usize).ok_or(PcpError::NoSuchCpu)
     }
 
-    /// Takes ownership of CPU `cpu`'s cache. `Busy` if someone holds it.
+    /// Takes ownership of CPU `cpu`'s cache. `Busy` if someone holds it,
+    /// which includes a [`PcpSet::drain_all`] or [`PcpSet::drain_cpu`] that
+    /// is, for a moment, draining this unowned cache itself.
     pub fn claim(&self, cpu: CpuId) -> Result<LocalPcp<'s, 'm>, PcpError> {
         self.slot(cpu)?.claim().ok_or(PcpError::Busy)
     }

@@ -32,10 +32,19 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
     let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(4);
 
     let (set, zone, taken, finished) = (&set, &zone, &taken, &finished);
+    // Claimed before any thread starts: the drainer's `drain_all` claims an
+    // unowned cache for a moment to drain it, so a claim inside a thread
+    // could meet `Busy`.
+    let mut cpus = (0..3).map(|c| set.claim(CpuId(c)).unwrap());
+    let (mut cpu0, mut cpu1, mut cpu2) = (
+        cpus.next().unwrap(),
+        cpus.next().unwrap(),
+        cpus.next().unwrap(),
+    );
     thread::scope(|s| {
         // CPU 0: allocates bursts and hands them over.
         s.spawn(move || {
-            let mut cpu = set.claim(CpuId(0)).unwrap();
+            let cpu = &mut cpu0;
             let bursts = [32usize, 256, 7, 1000];
             for r in 0..ROUNDS {
                 let want = bursts[r % bursts.len()];
@@ -69,7 +78,7 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
         });
         // CPU 1: frees what CPU 0 allocated.
         s.spawn(move || {
-            let mut cpu = set.claim(CpuId(1)).unwrap();
+            let cpu = &mut cpu1;
             loop {
                 match rx.recv_timeout(Duration::from_millis(1)) {
                     Ok(batch) => {
@@ -95,11 +104,11 @@ fn alloc_on_one_cpu_free_on_another_with_racing_drains() {
             finished.fetch_add(1, Ordering::Release);
         });
         // CPU 2: drains everybody, now and then resizes.
-        s.spawn(|| {
-            let mut cpu = set.claim(CpuId(2)).unwrap();
+        s.spawn(move || {
+            let cpu = &mut cpu2;
             let mut i = 0u32;
             while finished.load(Ordering::Acquire) < 2 && i < DRAINS {
-                set.drain_all(zone, Some(&mut cpu), |_| thread::yield_now());
+                set.drain_all(zone, Some(cpu), |_| thread::yield_now());
                 if i.is_multiple_of(50) {
                     let lo = 16 + (i % 7) * 16;
                     set.update_sizing(PcpSizing::new(1 + i % 31, lo, lo + 900).unwrap());

@@ -159,7 +159,15 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 q = match z.buddy().block_at(Pfn(q)) {
                     None => break 'scan,
                     Some(BlockInfo::Free { head, order, list }) if head.get() == q => {
-                        if pageframe_mobility::type_of_list(list) != MigrateType::Isolate {
+                        // A free block that reaches past this pageblock is
+                        // larger than a pageblock: already what compaction
+                        // builds (Linux's suitability rule never lets the
+                        // scanner take one), and taking it would put
+                        // destinations in pageblocks the skip hints may
+                        // have ruled out.
+                        if pageframe_mobility::type_of_list(list) != MigrateType::Isolate
+                            && q + order.pages() <= end
+                        {
                             found = Some((head, order));
                             break;
                         }

@@ -149,3 +149,27 @@ fn a_captured_block_is_never_lost() {
     w.step(&Op::Direct(255, 255, 10)).unwrap();
     assert_eq!(w.captured, 1);
 }
+
+/// Found by the `compact_ops` fuzz target: a direct compaction moved a
+/// block into a pageblock marked skip before the run.
+#[test]
+fn fuzz_regression_skip_marked_destination() {
+    let cfg = MobilityConfig {
+        buddy: BuddyConfig {
+            max_order: Order::new(4).unwrap(),
+        },
+        pageblock_order: Order::new(2).unwrap(),
+        grouping: true,
+        placement: true,
+    };
+    let span = PfnRange::new(Pfn(0x2a), Pfn(0x86));
+    let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];
+    let mut zone = MobileZone::new(span, cfg, &mut meta).unwrap();
+    zone.add_free_range(span).unwrap();
+    let mut w = World::new(zone, 10131297721725397248);
+    w.fragment(1, 10, 10, 52);
+    w.check().unwrap();
+    for op in [Op::Full, Op::Full, Op::Direct(139, 169, 0)] {
+        w.step(&op).unwrap();
+    }
+}

@@ -23,6 +23,8 @@
 //!   counters), shareable between concurrent compactors.
 //! * [`try_to_compact_pages`] and [`CompactRetry`]: the allocation slow
 //!   path's direct compaction and its retry policy.
+//! * [`evacuate_range`]: empties an isolated range for a contiguous
+//!   allocation or an offline, with the same migration protocol.
 //! * [`Kcompactd`]: the per-node background compactor, with proactive
 //!   compaction driven by a `tick(now)` the kernel calls from a timer, and
 //!   [`compact_memory`] for whole-node compaction on demand.
@@ -82,6 +84,7 @@
 extern crate std;
 
 mod access;
+mod contig;
 mod control;
 mod defer;
 mod direct;
@@ -102,6 +105,7 @@ mod suitable;
 mod sync;
 
 pub use access::ZoneLock;
+pub use contig::{EVACUATE_PASSES, EvacuateError, Evacuated, evacuate_range};
 pub use control::{CompactOutcome, CompactRequest, RunKind, RunStats};
 pub use defer::{Deferral, DeferralState};
 pub use direct::{CompactRetry, DirectOutcome, try_to_compact_pages};

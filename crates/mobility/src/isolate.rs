@@ -35,12 +35,15 @@ impl MobileZone<'_> {
         if let Some(pfn) = unmovable {
             return Err(BlockError::Unmovable { pfn });
         }
-        self.buddy
-            .policy_mut()
-            .blocks
-            .set_isolated(block.start, true);
-        self.move_block_free_lists(block.start, MigrateType::Isolate);
+        self.isolate_unchecked(block.start);
         Ok(())
+    }
+
+    /// Sets the isolate bit of the pageblock at `start` and moves its free
+    /// memory to the isolate lists (the caller checked the block).
+    pub(crate) fn isolate_unchecked(&mut self, start: Pfn) {
+        self.buddy.policy_mut().blocks.set_isolated(start, true);
+        self.move_block_free_lists(start, MigrateType::Isolate);
     }
 
     /// Undoes [`MobileZone::isolate_block`]: the free memory goes back to

@@ -5,7 +5,8 @@
 //! pageblocks (2 MiB by default) with a migratetype, each type has its own
 //! free lists, and when a type runs dry it falls back to another, preferably
 //! by claiming a whole pageblock so types stay apart. Also here: the
-//! highatomic reserve, pageblock isolation, and the fragmentation indices.
+//! highatomic reserve, pageblock isolation (of single blocks and of ranges,
+//! for contiguous allocation), and the fragmentation indices.
 //!
 //! The buddy core stays mechanism only: [`Mobility`] is the policy it asks
 //! which list a freed block goes to and whether blocks of two types merge.
@@ -38,6 +39,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+mod contig;
 mod error;
 mod fallback;
 pub mod fragindex;
@@ -55,6 +57,7 @@ mod validate;
 mod watermark;
 mod zone;
 
+pub use contig::Blocker;
 pub use error::BlockError;
 pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES, fallbacks, list_of, type_of_list};
 pub use pageblock::Pageblocks;

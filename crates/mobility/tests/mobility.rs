@@ -5,7 +5,8 @@ use std::mem::MaybeUninit;
 
 use pageframe_buddy::{AllocError, Order, Pfn, PfnRange};
 use pageframe_mobility::{
-    AllocMode, BlockError, MigrateType as M, MobileZone, MobilityConfig, fallbacks, fragindex, tag,
+    AllocMode, BlockError, Blocker, MigrateType as M, MobileZone, MobilityConfig, fallbacks,
+    fragindex, tag,
 };
 
 const PB: u64 = 512;
@@ -488,4 +489,56 @@ fn placement_fills_the_fullest_pageblock_first() {
         2
     );
     assert_eq!(z2.placement_stats(), (0, 0));
+}
+
+#[test]
+fn range_isolation_is_all_or_nothing_and_checks_only_the_range() {
+    zone!(m, z, 8);
+    let before = z.free_pages();
+    // An unmovable block in pageblock 3, a movable one in pageblock 0.
+    z.set_block_type(Pfn(3 * PB), M::Unmovable).unwrap();
+    let um = Pfn(3 * PB + 100);
+    z.alloc_at(um, o(0), M::Unmovable).unwrap();
+    let mv = Pfn(16);
+    z.alloc_at(mv, o(2), M::Movable).unwrap();
+    // A range that touches pageblock 3 but not `um`: allowed (only the
+    // range is checked), and the whole pageblock is isolated.
+    let range = r(2 * PB + 7, um.get());
+    assert_eq!(z.range_usage(range), Ok(0));
+    z.isolate_range(range).unwrap();
+    assert_eq!(z.block_type(Pfn(2 * PB)), Some(M::Isolate));
+    assert_eq!(z.block_type(Pfn(3 * PB)), Some(M::Isolate));
+    assert_eq!(z.block_type(Pfn(4 * PB)), Some(M::Movable));
+    // An overlapping range: refused, and nothing of it stays isolated.
+    assert_eq!(
+        z.isolate_range(r(5, 2 * PB + 1)),
+        Err(BlockError::AlreadyIsolated)
+    );
+    assert_eq!(z.block_type(Pfn(0)), Some(M::Movable));
+    // Taking the range: the largest aligned blocks that tile it.
+    z.take_free_range(range, M::Unmovable).unwrap();
+    assert_eq!(
+        z.take_free_range(range, M::Unmovable).map_err(|_| ()),
+        Err(())
+    );
+    z.unisolate_range(range).unwrap();
+    assert_eq!(z.unisolate_range(range), Err(BlockError::NotIsolated));
+    assert_eq!(z.free_pages(), before - 1 - 4 - range.len());
+    z.validate().unwrap();
+    // Blockers and costs.
+    assert_eq!(
+        z.range_blocker(r(um.get(), um.get() + 9)),
+        Some((um, Blocker::Unmovable))
+    );
+    assert_eq!(z.range_usage(r(mv.get(), mv.get() + 4)), Ok(4));
+    assert!(z.set_pinned(mv, true));
+    let b = mv.get() / PB * PB;
+    assert_eq!(z.range_blocker(r(b, b + PB)), Some((mv, Blocker::Pinned)));
+    assert_eq!(
+        z.isolate_range(r(b, b + PB)),
+        Err(BlockError::Unmovable { pfn: mv })
+    );
+    assert_eq!(z.isolate_range(r(0, 9 * PB)), Err(BlockError::OutOfRange));
+    assert_eq!(z.isolate_range(r(4, 4)), Err(BlockError::OutOfRange));
+    z.validate().unwrap();
 }

@@ -208,6 +208,14 @@ impl<'a> FrameStates<'a> {
         self.take(pfn, order, encode(CACHED, order))
     }
 
+    /// A free of a whole range ([`crate::Machine::free_contig_range`]): the
+    /// block is held as "isolated" until the range's books settle (a racing
+    /// free of it gets `Busy`), or given back with `set_allocated`.
+    #[inline]
+    pub(crate) fn take_for_range(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
+        self.take(pfn, order, encode(ISOLATED, order))
+    }
+
     /// Isolation of a movable live allocation for migration: `false` (state
     /// unchanged) if it is not one (freed meanwhile, cached, isolated by
     /// another compactor, or not movable).

@@ -136,6 +136,7 @@ extern crate std;
 
 mod cache;
 mod compaction;
+mod contig;
 mod cpu;
 mod error;
 mod frame_state;
@@ -159,6 +160,7 @@ mod zone;
 mod zone_layout;
 mod zonelist;
 
+pub use contig::{ContigAllocation, ContigError, RANKED};
 pub use cpu::{CacheInfo, CpuCache, MAX_CPUS};
 pub use error::{
     AllocError, BlockError, ConfigError, FreeError, InitError, PcpSetupError, PinError, RangeError,
@@ -174,7 +176,8 @@ pub use pageframe_compact::{
     DeferralState, MigrateError, MigrateMode, Migrator, TickReport,
 };
 pub use pageframe_mobility::{
-    self as mobility, FallbackStats, Mark, MobileZone, MobilityConfig, ReserveAccess, Watermarks,
+    self as mobility, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, ReserveAccess,
+    Watermarks,
 };
 pub use pageframe_pcp as pcp;
 pub use pageframe_types::{MAX_PFN, MigrateType, Order, Pfn, PfnRange, PhysAddr};

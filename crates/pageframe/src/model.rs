@@ -28,8 +28,8 @@ use pageframe_pcp::CpuId;
 
 use crate::lock::SpinLock;
 use crate::{
-    AllocError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, SlowPathHooks, ThpDefrag,
-    ThpPolicy, Topology, Zone, ZoneKind,
+    AllocError, ContigError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, SlowPathHooks,
+    ThpDefrag, ThpPolicy, Topology, Zone, ZoneKind,
 };
 
 /// A zone of the model machine: (node, kind, span, usable ranges).
@@ -163,6 +163,28 @@ pub enum Op {
         /// CPU.
         cpu: u8,
     },
+    /// Take the range of `len` frames at `offset` into zone `zone`'s span
+    /// (`alloc_contig_range`; past the span's end is bad input), migrating
+    /// with a migrator that refuses if `refuse`.
+    Contig {
+        /// Index into the model's zones.
+        zone: u8,
+        /// First frame, from the span's start.
+        offset: u16,
+        /// Frames (0: bad input).
+        len: u16,
+        /// Migrations fail.
+        refuse: bool,
+    },
+    /// Free the `index`-th range taken (`free_contig_range`), or, `raw`,
+    /// an arbitrary range (zone, offset, len) as for `Contig`. Succeeds
+    /// exactly when owned blocks tile the range.
+    FreeContig {
+        /// Which range.
+        index: usize,
+        /// An arbitrary range instead.
+        raw: Option<(u8, u16, u16)>,
+    },
     /// Set a tunable to an arbitrary value.
     Tunable {
         /// Which one.
@@ -214,6 +236,21 @@ macro_rules! ensure {
 struct Owners {
     blocks: BTreeMap<u64, (Order, u64)>,
     next_token: u64,
+    /// Ranges taken by `Contig` (their blocks are in `blocks`).
+    contigs: Vec<PfnRange>,
+    stats: RunStats,
+}
+
+/// What a run did (so that tests can check their scripts reach the paths
+/// they mean to).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct RunStats {
+    /// Ranges `Contig` took.
+    pub contig_taken: u32,
+    /// Ranges `FreeContig` freed.
+    pub contig_freed: u32,
+    /// Blocks compaction or range evacuation moved.
+    pub moved: u64,
 }
 
 impl Owners {
@@ -236,6 +273,18 @@ impl Owners {
         Ok(self.next_token)
     }
 
+    /// Whether owned blocks tile `range` exactly.
+    fn tiles(&self, range: PfnRange) -> bool {
+        let mut at = range.start.get();
+        for (&h, &(o, _)) in self.blocks.range(range.start.get()..range.end.get()) {
+            if h != at {
+                return false;
+            }
+            at = h + o.pages();
+        }
+        at == range.end.get() && !range.is_empty()
+    }
+
     fn nth(&self, index: usize) -> Option<(Pfn, Order)> {
         if self.blocks.is_empty() {
             return None;
@@ -247,7 +296,7 @@ impl Owners {
 
 /// Runs `ops` on a fresh model machine and checks every promise after each
 /// step. `Err` describes the first broken one.
-pub fn run(ops: &[Op]) -> Result<(), String> {
+pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     let mut metas: Vec<Vec<MaybeUninit<u8>>> = Vec::new();
     let cfg = MachineConfig::new(Topology::uniform(2).map_err(|e| format!("{e}"))?);
     let mut slot: Box<MaybeUninit<Machine<'_>>> = Box::new_uninit();
@@ -282,6 +331,8 @@ pub fn run(ops: &[Op]) -> Result<(), String> {
     let mut owners = Owners {
         blocks: BTreeMap::new(),
         next_token: 0,
+        contigs: Vec::new(),
+        stats: RunStats::default(),
     };
     let mut mover = Mover::default();
     for (step, op) in ops.iter().enumerate() {
@@ -306,7 +357,7 @@ pub fn run(ops: &[Op]) -> Result<(), String> {
         m.free_pages()
     );
     m.validate().map_err(|e| format!("{e}"))?;
-    Ok(())
+    Ok(owners.stats)
 }
 
 fn node_of(n: u8) -> NodeId {
@@ -321,6 +372,7 @@ fn settle(owners: &mut Owners, mover: &mut Mover) -> Result<(), String> {
             .remove(&src.get())
             .ok_or_else(|| format!("compaction moved {src:?}, which nobody owned"))?;
         ensure!(o == order, "moved {src:?} as {order:?}, owned as {o:?}");
+        owners.stats.moved += 1;
         ensure!(
             mover.token.get(&dst.get()) == Some(&t),
             "the contents of {src:?} did not reach {dst:?}"
@@ -587,6 +639,88 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 .cpu(CpuId(u32::from(cpu % 2)), NodeId::ZERO)
                 .map_err(|e| format!("{e}"))?;
             c.tick();
+        }
+        Op::Contig {
+            zone,
+            offset,
+            len,
+            refuse,
+        } => {
+            let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
+            let start = a + u64::from(offset) % (b - a + 64);
+            let range = PfnRange::new(Pfn(start), Pfn(start + u64::from(len) % 2048));
+            mover.refuse = refuse;
+            let r = m.alloc_contig_range(range, mover);
+            // Moves made before a failure are real: settle them first.
+            settle(owners, mover)?;
+            match r {
+                Ok(got) => {
+                    ensure!(got.range == range, "took {:?} for {range:?}", got.range);
+                    let z = m.zone_of(range.start).ok_or("taken range in no zone")?;
+                    let blocks: Vec<(Pfn, Order)> = z.inspect(|mz| {
+                        mz.buddy()
+                            .walk(range)
+                            .filter_map(|(p, info)| match info {
+                                BlockInfo::Allocated { head, order, .. } if head == p => {
+                                    Some((p, order))
+                                }
+                                _ => None,
+                            })
+                            .collect()
+                    });
+                    for (p, o) in blocks {
+                        let t = owners.take(p, o)?;
+                        mover.token.insert(p.get(), t);
+                    }
+                    ensure!(owners.tiles(range), "{range:?} not tiled by its blocks");
+                    owners.contigs.push(range);
+                    owners.stats.contig_taken += 1;
+                }
+                Err(ContigError::Invalid) => ensure!(range.is_empty(), "{range:?} is valid"),
+                Err(ContigError::OutOfRange) => {
+                    let z = m.zone_of(range.start);
+                    let inside = z.is_some_and(|z| {
+                        z.span().contains_range(&range)
+                            && z.inspect(|mz| z.span().contains_range(&mz.pageblock_span(range)))
+                    });
+                    ensure!(!inside, "{range:?} is inside a zone's whole pageblocks");
+                }
+                Err(ContigError::Blocked { pfn, .. })
+                | Err(ContigError::Refused { pfn })
+                | Err(ContigError::Busy { pfn }) => {
+                    ensure!(range.contains(pfn), "blocker {pfn:?} outside {range:?}")
+                }
+                Err(_) => {}
+            }
+        }
+        Op::FreeContig { index, raw } => {
+            let range = match raw {
+                Some((zone, offset, len)) => {
+                    let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
+                    let start = a + u64::from(offset) % (b - a + 64);
+                    PfnRange::new(Pfn(start), Pfn(start + u64::from(len) % 2048))
+                }
+                None if owners.contigs.is_empty() => return Ok(()),
+                None => owners.contigs.swap_remove(index % owners.contigs.len()),
+            };
+            let tiled = owners.tiles(range);
+            let r = m.free_contig_range(range);
+            ensure!(
+                r.is_ok() == tiled,
+                "free of {range:?} (owned blocks tile it: {tiled}) gave {r:?}"
+            );
+            if r.is_ok() {
+                owners.stats.contig_freed += 1;
+                let heads: Vec<u64> = owners
+                    .blocks
+                    .range(range.start.get()..range.end.get())
+                    .map(|(&h, _)| h)
+                    .collect();
+                for h in heads {
+                    owners.blocks.remove(&h);
+                    mover.token.remove(&h);
+                }
+            }
         }
         Op::Tunable { which, value } => match which % 4 {
             0 => m.set_min_free_kbytes(u64::from(value) % 4096),

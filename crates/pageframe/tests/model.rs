@@ -1,7 +1,8 @@
 //! The machine against its reference model (`pageframe::model`): random
 //! sequences of allocations and frees through CPU handles and the machine,
 //! bad frees, the slow path and huge pages with compaction moving owners'
-//! blocks, kcompactd, pinning, drains and tunables. After every step no
+//! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
+//! taken and freed. After every step no
 //! frame has two owners, none is lost, and `validate()` holds.
 
 use pageframe::model::{GFPS, Op, run};
@@ -27,6 +28,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2).prop_map(|cpu| Op::Tick { cpu }),
         1 => (any::<u8>(), prop_oneof![0u32..5000, any::<u32>()])
             .prop_map(|(which, value)| Op::Tunable { which, value }),
+        2 => (0u8..3, any::<u16>(), any::<u16>(), proptest::bool::weighted(0.2))
+            .prop_map(|(zone, offset, len, refuse)| Op::Contig { zone, offset, len, refuse }),
+        1 => (any::<usize>(), proptest::option::weighted(0.3, (0u8..3, any::<u16>(), any::<u16>())))
+            .prop_map(|(index, raw)| Op::FreeContig { index, raw }),
     ]
 }
 
@@ -86,5 +91,37 @@ fn a_long_scripted_run() {
             refuse: false,
         });
     }
-    run(&ops).unwrap();
+    // Contiguous ranges: everything freed, movable blocks allocated, then
+    // ranges that migrate owners' blocks out (one meets a refusing
+    // migrator); every other taken range is freed.
+    for _ in 0..4000 {
+        ops.push(Op::Free { index: 0, cpu: 2 });
+    }
+    ops.push(Op::Drain { cpu: 2 });
+    for i in 0..2500u32 {
+        ops.push(Op::Alloc {
+            node: (i % 2) as u8,
+            cpu: 2,
+            gfp: 2,
+            order: (i % 3) as u8,
+        });
+    }
+    for k in 0..12u16 {
+        ops.push(Op::Contig {
+            zone: (k % 3) as u8,
+            offset: 300 + k * 211,
+            len: 100 + k * 97,
+            refuse: k == 4,
+        });
+        if k % 2 == 1 {
+            ops.push(Op::FreeContig {
+                index: k as usize,
+                raw: None,
+            });
+        }
+    }
+    let stats = run(&ops).unwrap();
+    assert!(stats.contig_taken >= 3, "{stats:?}");
+    assert!(stats.contig_freed >= 2, "{stats:?}");
+    assert!(stats.moved > 0, "{stats:?}");
 }

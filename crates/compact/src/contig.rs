@@ -1,0 +1,282 @@
+//! Emptying a fixed range for a contiguous allocation or an offline (spec 03
+//! §1(d), Linux `__alloc_contig_migrate_range`): the caller has isolated the
+//! range's pageblocks, so nothing new lands there and every frame freed there
+//! stays out of circulation; this moves every movable allocation inside the
+//! range to memory outside it through the kernel's [`Migrator`], with the
+//! same protocol as compaction, until the range is wholly free.
+
+use core::fmt;
+
+use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
+use pageframe_mobility::{AllocMode, Blocker, MigrateType, tag as mtag};
+
+use crate::access::locked;
+use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
+
+/// Sources taken per critical section.
+const BATCH: usize = 32;
+/// Passes over the range while a block refuses with `Again` or is held by a
+/// compactor (Linux retries `-EAGAIN` a bounded number of times).
+pub const EVACUATE_PASSES: u32 = 10;
+
+/// Why a range could not be emptied. The range's allocations are where they
+/// were or have moved out intact; nothing is lost.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum EvacuateError {
+    /// The block at `pfn` cannot move: unmovable, pinned, or a hole.
+    Blocked {
+        /// The first frame of the blocking block inside the range.
+        pfn: Pfn,
+        /// What it is.
+        why: Blocker,
+    },
+    /// The kernel refused to move the block at `pfn` (`Pinned` or `Busy`
+    /// from the migrator, or `isolate` said no for every pass).
+    Refused {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// The block at `pfn` was still busy after [`EVACUATE_PASSES`] passes
+    /// (the kernel kept answering `Again`, a compactor held it, or a
+    /// per-CPU cache kept it).
+    Busy {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// No destination outside the range was free.
+    NoMemory,
+    /// The zone lock refused (see [`ZoneLock`]).
+    Contended,
+}
+
+impl fmt::Display for EvacuateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EvacuateError::Blocked { pfn, why } => write!(f, "{why:?} memory at {pfn}"),
+            EvacuateError::Refused { pfn } => {
+                write!(f, "the kernel did not move the block at {pfn}")
+            }
+            EvacuateError::Busy { pfn } => write!(f, "the block at {pfn} stayed busy"),
+            EvacuateError::NoMemory => f.write_str("no free memory outside the range to move into"),
+            EvacuateError::Contended => f.write_str("the zone lock refused"),
+        }
+    }
+}
+
+impl core::error::Error for EvacuateError {}
+
+/// What an evacuation did.
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+pub struct Evacuated {
+    /// Frames moved out of the range.
+    pub moved: u64,
+    /// Passes over the range.
+    pub passes: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Src {
+    pfn: Pfn,
+    order: Order,
+    tag: u32,
+}
+
+/// Moves every movable allocation of `range` out of it, in `mode`. The
+/// caller must have isolated the pageblocks `range` touches
+/// ([`pageframe_mobility::MobileZone::isolate_range`]) and keeps them
+/// isolated until it has taken the range or given up. The migrator's
+/// `drain_caches` is called first, so that frames parked in per-CPU caches
+/// reach the (isolated) free lists.
+///
+/// Destinations are ordinary movable allocations of the zone (never inside
+/// isolated pageblocks), made without a watermark check: the range's frames
+/// come back as it empties, so the zone's free memory is unchanged at the
+/// end.
+pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+    zone: &Z,
+    range: PfnRange,
+    mig: &mut M,
+    mode: MigrateMode,
+) -> Result<Evacuated, EvacuateError> {
+    mig.drain_caches();
+    let mut out = Evacuated::default();
+    let mut refused: Option<Pfn> = None;
+    while out.passes < EVACUATE_PASSES {
+        out.passes += 1;
+        let mut retry = false;
+        let mut from = range.start;
+        loop {
+            let mut batch = [Src {
+                pfn: Pfn(0),
+                order: Order::ZERO,
+                tag: 0,
+            }; BATCH];
+            let (n, next, held) = locked(zone, |z| collect(z, range, from, &mut batch))
+                .ok_or(EvacuateError::Contended)??;
+            retry |= held;
+            for s in &batch[..n] {
+                match move_one(zone, *s, mig, mode)? {
+                    Moved::Yes => out.moved += s.order.pages(),
+                    Moved::Again => retry = true,
+                    Moved::Refused => {
+                        refused.get_or_insert(s.pfn);
+                        retry = true;
+                    }
+                }
+            }
+            match next {
+                Some(p) => from = p,
+                None => break,
+            }
+        }
+        if !retry {
+            return Ok(out);
+        }
+        if refused.is_some() {
+            // Pinned or not migratable: another pass will not change that.
+            break;
+        }
+        // Caches may have refilled from frames freed meanwhile.
+        mig.drain_caches();
+    }
+    // Name what is still there.
+    let left = locked(zone, |z| {
+        z.buddy().walk(range).find_map(|(p, info)| match info {
+            BlockInfo::Allocated { .. } => Some(p),
+            _ => None,
+        })
+    })
+    .ok_or(EvacuateError::Contended)?;
+    match (refused, left) {
+        (_, None) => Ok(out),
+        (Some(p), _) => Err(EvacuateError::Refused { pfn: p }),
+        (None, Some(p)) => Err(EvacuateError::Busy { pfn: p }),
+    }
+}
+
+/// Under the lock: marks up to [`BATCH`] movable blocks of `range` from
+/// `from` on as isolated sources. Returns how many, where to go on (`None`
+/// at the end of the range), and whether some block was held by a
+/// compactor (to look at again in the next pass).
+#[allow(clippy::type_complexity)]
+fn collect(
+    z: &mut pageframe_mobility::MobileZone<'_>,
+    range: PfnRange,
+    from: Pfn,
+    batch: &mut [Src; BATCH],
+) -> Result<(usize, Option<Pfn>, bool), EvacuateError> {
+    let mut n = 0;
+    let mut held = false;
+    let mut found: [(Pfn, Order, u32); BATCH] = [(Pfn(0), Order::ZERO, 0); BATCH];
+    let mut next = None;
+    for (p, info) in z.buddy().walk(PfnRange::new(from, range.end)) {
+        match info {
+            BlockInfo::Hole => {
+                return Err(EvacuateError::Blocked {
+                    pfn: p,
+                    why: Blocker::Hole,
+                });
+            }
+            BlockInfo::Free { .. } => {}
+            BlockInfo::Allocated {
+                head,
+                order,
+                tag: t,
+            } => {
+                if t & mtag::PINNED != 0 {
+                    return Err(EvacuateError::Blocked {
+                        pfn: p,
+                        why: Blocker::Pinned,
+                    });
+                }
+                if t & mtag::MT_MASK != MigrateType::Movable as u32 {
+                    return Err(EvacuateError::Blocked {
+                        pfn: p,
+                        why: Blocker::Unmovable,
+                    });
+                }
+                if t & tag::MASK != 0 {
+                    // A compactor's source or destination: it moves or
+                    // comes back; look again next pass.
+                    held = true;
+                    continue;
+                }
+                if n == BATCH {
+                    next = Some(p);
+                    break;
+                }
+                found[n] = (head, order, t);
+                n += 1;
+            }
+        }
+    }
+    for (k, &(head, order, t)) in found[..n].iter().enumerate() {
+        z.set_tag_bits(head, tag::ISOLATED, tag::ISOLATED);
+        batch[k] = Src {
+            pfn: head,
+            order,
+            tag: t,
+        };
+    }
+    Ok((n, next, held))
+}
+
+enum Moved {
+    Yes,
+    Again,
+    Refused,
+}
+
+/// One source through the migration protocol; its isolation mark is gone
+/// on return, whatever happened.
+fn move_one<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+    zone: &Z,
+    s: Src,
+    mig: &mut M,
+    mode: MigrateMode,
+) -> Result<Moved, EvacuateError> {
+    let unmark = |z: &mut pageframe_mobility::MobileZone<'_>| {
+        z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+    };
+    if !mig.isolate(s.pfn, s.order, s.tag) {
+        locked(zone, unmark);
+        return Ok(Moved::Again);
+    }
+    let dst = locked(zone, |z| {
+        let d = z
+            .alloc(s.order, MigrateType::Movable, AllocMode::empty())
+            .ok()?;
+        z.set_tag_bits(d, tag::TARGET, tag::TARGET);
+        Some(d)
+    })
+    .flatten();
+    let Some(dst) = dst else {
+        locked(zone, unmark);
+        mig.putback(s.pfn, s.order);
+        return Err(EvacuateError::NoMemory);
+    };
+    match mig.migrate(s.pfn, dst, s.order, mode) {
+        Ok(()) => {
+            locked(zone, |z| {
+                z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED);
+                // The source lies in an isolated pageblock: it joins the
+                // isolate lists, out of circulation.
+                let _ = z.free(s.pfn, s.order);
+            });
+            mig.migrated(s.pfn, dst, s.order);
+            Ok(Moved::Yes)
+        }
+        Err(e) => {
+            locked(zone, |z| {
+                let _ = z.free(dst, s.order);
+                unmark(z);
+            });
+            mig.putback(s.pfn, s.order);
+            Ok(if e == MigrateError::Again {
+                Moved::Again
+            } else {
+                Moved::Refused
+            })
+        }
+    }
+}

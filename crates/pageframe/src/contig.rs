@@ -1,0 +1,422 @@
+//! Contiguous allocation of any number of frames (Linux `alloc_contig_range`
+//! and `alloc_contig_pages`, spec 03 §1(d)): isolate the pageblocks of a
+//! range, migrate its movable allocations out through the kernel's
+//! [`Migrator`], and take the range once it is free. Not limited to powers
+//! of two, nor to the buddy core's largest order: a 1 GiB page is a range
+//! of 262,144 frames aligned to 1 GiB.
+//!
+//! The range is held as the largest aligned blocks that tile it, each an
+//! ordinary allocated block of the zone (so any piece can also be freed on
+//! its own with [`Machine::free`]); [`Machine::free_contig_range`] frees
+//! them all at once.
+
+use core::fmt;
+
+use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn, PfnRange};
+use pageframe_compact::{EvacuateError, MigrateMode, Migrator, evacuate_range};
+use pageframe_mobility::{BlockError, Blocker, MigrateType};
+
+use crate::compaction::{Guarded, Locked};
+use crate::frame_state::State;
+use crate::gfp::Gfp;
+use crate::lock::RawMutex;
+use crate::machine::Machine;
+use crate::topology::NodeId;
+use crate::zone::{Zone, ZoneKind};
+
+/// A contiguous range the machine handed out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ContigAllocation {
+    /// The frames.
+    pub range: PfnRange,
+    /// The node whose zone holds them.
+    pub node: NodeId,
+    /// The zone.
+    pub zone: ZoneKind,
+    /// Frames migrated out of the range to free it.
+    pub moved: u64,
+}
+
+/// Why a contiguous allocation failed. The machine is as it was, except
+/// that movable allocations may have moved out of the range (intact, with
+/// the kernel told through its [`Migrator`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ContigError {
+    /// No frames asked for, an alignment that is not a power of two, or a
+    /// size beyond the frame-number space.
+    Invalid,
+    /// The range is not wholly inside one zone, or its first or last
+    /// pageblock is not (a zone edge that is not pageblock-aligned).
+    OutOfRange,
+    /// Memory that cannot be migrated lies in the range.
+    Blocked {
+        /// The first frame of the blocking block.
+        pfn: Pfn,
+        /// Unmovable, pinned, or a hole.
+        why: Blocker,
+    },
+    /// A pageblock of the range is isolated by another contiguous
+    /// allocation or an offline in progress.
+    Isolated,
+    /// The kernel's migrator refused to move the block at `pfn` (pinned,
+    /// or not migratable).
+    Refused {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// The block at `pfn` stayed busy through every pass (held by a
+    /// compactor, a per-CPU cache the migrator did not drain, or the
+    /// migrator kept answering `Again`).
+    Busy {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// No free memory outside the range to migrate into.
+    NoMemory,
+    /// [`Machine::alloc_contig`]: no range of the allowed zones could be
+    /// taken.
+    NotFound,
+}
+
+impl fmt::Display for ContigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContigError::Invalid => {
+                f.write_str("zero frames, a bad alignment, or an impossible size")
+            }
+            ContigError::OutOfRange => {
+                f.write_str("the range is not inside one zone's whole pageblocks")
+            }
+            ContigError::Blocked { pfn, why } => {
+                write!(f, "{why:?} memory at {pfn} blocks the range")
+            }
+            ContigError::Isolated => {
+                f.write_str("a pageblock of the range is isolated by someone else")
+            }
+            ContigError::Refused { pfn } => {
+                write!(f, "the kernel did not migrate the block at {pfn}")
+            }
+            ContigError::Busy { pfn } => write!(f, "the block at {pfn} stayed busy"),
+            ContigError::NoMemory => {
+                f.write_str("no free memory to migrate the range's frames into")
+            }
+            ContigError::NotFound => f.write_str("no range of the allowed zones could be taken"),
+        }
+    }
+}
+
+impl core::error::Error for ContigError {}
+
+impl From<EvacuateError> for ContigError {
+    fn from(e: EvacuateError) -> Self {
+        match e {
+            EvacuateError::Blocked { pfn, why } => ContigError::Blocked { pfn, why },
+            EvacuateError::Refused { pfn } => ContigError::Refused { pfn },
+            EvacuateError::Busy { pfn } => ContigError::Busy { pfn },
+            EvacuateError::NoMemory => ContigError::NoMemory,
+            // The machine's zone lock always takes the closure.
+            EvacuateError::Contended => ContigError::Isolated,
+        }
+    }
+}
+
+/// Zones with at most this many aligned candidates have them all costed
+/// (see [`Machine::alloc_contig`]).
+pub const RANKED: usize = 64;
+
+impl<'a, R: RawMutex> Machine<'a, R> {
+    /// Allocates exactly the frames of `range` (`alloc_contig_range`): every
+    /// pageblock it touches is isolated, the movable allocations inside it
+    /// are migrated elsewhere through `migrator` (in [`MigrateMode::Sync`];
+    /// its `drain_caches` is called so that frames parked in per-CPU caches
+    /// come back, so implement it with [`Machine::drain_pcp`]), and the
+    /// range is taken once free. The rest of the edge pageblocks goes back
+    /// to circulation. Unmovable or pinned memory in the range is reported
+    /// before anything moves.
+    pub fn alloc_contig_range<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<ContigAllocation, ContigError> {
+        if range.is_empty() {
+            return Err(ContigError::Invalid);
+        }
+        let z = self.zone_of(range.start).ok_or(ContigError::OutOfRange)?;
+        if !z.span().contains_range(&range) {
+            return Err(ContigError::OutOfRange);
+        }
+        z.with_zone(|m| {
+            if let Some((pfn, why)) = m.range_blocker(range) {
+                return Err(ContigError::Blocked { pfn, why });
+            }
+            m.isolate_range(range).map_err(|e| match e {
+                BlockError::AlreadyIsolated => ContigError::Isolated,
+                BlockError::Unmovable { pfn } => ContigError::Blocked {
+                    pfn,
+                    why: Blocker::Unmovable,
+                },
+                _ => ContigError::OutOfRange,
+            })
+        })?;
+        let mut guarded = Guarded {
+            inner: migrator,
+            machine: self,
+        };
+        let moved = match evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync) {
+            Ok(e) => e.moved,
+            Err(e) => {
+                let _ = z.with_zone(|m| m.unisolate_range(range));
+                return Err(e.into());
+            }
+        };
+        z.with_zone(|m| {
+            let taken = m.take_free_range(range, MigrateType::Unmovable);
+            if taken.is_ok() {
+                for (p, info) in m.buddy().walk(range) {
+                    if let BlockInfo::Allocated { head, order, .. } = info
+                        && head == p
+                    {
+                        z.states.set_allocated(p, order, MigrateType::Unmovable);
+                    }
+                }
+            }
+            let _ = m.unisolate_range(range);
+            taken.map_err(|e| ContigError::Busy {
+                pfn: match e {
+                    pageframe_buddy::RangeError::Busy { pfn }
+                    | pageframe_buddy::RangeError::Hole { pfn }
+                    | pageframe_buddy::RangeError::NotBlockAligned { pfn } => pfn,
+                    _ => range.start,
+                },
+            })
+        })?;
+        Ok(ContigAllocation {
+            range,
+            node: z.node(),
+            zone: z.kind(),
+            moved,
+        })
+    }
+
+    /// Allocates `frames` contiguous frames aligned to `align` frames (a
+    /// power of two) for a task on `node` (`alloc_contig_pages`): the zones
+    /// `gfp` allows are searched in zonelist order, low to high inside each,
+    /// for a range holding only free and movable memory, which
+    /// [`Machine::alloc_contig_range`] then takes: in a zone of at most
+    /// [`RANKED`] aligned candidates, the candidate with the fewest movable
+    /// frames first; otherwise the first that works. A 1 GiB page on
+    /// x86-64 is `alloc_contig(node, gfp, 1 << 18, 1 << 18, migrator)`.
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(1 << 20), Pfn(2 << 20));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// struct Kernel; // copies frames and switches mappings
+    /// impl Migrator for Kernel {
+    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    /// // 3000 frames (12 MiB less 288 KiB) for a DMA buffer, 2 MiB aligned...
+    /// let buf = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 3000, 512, &mut Kernel).unwrap();
+    /// assert_eq!(buf.range.len(), 3000);
+    /// // ...and a 1 GiB page.
+    /// let giant = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 1 << 18, 1 << 18, &mut Kernel).unwrap();
+    /// assert_eq!(giant.range.start.get() % (1 << 18), 0);
+    /// m.free_contig_range(buf.range).unwrap();
+    /// m.free_contig_range(giant.range).unwrap();
+    /// assert_eq!(m.free_pages(), m.managed_pages());
+    /// ```
+    pub fn alloc_contig<M: Migrator + ?Sized>(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        frames: u64,
+        align: u64,
+        migrator: &mut M,
+    ) -> Result<ContigAllocation, ContigError> {
+        if frames == 0 || !align.is_power_of_two() {
+            return Err(ContigError::Invalid);
+        }
+        let (list, highest) = self.prepare(node, gfp).map_err(|_| ContigError::Invalid)?;
+        let mut last = ContigError::NotFound;
+        for r in list.eligible(highest) {
+            let Some(z) = self.zone(r) else { continue };
+            match self.contig_in_zone(z, frames, align, migrator) {
+                Ok(a) => return Ok(a),
+                Err(ContigError::Invalid) => return Err(ContigError::Invalid),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// One zone. When the zone holds at most [`RANKED`] aligned candidates
+    /// (large alignments, such as 1 GiB pages), every candidate is costed
+    /// and the cheapest are tried first, so that the fewest frames move;
+    /// otherwise first fit, skipping past whatever blocks a candidate.
+    fn contig_in_zone<M: Migrator + ?Sized>(
+        &self,
+        z: &Zone<'a, R>,
+        frames: u64,
+        align: u64,
+        migrator: &mut M,
+    ) -> Result<ContigAllocation, ContigError> {
+        let span = z.span();
+        if frames > span.len() {
+            return Err(ContigError::NotFound);
+        }
+        let first = align_up(span.start.get(), align).ok_or(ContigError::NotFound)?;
+        let candidate = |start: u64| {
+            let end = start.checked_add(frames).filter(|&e| e <= span.end.get())?;
+            Some(PfnRange::new(Pfn(start), Pfn(end)))
+        };
+        // One short critical section per look: the movable frames a
+        // candidate holds, or where it is blocked.
+        let cost = |cand: PfnRange| {
+            z.inspect(|m| {
+                if !span.contains_range(&m.pageblock_span(cand)) {
+                    return Err(cand.start);
+                }
+                m.range_usage(cand).map_err(|(p, _)| p)
+            })
+        };
+        let count = span.end.get().saturating_sub(first) / align;
+        if count <= RANKED as u64 {
+            let mut ranked = [(0u64, 0u64); RANKED];
+            let mut n = 0;
+            let mut start = first;
+            while let Some(cand) = candidate(start) {
+                if let Ok(c) = cost(cand) {
+                    ranked[n] = (c, start);
+                    n += 1;
+                }
+                start = match start.checked_add(align) {
+                    Some(s) if n < RANKED => s,
+                    _ => break,
+                };
+            }
+            ranked[..n].sort_unstable();
+            for &(_, start) in &ranked[..n] {
+                let cand = candidate(start).ok_or(ContigError::NotFound)?;
+                match self.alloc_contig_range(cand, migrator) {
+                    Ok(a) => return Ok(a),
+                    Err(ContigError::NoMemory) => return Err(ContigError::NoMemory),
+                    Err(_) => {}
+                }
+            }
+            return Err(ContigError::NotFound);
+        }
+        let mut start = first;
+        while let Some(cand) = candidate(start) {
+            let skip_to = match cost(cand) {
+                Err(p) => Some(p),
+                Ok(_) => match self.alloc_contig_range(cand, migrator) {
+                    Ok(a) => return Ok(a),
+                    Err(
+                        ContigError::Blocked { pfn, .. }
+                        | ContigError::Refused { pfn }
+                        | ContigError::Busy { pfn },
+                    ) => Some(pfn),
+                    Err(ContigError::NoMemory) => return Err(ContigError::NoMemory),
+                    Err(_) => None,
+                },
+            };
+            // Past the blocking frame, or to the next candidate.
+            let next = match skip_to {
+                Some(p) if p.get() >= start => p.get() + 1,
+                _ => start + 1,
+            };
+            start = match align_up(next, align) {
+                Some(s) => s,
+                None => break,
+            };
+        }
+        Err(ContigError::NotFound)
+    }
+
+    /// Frees a range [`Machine::alloc_contig_range`] or
+    /// [`Machine::alloc_contig`] handed out (or any range tiled exactly by
+    /// live allocations). All or nothing: if a frame of the range is not
+    /// part of a live allocation wholly inside it, nothing is freed and the
+    /// error names that frame's problem.
+    pub fn free_contig_range(&self, range: PfnRange) -> Result<(), FreeError> {
+        if range.is_empty() {
+            return Err(FreeError::OutOfRange);
+        }
+        let z = self.zone_of(range.start).ok_or(FreeError::OutOfRange)?;
+        if !z.span().contains_range(&range) {
+            return Err(FreeError::OutOfRange);
+        }
+        z.free_range(range)
+    }
+}
+
+impl<R: RawMutex> Zone<'_, R> {
+    /// See [`Machine::free_contig_range`]: under the lock, every block of
+    /// `range` is checked to be a live allocation inside it, claimed in the
+    /// ownership bytes (a racing free through a per-CPU cache makes the
+    /// whole call fail, undone), then freed.
+    pub(crate) fn free_range(&self, range: PfnRange) -> Result<(), FreeError> {
+        let mut z = self.inner.lock();
+        // Check the tiling.
+        for (p, info) in z.buddy.buddy().walk(range) {
+            match info {
+                BlockInfo::Allocated { head, order, .. }
+                    if head == p && head + order.pages() <= range.end =>
+                {
+                    match self.states.get(p) {
+                        State::Allocated(o, _) if o == order => {}
+                        State::Allocated(o, _) => {
+                            return Err(FreeError::WrongOrder { allocated: o });
+                        }
+                        State::Isolated(_) | State::MovedOut(_) => return Err(FreeError::Busy),
+                        State::Cached(_) | State::Free => return Err(FreeError::AlreadyFree),
+                    }
+                }
+                BlockInfo::Allocated { .. } => return Err(FreeError::Misaligned),
+                BlockInfo::Free { .. } => return Err(FreeError::AlreadyFree),
+                BlockInfo::Hole => return Err(FreeError::Hole),
+            }
+        }
+        // Claim every block (lock-free cache frees may race).
+        let mut failed: Option<(Pfn, FreeError)> = None;
+        for (p, info) in z.buddy.buddy().walk(range) {
+            if let BlockInfo::Allocated { order, .. } = info
+                && let Err(e) = self.states.take_for_range(p, order)
+            {
+                failed = Some((p, e));
+                break;
+            }
+        }
+        if let Some((at, e)) = failed {
+            for (p, info) in z.buddy.buddy().walk(PfnRange::new(range.start, at)) {
+                if let BlockInfo::Allocated { order, .. } = info {
+                    let mt = z.buddy.allocated_type(p).unwrap_or(MigrateType::Unmovable);
+                    self.states.set_allocated(p, order, mt);
+                }
+            }
+            return Err(e);
+        }
+        let mut p = range.start;
+        while p < range.end {
+            let order = match z.buddy.buddy().block_at(p) {
+                Some(BlockInfo::Allocated { order, .. }) => order,
+                _ => Order::ZERO,
+            };
+            let r = z.buddy.free(p, order);
+            debug_assert!(r.is_ok(), "checked above under the same lock");
+            self.states.set_free(p);
+            p = p + order.pages();
+        }
+        self.after_zone_op(&z);
+        Ok(())
+    }
+}
+
+fn align_up(v: u64, align: u64) -> Option<u64> {
+    v.checked_add(align - 1).map(|x| x & !(align - 1))
+}

@@ -37,7 +37,7 @@ echo "booting $elf: -m $mem -smp $smp, cmdline \"$*\"" >&2
 start=$(date +%s.%N)
 # stdin from /dev/null: `-serial stdio` fails when stdin is closed (CI).
 # shellcheck disable=SC2086
-timeout "$limit" qemu-system-x86_64 -accel tcg -machine q35 -cpu qemu64 \
+timeout "$limit" qemu-system-x86_64 -accel tcg -machine q35 -cpu qemu64,+pdpe1gb \
     -m "$mem" -smp "$smp" -kernel "$elf" -append "$*" \
     -serial stdio -display none -monitor none -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 ${QEMU_EXTRA:-} </dev/null

@@ -150,11 +150,19 @@ impl Boot {
     }
 }
 
-/// Boots `elf` under QEMU (TCG, q35, qemu64) and waits for it to exit.
+/// Boots `elf` under QEMU (TCG, q35, qemu64 with 1 GiB pages) and waits for
+/// it to exit.
 pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
     let start = Instant::now();
     let mut child = Command::new(QEMU)
-        .args(["-accel", "tcg", "-machine", "q35", "-cpu", "qemu64"])
+        .args([
+            "-accel",
+            "tcg",
+            "-machine",
+            "q35",
+            "-cpu",
+            "qemu64,+pdpe1gb",
+        ])
         .args(["-m", &cfg.mem, "-smp", &cfg.smp.to_string()])
         .arg("-kernel")
         .arg(elf)

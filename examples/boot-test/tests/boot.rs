@@ -297,3 +297,35 @@ fn two_cpus_stress_their_own_caches() {
         );
     }
 }
+
+#[test]
+fn a_1_gib_page_migrates_user_pages_out_of_its_range() {
+    let b = run("6G", "giant");
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\ngiant: PASS\n"), "giant verdict");
+    let line = b
+        .line("giant: 1 GiB page at pfn ")
+        .expect("the page's line");
+    let start = u64::from_str_radix(
+        line.split_whitespace()
+            .next()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("pfn");
+    assert_eq!(start % (1 << 18), 0, "1 GiB aligned: {line}");
+    // One user page in four was kept everywhere: a quarter of the range's
+    // frames moved out, each once.
+    let moved: u64 = line
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("moved count");
+    assert!(moved > 0 && moved <= (1 << 18) / 4 + 512, "{line}");
+    assert!(
+        b.serial
+            .contains("giant: written through one 1 GiB mapping")
+    );
+}

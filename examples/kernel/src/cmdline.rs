@@ -31,6 +31,9 @@ bitflags! {
         const THP_SWAP = 1 << 6;
         /// Bring up the second CPU and stress per-CPU caches on both.
         const SMP = 1 << 7;
+        /// A 1 GiB page from `alloc_contig`, migrating mapped user pages out
+        /// of its range, mapped with one 1 GiB entry and checked.
+        const GIANT = 1 << 8;
     }
 }
 
@@ -70,6 +73,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "smp",
         Modes::SMP,
         "second CPU up; alloc/free stress through per-CPU caches",
+    ),
+    (
+        "giant",
+        Modes::GIANT,
+        "1 GiB page by alloc_contig (user pages migrate out), 1 GiB mapping",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

@@ -4,7 +4,8 @@
 //! the smallest order that fits (blocks are naturally aligned, so any
 //! alignment up to the block size is met). Smaller requests come from a
 //! first-fit list heap living in one block taken from the allocator at
-//! start-up. Before [`init`] every request fails (returns null).
+//! start-up. Requests larger than the largest block (4 MiB) are contiguous
+//! ranges of exactly the frames they need (`alloc_contig`). Before [`init`] every request fails (returns null).
 
 use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::PAGE_SIZE;
@@ -60,8 +61,9 @@ enum Route {
     Small,
     /// A block of this order from the page allocator.
     Pages(Order),
-    /// Larger than any block: fails.
-    TooLarge,
+    /// Larger than any block: a contiguous range of this many frames,
+    /// aligned to this many frames (`alloc_contig`).
+    Range(u64, u64),
 }
 
 fn route(layout: Layout) -> Route {
@@ -70,8 +72,27 @@ fn route(layout: Layout) -> Route {
         return Route::Small;
     }
     match Order::for_pages(bytes.div_ceil(PAGE_SIZE)) {
-        Some(order) => Route::Pages(order),
-        None => Route::TooLarge,
+        Some(order) if order <= Order::DEFAULT_MAX => Route::Pages(order),
+        _ => Route::Range(
+            (layout.size() as u64).div_ceil(PAGE_SIZE),
+            (layout.align() as u64).div_ceil(PAGE_SIZE).max(1),
+        ),
+    }
+}
+
+/// The heap's ranges hold no movable memory to move: candidates with
+/// movable pages are passed over.
+struct NoMoves;
+
+impl pageframe::Migrator for NoMoves {
+    fn migrate(
+        &mut self,
+        _: Pfn,
+        _: Pfn,
+        _: Order,
+        _: pageframe::MigrateMode,
+    ) -> Result<(), pageframe::MigrateError> {
+        Err(pageframe::MigrateError::Busy)
     }
 }
 
@@ -80,7 +101,12 @@ fn route(layout: Layout) -> Route {
 unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match route(layout) {
-            Route::TooLarge => null_mut(),
+            Route::Range(frames, align) => match self.machine.get() {
+                Some(machine) => machine
+                    .alloc_contig(NODE, Gfp::KERNEL, frames, align, &mut NoMoves)
+                    .map_or(null_mut(), |a| a.range.start.addr().get() as *mut u8),
+                None => null_mut(),
+            },
             Route::Pages(order) => match self.machine.get() {
                 Some(machine) => machine
                     .alloc(NODE, Gfp::KERNEL, order)
@@ -97,8 +123,17 @@ unsafe impl GlobalAlloc for KernelHeap {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match route(layout) {
-            // Never handed out, so never freed.
-            Route::TooLarge => {}
+            Route::Range(frames, _) => {
+                let machine = self
+                    .machine
+                    .get()
+                    .expect("a range was allocated, so init ran");
+                let start = Pfn::new(ptr as u64 / PAGE_SIZE);
+                let range = pageframe::PfnRange::new(start, start + frames);
+                if let Err(e) = machine.free_contig_range(range) {
+                    panic!("heap: freeing range {range:?}: {e:?}");
+                }
+            }
             Route::Pages(order) => {
                 let machine = self
                     .machine

@@ -11,6 +11,7 @@ mod boot;
 mod bringup;
 mod cmdline;
 mod exceptions;
+mod giant;
 mod heap;
 mod irq_lock;
 mod memmap;
@@ -154,6 +155,11 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             m.ap_reads, m.ap_mismatches, m.shootdowns
         );
         println!("smp: PASS");
+    }
+    if opts.modes.contains(Modes::GIANT) {
+        let r = or_fail(giant::run(machine, mem.pfn_end()), "giant");
+        giant::print(&r, rate);
+        println!("giant: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");

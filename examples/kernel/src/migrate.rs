@@ -129,12 +129,12 @@ pub struct Params {
 }
 
 /// The data word `w` of user page `vpn`.
-fn pattern(vpn: u64, w: usize) -> u64 {
+pub(crate) fn pattern(vpn: u64, w: usize) -> u64 {
     (vpn << 20 | w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5a5a
 }
 
 /// The words of a page written and checked: first, middle, last.
-const CHECKED: [usize; 3] = [0, WORDS / 2, WORDS - 1];
+pub(crate) const CHECKED: [usize; 3] = [0, WORDS / 2, WORDS - 1];
 
 fn sum_fallback(machine: &KernelMachine) -> FallbackStats {
     let mut s = FallbackStats::default();

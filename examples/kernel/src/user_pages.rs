@@ -24,6 +24,8 @@ use x86_64::{PhysAddr, VirtAddr};
 pub const USER_BASE: u64 = 2 << 39;
 /// Base of the 2 MiB region (level-4 slot 4).
 pub const HUGE_BASE: u64 = 4 << 39;
+/// Base of the 1 GiB mapping (level-4 slot 6).
+pub const GIANT_BASE: u64 = 6 << 39;
 const PAGE: u64 = 4096;
 const HUGE: u64 = 2 << 20;
 
@@ -78,8 +80,8 @@ impl Tables {
         Ok(Some(e.addr().as_u64() as *mut PageTable))
     }
 
-    /// The entry of `virt` at level 1 (4 KiB) or 2 (2 MiB), creating the
-    /// tables above it with `alloc` when given.
+    /// The entry of `virt` at level 1 (4 KiB), 2 (2 MiB) or 3 (1 GiB),
+    /// creating the tables above it with `alloc` when given.
     pub fn entry(
         &mut self,
         virt: u64,
@@ -98,6 +100,9 @@ impl Tables {
         };
         // SAFETY: as above.
         let l3 = unsafe { &mut *l3 };
+        if level == 3 {
+            return Ok(Some(&mut l3[v.p3_index()]));
+        }
         let Some(l2) = Self::next(&mut l3[v.p3_index()], &mut alloc, count)? else {
             return Ok(None);
         };
@@ -162,6 +167,28 @@ impl Tables {
         if let Ok(Some(e)) = self.entry(virt, 2, None) {
             e.set_unused();
             tlb::flush(VirtAddr::new(virt));
+        }
+    }
+}
+
+impl Tables {
+    /// Maps the 1 GiB page at `GIANT_BASE` to the 1 GiB-aligned range at
+    /// `pfn` with one level-3 entry (its level-3 table must exist).
+    pub fn map_giant(&mut self, pfn: Pfn) -> bool {
+        match self.entry(GIANT_BASE, 3, None) {
+            Ok(Some(e)) if e.is_unused() => {
+                e.set_addr(PhysAddr::new(pfn.get() * PAGE), PTE_FLAGS | F::HUGE_PAGE);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Unmaps the 1 GiB page and flushes its TLB entry.
+    pub fn unmap_giant(&mut self) {
+        if let Ok(Some(e)) = self.entry(GIANT_BASE, 3, None) {
+            e.set_unused();
+            tlb::flush(VirtAddr::new(GIANT_BASE));
         }
     }
 }

@@ -1,0 +1,308 @@
+//! The `giant` mode: a 1 GiB page from `Machine::alloc_contig`.
+//!
+//! Mapped movable "user" pages fill the Normal zone and three of every four
+//! are freed (by frame number), so every 1 GiB range holds user data. Then
+//! `alloc_contig` takes 262,144 frames aligned to 1 GiB: it isolates the
+//! range's pageblocks and the kernel's migrator moves the user pages out of
+//! it (copy, switch the PTE, flush). The range is mapped with one level-3
+//! (1 GiB) page-table entry, a word is written in every 4 KiB of it through
+//! that mapping and read back through the direct map, every user page is
+//! checked through its (possibly new) mapping, and everything is freed.
+
+use crate::bringup::{KernelMachine, NODE};
+use crate::migrate::{CHECKED, pattern};
+use crate::time::Instant;
+use crate::user_pages::{GIANT_BASE, Tables, UserMigrator, user_addr};
+use alloc::vec::Vec;
+use core::fmt;
+use pageframe::{
+    ContigError, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, PfnRange, ZoneKind,
+};
+
+/// Frames in 1 GiB.
+const GIANT: u64 = 1 << 18;
+
+/// What failed.
+#[derive(Debug)]
+pub enum GiantError {
+    /// The CPU has no 1 GiB pages (CPUID 0x8000_0001 EDX bit 26; QEMU
+    /// needs `-cpu qemu64,+pdpe1gb`).
+    NoGiantPages,
+    /// No heap or frame for bookkeeping or page tables.
+    NoMemory(&'static str),
+    /// The allocator could not take a 1 GiB range.
+    Contig(ContigError),
+    /// The 1 GiB mapping read back wrong at this frame of the range.
+    Mismatch(u64),
+    /// A user page lost its data.
+    Corrupt { vpn: u64, word: usize },
+    /// A user page still maps a frame of the 1 GiB range.
+    LeftInRange(u64),
+    /// Frames leaked or appeared across the run.
+    Conservation { before: u64, after: u64 },
+    /// The allocator refused a free or failed validation.
+    Allocator(&'static str),
+}
+
+impl fmt::Display for GiantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoGiantPages => f.write_str("the CPU has no 1 GiB pages (pdpe1gb)"),
+            Self::NoMemory(w) => write!(f, "out of memory for {w}"),
+            Self::Contig(e) => write!(f, "alloc_contig: {e}"),
+            Self::Mismatch(i) => write!(f, "1 GiB page reads wrong at frame {i}"),
+            Self::Corrupt { vpn, word } => write!(f, "user page {vpn} word {word} corrupt"),
+            Self::LeftInRange(v) => write!(f, "user page {v} still maps into the range"),
+            Self::Conservation { before, after } => {
+                write!(f, "free frames {before} before, {after} after")
+            }
+            Self::Allocator(w) => write!(f, "allocator: {w}"),
+        }
+    }
+}
+
+/// What the run measured.
+#[derive(Debug, Clone, Default)]
+pub struct GiantReport {
+    /// User pages mapped, and kept after the three-in-four free.
+    pub filled: u64,
+    pub kept: u64,
+    /// The 1 GiB range.
+    pub range: Option<PfnRange>,
+    /// Its zone.
+    pub zone: Option<ZoneKind>,
+    /// Frames migrated out of it.
+    pub moved: u64,
+    /// Cycles `alloc_contig` took.
+    pub cycles: u64,
+}
+
+/// Whether the CPU maps 1 GiB pages.
+fn has_giant_pages() -> bool {
+    // Leaf 0x8000_0001 exists on every x86-64 CPU (it reports long mode).
+    let r = core::arch::x86_64::__cpuid(0x8000_0001);
+    r.edx & (1 << 26) != 0
+}
+
+/// The user migrator, with the machine's per-CPU caches drained when the
+/// allocator asks (frames parked there must reach the isolated range).
+struct Draining<'m, 't> {
+    machine: &'static KernelMachine,
+    inner: &'m mut UserMigrator<'t>,
+}
+
+impl Migrator for Draining<'_, '_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order, tag: u32) -> bool {
+        self.inner.isolate(pfn, order, tag)
+    }
+    fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, m: MigrateMode) -> Result<(), MigrateError> {
+        self.inner.migrate(s, d, o, m)
+    }
+    fn drain_caches(&mut self) {
+        self.machine.drain_pcp(None, |_| core::hint::spin_loop());
+    }
+}
+
+/// One run.
+pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport, GiantError> {
+    if !has_giant_pages() {
+        return Err(GiantError::NoGiantPages);
+    }
+    let mut rep = GiantReport::default();
+    let normal = machine
+        .node(NODE)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or(GiantError::NoMemory(
+            "a Normal zone (boot with -m 4G or more)",
+        ))?;
+    let cap = normal.free_pages();
+
+    // Bookkeeping and tables before the fill. The reverse map of a large
+    // guest is more than the largest block: the heap takes it as a
+    // contiguous range.
+    let mut rmap = Vec::new();
+    rmap.try_reserve_exact(pfn_end as usize)
+        .map_err(|_| GiantError::NoMemory("reverse map"))?;
+    rmap.resize(pfn_end as usize, 0u32);
+    let mut tables = Tables::current();
+    let mut take = || {
+        machine
+            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
+            .map(|a| a.pfn.get() * 4096)
+            .ok()
+    };
+    for vpn in (0..cap).step_by(512) {
+        tables
+            .entry(
+                crate::user_pages::USER_BASE + vpn * 4096,
+                1,
+                Some(&mut take),
+            )
+            .map_err(|_| GiantError::NoMemory("user page tables"))?;
+    }
+    tables
+        .entry(GIANT_BASE, 3, Some(&mut take))
+        .map_err(|_| GiantError::NoMemory("1 GiB table"))?;
+    let base_free = machine.free_pages();
+
+    // Fill the Normal zone with user pages.
+    let mut vpn = 0u64;
+    while vpn < cap {
+        let Ok(a) = machine.alloc(NODE, Gfp::HIGHUSER_MOVABLE, Order::ZERO) else {
+            break;
+        };
+        if a.zone != ZoneKind::Normal {
+            machine
+                .free(a.pfn, Order::ZERO)
+                .map_err(|_| GiantError::Allocator("free"))?;
+            break;
+        }
+        if !tables.map_user(vpn, a.pfn) {
+            return Err(GiantError::NoMemory("user page table"));
+        }
+        rmap[a.pfn.get() as usize] = vpn as u32 + 1;
+        let page = user_addr(vpn);
+        for w in CHECKED {
+            // SAFETY: `page` maps a frame just allocated for this page.
+            unsafe { page.add(w).write_volatile(pattern(vpn, w)) };
+        }
+        vpn += 1;
+    }
+    rep.filled = vpn;
+    for v in 0..rep.filled {
+        let pfn = tables.user_frame(v).ok_or(GiantError::Allocator("rmap"))?;
+        if pfn.get() % 4 != 0 {
+            tables.unmap_user(v);
+            rmap[pfn.get() as usize] = 0;
+            machine
+                .free(pfn, Order::ZERO)
+                .map_err(|_| GiantError::Allocator("free of a user page"))?;
+        } else {
+            rep.kept += 1;
+        }
+    }
+
+    // The 1 GiB page.
+    let mut mig = UserMigrator {
+        tables: &mut tables,
+        rmap,
+        moved: 0,
+        refused: 0,
+        on_checkpoint: None,
+    };
+    let t0 = Instant::now();
+    let got = machine.alloc_contig(
+        NODE,
+        Gfp::HIGHUSER_MOVABLE,
+        GIANT,
+        GIANT,
+        &mut Draining {
+            machine,
+            inner: &mut mig,
+        },
+    );
+    rep.cycles = t0.elapsed().0;
+    let got = match got {
+        Ok(g) => g,
+        Err(e) => {
+            // Say what stood in the way of each candidate.
+            for z in machine.all_zones() {
+                let span = z.span();
+                let mut s = span.start.get().next_multiple_of(GIANT);
+                while s + GIANT <= span.end.get() {
+                    let cand = PfnRange::new(Pfn::new(s), Pfn::new(s + GIANT));
+                    let b = z.inspect(|m| m.range_blocker(cand));
+                    crate::println!("giant: candidate {cand:?} in {}: {b:?}", z.kind());
+                    s += GIANT;
+                }
+            }
+            return Err(GiantError::Contig(e));
+        }
+    };
+    rep.range = Some(got.range);
+    rep.zone = Some(got.zone);
+    rep.moved = got.moved;
+    let tables = mig.tables;
+    if !tables.map_giant(got.range.start) {
+        return Err(GiantError::NoMemory("1 GiB entry in use"));
+    }
+    // A word in every 4 KiB, through the 1 GiB mapping...
+    let giant = GIANT_BASE as *mut u64;
+    for i in 0..GIANT {
+        // SAFETY: the 1 GiB mapping covers the range, which is ours.
+        unsafe {
+            giant
+                .add((i * 512 + i % 512) as usize)
+                .write_volatile(pattern(i, 7))
+        };
+    }
+    // ...read back through the direct map (physical address).
+    let phys = got.range.start.addr().get() as *const u64;
+    for i in 0..GIANT {
+        // SAFETY: the direct map covers all RAM; the range is ours.
+        let v = unsafe { phys.add((i * 512 + i % 512) as usize).read_volatile() };
+        if v != pattern(i, 7) {
+            return Err(GiantError::Mismatch(i));
+        }
+    }
+    tables.unmap_giant();
+
+    // Every user page kept its data, and none maps into the range.
+    for v in 0..rep.filled {
+        let Some(pfn) = tables.user_frame(v) else {
+            continue;
+        };
+        if got.range.contains(pfn) {
+            return Err(GiantError::LeftInRange(v));
+        }
+        for w in CHECKED {
+            // SAFETY: a mapped user page.
+            if unsafe { user_addr(v).add(w).read_volatile() } != pattern(v, w) {
+                return Err(GiantError::Corrupt { vpn: v, word: w });
+            }
+        }
+    }
+
+    // Everything back.
+    machine
+        .free_contig_range(got.range)
+        .map_err(|_| GiantError::Allocator("free_contig_range"))?;
+    for v in 0..rep.filled {
+        if let Some(pfn) = tables.user_frame(v) {
+            tables.unmap_user(v);
+            machine
+                .free(pfn, Order::ZERO)
+                .map_err(|_| GiantError::Allocator("free of a user page"))?;
+        }
+    }
+    machine.drain_pcp(None, |_| core::hint::spin_loop());
+    machine
+        .validate()
+        .map_err(|_| GiantError::Allocator("validate"))?;
+    let after = machine.free_pages();
+    if after != base_free {
+        return Err(GiantError::Conservation {
+            before: base_free,
+            after,
+        });
+    }
+    Ok(rep)
+}
+
+/// Prints the report.
+pub fn print(r: &GiantReport, rate: &crate::time::TscRate) {
+    if let Some(range) = r.range {
+        crate::println!(
+            "giant: 1 GiB page at pfn {:#x} (zone {}), {} user pages migrated out of it ({} mapped, {} kept), alloc_contig {}",
+            range.start.get(),
+            r.zone.map_or("?", |z| z.name()),
+            r.moved,
+            r.filled,
+            r.kept,
+            rate.duration(crate::time::Cycles(r.cycles))
+        );
+        crate::println!(
+            "giant: written through one 1 GiB mapping, read back through the direct map"
+        );
+    }
+}

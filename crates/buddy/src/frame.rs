@@ -24,6 +24,10 @@ pub(crate) enum State {
     Tail = 3,
 }
 
+/// Bit of [`Frame::flags`] on a free head: reported to the hypervisor since
+/// it went on its list (see `report.rs`).
+pub(crate) const REPORTED: u8 = 1;
+
 /// Metadata of one frame. 16 bytes (Linux's `struct page` is 64).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -38,7 +42,8 @@ pub(crate) struct Frame {
     pub order: u8,
     /// Free list the block is on (free heads).
     pub list: u8,
-    /// Spare bits (keep the record 16 bytes and aligned).
+    /// Flag bits ([`REPORTED`]); the rest spare (keep the record 16 bytes
+    /// and aligned).
     pub flags: u8,
     /// An opaque word the layers above may keep on allocated block heads.
     pub tag: u32,

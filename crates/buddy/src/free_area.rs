@@ -121,6 +121,8 @@ impl<'a> FreeAreas<'a> {
         let f = unsafe { frames.get_unchecked_mut(i) };
         f.order = order;
         f.list = list.get();
+        // A block going on a list anew has not been reported as such.
+        f.flags &= !crate::frame::REPORTED;
         if lh.len == 0 {
             f.next = NIL;
             f.prev = NIL;

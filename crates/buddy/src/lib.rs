@@ -50,6 +50,7 @@ mod free_area;
 #[cfg(feature = "std")]
 pub mod model;
 mod policy;
+mod report;
 mod reserve;
 mod stats;
 mod validate;

@@ -494,3 +494,44 @@ fn policy_lists_keep_blocks_apart_and_mechanisms_move_them() {
     );
     z.validate().unwrap();
 }
+
+#[test]
+fn reported_marks_clear_when_a_block_is_reused_or_merged() {
+    let span = r(0, 64);
+    let mut m = meta(span, 3);
+    let mut z = BuddyZone::new(span, config(3), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let mut out = [(Pfn(0), Order::ZERO); 16];
+    // Eight order-3 blocks, at most 20 frames: two taken.
+    assert_eq!(z.take_unreported(o(3), L, &mut out, 20), 2);
+    assert_eq!(z.free_pages(), 48);
+    let (a, b) = (out[0], out[1]);
+    assert_eq!(
+        z.free(a.0, a.1),
+        Ok(()),
+        "held as allocated by the reporter"
+    );
+    assert_eq!(z.take_unreported(o(3), L, &mut out, 64), 7);
+    for &(p, k) in &out[..7] {
+        z.return_reported(p, k, true).unwrap();
+        assert!(z.is_reported(p));
+    }
+    z.return_reported(b.0, b.1, false).unwrap();
+    assert!(!z.is_reported(b.0));
+    assert_eq!(z.reported_pages(o(3), L), (64, 56));
+    assert_eq!(
+        z.take_unreported(o(3), L, &mut out, 64),
+        1,
+        "only the refused one"
+    );
+    z.return_reported(out[0].0, out[0].1, true).unwrap();
+    // Allocating a reported block and freeing it: unreported again.
+    let p = z.alloc(o(0), L).unwrap();
+    z.free(p, o(0)).unwrap();
+    assert_eq!(z.reported_pages(o(3), L), (64, 56));
+    assert_eq!(
+        z.return_reported(Pfn(8), o(3), true),
+        Err(FreeError::AlreadyFree)
+    );
+    z.validate().unwrap();
+}

@@ -52,6 +52,7 @@ mod pageblock;
 mod placement;
 mod policy;
 mod report;
+mod reporting;
 mod stats;
 mod validate;
 mod watermark;

@@ -150,6 +150,7 @@ mod machine;
 pub mod model;
 mod node;
 mod numa_stats;
+mod reporting;
 mod slow_path;
 mod sync;
 mod thp;
@@ -181,6 +182,7 @@ pub use pageframe_mobility::{
 };
 pub use pageframe_pcp as pcp;
 pub use pageframe_types::{MAX_PFN, MigrateType, Order, Pfn, PfnRange, PhysAddr};
+pub use reporting::{REPORTING_CAPACITY, ReportStats};
 pub use slow_path::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, SlowPathHooks};
 pub use thp::{DefragAction, NodePolicy, ThpDefrag, ThpPolicy};
 pub use topology::{

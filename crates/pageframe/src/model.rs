@@ -185,6 +185,15 @@ pub enum Op {
         /// An arbitrary range instead.
         raw: Option<(u8, u16, u16)>,
     },
+    /// A free page reporting pass from order `min` (reduced modulo 11); the
+    /// callback refuses the batches if `refuse`. Every block offered must be
+    /// free: disjoint from every owned block.
+    Report {
+        /// Reporting order.
+        min: u8,
+        /// Refuse every batch.
+        refuse: bool,
+    },
     /// Set a tunable to an arbitrary value.
     Tunable {
         /// Which one.
@@ -720,6 +729,28 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     owners.blocks.remove(&h);
                     mover.token.remove(&h);
                 }
+            }
+        }
+        Op::Report { min, refuse } => {
+            let min = Order::new_truncated(min % 11);
+            let mut bad = None;
+            let blocks = &owners.blocks;
+            m.report_free_pages(min, &mut |batch| {
+                for &(p, o) in batch {
+                    let end = p.get() + o.pages();
+                    if o < min || !p.is_aligned(o) {
+                        bad = Some(format!("offered {p:?}/{o:?} below {min:?} or misaligned"));
+                    }
+                    if let Some((&h, &(ho, _))) = blocks.range(..end).next_back()
+                        && h + ho.pages() > p.get()
+                    {
+                        bad = Some(format!("offered {p:?}/{o:?}, which overlaps owned {h:#x}"));
+                    }
+                }
+                !refuse
+            });
+            if let Some(e) = bad {
+                return Err(e);
             }
         }
         Op::Tunable { which, value } => match which % 4 {

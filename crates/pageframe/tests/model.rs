@@ -2,7 +2,7 @@
 //! sequences of allocations and frees through CPU handles and the machine,
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
-//! taken and freed. After every step no
+//! taken and freed, and free page reporting. After every step no
 //! frame has two owners, none is lost, and `validate()` holds.
 
 use pageframe::model::{GFPS, Op, run};
@@ -32,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(zone, offset, len, refuse)| Op::Contig { zone, offset, len, refuse }),
         1 => (any::<usize>(), proptest::option::weighted(0.3, (0u8..3, any::<u16>(), any::<u16>())))
             .prop_map(|(index, raw)| Op::FreeContig { index, raw }),
+        1 => (0u8..12, proptest::bool::weighted(0.3)).prop_map(|(min, refuse)| Op::Report { min, refuse }),
     ]
 }
 
@@ -120,6 +121,14 @@ fn a_long_scripted_run() {
             });
         }
     }
+    ops.push(Op::Report {
+        min: 0,
+        refuse: false,
+    });
+    ops.push(Op::Report {
+        min: 9,
+        refuse: true,
+    });
     let stats = run(&ops).unwrap();
     assert!(stats.contig_taken >= 3, "{stats:?}");
     assert!(stats.contig_freed >= 2, "{stats:?}");

@@ -1,0 +1,106 @@
+//! Free page reporting (Linux `page_reporting`): a kernel running as a
+//! guest tells its hypervisor which free memory it may take back
+//! (virtio-balloon's free page reporting). Off the fast path: the kernel
+//! calls [`Machine::report_free_pages`] from a worker or a timer, and the
+//! allocator hands the callback, in batches, the free blocks of at least a
+//! given order not reported since they were last allocated. A block being
+//! reported is off the free lists for the call (frees of it get `Busy`);
+//! it comes back marked and goes to the tail of its list, so allocations
+//! prefer memory the host still backs. Freeing, merging or allocating a
+//! block clears its mark (one store on a line the free path writes anyway).
+
+use pageframe_buddy::{Order, Pfn};
+
+use crate::lock::RawMutex;
+use crate::machine::Machine;
+use crate::zone::Zone;
+
+/// Blocks per batch (Linux `PAGE_REPORTING_CAPACITY`).
+pub const REPORTING_CAPACITY: usize = 32;
+
+/// What a reporting pass did.
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
+pub struct ReportStats {
+    /// Blocks the callback accepted.
+    pub blocks: u64,
+    /// Their frames.
+    pub pages: u64,
+    /// Calls of the callback.
+    pub batches: u64,
+    /// Blocks the callback refused (given back unmarked).
+    pub refused: u64,
+}
+
+impl<R: RawMutex> Machine<'_, R> {
+    /// One reporting pass over every zone: the callback gets batches of up
+    /// to [`REPORTING_CAPACITY`] free blocks of at least `min` order that
+    /// are not reported yet, and returns whether it reported them (`false`
+    /// gives them back unmarked, to be offered again). A zone keeps at
+    /// least its low watermark free: reporting never takes memory a normal
+    /// allocation would need meanwhile (Linux's rule). The zone lock is not
+    /// held while the callback runs.
+    pub fn report_free_pages(
+        &self,
+        min: Order,
+        report: &mut dyn FnMut(&[(Pfn, Order)]) -> bool,
+    ) -> ReportStats {
+        let mut stats = ReportStats::default();
+        for z in self.all_zones() {
+            z.report(min, report, &mut stats);
+        }
+        stats
+    }
+
+    /// Frames in free blocks of at least `min` order over every zone, and
+    /// how many of them are reported.
+    pub fn reported_pages(&self, min: Order) -> (u64, u64) {
+        self.all_zones()
+            .map(|z| z.inspect(|m| m.reported_pages(min)))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+}
+
+impl<R: RawMutex> Zone<'_, R> {
+    fn report(
+        &self,
+        min: Order,
+        report: &mut dyn FnMut(&[(Pfn, Order)]) -> bool,
+        stats: &mut ReportStats,
+    ) {
+        loop {
+            let mut batch = [(Pfn(0), Order::ZERO); REPORTING_CAPACITY];
+            let n = {
+                let mut z = self.inner.lock();
+                let budget = z.buddy.free_pages().saturating_sub(z.wmark.low);
+                let n = z.buddy.take_unreported(min, &mut batch, budget);
+                for &(p, o) in &batch[..n] {
+                    self.states.set_isolated(p, o);
+                }
+                self.after_zone_op(&z);
+                n
+            };
+            if n == 0 {
+                return;
+            }
+            let ok = report(&batch[..n]);
+            stats.batches += 1;
+            let mut z = self.inner.lock();
+            for &(p, o) in &batch[..n] {
+                self.states.set_free(p);
+                let r = z.buddy.return_reported(p, o, ok);
+                debug_assert!(r.is_ok(), "the reporter held the block");
+                if ok {
+                    stats.blocks += 1;
+                    stats.pages += o.pages();
+                } else {
+                    stats.refused += 1;
+                }
+            }
+            self.after_zone_op(&z);
+            if !ok {
+                // Offered again next pass, not in a loop now.
+                return;
+            }
+        }
+    }
+}

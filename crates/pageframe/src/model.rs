@@ -735,7 +735,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             let min = Order::new_truncated(min % 11);
             let mut bad = None;
             let blocks = &owners.blocks;
-            m.report_free_pages(min, &mut |batch| {
+            m.report_free_pages(min, |batch: &[(Pfn, Order)]| {
                 for &(p, o) in batch {
                     let end = p.get() + o.pages();
                     if o < min || !p.is_aligned(o) {

@@ -42,11 +42,11 @@ impl<R: RawMutex> Machine<'_, R> {
     pub fn report_free_pages(
         &self,
         min: Order,
-        report: &mut dyn FnMut(&[(Pfn, Order)]) -> bool,
+        mut report: impl FnMut(&[(Pfn, Order)]) -> bool,
     ) -> ReportStats {
         let mut stats = ReportStats::default();
         for z in self.all_zones() {
-            z.report(min, report, &mut stats);
+            z.report(min, &mut report, &mut stats);
         }
         stats
     }
@@ -64,7 +64,7 @@ impl<R: RawMutex> Zone<'_, R> {
     fn report(
         &self,
         min: Order,
-        report: &mut dyn FnMut(&[(Pfn, Order)]) -> bool,
+        report: &mut impl FnMut(&[(Pfn, Order)]) -> bool,
         stats: &mut ReportStats,
     ) {
         loop {

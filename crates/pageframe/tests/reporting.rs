@@ -18,7 +18,7 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
     let m = one_zone(512 * PB); // 1 GiB
     let free = m.free_pages();
     let mut seen = HashSet::new();
-    let s = m.report_free_pages(HUGE, &mut |batch| {
+    let s = m.report_free_pages(HUGE, |batch| {
         assert!(batch.len() <= REPORTING_CAPACITY);
         for &(p, o) in batch {
             assert!(o >= HUGE && p.is_aligned(o));
@@ -41,14 +41,14 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
     assert!(big - reported <= low + 1024, "{} left", big - reported);
     m.validate().unwrap();
     // Nothing new: the second pass offers nothing.
-    let again = m.report_free_pages(HUGE, &mut |_| panic!("nothing is unreported"));
+    let again = m.report_free_pages(HUGE, |_| panic!("nothing is unreported"));
     assert_eq!(again.batches, 0);
     // A block allocated and freed is offered again, and only it (merged
     // with its buddies into whatever it joins).
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, HUGE).unwrap().pfn;
     m.free(a, HUGE).unwrap();
     let mut offered = Vec::new();
-    m.report_free_pages(HUGE, &mut |b| {
+    m.report_free_pages(HUGE, |b| {
         offered.extend_from_slice(b);
         true
     });
@@ -63,7 +63,7 @@ fn a_refused_batch_comes_back_unmarked_and_nothing_leaks_meanwhile() {
     let m = one_zone(64 * PB);
     let free = m.free_pages();
     let mut during = None;
-    let s = m.report_free_pages(HUGE, &mut |batch| {
+    let s = m.report_free_pages(HUGE, |batch| {
         // While a block is reported it is nobody's: its frees are refused,
         // nothing hands it out, and the books still add up.
         let (p, o) = batch[0];
@@ -102,7 +102,7 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
     let m = one_zone(frames);
     let mut rng = SmallRng::seed_from_u64(3);
     let mut live = Vec::new();
-    let _ = m.report_free_pages(HUGE, &mut |_| true);
+    let _ = m.report_free_pages(HUGE, |_| true);
     for step in 0..frames / 4 {
         if rng.gen_bool(0.55) || live.is_empty() {
             let o = Order::new([0, 0, 0, 1, 3, 9][rng.gen_range(0..6)]).unwrap();
@@ -114,7 +114,7 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
             m.free(p, o).unwrap();
         }
         if step % 50_000 == 0 {
-            let _ = m.report_free_pages(HUGE, &mut |_| true);
+            let _ = m.report_free_pages(HUGE, |_| true);
         }
     }
     // Settle: free half of what is held.
@@ -123,7 +123,7 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
         m.free(p, o).unwrap();
     }
     for _ in 0..2 {
-        let _ = m.report_free_pages(HUGE, &mut |_| true);
+        let _ = m.report_free_pages(HUGE, |_| true);
     }
     let (big, reported) = m.reported_pages(HUGE);
     assert!(big > 0);

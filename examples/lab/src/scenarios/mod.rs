@@ -5,6 +5,7 @@ use crate::args::Opts;
 mod compact_backoff;
 mod compact_common;
 mod compact_gupta;
+mod contig;
 mod mixed_churn;
 mod mthp_fallback;
 mod pcp_tune;
@@ -64,6 +65,11 @@ pub const ALL: &[Scenario] = &[
         name: "swap-latency",
         about: "swap-slot allocation latency percentiles at 50/90/99% fill vs a linear-scan peer",
         run: swap_latency::run,
+    },
+    Scenario {
+        name: "contig",
+        about: "contiguous ranges after mixed churn at 90%: 1 GiB pages and 3000-frame ranges (success, moves vs minimum), then free page reporting",
+        run: contig::run,
     },
     Scenario {
         name: "thp-numa",

@@ -1,5 +1,6 @@
-//! Reserving and releasing arbitrary frame ranges (firmware and kernel image
-//! holes discovered late, contiguous allocations).
+//! Reserving, releasing and removing arbitrary frame ranges (firmware and
+//! kernel image holes discovered late, contiguous allocations, memory
+//! offline).
 
 use crate::error::RangeError;
 use crate::frame::State;
@@ -42,6 +43,47 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// exactly by allocated blocks (as `reserve_range` leaves it); otherwise
     /// nothing changes and the first frame where the tiling breaks is named.
     pub fn release_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.check_tiled(range)?;
+        let mut p = range.start;
+        while p < range.end {
+            let order = Order::new_truncated(self.view(self.idx(p)).order);
+            self.free(p, order)
+                .map_err(|_| RangeError::Busy { pfn: p })?;
+            p = p + order.pages();
+        }
+        Ok(())
+    }
+
+    /// Takes the frames of `range` out of the zone (memory offline): the
+    /// range must be tiled exactly by allocated blocks (as `reserve_range`
+    /// leaves it); every frame becomes a hole, no longer managed, until
+    /// `add_free_range` hands it over again. Otherwise nothing changes and
+    /// the first frame where the tiling breaks is named.
+    pub fn remove_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.check_tiled(range)?;
+        let mut p = range.start;
+        while p < range.end {
+            let i = self.idx(p);
+            let order = self.view(i).order;
+            self.policy.freed(p, Order::new_truncated(order));
+            if order == self.max_order && !self.frames.is_init(i) {
+                // A whole max-order block never split: its head speaks for
+                // every frame.
+                self.set(i, State::Hole, 0);
+            } else {
+                for t in i..i + (1 << order) {
+                    self.set(t, State::Hole, 0);
+                }
+            }
+            p = p + (1u64 << order);
+        }
+        self.managed -= range.len();
+        Ok(())
+    }
+
+    /// Whether allocated blocks tile `range` exactly; the first frame where
+    /// they do not, otherwise.
+    fn check_tiled(&self, range: PfnRange) -> Result<(), RangeError> {
         self.check_range(range)?;
         let mut p = range.start;
         while p < range.end {
@@ -60,13 +102,6 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 State::Hole => return Err(RangeError::Hole { pfn: p }),
                 State::FreeHead => return Err(RangeError::Busy { pfn: p }),
             }
-        }
-        let mut p = range.start;
-        while p < range.end {
-            let order = Order::new_truncated(self.view(self.idx(p)).order);
-            self.free(p, order)
-                .map_err(|_| RangeError::Busy { pfn: p })?;
-            p = p + order.pages();
         }
         Ok(())
     }

@@ -126,6 +126,13 @@ impl MobileZone<'_> {
         }
     }
 
+    /// Takes the frames of `range`, tiled by allocated blocks (as
+    /// [`MobileZone::take_free_range`] leaves it), out of the zone: they
+    /// become holes until handed over again (memory offline).
+    pub fn remove_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
+        self.buddy.remove_range(range)
+    }
+
     /// Takes every frame of `range`, which must all be free, as allocated
     /// blocks of type `mt` (the largest aligned blocks that tile it: a
     /// range of `n` frames is at most `2·log2(n)` blocks). Fails, changing

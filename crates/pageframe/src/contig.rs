@@ -138,6 +138,66 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         range: PfnRange,
         migrator: &mut M,
     ) -> Result<ContigAllocation, ContigError> {
+        let (z, moved) = self.empty_range(range, migrator)?;
+        z.with_zone(|m| {
+            let taken = m.take_free_range(range, MigrateType::Unmovable);
+            if taken.is_ok() {
+                for (p, info) in m.buddy().walk(range) {
+                    if let BlockInfo::Allocated { head, order, .. } = info
+                        && head == p
+                    {
+                        z.states.set_allocated(p, order, MigrateType::Unmovable);
+                    }
+                }
+            }
+            let _ = m.unisolate_range(range);
+            taken.map_err(|e| busy_at(e, range))
+        })?;
+        Ok(ContigAllocation {
+            range,
+            node: z.node(),
+            zone: z.kind(),
+            moved,
+        })
+    }
+
+    /// Takes memory offline (Linux `offline_pages`): the range, whole
+    /// pageblocks of one zone, is emptied as [`Machine::alloc_contig_range`]
+    /// empties one (movable memory migrates out through `migrator`), then
+    /// leaves the zone: its frames become holes, no longer managed, and the
+    /// watermarks are recomputed. When the range cannot be emptied the
+    /// error names what blocks it and nothing is lost (the range stays
+    /// online). [`Machine::add_free_range`] brings it back online. Returns
+    /// the frames migrated.
+    pub fn offline_range<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<u64, ContigError> {
+        let pb = self.mobility_config().pageblock_order;
+        if range.is_empty() || !range.start.is_aligned(pb) || !range.end.is_aligned(pb) {
+            return Err(ContigError::Invalid);
+        }
+        let (z, moved) = self.empty_range(range, migrator)?;
+        z.with_zone(|m| {
+            let r = m
+                .take_free_range(range, MigrateType::Unmovable)
+                .and_then(|()| m.remove_range(range));
+            let _ = m.unisolate_range(range);
+            r.map_err(|e| busy_at(e, range))
+        })?;
+        self.recompute_watermarks();
+        Ok(moved)
+    }
+
+    /// Isolates the pageblocks of `range` and migrates its movable memory
+    /// out; on success the range is wholly free, its pageblocks still
+    /// isolated. On error nothing stays isolated.
+    fn empty_range<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<(&Zone<'a, R>, u64), ContigError> {
         if range.is_empty() {
             return Err(ContigError::Invalid);
         }
@@ -162,40 +222,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             inner: migrator,
             machine: self,
         };
-        let moved = match evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync) {
-            Ok(e) => e.moved,
+        match evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync) {
+            Ok(e) => Ok((z, e.moved)),
             Err(e) => {
                 let _ = z.with_zone(|m| m.unisolate_range(range));
-                return Err(e.into());
+                Err(e.into())
             }
-        };
-        z.with_zone(|m| {
-            let taken = m.take_free_range(range, MigrateType::Unmovable);
-            if taken.is_ok() {
-                for (p, info) in m.buddy().walk(range) {
-                    if let BlockInfo::Allocated { head, order, .. } = info
-                        && head == p
-                    {
-                        z.states.set_allocated(p, order, MigrateType::Unmovable);
-                    }
-                }
-            }
-            let _ = m.unisolate_range(range);
-            taken.map_err(|e| ContigError::Busy {
-                pfn: match e {
-                    pageframe_buddy::RangeError::Busy { pfn }
-                    | pageframe_buddy::RangeError::Hole { pfn }
-                    | pageframe_buddy::RangeError::NotBlockAligned { pfn } => pfn,
-                    _ => range.start,
-                },
-            })
-        })?;
-        Ok(ContigAllocation {
-            range,
-            node: z.node(),
-            zone: z.kind(),
-            moved,
-        })
+        }
     }
 
     /// Allocates `frames` contiguous frames aligned to `align` frames (a
@@ -414,6 +447,17 @@ impl<R: RawMutex> Zone<'_, R> {
         }
         self.after_zone_op(&z);
         Ok(())
+    }
+}
+
+/// The frame a failed take names (a frame still in use: `Busy`).
+fn busy_at(e: pageframe_buddy::RangeError, range: PfnRange) -> ContigError {
+    use pageframe_buddy::RangeError as E;
+    ContigError::Busy {
+        pfn: match e {
+            E::Busy { pfn } | E::Hole { pfn } | E::NotBlockAligned { pfn } => pfn,
+            _ => range.start,
+        },
     }
 }
 

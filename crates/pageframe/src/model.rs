@@ -185,6 +185,23 @@ pub enum Op {
         /// An arbitrary range instead.
         raw: Option<(u8, u16, u16)>,
     },
+    /// Take `blocks` pageblocks (modulo 4, plus one) at pageblock `block` of
+    /// zone `zone` offline, with a migrator that refuses if `refuse`.
+    Offline {
+        /// Index into the model's zones.
+        zone: u8,
+        /// First pageblock, from the span's start (modulo the span).
+        block: u8,
+        /// Pageblocks.
+        blocks: u8,
+        /// Migrations fail.
+        refuse: bool,
+    },
+    /// Bring the `index`-th offline range back online.
+    Online {
+        /// Which range.
+        index: usize,
+    },
     /// A free page reporting pass from order `min` (reduced modulo 11); the
     /// callback refuses the batches if `refuse`. Every block offered must be
     /// free: disjoint from every owned block.
@@ -247,6 +264,8 @@ struct Owners {
     next_token: u64,
     /// Ranges taken by `Contig` (their blocks are in `blocks`).
     contigs: Vec<PfnRange>,
+    /// Ranges taken offline.
+    offline: Vec<PfnRange>,
     stats: RunStats,
 }
 
@@ -260,6 +279,8 @@ pub struct RunStats {
     pub contig_freed: u32,
     /// Blocks compaction or range evacuation moved.
     pub moved: u64,
+    /// Ranges taken offline.
+    pub offlined: u32,
 }
 
 impl Owners {
@@ -341,14 +362,21 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         blocks: BTreeMap::new(),
         next_token: 0,
         contigs: Vec::new(),
+        offline: Vec::new(),
         stats: RunStats::default(),
     };
     let mut mover = Mover::default();
     for (step, op) in ops.iter().enumerate() {
         apply(m, op, &mut owners, &mut mover).map_err(|e| format!("step {step} {op:?}: {e}"))?;
-        check(m, &owners, &mover, managed).map_err(|e| format!("after step {step} {op:?}: {e}"))?;
+        let offline: u64 = owners.offline.iter().map(|r| r.len()).sum();
+        check(m, &owners, &mover, managed - offline)
+            .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
     // Everything comes back.
+    for r in owners.offline.drain(..) {
+        m.add_free_range(r)
+            .map_err(|e| format!("onlining {r:?} at the end: {e}"))?;
+    }
     let all: Vec<(Pfn, Order)> = owners
         .blocks
         .iter()
@@ -730,6 +758,55 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     mover.token.remove(&h);
                 }
             }
+        }
+        Op::Offline {
+            zone,
+            block,
+            blocks,
+            refuse,
+        } => {
+            let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
+            let pb = 512;
+            let first = a.next_multiple_of(pb);
+            let n = (b - first) / pb;
+            let start = first + u64::from(block) % n.max(1) * pb;
+            let range = PfnRange::new(Pfn(start), Pfn(start + (1 + u64::from(blocks) % 4) * pb));
+            mover.refuse = refuse;
+            let before = m.managed_pages();
+            let r = m.offline_range(range, mover);
+            settle(owners, mover)?;
+            match r {
+                Ok(_) => {
+                    ensure!(
+                        m.managed_pages() == before - range.len(),
+                        "offline of {range:?}: managed {before} -> {}",
+                        m.managed_pages()
+                    );
+                    ensure!(
+                        owners
+                            .blocks
+                            .range(..range.end.get())
+                            .next_back()
+                            .is_none_or(|(&h, &(o, _))| h + o.pages() <= range.start.get()
+                                || h >= range.end.get()),
+                        "an owned block is inside offlined {range:?}"
+                    );
+                    owners.offline.push(range);
+                    owners.stats.offlined += 1;
+                }
+                Err(_) => ensure!(
+                    m.managed_pages() == before,
+                    "a failed offline changed managed"
+                ),
+            }
+        }
+        Op::Online { index } => {
+            if owners.offline.is_empty() {
+                return Ok(());
+            }
+            let r = owners.offline.swap_remove(index % owners.offline.len());
+            m.add_free_range(r)
+                .map_err(|e| format!("online of offlined {r:?}: {e}"))?;
         }
         Op::Report { min, refuse } => {
             let min = Order::new_truncated(min % 11);

@@ -376,3 +376,98 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
     m.free_contig_range(a.range).unwrap();
     m.validate().unwrap();
 }
+
+/// Memory offline and online: 256 MiB of a zone full of movable memory goes
+/// offline (its memory moves out, each block once), comes back online, and
+/// nothing is lost on the way.
+#[test]
+fn offline_and_online_256_mib_with_movable_memory() {
+    let frames = if cfg!(miri) { 64 * PB } else { GIB };
+    let m = one_zone(frames);
+    let managed = m.managed_pages();
+    let mut w = Words::default();
+    let live = fill_movable(m, &mut w, 0.5, 11);
+    let words: u64 = live.iter().map(|(_, o)| o.pages()).sum();
+    let base = 4 * GIB;
+    let range = r(base + frames / 4, base + frames / 2);
+    let inside: u64 = live
+        .iter()
+        .filter(|(p, o)| *p + o.pages() > range.start && *p < range.end)
+        .map(|(_, o)| o.pages())
+        .sum();
+    let free_before = m.free_pages();
+    let moved = m.offline_range(range, &mut w).unwrap();
+    assert_eq!(moved, inside, "each allocation in the range moved once");
+    assert_eq!(m.managed_pages(), managed - range.len());
+    // The range's free frames left with it, and its allocations took as
+    // many free frames outside as they hold.
+    assert_eq!(m.free_pages(), free_before - range.len());
+    words_intact(&w, words);
+    assert!(w.word.keys().all(|&k| !range.contains(Pfn(k))));
+    m.validate().unwrap();
+    // Offline memory is nobody's: not allocatable, not freeable, not
+    // offlined twice.
+    assert_eq!(m.free(range.start, Order::ZERO), Err(FreeError::Hole));
+    assert!(matches!(
+        m.offline_range(range, &mut w),
+        Err(ContigError::Blocked {
+            why: Blocker::Hole,
+            ..
+        })
+    ));
+    let mut got = 0u64;
+    while let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE, Order::ZERO) {
+        assert!(!range.contains(a.pfn));
+        got += 1;
+    }
+    assert!(got > 0);
+    // Online again: every frame back, the zone as before.
+    let full = m.free_pages();
+    m.add_free_range(range).unwrap();
+    assert_eq!(m.free_pages(), full + range.len());
+    assert!(m.add_free_range(range).is_err(), "online twice");
+    assert_eq!(m.managed_pages(), managed);
+    m.validate().unwrap();
+    let mut served = 0;
+    // MEMALLOC: past the watermarks, every frame.
+    while let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE | Gfp::MEMALLOC, Order::ZERO) {
+        served += u64::from(range.contains(a.pfn));
+    }
+    assert_eq!(served, range.len(), "the onlined memory serves, all of it");
+    m.validate().unwrap();
+}
+
+#[test]
+fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
+    let m = one_zone(64 * PB);
+    let managed = m.managed_pages();
+    let mut w = Words::default();
+    let base = 4 * GIB;
+    assert_eq!(
+        m.offline_range(r(base + 1, base + PB), &mut w),
+        Err(ContigError::Invalid),
+        "not whole pageblocks"
+    );
+    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+    let kb = k.get() / PB * PB;
+    let free = m.free_pages();
+    assert_eq!(
+        m.offline_range(r(kb, kb + 4 * PB), &mut w),
+        Err(ContigError::Blocked {
+            pfn: k,
+            why: Blocker::Unmovable
+        })
+    );
+    let mv = m.alloc(NodeId::ZERO, MOVABLE, o(3)).unwrap().pfn;
+    let mb = mv.get() / PB * PB;
+    w.refuse = true;
+    if !r(mb, mb + PB).contains(k) {
+        assert_eq!(
+            m.offline_range(r(mb, mb + PB), &mut w),
+            Err(ContigError::Refused { pfn: mv })
+        );
+    }
+    assert_eq!(m.managed_pages(), managed);
+    assert_eq!(m.free_pages(), free - 8);
+    m.validate().unwrap();
+}

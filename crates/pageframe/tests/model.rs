@@ -2,7 +2,7 @@
 //! sequences of allocations and frees through CPU handles and the machine,
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
-//! taken and freed, and free page reporting. After every step no
+//! taken and freed, memory offline and online, and free page reporting. After every step no
 //! frame has two owners, none is lost, and `validate()` holds.
 
 use pageframe::model::{GFPS, Op, run};
@@ -33,6 +33,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), proptest::option::weighted(0.3, (0u8..3, any::<u16>(), any::<u16>())))
             .prop_map(|(index, raw)| Op::FreeContig { index, raw }),
         1 => (0u8..12, proptest::bool::weighted(0.3)).prop_map(|(min, refuse)| Op::Report { min, refuse }),
+        1 => (0u8..3, any::<u8>(), any::<u8>(), proptest::bool::weighted(0.2))
+            .prop_map(|(zone, block, blocks, refuse)| Op::Offline { zone, block, blocks, refuse }),
+        1 => any::<usize>().prop_map(|index| Op::Online { index }),
     ]
 }
 
@@ -121,6 +124,15 @@ fn a_long_scripted_run() {
             });
         }
     }
+    for k in 0..6u8 {
+        ops.push(Op::Offline {
+            zone: k % 3,
+            block: k,
+            blocks: 0,
+            refuse: false,
+        });
+    }
+    ops.push(Op::Online { index: 1 });
     ops.push(Op::Report {
         min: 0,
         refuse: false,
@@ -133,4 +145,5 @@ fn a_long_scripted_run() {
     assert!(stats.contig_taken >= 3, "{stats:?}");
     assert!(stats.contig_freed >= 2, "{stats:?}");
     assert!(stats.moved > 0, "{stats:?}");
+    assert!(stats.offlined >= 2, "{stats:?}");
 }

@@ -298,9 +298,10 @@ fn two_cpus_stress_their_own_caches() {
     }
 }
 
+/// One 6 GiB boot for both: a 1 GiB page, then 256 MiB offline and online.
 #[test]
-fn a_1_gib_page_migrates_user_pages_out_of_its_range() {
-    let b = run("6G", "giant");
+fn a_1_gib_page_and_memory_offline_migrate_user_pages_out() {
+    let b = run("6G", "giant hotplug");
     assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
     assert!(b.serial.contains("\ngiant: PASS\n"), "giant verdict");
     let line = b
@@ -328,4 +329,16 @@ fn a_1_gib_page_migrates_user_pages_out_of_its_range() {
         b.serial
             .contains("giant: written through one 1 GiB mapping")
     );
+    assert!(b.serial.contains("\nhotplug: PASS\n"), "hotplug verdict");
+    let line = b
+        .line("hotplug: 256 MiB at pfn ")
+        .expect("the offline line");
+    let moved: u64 = line
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("moved count");
+    // A quarter of the range's frames held user pages: each moved once.
+    assert!(moved > 0 && moved <= (1 << 16) / 4 + 512, "{line}");
 }

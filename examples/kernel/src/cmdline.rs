@@ -34,6 +34,9 @@ bitflags! {
         /// A 1 GiB page from `alloc_contig`, migrating mapped user pages out
         /// of its range, mapped with one 1 GiB entry and checked.
         const GIANT = 1 << 8;
+        /// 256 MiB holding mapped user pages taken offline (they migrate
+        /// out) and back online.
+        const HOTPLUG = 1 << 9;
     }
 }
 
@@ -78,6 +81,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "giant",
         Modes::GIANT,
         "1 GiB page by alloc_contig (user pages migrate out), 1 GiB mapping",
+    ),
+    (
+        "hotplug",
+        Modes::HOTPLUG,
+        "256 MiB offline (user pages migrate out) and back online",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

@@ -1,4 +1,5 @@
-//! The `giant` mode: a 1 GiB page from `Machine::alloc_contig`.
+//! The `giant` and `hotplug` modes: a 1 GiB page from
+//! `Machine::alloc_contig`, and 256 MiB taken offline and back online.
 //!
 //! Mapped movable "user" pages fill the Normal zone and three of every four
 //! are freed (by frame number), so every 1 GiB range holds user data. Then
@@ -8,6 +9,12 @@
 //! (1 GiB) page-table entry, a word is written in every 4 KiB of it through
 //! that mapping and read back through the direct map, every user page is
 //! checked through its (possibly new) mapping, and everything is freed.
+//!
+//! `hotplug` fills the zone the same way, then takes the first 256 MiB
+//! range with nothing unmovable in it offline (`Machine::offline_range`:
+//! the user pages in it migrate out, the frames leave the zone), checks
+//! every user page and that new allocations come from elsewhere while the
+//! range is out, and brings it back (`Machine::add_free_range`).
 
 use crate::bringup::{KernelMachine, NODE};
 use crate::migrate::{CHECKED, pattern};
@@ -73,8 +80,10 @@ pub struct GiantReport {
     pub zone: Option<ZoneKind>,
     /// Frames migrated out of it.
     pub moved: u64,
-    /// Cycles `alloc_contig` took.
+    /// Cycles `alloc_contig` (or `offline_range`) took.
     pub cycles: u64,
+    /// The offlined range came back online.
+    pub onlined: bool,
 }
 
 /// Whether the CPU maps 1 GiB pages.
@@ -103,9 +112,25 @@ impl Migrator for Draining<'_, '_> {
     }
 }
 
+/// Which scenario runs on the filled zone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Target {
+    /// A 1 GiB page.
+    Giant,
+    /// 256 MiB offline and back online.
+    Hotplug,
+}
+
+/// Frames offlined by the hotplug scenario (256 MiB).
+const OFFLINE: u64 = 1 << 16;
+
 /// One run.
-pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport, GiantError> {
-    if !has_giant_pages() {
+pub fn run(
+    machine: &'static KernelMachine,
+    pfn_end: u64,
+    target: Target,
+) -> Result<GiantReport, GiantError> {
+    if target == Target::Giant && !has_giant_pages() {
         return Err(GiantError::NoGiantPages);
     }
     let mut rep = GiantReport::default();
@@ -182,7 +207,6 @@ pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport,
         }
     }
 
-    // The 1 GiB page.
     let mut mig = UserMigrator {
         tables: &mut tables,
         rmap,
@@ -190,6 +214,68 @@ pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport,
         refused: 0,
         on_checkpoint: None,
     };
+    let range = match target {
+        Target::Giant => giant_page(machine, &mut mig, &mut rep)?,
+        Target::Hotplug => hotplug(machine, &mut mig, &mut rep)?,
+    };
+    let tables = mig.tables;
+    check_user_pages(tables, rep.filled, range)?;
+
+    // Everything back.
+    if target == Target::Giant {
+        machine
+            .free_contig_range(range)
+            .map_err(|_| GiantError::Allocator("free_contig_range"))?;
+    }
+    for v in 0..rep.filled {
+        if let Some(pfn) = tables.user_frame(v) {
+            tables.unmap_user(v);
+            machine
+                .free(pfn, Order::ZERO)
+                .map_err(|_| GiantError::Allocator("free of a user page"))?;
+        }
+    }
+    machine.drain_pcp(None, |_| core::hint::spin_loop());
+    machine
+        .validate()
+        .map_err(|_| GiantError::Allocator("validate"))?;
+    let after = machine.free_pages();
+    if after != base_free {
+        return Err(GiantError::Conservation {
+            before: base_free,
+            after,
+        });
+    }
+    Ok(rep)
+}
+
+/// Every user page kept its data, and none maps into `range`.
+fn check_user_pages(tables: &mut Tables, filled: u64, range: PfnRange) -> Result<(), GiantError> {
+    for v in 0..filled {
+        let Some(pfn) = tables.user_frame(v) else {
+            continue;
+        };
+        if range.contains(pfn) {
+            return Err(GiantError::LeftInRange(v));
+        }
+        for w in CHECKED {
+            // SAFETY: a mapped user page.
+            if unsafe { user_addr(v).add(w).read_volatile() } != pattern(v, w) {
+                return Err(GiantError::Corrupt { vpn: v, word: w });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The 1 GiB page: taken, mapped with one level-3 entry, written through
+/// it and read back through the direct map. Returns its range (held).
+fn giant_page(
+    machine: &'static KernelMachine,
+    mig: &mut UserMigrator<'_>,
+    rep: &mut GiantReport,
+) -> Result<PfnRange, GiantError> {
+    // The 1 GiB page.
     let t0 = Instant::now();
     let got = machine.alloc_contig(
         NODE,
@@ -198,7 +284,7 @@ pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport,
         GIANT,
         &mut Draining {
             machine,
-            inner: &mut mig,
+            inner: mig,
         },
     );
     rep.cycles = t0.elapsed().0;
@@ -222,7 +308,7 @@ pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport,
     rep.range = Some(got.range);
     rep.zone = Some(got.zone);
     rep.moved = got.moved;
-    let tables = mig.tables;
+    let tables = &mut *mig.tables;
     if !tables.map_giant(got.range.start) {
         return Err(GiantError::NoMemory("1 GiB entry in use"));
     }
@@ -246,51 +332,100 @@ pub fn run(machine: &'static KernelMachine, pfn_end: u64) -> Result<GiantReport,
         }
     }
     tables.unmap_giant();
+    Ok(got.range)
+}
 
-    // Every user page kept its data, and none maps into the range.
-    for v in 0..rep.filled {
-        let Some(pfn) = tables.user_frame(v) else {
-            continue;
+/// 256 MiB of the Normal zone, holding user pages, offline (they migrate
+/// out) and back online, with the user pages checked in between.
+fn hotplug(
+    machine: &'static KernelMachine,
+    mig: &mut UserMigrator<'_>,
+    rep: &mut GiantReport,
+) -> Result<PfnRange, GiantError> {
+    let normal = machine
+        .node(NODE)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or(GiantError::NoMemory("a Normal zone"))?;
+    // The first 256 MiB-aligned range with nothing unmovable in it.
+    let span = normal.span();
+    let mut s = span.start.get().next_multiple_of(OFFLINE);
+    let range = loop {
+        if s + OFFLINE > span.end.get() {
+            return Err(GiantError::Contig(ContigError::NotFound));
+        }
+        let cand = PfnRange::new(Pfn::new(s), Pfn::new(s + OFFLINE));
+        if normal.inspect(|m| m.range_blocker(cand)).is_none() {
+            break cand;
+        }
+        s += OFFLINE;
+    };
+    let managed = machine.managed_pages();
+    let t0 = Instant::now();
+    let moved = machine
+        .offline_range(
+            range,
+            &mut Draining {
+                machine,
+                inner: mig,
+            },
+        )
+        .map_err(GiantError::Contig)?;
+    rep.cycles = t0.elapsed().0;
+    rep.range = Some(range);
+    rep.zone = Some(ZoneKind::Normal);
+    rep.moved = moved;
+    if machine.managed_pages() != managed - OFFLINE {
+        return Err(GiantError::Allocator("managed frames after offline"));
+    }
+    // The workload goes on while the range is out: its pages read back
+    // through their new mappings, and new allocations come from elsewhere.
+    check_user_pages(mig.tables, rep.filled, range)?;
+    let mut probe = Vec::new();
+    probe
+        .try_reserve_exact(4096)
+        .map_err(|_| GiantError::NoMemory("probe list"))?;
+    while probe.len() < 4096 {
+        let Ok(a) = machine.alloc(NODE, Gfp::HIGHUSER_MOVABLE, Order::ZERO) else {
+            break;
         };
-        if got.range.contains(pfn) {
-            return Err(GiantError::LeftInRange(v));
+        if range.contains(a.pfn) {
+            return Err(GiantError::LeftInRange(a.pfn.get()));
         }
-        for w in CHECKED {
-            // SAFETY: a mapped user page.
-            if unsafe { user_addr(v).add(w).read_volatile() } != pattern(v, w) {
-                return Err(GiantError::Corrupt { vpn: v, word: w });
-            }
-        }
+        probe.push(a.pfn);
     }
-
-    // Everything back.
+    for p in probe {
+        machine
+            .free(p, Order::ZERO)
+            .map_err(|_| GiantError::Allocator("free of a probe frame"))?;
+    }
     machine
-        .free_contig_range(got.range)
-        .map_err(|_| GiantError::Allocator("free_contig_range"))?;
-    for v in 0..rep.filled {
-        if let Some(pfn) = tables.user_frame(v) {
-            tables.unmap_user(v);
-            machine
-                .free(pfn, Order::ZERO)
-                .map_err(|_| GiantError::Allocator("free of a user page"))?;
-        }
+        .add_free_range(range)
+        .map_err(|_| GiantError::Allocator("online"))?;
+    if machine.managed_pages() != managed {
+        return Err(GiantError::Allocator("managed frames after online"));
     }
-    machine.drain_pcp(None, |_| core::hint::spin_loop());
-    machine
-        .validate()
-        .map_err(|_| GiantError::Allocator("validate"))?;
-    let after = machine.free_pages();
-    if after != base_free {
-        return Err(GiantError::Conservation {
-            before: base_free,
-            after,
-        });
-    }
-    Ok(rep)
+    rep.onlined = true;
+    Ok(range)
 }
 
 /// Prints the report.
 pub fn print(r: &GiantReport, rate: &crate::time::TscRate) {
+    if r.onlined
+        && let Some(range) = r.range
+    {
+        crate::println!(
+            "hotplug: 256 MiB at pfn {:#x} offline, {} user pages migrated out of it ({} mapped, {} kept), offline_range {}",
+            range.start.get(),
+            r.moved,
+            r.filled,
+            r.kept,
+            rate.duration(crate::time::Cycles(r.cycles))
+        );
+        crate::println!(
+            "hotplug: user pages verified while offline, 4096 allocations served outside it, back online"
+        );
+        return;
+    }
     if let Some(range) = r.range {
         crate::println!(
             "giant: 1 GiB page at pfn {:#x} (zone {}), {} user pages migrated out of it ({} mapped, {} kept), alloc_contig {}",

@@ -157,9 +157,21 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         println!("smp: PASS");
     }
     if opts.modes.contains(Modes::GIANT) {
-        let r = or_fail(giant::run(machine, mem.pfn_end()), "giant");
+        let r = or_fail(
+            giant::run(machine, mem.pfn_end(), giant::Target::Giant),
+            "giant",
+        );
         giant::print(&r, rate);
         println!("giant: PASS");
+    }
+    if opts.modes.contains(Modes::HOTPLUG) {
+        let r = or_fail(
+            giant::run(machine, mem.pfn_end(), giant::Target::Hotplug),
+            "hotplug",
+        );
+        giant::print(&r, rate);
+        or_fail(machine.validate(), "validate after hotplug");
+        println!("hotplug: PASS");
     }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");

@@ -16,6 +16,8 @@ pub struct FallbackStats {
     /// Claims and steals below pageblock order (Linux "fragmenting" events;
     /// each one would boost the watermarks).
     pub fragmenting: u64,
+    /// Movable allocations served from CMA pageblocks.
+    pub cma: u64,
     /// Allocations served from the highatomic reserve.
     pub highatomic_used: u64,
     /// Pageblocks reserved as highatomic / given back.

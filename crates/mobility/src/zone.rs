@@ -64,6 +64,9 @@ bitflags! {
         /// May use the highatomic reserve as a last resort (non-blocking or
         /// OOM-victim requests, spec 01 §6.4).
         const RESERVES = 1 << 2;
+        /// A movable request may use CMA pageblocks (`ALLOC_CMA`, spec 01
+        /// §6.3).
+        const CMA = 1 << 3;
     }
 }
 
@@ -209,12 +212,27 @@ impl<'a> MobileZone<'a> {
         ) {
             return self.smallest(order, mt);
         }
+        let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
+        // spec 01 §6.3 step 1: while CMA holds more than half the free
+        // memory, movable requests take from it first (so that it is used,
+        // and ordinary memory is left for the requests that cannot).
+        if cma
+            && self.free_pages_of(MigrateType::Cma) > self.free_pages() / 2
+            && let Some(p) = self.smallest(order, MigrateType::Cma)
+        {
+            self.buddy.policy_mut().stats.cma += 1;
+            return Some(p);
+        }
         if let Some(p) = self.place(order, mt) {
             self.buddy.policy_mut().stats.own += 1;
             return Some(p);
         }
         if let Some(p) = self.smallest(order, mt) {
             self.buddy.policy_mut().stats.own += 1;
+            return Some(p);
+        }
+        if cma && let Some(p) = self.smallest(order, MigrateType::Cma) {
+            self.buddy.policy_mut().stats.cma += 1;
             return Some(p);
         }
         if let Some(p) = self.claim(order, mt, mode) {

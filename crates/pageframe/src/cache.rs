@@ -171,6 +171,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let Ok(mt) = self.states.take_for_cache(pfn, order) else {
             return self.free(pfn, order);
         };
+        // A non-movable block of a CMA area (a contiguous range freed piece
+        // by piece) must not reach a list that serves non-movable requests:
+        // it bypasses the cache, and the zone files it on the CMA lists.
+        if mt != MigrateType::Movable && self.in_cma(pfn) {
+            self.states.set_allocated(pfn, order, mt);
+            return self.free(pfn, order);
+        }
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
         if local.free(self, pfn, order, list).is_err() {
             // The cache could not take it (its memory is full): the block is
@@ -190,10 +197,13 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
         while sink.remaining() > 0
             && z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages())
         {
-            let Ok(p) = z
-                .buddy
-                .alloc(order, mt, pageframe_mobility::AllocMode::empty())
-            else {
+            // The movable list holds CMA frames too (Linux's pcp lists do).
+            let mode = if mt == MigrateType::Movable {
+                pageframe_mobility::AllocMode::CMA
+            } else {
+                pageframe_mobility::AllocMode::empty()
+            };
+            let Ok(p) = z.buddy.alloc(order, mt, mode) else {
                 break;
             };
             self.states.set_cached(p, order);

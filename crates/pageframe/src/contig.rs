@@ -278,7 +278,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         let mut last = ContigError::NotFound;
         for r in list.eligible(highest) {
             let Some(z) = self.zone(r) else { continue };
-            match self.contig_in_zone(z, frames, align, migrator) {
+            match self.contig_in(z, z.span(), frames, align, migrator) {
                 Ok(a) => return Ok(a),
                 Err(ContigError::Invalid) => return Err(ContigError::Invalid),
                 Err(e) => last = e,
@@ -287,24 +287,27 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         Err(last)
     }
 
-    /// One zone. When the zone holds at most [`RANKED`] aligned candidates
-    /// (large alignments, such as 1 GiB pages), every candidate is costed
-    /// and the cheapest are tried first, so that the fewest frames move;
-    /// otherwise first fit, skipping past whatever blocks a candidate.
-    fn contig_in_zone<M: Migrator + ?Sized>(
+    /// The part `within` of one zone. When it holds at most [`RANKED`]
+    /// aligned candidates (large alignments, such as 1 GiB pages), every
+    /// candidate is costed and the cheapest are tried first, so that the
+    /// fewest frames move; otherwise first fit, skipping past whatever
+    /// blocks a candidate.
+    pub(crate) fn contig_in<M: Migrator + ?Sized>(
         &self,
         z: &Zone<'a, R>,
+        within: PfnRange,
         frames: u64,
         align: u64,
         migrator: &mut M,
     ) -> Result<ContigAllocation, ContigError> {
         let span = z.span();
-        if frames > span.len() {
+        let area = within.intersect(&span);
+        if frames > area.len() {
             return Err(ContigError::NotFound);
         }
-        let first = align_up(span.start.get(), align).ok_or(ContigError::NotFound)?;
+        let first = align_up(area.start.get(), align).ok_or(ContigError::NotFound)?;
         let candidate = |start: u64| {
-            let end = start.checked_add(frames).filter(|&e| e <= span.end.get())?;
+            let end = start.checked_add(frames).filter(|&e| e <= area.end.get())?;
             Some(PfnRange::new(Pfn(start), Pfn(end)))
         };
         // One short critical section per look: the movable frames a
@@ -317,7 +320,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 m.range_usage(cand).map_err(|(p, _)| p)
             })
         };
-        let count = span.end.get().saturating_sub(first) / align;
+        let count = area.end.get().saturating_sub(first) / align;
         if count <= RANKED as u64 {
             let mut ranked = [(0u64, 0u64); RANKED];
             let mut n = 0;

@@ -135,6 +135,7 @@
 extern crate std;
 
 mod cache;
+mod cma;
 mod compaction;
 mod contig;
 mod cpu;
@@ -161,6 +162,7 @@ mod zone;
 mod zone_layout;
 mod zonelist;
 
+pub use cma::{CmaId, CmaStats, MAX_CMA_AREAS};
 pub use contig::{ContigAllocation, ContigError, RANKED};
 pub use cpu::{CacheInfo, CpuCache, MAX_CPUS};
 pub use error::{

@@ -110,6 +110,8 @@ pub struct Machine<'a, R: RawMutex = SpinLock> {
     tunables: Tunables,
     /// CPUs with per-CPU caches (0: none).
     pub(crate) cpus: u32,
+    /// CMA areas, in the order they were added.
+    pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
 }
 
 impl<'a, R: RawMutex> Machine<'a, R> {
@@ -147,6 +149,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 defrag_mode: AtomicBool::new(false),
             });
             addr_of_mut!((*p).cpus).write(0);
+            addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
             slot.assume_init_mut()
         }
     }

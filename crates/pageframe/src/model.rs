@@ -28,7 +28,7 @@ use pageframe_pcp::CpuId;
 
 use crate::lock::SpinLock;
 use crate::{
-    AllocError, ContigError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, SlowPathHooks,
+    AllocError, CmaId, ContigError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, SlowPathHooks,
     ThpDefrag, ThpPolicy, Topology, Zone, ZoneKind,
 };
 
@@ -59,6 +59,9 @@ const ZONES: [ModelZone; 3] = [
         [(2 << 20, (2 << 20) + 4096), (0, 0)],
     ),
 ];
+
+/// The model machine's CMA area: two pageblocks of node 1's zone.
+pub const CMA_AREA: PfnRange = PfnRange::new(Pfn((2 << 20) + 2048), Pfn((2 << 20) + 3072));
 
 /// Request flags the operations choose from (the last two are bad input).
 pub const GFPS: [Gfp; 11] = [
@@ -202,6 +205,14 @@ pub enum Op {
         /// Which range.
         index: usize,
     },
+    /// A contiguous request of `1 + frames % 1024` frames on the CMA area,
+    /// with a migrator that refuses if `refuse`.
+    Cma {
+        /// Frames.
+        frames: u16,
+        /// Migrations fail.
+        refuse: bool,
+    },
     /// A free page reporting pass from order `min` (reduced modulo 11); the
     /// callback refuses the batches if `refuse`. Every block offered must be
     /// free: disjoint from every owned block.
@@ -266,6 +277,9 @@ struct Owners {
     contigs: Vec<PfnRange>,
     /// Ranges taken offline.
     offline: Vec<PfnRange>,
+    /// Heads of blocks `Contig` and `Cma` handed out and still owned (the
+    /// only non-movable blocks allowed in the CMA area).
+    contig_blocks: std::collections::BTreeSet<u64>,
     stats: RunStats,
 }
 
@@ -356,6 +370,9 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         MaybeUninit::uninit(),
     );
     m.enable_pcp(2, &mut pcp_mem).map_err(|e| format!("{e}"))?;
+    // Node 1's zone has a CMA area: movable memory may land there, and
+    // `Cma` takes it back.
+    m.add_cma_area(CMA_AREA).map_err(|e| format!("{e}"))?;
     let m: &Machine<'_> = m;
     let managed = m.managed_pages();
     let mut owners = Owners {
@@ -363,6 +380,7 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         next_token: 0,
         contigs: Vec::new(),
         offline: Vec::new(),
+        contig_blocks: std::collections::BTreeSet::new(),
         stats: RunStats::default(),
     };
     let mut mover = Mover::default();
@@ -500,6 +518,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             };
             r.map_err(|e| format!("free of owned {p:?}/{o:?}: {e}"))?;
             owners.blocks.remove(&p.get());
+            owners.contig_blocks.remove(&p.get());
             mover.token.remove(&p.get());
         }
         Op::BadFree {
@@ -708,6 +727,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     for (p, o) in blocks {
                         let t = owners.take(p, o)?;
                         mover.token.insert(p.get(), t);
+                        owners.contig_blocks.insert(p.get());
                     }
                     ensure!(owners.tiles(range), "{range:?} not tiled by its blocks");
                     owners.contigs.push(range);
@@ -741,7 +761,11 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 None => owners.contigs.swap_remove(index % owners.contigs.len()),
             };
             let tiled = owners.tiles(range);
-            let r = m.free_contig_range(range);
+            let r = if CMA_AREA.contains_range(&range) {
+                m.cma_release(CmaId(0), range)
+            } else {
+                m.free_contig_range(range)
+            };
             ensure!(
                 r.is_ok() == tiled,
                 "free of {range:?} (owned blocks tile it: {tiled}) gave {r:?}"
@@ -755,9 +779,58 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     .collect();
                 for h in heads {
                     owners.blocks.remove(&h);
+                    owners.contig_blocks.remove(&h);
                     mover.token.remove(&h);
                 }
             }
+        }
+        Op::Cma { frames, refuse } => {
+            mover.refuse = refuse;
+            let want = 1 + u64::from(frames) % 1024;
+            let r = m.cma_alloc(CmaId(0), want, 1, mover);
+            settle(owners, mover)?;
+            if let Ok(got) = r {
+                ensure!(
+                    CMA_AREA.contains_range(&got.range) && got.range.len() == want,
+                    "cma_alloc of {want} gave {:?}",
+                    got.range
+                );
+                let z = m.zone_of(got.range.start).ok_or("CMA range in no zone")?;
+                let blocks: Vec<(Pfn, Order)> = z.inspect(|mz| {
+                    mz.buddy()
+                        .walk(got.range)
+                        .filter_map(|(p, info)| match info {
+                            BlockInfo::Allocated { head, order, .. } if head == p => {
+                                Some((p, order))
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                });
+                for (p, o) in blocks {
+                    let t = owners.take(p, o)?;
+                    mover.token.insert(p.get(), t);
+                    owners.contig_blocks.insert(p.get());
+                }
+                owners.contigs.push(got.range);
+                owners.stats.contig_taken += 1;
+            }
+            // Only movable memory, and ranges taken whole, are in the area.
+            let z = m.zone_of(CMA_AREA.start).ok_or("CMA area in no zone")?;
+            let bad = z.inspect(|mz| {
+                mz.buddy().walk(CMA_AREA).find_map(|(p, info)| match info {
+                    BlockInfo::Allocated { head, tag, .. }
+                        if head == p
+                            && tag & pageframe_mobility::tag::MT_MASK
+                                != pageframe_mobility::MigrateType::Movable as u32
+                            && !owners.contig_blocks.contains(&p.get()) =>
+                    {
+                        Some(p)
+                    }
+                    _ => None,
+                })
+            });
+            ensure!(bad.is_none(), "non-movable block {bad:?} in the CMA area");
         }
         Op::Offline {
             zone,

@@ -105,6 +105,10 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     pcp_flags: AtomicU8,
     /// Per-zone compaction state (cached scanners, deferral, counters).
     pub(crate) compact: CompactState,
+    /// The CMA areas inside the span (the per-CPU free path files their
+    /// frames on the movable list, whatever they were allocated as).
+    cma: [PfnRange; crate::cma::MAX_CMA_AREAS],
+    cma_len: usize,
 }
 
 impl<'a, R: RawMutex> Zone<'a, R> {
@@ -164,7 +168,23 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             threshold_hint: [const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3],
             pcp_flags: AtomicU8::new(0),
             compact: CompactState::new(),
+            cma: [PfnRange::new(Pfn(0), Pfn(0)); crate::cma::MAX_CMA_AREAS],
+            cma_len: 0,
         })
+    }
+
+    /// Records a CMA area inside the span (set-up).
+    pub(crate) fn add_cma(&mut self, range: PfnRange) {
+        if let Some(slot) = self.cma.get_mut(self.cma_len) {
+            *slot = range;
+            self.cma_len += 1;
+        }
+    }
+
+    /// Whether `pfn` lies in a CMA area (one compare when there is none).
+    #[inline]
+    pub(crate) fn in_cma(&self, pfn: Pfn) -> bool {
+        self.cma[..self.cma_len].iter().any(|r| r.contains(pfn))
     }
 
     /// The zone's kind.
@@ -247,7 +267,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let mt = gfp.migratetype();
         let p = z
             .buddy
-            .alloc(order, mt, flags.mode())
+            .alloc(order, mt, flags.mode(gfp))
             .map_err(AllocError::from)?;
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);

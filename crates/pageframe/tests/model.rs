@@ -2,7 +2,8 @@
 //! sequences of allocations and frees through CPU handles and the machine,
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
-//! taken and freed, memory offline and online, and free page reporting. After every step no
+//! taken and freed (a CMA area among them), memory offline and online,
+//! and free page reporting. After every step no
 //! frame has two owners, none is lost, and `validate()` holds.
 
 use pageframe::model::{GFPS, Op, run};
@@ -36,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..3, any::<u8>(), any::<u8>(), proptest::bool::weighted(0.2))
             .prop_map(|(zone, block, blocks, refuse)| Op::Offline { zone, block, blocks, refuse }),
         1 => any::<usize>().prop_map(|index| Op::Online { index }),
+        1 => (any::<u16>(), proptest::bool::weighted(0.2)).prop_map(|(frames, refuse)| Op::Cma { frames, refuse }),
     ]
 }
 
@@ -133,6 +135,10 @@ fn a_long_scripted_run() {
         });
     }
     ops.push(Op::Online { index: 1 });
+    ops.push(Op::Cma {
+        frames: 700,
+        refuse: false,
+    });
     ops.push(Op::Report {
         min: 0,
         refuse: false,

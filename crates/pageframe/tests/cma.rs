@@ -1,0 +1,184 @@
+//! CMA areas: movable memory uses them, nothing else does, and contiguous
+//! requests take them back by migrating the movable memory out.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::*;
+use pageframe::{
+    CmaId, ContigError, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, ZoneKind,
+};
+
+/// One Normal zone of `blocks` pageblocks at 4 GiB, all free, and a CMA
+/// area of `cma` pageblocks starting `at` pageblocks in.
+fn with_cma(blocks: u64, at: u64, cma: u64) -> (&'static Machine<'static>, CmaId) {
+    let m = machine_with(MachineConfig::SINGLE_NODE);
+    let base = 4 * GIB;
+    let span = r(base, base + blocks * PB);
+    zone(m, NodeId::ZERO, ZoneKind::Normal, span, span);
+    let id = m
+        .add_cma_area(r(base + at * PB, base + (at + cma) * PB))
+        .unwrap();
+    (m, id)
+}
+
+#[test]
+fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back() {
+    let (m, id) = with_cma(256, 64, 32);
+    let area = m.cma_stats(id).unwrap().range;
+    assert_eq!(m.cma_of(area.start), Some(id));
+    assert_eq!(m.cma_of(Pfn(area.start.get() - 1)), None);
+    // Unmovable memory never lands in the area, even when the zone runs dry.
+    let mut kernel = Vec::new();
+    while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
+        assert!(
+            !area.contains(a.pfn),
+            "unmovable frame {:?} in the CMA area",
+            a.pfn
+        );
+        kernel.push(a.pfn);
+    }
+    assert!(kernel.len() as u64 >= (256 - 32) * PB - 2048);
+    for p in kernel {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    // Movable memory uses it.
+    let mut w = Words::default();
+    let mut movable = Vec::new();
+    while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
+        w.word.insert(a.pfn.get(), a.pfn.get() ^ 0x77);
+        movable.push(a.pfn);
+    }
+    let s = m.cma_stats(id).unwrap();
+    assert_eq!(s.movable + s.free, area.len());
+    assert!(s.movable > area.len() / 2, "{s:?}");
+    // Keep one frame in four: the area's movable frames must move out.
+    let mut kept = HashSet::new();
+    for p in movable {
+        if p.get() % 4 == 0 {
+            kept.insert(p.get());
+        } else {
+            w.word.remove(&p.get());
+            m.free(p, Order::ZERO).unwrap();
+        }
+    }
+    let c = m.cma_alloc(id, area.len() / 2 + 100, 512, &mut w).unwrap();
+    assert!(area.contains_range(&c.range));
+    assert!(c.moved > 0);
+    let owners: HashSet<u64> = w.word.values().map(|v| v ^ 0x77).collect();
+    assert_eq!(owners, kept, "every owner's word survived");
+    assert!(w.word.keys().all(|&k| !c.range.contains(Pfn(k))));
+    let s = m.cma_stats(id).unwrap();
+    assert_eq!((s.held, s.allocs, s.moved), (c.range.len(), 1, c.moved));
+    m.validate().unwrap();
+    assert_eq!(
+        m.cma_release(id, r(area.start.get() - 10, area.start.get())),
+        Err(FreeError::OutOfRange)
+    );
+    m.cma_release(id, c.range).unwrap();
+    assert_eq!(m.cma_stats(id).unwrap().held, 0);
+    m.validate().unwrap();
+}
+
+#[test]
+fn movable_requests_prefer_the_area_while_it_holds_most_free_memory() {
+    // Three quarters of the zone is CMA: the first movable request goes there.
+    let (m, id) = with_cma(64, 16, 48);
+    let area = m.cma_stats(id).unwrap().range;
+    let a = m
+        .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+        .unwrap();
+    assert!(area.contains(a.pfn));
+    let z = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
+    assert_eq!(z.fallback_stats().cma, 1);
+    // A quarter: own lists first.
+    let (m2, id2) = with_cma(64, 0, 16);
+    let area2 = m2.cma_stats(id2).unwrap().range;
+    let b = m2
+        .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+        .unwrap();
+    assert!(!area2.contains(b.pfn));
+}
+
+#[test]
+fn bad_areas_and_requests_get_typed_errors() {
+    let m = machine_with(MachineConfig::SINGLE_NODE);
+    let base = 4 * GIB;
+    let span = r(base, base + 64 * PB);
+    zone(
+        m,
+        NodeId::ZERO,
+        ZoneKind::Normal,
+        span,
+        r(base, base + 60 * PB),
+    );
+    assert_eq!(
+        m.add_cma_area(r(base + 1, base + PB)),
+        Err(ContigError::Invalid)
+    );
+    assert_eq!(m.add_cma_area(r(base, base)), Err(ContigError::Invalid));
+    assert_eq!(m.add_cma_area(r(0, PB)), Err(ContigError::OutOfRange));
+    assert!(matches!(
+        m.add_cma_area(r(base + 59 * PB, base + 61 * PB)),
+        Err(ContigError::Blocked { .. })
+    ));
+    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+    let kb = k.get() / PB * PB;
+    assert!(matches!(
+        m.add_cma_area(r(kb, kb + PB)),
+        Err(ContigError::Busy { .. })
+    ));
+    let id = m.add_cma_area(r(base + 40 * PB, base + 48 * PB)).unwrap();
+    assert_eq!(
+        m.add_cma_area(r(base + 47 * PB, base + 50 * PB)),
+        Err(ContigError::Isolated),
+        "overlapping areas"
+    );
+    let m: &Machine<'static> = m;
+    let mut w = Words::default();
+    assert_eq!(
+        m.cma_alloc(CmaId(5), 1, 1, &mut w),
+        Err(ContigError::Invalid)
+    );
+    assert_eq!(m.cma_alloc(id, 0, 1, &mut w), Err(ContigError::Invalid));
+    assert_eq!(
+        m.cma_alloc(id, 9 * PB, 1, &mut w),
+        Err(ContigError::NotFound)
+    );
+    assert_eq!(m.cma_stats(id).unwrap().failures, 1);
+    assert!(m.cma_stats(CmaId(5)).is_none());
+    m.validate().unwrap();
+}
+
+/// A piece of a CMA range freed through a CPU's cache bypasses the cache:
+/// the cache's lists serve non-movable requests, and this frame must only
+/// ever serve movable ones.
+#[test]
+fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
+    let m = machine_with(MachineConfig::SINGLE_NODE);
+    let base = 4 * GIB;
+    let span = r(base, base + 64 * PB);
+    zone(m, NodeId::ZERO, ZoneKind::Normal, span, span);
+    let id = m.add_cma_area(r(base + 8 * PB, base + 16 * PB)).unwrap();
+    m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
+    let m: &'static Machine<'static> = m;
+    let mut w = Words::default();
+    let c = m.cma_alloc(id, 1, 1, &mut w).unwrap();
+    let mut cpu = m.cpu(pageframe::pcp::CpuId(0), NodeId::ZERO).unwrap();
+    let free = m.free_pages();
+    cpu.free(c.range.start, Order::ZERO).unwrap();
+    assert_eq!(m.free_pages(), free + 1, "back in the zone, not the cache");
+    // Unmovable requests through the cache never get a CMA frame.
+    let area = m.cma_stats(id).unwrap().range;
+    for _ in 0..2000 {
+        let a = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+        assert!(!area.contains(a.pfn));
+    }
+    drop(cpu);
+    m.validate().unwrap();
+}

@@ -14,7 +14,9 @@
 //! holds), freed, and 2% of the zone churned again. (A 1 GiB page needs the
 //! free memory outside its range to hold what the range holds: at 90% in
 //! use that takes a zone of 10 GiB or more.) Likewise a range of
-//! 3,000 frames (`--ranges` times, default 100). Finally the churn settles
+//! 3,000 frames (`--ranges` times, default 100). Then `--attempts` random
+//! 256 MiB ranges holding only movable memory go offline and back online
+//! (moves against the frames in use there). Finally the churn settles
 //! (half of what is held is freed) and two reporting passes run: the share
 //! of the free memory in blocks of 2 MiB or more that is reported.
 //!
@@ -268,6 +270,59 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         ]);
     }
     println!("{}", t.render());
+    w.m.validate().map_err(|e| e.to_string())?;
+
+    // Offline: 256 MiB ranges holding only movable memory (no unmovable
+    // frame, no hole), chosen at random, taken offline and back online.
+    const OFF: u64 = 1 << 16;
+    let z =
+        w.m.node(NODE)
+            .and_then(|n| n.zone(ZoneKind::Normal))
+            .ok_or("zone")?;
+    let (mut tried, mut ok, mut moved, mut used) = (0u32, 0u32, 0u64, 0u64);
+    let mut ms = Vec::new();
+    for _ in 0..200 {
+        if tried == attempts {
+            break;
+        }
+        let k = w.rng.gen_range(0..frames / OFF);
+        let range = PfnRange::new(Pfn(k * OFF), Pfn((k + 1) * OFF));
+        let Some(Ok(in_use)) = Some(z.inspect(|m| m.range_usage(range))) else {
+            continue;
+        };
+        tried += 1;
+        let before = w.ids.moved;
+        let t = Instant::now();
+        let r = w.m.offline_range(range, &mut w.ids);
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        w.settle_moves();
+        if r.is_ok() {
+            ok += 1;
+            moved += w.ids.moved - before;
+            used += in_use;
+            w.m.add_free_range(range).map_err(|e| e.to_string())?;
+        }
+        w.churn(frames / 50, target);
+    }
+    ms.sort_by(f64::total_cmp);
+    let mut o = Table::new(&[
+        "offline 256 MiB (movable only)",
+        "succeeded",
+        "frames moved / in use",
+        "median ms",
+        "max ms",
+    ]);
+    o.row(vec![
+        tried.to_string(),
+        pct(ok as f64 / tried.max(1) as f64, 1),
+        format!(
+            "{moved} / {used} = {}",
+            f(moved as f64 / used.max(1) as f64, 3)
+        ),
+        f(ms.get(ms.len() / 2).copied().unwrap_or(0.0), 1),
+        f(ms.last().copied().unwrap_or(0.0), 1),
+    ]);
+    println!("{}", o.render());
     w.m.validate().map_err(|e| e.to_string())?;
 
     // Reporting after the workload settles.

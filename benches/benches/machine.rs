@@ -56,5 +56,73 @@ fn cached_paths(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, cached_paths);
+/// Issue 16 item 5: one zone shared by 1 and 2 threads, through the zone
+/// path (no per-CPU cache), through each thread's CPU cache, and the peer
+/// behind a `std::sync::Mutex`. Criterion reports time per operation of
+/// the whole group of threads: ratio 1 thread / 2 threads = scaling.
+fn scaling(c: &mut Criterion) {
+    let m = machine(span(FRAMES_4G), 2, MobilityConfig::DEFAULT);
+    let peer = std::sync::Mutex::new(pageframe_benches::peer(span(FRAMES_4G)));
+    let mut g = c.benchmark_group("machine/scaling");
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    g.throughput(Throughput::Elements(1));
+    for threads in [1u64, 2] {
+        g.bench_function(format!("zone/{threads}"), |b| {
+            b.iter_custom(|n| timed(threads, n, |_| Facade(m)))
+        });
+        g.bench_function(format!("cached/{threads}"), |b| {
+            b.iter_custom(|n| timed(threads, n, |t| Cached::new(m, t)))
+        });
+        g.bench_function(format!("peer_mutex/{threads}"), |b| {
+            b.iter_custom(|n| timed(threads, n, |_| Locked(&peer)))
+        });
+    }
+    g.finish();
+}
+
+/// `threads` threads doing order-0 alloc+free pairs at once, each on the
+/// `Frames` that `make(thread)` builds inside it, `iters` operations in
+/// all: wall time from the first thread's start to the last one's end.
+fn timed<F: Frames>(threads: u64, iters: u64, make: impl Fn(u32) -> F + Sync) -> Duration {
+    let per = (iters / threads).max(2);
+    let start = std::sync::Barrier::new(threads as usize + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, make) = (&start, &make);
+                s.spawn(move || {
+                    let mut a = make(t as u32);
+                    start.wait();
+                    let t0 = Instant::now();
+                    pairs(&mut a, per);
+                    (t0, t0.elapsed())
+                })
+            })
+            .collect();
+        start.wait();
+        let ends: Vec<(Instant, Duration)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        let first = ends.iter().map(|e| e.0).min().expect("a thread");
+        let last = ends.iter().map(|e| e.0 + e.1).max().expect("a thread");
+        last - first
+    })
+}
+
+/// The peer behind a mutex, shared by the threads.
+struct Locked<'p>(&'p std::sync::Mutex<buddy_system_allocator::FrameAllocator<33>>);
+
+impl Frames for Locked<'_> {
+    fn alloc(&mut self, order: u8) -> Option<u64> {
+        Frames::alloc(&mut *self.0.lock().expect("lock"), order)
+    }
+    fn free(&mut self, pfn: u64, order: u8) {
+        Frames::free(&mut *self.0.lock().expect("lock"), pfn, order)
+    }
+}
+
+criterion_group!(benches, cached_paths, scaling);
 criterion_main!(benches);

@@ -105,10 +105,11 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     pcp_flags: AtomicU8,
     /// Per-zone compaction state (cached scanners, deferral, counters).
     pub(crate) compact: CompactState,
-    /// The CMA areas inside the span (the per-CPU free path files their
-    /// frames on the movable list, whatever they were allocated as).
-    cma: [PfnRange; crate::cma::MAX_CMA_AREAS],
-    cma_len: usize,
+    /// The smallest range holding every CMA area inside the span (empty:
+    /// none): the per-CPU free path sends non-movable frees inside it to
+    /// the zone (kept to one range so that a zone stays small: it is built
+    /// on the kernel's stack).
+    cma_span: PfnRange,
 }
 
 impl<'a, R: RawMutex> Zone<'a, R> {
@@ -168,23 +169,27 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             threshold_hint: [const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3],
             pcp_flags: AtomicU8::new(0),
             compact: CompactState::new(),
-            cma: [PfnRange::new(Pfn(0), Pfn(0)); crate::cma::MAX_CMA_AREAS],
-            cma_len: 0,
+            cma_span: PfnRange::new(Pfn(0), Pfn(0)),
         })
     }
 
     /// Records a CMA area inside the span (set-up).
     pub(crate) fn add_cma(&mut self, range: PfnRange) {
-        if let Some(slot) = self.cma.get_mut(self.cma_len) {
-            *slot = range;
-            self.cma_len += 1;
-        }
+        self.cma_span = if self.cma_span.is_empty() {
+            range
+        } else {
+            PfnRange::new(
+                self.cma_span.start.min(range.start),
+                self.cma_span.end.max(range.end),
+            )
+        };
     }
 
-    /// Whether `pfn` lies in a CMA area (one compare when there is none).
+    /// Whether `pfn` may lie in a CMA area: true for every frame of one
+    /// (and for frames between two areas, which then take the zone path).
     #[inline]
     pub(crate) fn in_cma(&self, pfn: Pfn) -> bool {
-        self.cma[..self.cma_len].iter().any(|r| r.contains(pfn))
+        self.cma_span.contains(pfn)
     }
 
     /// The zone's kind.

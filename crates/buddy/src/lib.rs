@@ -38,6 +38,7 @@
 //! println!("{}", zone.buddyinfo());
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(feature = "std")]
 extern crate std;

@@ -79,6 +79,7 @@
 //! assert_eq!(mem.0.iter().filter(|&&w| w >= 1000).count(), 8 * 128);
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(any(feature = "std", loom))]
 extern crate std;

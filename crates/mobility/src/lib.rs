@@ -35,6 +35,7 @@
 //! print!("{}", zone.pagetypeinfo(&"zone Normal"));
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(feature = "std")]
 extern crate std;

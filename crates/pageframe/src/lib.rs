@@ -130,6 +130,7 @@
 //! # }
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;

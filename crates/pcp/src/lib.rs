@@ -20,6 +20,7 @@
 //!
 //! No heap: the lists live in caller-provided [`Slot`] memory.
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(any(feature = "std", test))]
 extern crate std;

@@ -45,6 +45,7 @@
 //! dev.validate().unwrap();
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 #[cfg(any(feature = "std", loom))]
 extern crate std;

@@ -28,6 +28,7 @@
 //! assert_eq!(MigrateType::from_value(1), Some(MigrateType::Movable));
 //! ```
 #![no_std]
+#![deny(missing_docs)]
 
 pub mod carve;
 mod migratetype;

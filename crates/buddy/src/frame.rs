@@ -42,8 +42,8 @@ pub(crate) struct Frame {
     pub order: u8,
     /// Free list the block is on (free heads).
     pub list: u8,
-    /// Flag bits ([`REPORTED`]); the rest spare (keep the record 16 bytes
-    /// and aligned).
+    /// Free-block flag bits ([`REPORTED`]), cleared whenever the block goes
+    /// on a list; the rest spare (keep the record 16 bytes and aligned).
     pub flags: u8,
     /// An opaque word the layers above may keep on allocated block heads.
     pub tag: u32,

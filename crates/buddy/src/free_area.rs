@@ -121,8 +121,10 @@ impl<'a> FreeAreas<'a> {
         let f = unsafe { frames.get_unchecked_mut(i) };
         f.order = order;
         f.list = list.get();
-        // A block going on a list anew has not been reported as such.
-        f.flags &= !crate::frame::REPORTED;
+        // A block going on a list anew has not been reported as such (the
+        // flags are free-block flags: a plain store, which merges with the
+        // stores beside it).
+        f.flags = 0;
         if lh.len == 0 {
             f.next = NIL;
             f.prev = NIL;

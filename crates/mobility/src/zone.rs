@@ -213,14 +213,7 @@ impl<'a> MobileZone<'a> {
             return self.smallest(order, mt);
         }
         let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
-        // spec 01 §6.3 step 1: while CMA holds more than half the free
-        // memory, movable requests take from it first (so that it is used,
-        // and ordinary memory is left for the requests that cannot).
-        if cma
-            && self.free_pages_of(MigrateType::Cma) > self.free_pages() / 2
-            && let Some(p) = self.smallest(order, MigrateType::Cma)
-        {
-            self.buddy.policy_mut().stats.cma += 1;
+        if cma && let Some(p) = self.cma_first(order) {
             return Some(p);
         }
         if let Some(p) = self.place(order, mt) {
@@ -231,8 +224,7 @@ impl<'a> MobileZone<'a> {
             self.buddy.policy_mut().stats.own += 1;
             return Some(p);
         }
-        if cma && let Some(p) = self.smallest(order, MigrateType::Cma) {
-            self.buddy.policy_mut().stats.cma += 1;
+        if cma && let Some(p) = self.cma_any(order) {
             return Some(p);
         }
         if let Some(p) = self.claim(order, mt, mode) {
@@ -249,6 +241,28 @@ impl<'a> MobileZone<'a> {
             return Some(p);
         }
         None
+    }
+
+    /// spec 01 §6.3 step 1: while CMA holds more than half the free memory,
+    /// movable requests take from it first (so that it is used, and
+    /// ordinary memory is left for the requests that cannot). Out of line:
+    /// zones without CMA never get here with memory in it.
+    #[cold]
+    #[inline(never)]
+    fn cma_first(&mut self, order: Order) -> Option<Pfn> {
+        if self.free_pages_of(MigrateType::Cma) > self.free_pages() / 2 {
+            return self.cma_any(order);
+        }
+        None
+    }
+
+    /// spec 01 §6.3 step 3: a movable request's own lists are empty: CMA.
+    #[cold]
+    #[inline(never)]
+    fn cma_any(&mut self, order: Order) -> Option<Pfn> {
+        let p = self.smallest(order, MigrateType::Cma)?;
+        self.buddy.policy_mut().stats.cma += 1;
+        Some(p)
     }
 
     /// `__rmqueue_smallest`: the smallest sufficient block on `mt`'s lists.

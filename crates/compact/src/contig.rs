@@ -158,7 +158,6 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
 /// `from` on as isolated sources. Returns how many, where to go on (`None`
 /// at the end of the range), and whether some block was held by a
 /// compactor (to look at again in the next pass).
-#[allow(clippy::type_complexity)]
 fn collect(
     z: &mut pageframe_mobility::MobileZone<'_>,
     range: PfnRange,
@@ -167,56 +166,38 @@ fn collect(
 ) -> Result<(usize, Option<Pfn>, bool), EvacuateError> {
     let mut n = 0;
     let mut held = false;
-    let mut found: [(Pfn, Order, u32); BATCH] = [(Pfn(0), Order::ZERO, 0); BATCH];
     let mut next = None;
     for (p, info) in z.buddy().walk(PfnRange::new(from, range.end)) {
-        match info {
-            BlockInfo::Hole => {
-                return Err(EvacuateError::Blocked {
-                    pfn: p,
-                    why: Blocker::Hole,
-                });
-            }
-            BlockInfo::Free { .. } => {}
-            BlockInfo::Allocated {
-                head,
-                order,
-                tag: t,
-            } => {
-                if t & mtag::PINNED != 0 {
-                    return Err(EvacuateError::Blocked {
-                        pfn: p,
-                        why: Blocker::Pinned,
-                    });
-                }
-                if t & mtag::MT_MASK != MigrateType::Movable as u32 {
-                    return Err(EvacuateError::Blocked {
-                        pfn: p,
-                        why: Blocker::Unmovable,
-                    });
-                }
-                if t & tag::MASK != 0 {
-                    // A compactor's source or destination: it moves or
-                    // comes back; look again next pass.
-                    held = true;
-                    continue;
-                }
-                if n == BATCH {
-                    next = Some(p);
-                    break;
-                }
-                found[n] = (head, order, t);
-                n += 1;
-            }
+        if let Some(why) = Blocker::of(&info) {
+            return Err(EvacuateError::Blocked { pfn: p, why });
         }
-    }
-    for (k, &(head, order, t)) in found[..n].iter().enumerate() {
-        z.set_tag_bits(head, tag::ISOLATED, tag::ISOLATED);
-        batch[k] = Src {
+        let BlockInfo::Allocated {
+            head,
+            order,
+            tag: t,
+        } = info
+        else {
+            continue;
+        };
+        if t & tag::MASK != 0 {
+            // A compactor's source or destination: it moves or comes back;
+            // look again next pass.
+            held = true;
+            continue;
+        }
+        if n == BATCH {
+            next = Some(p);
+            break;
+        }
+        batch[n] = Src {
             pfn: head,
             order,
             tag: t,
         };
+        n += 1;
+    }
+    for s in &batch[..n] {
+        z.set_tag_bits(s.pfn, tag::ISOLATED, tag::ISOLATED);
     }
     Ok((n, next, held))
 }

@@ -19,6 +19,25 @@ pub enum Blocker {
     Pinned,
 }
 
+impl Blocker {
+    /// What `info` is to a range that must be emptied by migration: `None`
+    /// for free frames and movable, unpinned allocations (the kernel can
+    /// move those), else why not.
+    pub fn of(info: &BlockInfo) -> Option<Blocker> {
+        match *info {
+            BlockInfo::Hole => Some(Blocker::Hole),
+            BlockInfo::Free { .. } => None,
+            BlockInfo::Allocated { tag: t, .. } if t & tag::PINNED != 0 => Some(Blocker::Pinned),
+            BlockInfo::Allocated { tag: t, .. }
+                if t & tag::MT_MASK != MigrateType::Movable as u32 =>
+            {
+                Some(Blocker::Unmovable)
+            }
+            BlockInfo::Allocated { .. } => None,
+        }
+    }
+}
+
 impl MobileZone<'_> {
     /// The pageblocks `range` touches, as one range of whole pageblocks.
     pub fn pageblock_span(&self, range: PfnRange) -> PfnRange {
@@ -47,18 +66,11 @@ impl MobileZone<'_> {
         }
         let mut used = 0;
         for (p, info) in self.buddy.walk(range) {
-            match info {
-                BlockInfo::Hole => return Err((p, Blocker::Hole)),
-                BlockInfo::Free { .. } => {}
-                BlockInfo::Allocated { tag: t, .. } if t & tag::PINNED != 0 => {
-                    return Err((p, Blocker::Pinned));
-                }
-                BlockInfo::Allocated { tag: t, .. }
-                    if t & tag::MT_MASK != MigrateType::Movable as u32 =>
-                {
-                    return Err((p, Blocker::Unmovable));
-                }
-                BlockInfo::Allocated { order, .. } => used += order.pages(),
+            if let Some(why) = Blocker::of(&info) {
+                return Err((p, why));
+            }
+            if let BlockInfo::Allocated { order, .. } = info {
+                used += order.pages();
             }
         }
         Ok(used)

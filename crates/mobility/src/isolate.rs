@@ -4,7 +4,7 @@
 use pageframe_buddy::{BlockInfo, Pfn};
 
 use crate::zone::MobileZone;
-use crate::{BlockError, MigrateType, tag};
+use crate::{BlockError, Blocker, MigrateType};
 
 impl MobileZone<'_> {
     /// Isolates `pfn`'s pageblock: sets its isolate bit (keeping its type)
@@ -25,11 +25,7 @@ impl MobileZone<'_> {
             return Err(BlockError::AlreadyIsolated);
         }
         let unmovable = self.buddy.walk(block).find_map(|(_, info)| match info {
-            BlockInfo::Allocated { head, tag: t, .. }
-                if t & tag::MT_MASK != MigrateType::Movable as u32 || t & tag::PINNED != 0 =>
-            {
-                Some(head)
-            }
+            BlockInfo::Allocated { head, .. } if Blocker::of(&info).is_some() => Some(head),
             _ => None,
         });
         if let Some(pfn) = unmovable {

@@ -64,9 +64,6 @@ bitflags! {
         /// May use the highatomic reserve as a last resort (non-blocking or
         /// OOM-victim requests, spec 01 §6.4).
         const RESERVES = 1 << 2;
-        /// A movable request may use CMA pageblocks (`ALLOC_CMA`, spec 01
-        /// §6.3).
-        const CMA = 1 << 3;
     }
 }
 
@@ -212,7 +209,9 @@ impl<'a> MobileZone<'a> {
         ) {
             return self.smallest(order, mt);
         }
-        let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
+        // `ALLOC_CMA` (spec 01 §6.3): movable requests, and only they, may
+        // use CMA pageblocks.
+        let cma = mt == MigrateType::Movable;
         if cma && let Some(p) = self.cma_first(order) {
             return Some(p);
         }

@@ -197,13 +197,10 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
         while sink.remaining() > 0
             && z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages())
         {
-            // The movable list holds CMA frames too (Linux's pcp lists do).
-            let mode = if mt == MigrateType::Movable {
-                pageframe_mobility::AllocMode::CMA
-            } else {
-                pageframe_mobility::AllocMode::empty()
-            };
-            let Ok(p) = z.buddy.alloc(order, mt, mode) else {
+            let Ok(p) = z
+                .buddy
+                .alloc(order, mt, pageframe_mobility::AllocMode::empty())
+            else {
                 break;
             };
             self.states.set_cached(p, order);

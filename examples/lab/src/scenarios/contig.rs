@@ -61,7 +61,7 @@ impl Migrator for Ids {
 struct World {
     m: &'static Machine<'static>,
     ids: Ids,
-    /// Held blocks: owner id -> (head, order, movable).
+    /// Held blocks: owner id -> (head, order).
     held: HashMap<u32, (u64, Order)>,
     keys: Vec<u32>,
     next: u32,
@@ -93,8 +93,8 @@ impl World {
         })
     }
 
-    /// The head of an owner's block now (it may have moved): the frame
-    /// that carries its id at the block's alignment.
+    /// One random allocation (2% of them unmovable), its frames marked
+    /// with a new owner id; `false` if the zone refused it.
     fn alloc_one(&mut self) -> bool {
         let order = Order::new([0, 0, 0, 0, 0, 1, 2, 3, 9][self.rng.gen_range(0..9)]).unwrap();
         let unmovable = self.rng.gen_bool(0.02);

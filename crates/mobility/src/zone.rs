@@ -64,6 +64,9 @@ bitflags! {
         /// May use the highatomic reserve as a last resort (non-blocking or
         /// OOM-victim requests, spec 01 §6.4).
         const RESERVES = 1 << 2;
+        /// A movable request may use CMA pageblocks (`ALLOC_CMA`, spec 01
+        /// §6.3).
+        const CMA = 1 << 3;
     }
 }
 
@@ -209,9 +212,7 @@ impl<'a> MobileZone<'a> {
         ) {
             return self.smallest(order, mt);
         }
-        // `ALLOC_CMA` (spec 01 §6.3): movable requests, and only they, may
-        // use CMA pageblocks.
-        let cma = mt == MigrateType::Movable;
+        let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
         if cma && let Some(p) = self.cma_first(order) {
             return Some(p);
         }

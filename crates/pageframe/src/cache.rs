@@ -197,10 +197,13 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
         while sink.remaining() > 0
             && z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages())
         {
-            let Ok(p) = z
-                .buddy
-                .alloc(order, mt, pageframe_mobility::AllocMode::empty())
-            else {
+            // The movable list holds CMA frames too (Linux's pcp lists do).
+            let mode = if mt == MigrateType::Movable {
+                pageframe_mobility::AllocMode::CMA
+            } else {
+                pageframe_mobility::AllocMode::empty()
+            };
+            let Ok(p) = z.buddy.alloc(order, mt, mode) else {
                 break;
             };
             self.states.set_cached(p, order);

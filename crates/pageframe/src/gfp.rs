@@ -213,10 +213,14 @@ impl AllocFlags {
         ReserveAccess::from_bits_retain(a)
     }
 
-    /// How the free lists may be used (spec 01 §6.4, spec 02 §5.5):
-    /// NOFRAGMENT, the highatomic reserve first, or as a last resort.
-    pub const fn mode(self) -> AllocMode {
+    /// How the free lists may be used by a request with `gfp` (spec 01
+    /// §6.3-6.4, spec 02 §5.5): NOFRAGMENT, the highatomic reserve first or
+    /// as a last resort, CMA pageblocks for movable requests.
+    pub const fn mode(self, gfp: Gfp) -> AllocMode {
         let mut m = 0u8;
+        if gfp.contains(Gfp::MOVABLE) {
+            m |= AllocMode::CMA.bits();
+        }
         if self.contains(AllocFlags::NOFRAGMENT) {
             m |= AllocMode::NOFRAGMENT.bits();
         }

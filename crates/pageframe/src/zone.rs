@@ -272,7 +272,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let mt = gfp.migratetype();
         let p = z
             .buddy
-            .alloc(order, mt, flags.mode())
+            .alloc(order, mt, flags.mode(gfp))
             .map_err(AllocError::from)?;
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);

@@ -43,6 +43,8 @@ const MIRI: &[(&str, &[&str], bool, bool)] = &[
         true,
         true,
     ),
+    // A zone hot-added while another thread looks it up.
+    ("pageframe", &["--test", "hotplug", "miri_"], true, true),
 ];
 /// Loom models: crate and test-target arguments.
 const LOOM: &[(&str, &[&str])] = &[
@@ -234,6 +236,7 @@ const TSAN: &[(&str, &str)] = &[
     ("pageframe", "soak"),
     ("pageframe", "cache"),
     ("pageframe", "soundness"),
+    ("pageframe", "hotplug"),
     ("pageframe-pcp", "stress"),
     ("pageframe-swap", "stress"),
 ];

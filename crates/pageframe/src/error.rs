@@ -71,6 +71,10 @@ pub enum SetupError {
     /// Per-CPU caches: no CPU, more than [`crate::MAX_CPUS`], already
     /// enabled, or no zone with memory to size them for.
     Pcp(PcpSetupError),
+    /// A hot-add outside the node's hotpluggable range for that zone kind
+    /// (none was declared with [`crate::Machine::declare_hotplug`], or the
+    /// span reaches past it).
+    NotHotpluggable(NodeId, ZoneKind),
 }
 
 /// Why the per-CPU caches could not be set up.
@@ -102,6 +106,9 @@ impl fmt::Display for SetupError {
             SetupError::Zone(e) => write!(f, "zone: {e}"),
             SetupError::Range(e) => write!(f, "memory range: {e}"),
             SetupError::Pcp(e) => write!(f, "per-CPU caches: {e}"),
+            SetupError::NotHotpluggable(n, k) => {
+                write!(f, "no hotpluggable {k} range of {n} holds the span")
+            }
         }
     }
 }

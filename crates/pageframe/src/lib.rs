@@ -143,6 +143,7 @@ mod cpu;
 mod error;
 mod frame_state;
 mod gfp;
+mod hotplug;
 mod kcompactd;
 pub mod lock;
 #[cfg(all(test, loom))]
@@ -171,6 +172,7 @@ pub use error::{
     SetupError, ValidateError,
 };
 pub use gfp::{AllocFlags, Gfp};
+pub use hotplug::MemmapOnMemory;
 pub use machine::{Allocation, Machine, MachineBuddyInfo, MachineConfig};
 pub use node::{BuddyInfo, Node};
 pub use numa_stats::NodeStats;

@@ -110,6 +110,9 @@ pub struct Machine<'a, R: RawMutex = SpinLock> {
     tunables: Tunables,
     /// CPUs with per-CPU caches (0: none).
     pub(crate) cpus: u32,
+    /// `[node][kind]`: the range a zone may be hot-added over at run time
+    /// (declared at set-up, see [`crate::hotplug`]).
+    pub(crate) hotplug: [[Option<PfnRange>; NR_ZONE_KINDS]; MAX_NUMNODES],
     /// CMA areas, in the order they were added.
     pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
 }
@@ -124,7 +127,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         // aligned for a `Machine`. Every field is written exactly once
         // through a raw place (no reference to uninitialised memory is
         // made); nodes are written by `Node::init_at`, which leaves only
-        // zone payloads uninitialised, guarded by their `present` flags.
+        // zone payloads uninitialised, guarded by their slot states.
         // After the writes every field is initialised, so `assume_init_mut`
         // is sound.
         unsafe {
@@ -149,6 +152,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 defrag_mode: AtomicBool::new(false),
             });
             addr_of_mut!((*p).cpus).write(0);
+            addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
             addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
             slot.assume_init_mut()
         }
@@ -185,13 +189,12 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if !self.topology.contains(node) {
             return Err(SetupError::NoSuchNode(node));
         }
-        if self.nodes[node.index()].zone(kind).is_some() {
+        if self.nodes[node.index()].zone(kind).is_some()
+            || self.hotplug[node.index()][kind.index()].is_some()
+        {
             return Err(SetupError::DuplicateZone(node, kind));
         }
-        if self
-            .all_zones()
-            .any(|z| !z.span().intersect(&span).is_empty())
-        {
+        if self.overlaps(span) {
             return Err(SetupError::OverlappingSpan(node, kind));
         }
         let zone = Zone::new(kind, node, span, self.mobility, meta)?;
@@ -235,17 +238,29 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         Ok(())
     }
 
-    /// Rebuilds the node orders and zonelists from the zones present.
-    fn build_zonelists(&mut self) {
+    /// Whether `span` meets a zone's span or a hotpluggable range.
+    pub(crate) fn overlaps(&self, span: PfnRange) -> bool {
+        self.all_zones()
+            .map(Zone::span)
+            .chain(self.hotplug.iter().flatten().flatten().copied())
+            .any(|s| !s.intersect(&span).is_empty())
+    }
+
+    /// Rebuilds the node orders and zonelists from the zones present and
+    /// the slots declared hotpluggable (listed before their zone arrives,
+    /// so that a hot-add never changes them: readers skip an empty slot).
+    pub(crate) fn build_zonelists(&mut self) {
+        let populated = |node: NodeId, kind: ZoneKind| {
+            self.nodes[node.index()].zone(kind).is_some()
+                || self.hotplug[node.index()][kind.index()].is_some()
+        };
         let memory = self
             .topology
             .nodes()
-            .filter(|n| self.nodes[n.index()].has_memory())
+            .filter(|&n| ZoneKind::ALL.into_iter().any(|k| populated(n, k)))
             .fold(NodeMask::EMPTY, NodeMask::with);
         self.orders = build_node_orders(&self.topology, memory);
         for n in self.topology.nodes() {
-            let populated =
-                |node: NodeId, kind: ZoneKind| self.nodes[node.index()].zone(kind).is_some();
             self.zonelists[n.index()] = [
                 Zonelist::build(self.orders[n.index()].as_slice(), populated),
                 Zonelist::build(&[n], populated),
@@ -265,6 +280,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                     kind: z.kind(),
                 },
             );
+        }
+        for node in self.topology.nodes() {
+            for kind in ZoneKind::ALL {
+                if let Some(span) = self.hotplug[node.index()][kind.index()] {
+                    index.push(span, ZoneRef { node, kind });
+                }
+            }
         }
         self.index = index;
     }
@@ -307,7 +329,9 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// The zone whose span holds `pfn`.
     #[inline]
     pub fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
+        // A hot-added zone may span less than its declared range.
         self.zone(self.index.find(pfn)?)
+            .filter(|z| z.span().contains(pfn))
     }
 
     /// Which zone holds `pfn`.

@@ -3,9 +3,12 @@
 //! state of the slow path: the node-aware policy's deferral, kcompactd's
 //! pending wake-up and daemon state, and counters.
 
+use core::cell::UnsafeCell;
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
+use core::sync::atomic::AtomicU8;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use pageframe_buddy::{Pfn, ValidateError};
 use pageframe_compact::{Deferral, DeferralState, Kcompactd, KcompactdWake};
@@ -15,38 +18,89 @@ use crate::numa_stats::{NodeCounters, NodeStats};
 use crate::topology::NodeId;
 use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
 
-/// A zone slot: filled once by [`crate::Machine::add_zone`].
+/// Slot states: no zone; a hot-add is writing the zone; the zone is there.
+const EMPTY: u8 = 0;
+const FILLING: u8 = 1;
+const PRESENT: u8 = 2;
+
+/// A zone slot: filled once, at set-up by [`crate::Machine::add_zone`] or
+/// at run time by [`crate::Machine::hot_add_zone`]. The state goes
+/// `EMPTY -> FILLING -> PRESENT` and never back: the zone is written while
+/// `FILLING` (one writer, the compare-and-swap winner) and published with a
+/// release store, so a reader that sees `PRESENT` (acquire) sees the whole
+/// zone, and no reference to it exists before.
 pub(crate) struct ZoneSlot<'a, R: RawMutex> {
-    present: bool,
-    zone: MaybeUninit<Zone<'a, R>>,
+    state: AtomicU8,
+    zone: UnsafeCell<MaybeUninit<Zone<'a, R>>>,
 }
 
+// SAFETY: the payload is written once, by the one thread that moved the
+// state from EMPTY to FILLING (or through `&mut self`), before the release
+// store of PRESENT; shared references to it are only made after an acquire
+// load saw PRESENT, and it is never written again except through
+// `&mut self`. Sharing the slot therefore shares a `Zone`, which needs
+// `Zone: Sync`; moving a filled slot moves the zone, hence `Send` too.
+unsafe impl<'a, R: RawMutex> Sync for ZoneSlot<'a, R> where Zone<'a, R>: Send + Sync {}
+
 impl<'a, R: RawMutex> ZoneSlot<'a, R> {
+    #[inline]
     pub(crate) fn get(&self) -> Option<&Zone<'a, R>> {
-        // SAFETY: `present` is set only after `zone` was written, and a
-        // written zone is never moved out or dropped before the slot.
-        self.present.then(|| unsafe { self.zone.assume_init_ref() })
+        if self.state.load(Acquire) != PRESENT {
+            return None;
+        }
+        // SAFETY: PRESENT was stored (release) after the zone was written,
+        // and the acquire load above orders that write before this read; a
+        // written zone is never moved out or dropped before the slot, and
+        // is only written again through `&mut self`.
+        Some(unsafe { (*self.zone.get()).assume_init_ref() })
     }
 
     pub(crate) fn get_mut(&mut self) -> Option<&mut Zone<'a, R>> {
-        // SAFETY: as in `get`.
-        self.present.then(|| unsafe { self.zone.assume_init_mut() })
+        if *self.state.get_mut() != PRESENT {
+            return None;
+        }
+        // SAFETY: as in `get`; `&mut self` excludes every other access.
+        Some(unsafe { self.zone.get_mut().assume_init_mut() })
     }
 
-    /// Fills the empty slot.
+    /// Fills the empty slot at set-up.
     pub(crate) fn fill(&mut self, zone: Zone<'a, R>) -> &Zone<'a, R> {
-        debug_assert!(!self.present);
-        let z = self.zone.write(zone);
-        self.present = true;
+        debug_assert!(*self.state.get_mut() == EMPTY);
+        let z = self.zone.get_mut().write(zone);
+        *self.state.get_mut() = PRESENT;
         z
+    }
+
+    /// Fills the empty slot while other CPUs may be reading it. `None` (the
+    /// zone dropped) if the slot was not empty: another hot-add won.
+    pub(crate) fn fill_shared(&self, zone: Zone<'a, R>) -> Option<&Zone<'a, R>> {
+        if self
+            .state
+            .compare_exchange(EMPTY, FILLING, Acquire, Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        // SAFETY: winning the compare-and-swap makes this thread the only
+        // one that may touch the payload: readers wait for PRESENT, other
+        // fillers lost. The write happens before the release store below.
+        unsafe { (*self.zone.get()).write(zone) };
+        self.state.store(PRESENT, Release);
+        // SAFETY: just written; see `get`.
+        Some(unsafe { (*self.zone.get()).assume_init_ref() })
+    }
+
+    /// Whether the slot is empty (no zone, no hot-add in progress).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.state.load(Acquire) == EMPTY
     }
 }
 
 impl<R: RawMutex> Drop for ZoneSlot<'_, R> {
     fn drop(&mut self) {
-        if self.present {
-            // SAFETY: the zone was written (`present`) and is dropped once.
-            unsafe { self.zone.assume_init_drop() };
+        if *self.state.get_mut() == PRESENT {
+            // SAFETY: the zone was written (`PRESENT`) and is dropped once.
+            unsafe { self.zone.get_mut().assume_init_drop() };
         }
     }
 }
@@ -75,14 +129,15 @@ impl<'a, R: RawMutex> Node<'a, R> {
     /// held is overwritten without being dropped.
     pub(crate) unsafe fn init_at(p: *mut Self, id: NodeId) {
         // SAFETY: the caller guarantees `p` is writable and aligned; each
-        // write targets one field (or one zone slot's `present` flag) of
+        // write targets one field (or one zone slot's state or payload) of
         // that allocation through a raw place, creating no reference to
-        // uninitialised memory. A slot's zone stays uninitialised until
-        // `present` says otherwise.
+        // uninitialised memory. A slot's zone stays uninitialised until its
+        // state says PRESENT.
         unsafe {
             addr_of_mut!((*p).id).write(id);
             for i in 0..NR_ZONE_KINDS {
-                addr_of_mut!((*p).zones[i].present).write(false);
+                addr_of_mut!((*p).zones[i].state).write(AtomicU8::new(EMPTY));
+                addr_of_mut!((*p).zones[i].zone).write(UnsafeCell::new(MaybeUninit::uninit()));
             }
             addr_of_mut!((*p).defer).write(Deferral::new());
             addr_of_mut!((*p).wake).write(KcompactdWake::new());
@@ -99,6 +154,10 @@ impl<'a, R: RawMutex> Node<'a, R> {
     /// The zone of `kind`, if present.
     pub fn zone(&self, kind: ZoneKind) -> Option<&Zone<'a, R>> {
         self.zones[kind.index()].get()
+    }
+
+    pub(crate) fn slot(&self, kind: ZoneKind) -> &ZoneSlot<'a, R> {
+        &self.zones[kind.index()]
     }
 
     pub(crate) fn slot_mut(&mut self, kind: ZoneKind) -> &mut ZoneSlot<'a, R> {

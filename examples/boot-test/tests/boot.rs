@@ -298,9 +298,10 @@ fn two_cpus_stress_their_own_caches() {
     }
 }
 
-/// One 6 GiB boot for both: a 1 GiB page, then 256 MiB offline and online.
+/// One 6 GiB boot for all three: a 1 GiB page, 256 MiB offline and online,
+/// and 256 MiB hot-added.
 #[test]
-fn a_1_gib_page_and_memory_offline_migrate_user_pages_out() {
+fn a_1_gib_page_memory_offline_and_hot_add_keep_user_data() {
     let b = run("6G", "giant hotplug");
     assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
     assert!(b.serial.contains("\ngiant: PASS\n"), "giant verdict");
@@ -341,4 +342,26 @@ fn a_1_gib_page_and_memory_offline_migrate_user_pages_out() {
         .expect("moved count");
     // A quarter of the range's frames held user pages: each moved once.
     assert!(moved > 0 && moved <= (1 << 16) / 4 + 512, "{line}");
+    // The 256 MiB kept out at boot arrive as the Movable zone, holding
+    // their own metadata; a workload fills half, the upper half goes out.
+    let line = b
+        .line("hot-add: 256 MiB at pfn ")
+        .expect("the hot-add line");
+    let meta: u64 = line
+        .split("own first ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("metadata frames");
+    assert!((1..=1024).contains(&meta), "{line}");
+    assert!(
+        line.contains(&format!("{} frames onlined", (1 << 16) - meta)),
+        "{line}"
+    );
+    assert!(
+        b.serial.lines().any(|l| l.starts_with("hot-add: ")
+            && l.contains("pages written into it")
+            && l.ends_with("every page verified, back online")),
+        "the workload line"
+    );
 }

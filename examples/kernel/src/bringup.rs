@@ -70,12 +70,20 @@ pub struct Memory {
     pub map_cycles: Cycles,
     /// Bytes of the small-object heap.
     pub small_heap: usize,
+    /// RAM kept out of the zones for the hot-add demo, declared
+    /// hotpluggable.
+    pub hotplug: Option<PfnRange>,
 }
 
 impl Memory {
     /// One past the highest frame number of any zone.
     pub fn pfn_end(&self) -> u64 {
-        self.zones().map(|s| s.span.end.get()).max().unwrap_or(0)
+        let hot = self.hotplug.map_or(0, |r| r.end.get());
+        self.zones()
+            .map(|s| s.span.end.get())
+            .max()
+            .unwrap_or(0)
+            .max(hot)
     }
 
     /// The zones set up.
@@ -104,6 +112,8 @@ pub enum BringUpError {
     PcpMemory { needed: usize, carved: usize },
     /// The machine refused the per-CPU caches.
     Pcp(SetupError),
+    /// The hot-add range could not be declared.
+    Hotplug(SetupError),
     /// The direct map could not be built.
     Map(MapError),
     /// The heap could not start.
@@ -121,6 +131,7 @@ impl fmt::Display for BringUpError {
                 write!(f, "per-CPU caches need {needed} bytes, {carved} carved")
             }
             Self::Pcp(e) => write!(f, "per-CPU caches: {e}"),
+            Self::Hotplug(e) => write!(f, "hotplug range: {e}"),
             Self::Map(e) => write!(f, "direct map: {e}"),
             Self::Heap(e) => write!(f, "kernel heap: {e}"),
         }
@@ -136,7 +147,9 @@ fn pcp_estimate(frames: u64, cpus: u32) -> u64 {
 }
 
 /// Brings the memory system up from the boot information.
-pub fn bring_up(info: &BootInfo, kernel: PhysRange) -> Result<Memory, BringUpError> {
+/// With `hotplug`, the top 256 MiB of RAM above 4.5 GiB are kept out of
+/// the zones and declared hotpluggable (see `hot_add.rs`).
+pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Memory, BringUpError> {
     let ram = info.memmap.ram().map_err(BringUpError::Ranges)?;
     let mut usable =
         zones::usable_ram(&ram, kernel, info.boot_ranges()).map_err(BringUpError::Ranges)?;
@@ -144,6 +157,10 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange) -> Result<Memory, BringUpErr
         machine_slot().ok_or(BringUpError::Again)?,
         MachineConfig::SINGLE_NODE,
     );
+    let later = match hotplug {
+        true => withhold_dimm(&mut usable)?,
+        false => None,
+    };
     let mut setups = [None, None];
     // Zone spans come from the usable RAM before anything is carved, so
     // that what is carved and later given back lies inside a zone.
@@ -209,6 +226,11 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange) -> Result<Memory, BringUpErr
             .map_err(BringUpError::Ranges)?;
     }
 
+    if let Some(r) = later {
+        machine
+            .declare_hotplug(NODE, ZoneKind::Movable, r)
+            .map_err(BringUpError::Hotplug)?;
+    }
     let machine: &'static KernelMachine = machine;
     let small_heap = heap::init(machine).map_err(BringUpError::Heap)?;
     Ok(Memory {
@@ -219,5 +241,27 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange) -> Result<Memory, BringUpErr
         map,
         map_cycles,
         small_heap,
+        hotplug: later,
     })
+}
+
+/// Bytes kept out for the hot-add demo.
+const DIMM: u64 = 256 << 20;
+
+/// Removes the top 256 MiB (2 MiB-aligned) of the highest usable range from
+/// `usable` when it lies above 4.5 GiB, as frames.
+fn withhold_dimm(usable: &mut RangeSet) -> Result<Option<PfnRange>, BringUpError> {
+    let Some(top) = usable.ranges().last().copied() else {
+        return Ok(None);
+    };
+    let end = top.end / (2 << 20) * (2 << 20);
+    if end < (9 << 29) || end - DIMM < top.start.max(4 << 30) {
+        return Ok(None);
+    }
+    let dimm = PhysRange::new(end - DIMM, end);
+    usable.remove(dimm).map_err(BringUpError::Ranges)?;
+    Ok(Some(PfnRange::new(
+        Pfn::new(dimm.start / PAGE_SIZE),
+        Pfn::new(dimm.end / PAGE_SIZE),
+    )))
 }

@@ -85,7 +85,7 @@ pub const MODES: &[(&str, Modes, &str)] = &[
     (
         "hotplug",
         Modes::HOTPLUG,
-        "256 MiB offline (user pages migrate out) and back online",
+        "256 MiB offline (user pages migrate out) and back online; 256 MiB hot-added with its metadata carved from itself",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

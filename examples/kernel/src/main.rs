@@ -13,6 +13,7 @@ mod cmdline;
 mod exceptions;
 mod giant;
 mod heap;
+mod hot_add;
 mod irq_lock;
 mod memmap;
 mod migrate;
@@ -63,7 +64,10 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
     timer::init();
     let kernel = boot::kernel_image();
     report::boot(&info, kernel);
-    let mem = or_fail(bringup::bring_up(&info, kernel), "bring-up");
+    let mem = or_fail(
+        bringup::bring_up(&info, kernel, opts.modes.contains(Modes::HOTPLUG)),
+        "bring-up",
+    );
     let setup = entry.elapsed();
     report::memory(&mem, &info, &rate, setup);
     report::free_lists(mem.machine);
@@ -170,6 +174,8 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
             "hotplug",
         );
         giant::print(&r, rate);
+        let h = or_fail(hot_add::run(machine), "hot-add");
+        hot_add::print(&h, rate);
         or_fail(machine.validate(), "validate after hotplug");
         println!("hotplug: PASS");
     }

@@ -2,7 +2,8 @@
 //! per-CPU caches, through CPU handles and the machine, with bad frees,
 //! the slow path and huge pages compacting with a content-moving migrator,
 //! kcompactd, pinning, drains, tunables, contiguous ranges, a CMA area,
-//! memory offline/online and free page reporting. The reference model
+//! memory offline/online, a zone hot-added at run time and free page
+//! reporting. The reference model
 //! (`pageframe::model`) checks after every step that no frame has two
 //! owners, none is lost, every bad input got its typed error and changed
 //! nothing, and `validate()` holds.
@@ -14,7 +15,7 @@ use pageframe::model::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;
-    Ok(match u.int_in_range(0..=28u8)? {
+    Ok(match u.int_in_range(0..=29u8)? {
         0..=7 => Op::Alloc {
             node: u.int_in_range(0..=2u8)?,
             cpu,
@@ -34,6 +35,7 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         26 => Op::Offline { zone: u.int_in_range(0..=2u8)?, block: u.arbitrary()?, blocks: u.arbitrary()?, refuse: u.ratio(1u8, 5)? },
         27 => Op::Online { index: u.arbitrary()? },
         28 => Op::Cma { frames: u.arbitrary()?, refuse: u.ratio(1u8, 5)? },
+        29 => Op::HotAdd { blocks: u.arbitrary()?, short: u.arbitrary()? },
         25 => Op::Report { min: u.int_in_range(0..=11u8)?, refuse: u.ratio(1u8, 4)? },
         _ => Op::Tunable { which: u.arbitrary()?, value: if u.arbitrary()? { u.int_in_range(0..=5000u32)? } else { u.arbitrary()? } },
     })

@@ -57,6 +57,37 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// handed over): whole pageblocks of one zone, every frame free. Its
     /// pageblocks become CMA: movable allocations may use them, nothing
     /// else does.
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// struct Kernel; // copies frames and switches mappings
+    /// impl Migrator for Kernel {
+    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    /// // 64 MiB for a camera's buffers, set aside at boot.
+    /// let area = PfnRange::new(Pfn((1 << 20) + (1 << 15)), Pfn((1 << 20) + (1 << 15) + (1 << 14)));
+    /// let cam = m.add_cma_area(area).unwrap();
+    /// // Meanwhile user pages may live there...
+    /// let mut pages = Vec::new();
+    /// while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
+    ///     pages.push(a.pfn);
+    ///     if pages.len() == 40_000 { break; }
+    /// }
+    /// assert!(m.cma_stats(cam).unwrap().movable > 0);
+    /// // ...until the driver takes 16 MiB back: they migrate out.
+    /// let buf = m.cma_alloc(cam, 1 << 12, 1 << 9, &mut Kernel).unwrap();
+    /// assert!(area.contains_range(&buf.range));
+    /// let s = m.cma_stats(cam).unwrap();
+    /// assert_eq!((s.held, s.allocs), (1 << 12, 1));
+    /// m.cma_release(cam, buf.range).unwrap();
+    /// ```
     pub fn add_cma_area(&mut self, range: PfnRange) -> Result<CmaId, ContigError> {
         let pb = self.mobility_config().pageblock_order;
         if range.is_empty() || !range.start.is_aligned(pb) || !range.end.is_aligned(pb) {

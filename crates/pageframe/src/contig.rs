@@ -168,7 +168,32 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// watermarks are recomputed. When the range cannot be emptied the
     /// error names what blocks it and nothing is lost (the range stays
     /// online). [`Machine::add_free_range`] brings it back online. Returns
-    /// the frames migrated.
+    /// the frames migrated. Migration destinations come from the range's
+    /// own zone, so a zone cannot be emptied whole while it holds data
+    /// ([`ContigError::NoMemory`]).
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// struct Kernel; // copies frames and switches mappings
+    /// impl Migrator for Kernel {
+    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let a = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::new(9).unwrap()).unwrap();
+    /// // 128 MiB of whole pageblocks, the user block among them, go offline.
+    /// let range = PfnRange::new(a.pfn.align_down(Order::new(15).unwrap()), a.pfn.align_down(Order::new(15).unwrap()).checked_add(1 << 15).unwrap());
+    /// let before = m.managed_pages();
+    /// assert_eq!(m.offline_range(range, &mut Kernel), Ok(512)); // the block moved out
+    /// assert_eq!(m.managed_pages(), before - (1 << 15));
+    /// m.add_free_range(range).unwrap(); // and back online
+    /// assert_eq!(m.managed_pages(), before);
+    /// ```
     pub fn offline_range<M: Migrator + ?Sized>(
         &self,
         range: PfnRange,

@@ -30,6 +30,10 @@
 //! | give a block back | [`CpuCache::free`], or [`Machine::free`] without a handle | no |
 //! | frames for page tables through the `x86_64` crate (feature `x86_64`) | [`x86_64::FrameAdapter`] | no |
 //! | background compaction, one thread or timer per node | [`Machine::kcompactd_tick`] | yes |
+//! | an exact number of contiguous frames (DMA buffers, 1 GiB pages), or a given range | [`Machine::alloc_contig`], [`Machine::alloc_contig_range`] | migrates movable memory out of the range |
+//! | a driver's reserved area that serves movable memory meanwhile | [`Machine::add_cma_area`], [`Machine::cma_alloc`] | migrates movable memory out of the area |
+//! | memory hotplug: take a range offline, bring it (back) online, a zone that arrives at run time | [`Machine::offline_range`], [`Machine::add_free_range`], [`Machine::declare_hotplug`] + [`Machine::hot_add_zone`] | offline migrates |
+//! | tell the hypervisor which memory is free (virtio-balloon page reporting) | [`Machine::report_free_pages`] | no |
 //!
 //! ## Memory a kernel hands over
 //!

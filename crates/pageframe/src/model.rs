@@ -63,6 +63,10 @@ const ZONES: [ModelZone; 3] = [
 /// The model machine's CMA area: two pageblocks of node 1's zone.
 pub const CMA_AREA: PfnRange = PfnRange::new(Pfn((2 << 20) + 2048), Pfn((2 << 20) + 3072));
 
+/// Where node 1 may get a Movable zone at run time (`HotAdd`): eight
+/// pageblocks, declared at set-up.
+pub const HOTPLUG_RANGE: PfnRange = PfnRange::new(Pfn(4 << 20), Pfn((4 << 20) + 4096));
+
 /// Request flags the operations choose from (the last two are bad input).
 pub const GFPS: [Gfp; 11] = [
     Gfp::KERNEL,
@@ -222,6 +226,17 @@ pub enum Op {
         /// Refuse every batch.
         refuse: bool,
     },
+    /// Hot-add node 1's Movable zone over the first `1 + blocks % 8`
+    /// pageblocks of [`HOTPLUG_RANGE`] and online what its metadata leaves
+    /// (as [`Machine::memmap_on_memory`] plans it). With `short`, first a
+    /// try with too little metadata, which must change nothing. Once the
+    /// zone is there, every further hot-add must fail.
+    HotAdd {
+        /// Pageblocks.
+        blocks: u8,
+        /// Try with too little metadata first.
+        short: bool,
+    },
     /// Set a tunable to an arbitrary value.
     Tunable {
         /// Which one.
@@ -281,6 +296,8 @@ struct Owners {
     /// only non-movable blocks allowed in the CMA area).
     contig_blocks: std::collections::BTreeSet<u64>,
     stats: RunStats,
+    /// Managed frames, offline ranges included (grows by hot-adds).
+    managed: u64,
 }
 
 /// What a run did (so that tests can check their scripts reach the paths
@@ -295,6 +312,8 @@ pub struct RunStats {
     pub moved: u64,
     /// Ranges taken offline.
     pub offlined: u32,
+    /// Frames onlined by a hot-add.
+    pub hot_added: u64,
 }
 
 impl Owners {
@@ -353,6 +372,8 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         ]);
     }
     let mut pcp_mem: Vec<MaybeUninit<u8>> = Vec::new();
+    let mut hot_meta =
+        vec![MaybeUninit::uninit(); Zone::<SpinLock>::metadata_bytes(HOTPLUG_RANGE, cfg.mobility)];
     let m = Machine::new_in(&mut slot, cfg);
     for (meta, &(node, kind, (a, b), _)) in metas.iter_mut().zip(&ZONES) {
         let id = NodeId::new(node).ok_or("node")?;
@@ -373,6 +394,10 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     // Node 1's zone has a CMA area: movable memory may land there, and
     // `Cma` takes it back.
     m.add_cma_area(CMA_AREA).map_err(|e| format!("{e}"))?;
+    let hot_node = NodeId::new(1).ok_or("node")?;
+    m.declare_hotplug(hot_node, ZoneKind::Movable, HOTPLUG_RANGE)
+        .map_err(|e| format!("{e}"))?;
+    let mut hot_meta = Some(hot_meta.as_mut_slice());
     let m: &Machine<'_> = m;
     let managed = m.managed_pages();
     let mut owners = Owners {
@@ -382,12 +407,17 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         offline: Vec::new(),
         contig_blocks: std::collections::BTreeSet::new(),
         stats: RunStats::default(),
+        managed,
     };
     let mut mover = Mover::default();
     for (step, op) in ops.iter().enumerate() {
-        apply(m, op, &mut owners, &mut mover).map_err(|e| format!("step {step} {op:?}: {e}"))?;
+        let r = match *op {
+            Op::HotAdd { blocks, short } => hot_add(m, blocks, short, &mut hot_meta, &mut owners),
+            _ => apply(m, op, &mut owners, &mut mover),
+        };
+        r.map_err(|e| format!("step {step} {op:?}: {e}"))?;
         let offline: u64 = owners.offline.iter().map(|r| r.len()).sum();
-        check(m, &owners, &mover, managed - offline)
+        check(m, &owners, &mover, owners.managed - offline)
             .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
     // Everything comes back.
@@ -407,12 +437,90 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     }
     m.drain_pcp(None, |_| {});
     ensure!(
-        m.free_pages() == managed,
-        "{} of {managed} frames free at the end",
-        m.free_pages()
+        m.free_pages() == owners.managed,
+        "{} of {} frames free at the end",
+        m.free_pages(),
+        owners.managed
     );
     m.validate().map_err(|e| format!("{e}"))?;
     Ok(owners.stats)
+}
+
+/// [`Op::HotAdd`]: the metadata buffer can be lent once, so the first
+/// successful hot-add takes it.
+fn hot_add<'a>(
+    m: &Machine<'a>,
+    blocks: u8,
+    short: bool,
+    meta: &mut Option<&'a mut [MaybeUninit<u8>]>,
+    owners: &mut Owners,
+) -> Result<(), String> {
+    let node = node_of(1);
+    let span = PfnRange::new(
+        HOTPLUG_RANGE.start,
+        Pfn(HOTPLUG_RANGE.start.get() + (1 + u64::from(blocks) % 8) * 512),
+    );
+    let before = (m.managed_pages(), m.free_pages());
+    let Some(buf) = meta.take() else {
+        let r = m.hot_add_zone(node, ZoneKind::Movable, span, &mut []);
+        ensure!(r.is_err(), "a second hot-add of one slot succeeded");
+        ensure!(
+            (m.managed_pages(), m.free_pages()) == before,
+            "a refused hot-add changed the machine"
+        );
+        return Ok(());
+    };
+    let Some(plan) = m.memmap_on_memory(span) else {
+        ensure!(span.len() <= 512, "no plan for {span:?}");
+        *meta = Some(buf);
+        return Ok(());
+    };
+    let needed = m.zone_metadata_bytes(span);
+    ensure!(
+        plan.metadata_bytes() >= needed as u64
+            && plan.online.end == span.end
+            && plan.online.start == plan.metadata.end
+            && plan.online.start.is_aligned(Order::new_truncated(9)),
+        "plan {plan:?} for {span:?} ({needed} bytes)"
+    );
+    if short {
+        let r = m.hot_add_zone(node, ZoneKind::Movable, span, &mut []);
+        ensure!(
+            matches!(
+                r,
+                Err(crate::SetupError::Zone(
+                    pageframe_buddy::InitError::MetadataTooSmall { .. }
+                ))
+            ),
+            "too little metadata: {:?}",
+            r.map(|z| z.span())
+        );
+        ensure!(
+            m.zone_of(span.start).is_none(),
+            "a zone after a refused hot-add"
+        );
+    }
+    let z = m
+        .hot_add_zone(node, ZoneKind::Movable, span, buf)
+        .map_err(|e| format!("hot-add of {span:?}: {e}"))?;
+    ensure!(
+        z.span() == span && z.managed_pages() == 0,
+        "hot-added zone {:?} with {} managed",
+        z.span(),
+        z.managed_pages()
+    );
+    m.add_free_range(plan.online)
+        .map_err(|e| format!("online of {:?}: {e}", plan.online))?;
+    ensure!(
+        m.managed_pages() == before.0 + plan.online.len(),
+        "managed {} -> {} after onlining {:?}",
+        before.0,
+        m.managed_pages(),
+        plan.online
+    );
+    owners.managed += plan.online.len();
+    owners.stats.hot_added += plan.online.len();
+    Ok(())
 }
 
 fn node_of(n: u8) -> NodeId {
@@ -562,7 +670,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 }
                 // Anything at all: an error unless it names an owned block.
                 (5, _) => {
-                    let p = Pfn(raw % ((3 << 20) + 8192));
+                    let p = Pfn(raw % ((4 << 20) + 8192));
                     let o = Order::new_truncated((raw >> 60) as u8 % 11);
                     if owners.blocks.get(&p.get()).is_some_and(|&(oo, _)| oo == o) {
                         return Ok(());
@@ -903,6 +1011,8 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 return Err(e);
             }
         }
+        // Needs the run's metadata buffer: `run` calls `hot_add`.
+        Op::HotAdd { .. } => {}
         Op::Tunable { which, value } => match which % 4 {
             0 => m.set_min_free_kbytes(u64::from(value) % 4096),
             1 => {

@@ -39,6 +39,26 @@ impl<R: RawMutex> Machine<'_, R> {
     /// least its low watermark free: reporting never takes memory a normal
     /// allocation would need meanwhile (Linux's rule). The zone lock is not
     /// held while the callback runs.
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Pfn, PfnRange, Order};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// // A balloon driver hands free 2 MiB blocks to the hypervisor.
+    /// let mut given = 0;
+    /// let s = m.report_free_pages(Order::new(9).unwrap(), |batch| {
+    ///     // virtio-balloon: queue `batch` as free page hints here.
+    ///     given += batch.iter().map(|(_, o)| o.pages()).sum::<u64>();
+    ///     true
+    /// });
+    /// assert_eq!(s.pages, given);
+    /// assert!(given > 0 && given <= m.free_pages());
+    /// // Nothing new to report until blocks are allocated and freed again.
+    /// assert_eq!(m.report_free_pages(Order::new(9).unwrap(), |_| true).pages, 0);
+    /// ```
     pub fn report_free_pages(
         &self,
         min: Order,

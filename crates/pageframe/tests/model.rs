@@ -38,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(zone, block, blocks, refuse)| Op::Offline { zone, block, blocks, refuse }),
         1 => any::<usize>().prop_map(|index| Op::Online { index }),
         1 => (any::<u16>(), proptest::bool::weighted(0.2)).prop_map(|(frames, refuse)| Op::Cma { frames, refuse }),
+        1 => (any::<u8>(), proptest::bool::weighted(0.3)).prop_map(|(blocks, short)| Op::HotAdd { blocks, short }),
     ]
 }
 
@@ -147,7 +148,26 @@ fn a_long_scripted_run() {
         min: 9,
         refuse: true,
     });
+    // Node 1's Movable zone arrives (a refused try first), serves movable
+    // requests of node 1, and a second hot-add is refused.
+    ops.push(Op::HotAdd {
+        blocks: 5,
+        short: true,
+    });
+    for _ in 0..300 {
+        ops.push(Op::Alloc {
+            node: 1,
+            cpu: 1,
+            gfp: 2,
+            order: 0,
+        });
+    }
+    ops.push(Op::HotAdd {
+        blocks: 7,
+        short: false,
+    });
     let stats = run(&ops).unwrap();
+    assert_eq!(stats.hot_added, 5 * 512, "{stats:?}");
     assert!(stats.contig_taken >= 3, "{stats:?}");
     assert!(stats.contig_freed >= 2, "{stats:?}");
     assert!(stats.moved > 0, "{stats:?}");

@@ -14,6 +14,8 @@
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
+//! * `portability`     the library crates on every bare-metal target, on
+//!   the declared MSRV, and packaged for crates.io (`publish --dry-run`)
 
 mod citations;
 
@@ -53,6 +55,27 @@ const LOOM: &[(&str, &[&str])] = &[
     ("pageframe-compact", &["--lib", "loom_tests"]),
     ("pageframe-swap", &["--test", "loom"]),
 ];
+/// The library crates, in dependency order.
+const LIBS: &[&str] = &[
+    "pageframe-types",
+    "pageframe-buddy",
+    "pageframe-mobility",
+    "pageframe-compact",
+    "pageframe-pcp",
+    "pageframe-swap",
+    "pageframe",
+];
+/// Bare-metal targets the library crates build for (riscv32imac has no
+/// 64-bit atomics: `pageframe_types::atomic`).
+const BARE_TARGETS: &[&str] = &[
+    "x86_64-unknown-none",
+    "aarch64-unknown-none",
+    "riscv64gc-unknown-none-elf",
+    "riscv32imac-unknown-none-elf",
+];
+/// The library crates' `rust-version` (the workspace's), checked by
+/// building with exactly that toolchain.
+const MSRV: &str = "1.88";
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";
 
@@ -207,6 +230,68 @@ fn miri() -> Result<(), String> {
             start.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// `-p` for every library crate.
+fn lib_args() -> Vec<&'static str> {
+    LIBS.iter().flat_map(|c| ["-p", c]).collect()
+}
+
+/// The library crates for every bare-metal target, with the declared MSRV,
+/// and as crates.io packages (every crate verified in dependency order
+/// against the others' packages).
+fn portability() -> Result<(), String> {
+    let start = std::time::Instant::now();
+    run(Command::new("rustup")
+        .args(["target", "add"])
+        .args(BARE_TARGETS))?;
+    for t in BARE_TARGETS {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["build", "--release", "--target", t])
+            .args(lib_args());
+        if t.starts_with("x86_64") {
+            cmd.args(["--features", "pageframe/x86_64"]);
+        }
+        run(&mut cmd)?;
+    }
+    println!(
+        "portability: {} targets: {:.0} s",
+        BARE_TARGETS.len(),
+        start.elapsed().as_secs_f64()
+    );
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).map_err(|e| e.to_string())?;
+    if !manifest.contains(&format!("rust-version = \"{MSRV}\"")) {
+        return Err(format!(
+            "the workspace does not declare rust-version {MSRV}"
+        ));
+    }
+    let start = std::time::Instant::now();
+    run(Command::new("rustup").args(["toolchain", "install", MSRV, "--profile", "minimal"]))?;
+    run(Command::new("cargo")
+        .arg(format!("+{MSRV}"))
+        .args(["build", "--all-features", "--target-dir", "target/msrv"])
+        .args(lib_args()))?;
+    println!(
+        "portability: MSRV {MSRV}: {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
+    let start = std::time::Instant::now();
+    let mut cmd = Command::new("cargo");
+    cmd.args(["publish", "--dry-run", "--allow-dirty", "--workspace"]);
+    for other in [
+        "pageframe-lab",
+        "pageframe-boot-test",
+        "pageframe-benches",
+        "xtask",
+    ] {
+        cmd.args(["--exclude", other]);
+    }
+    run(&mut cmd)?;
+    println!(
+        "portability: publish --dry-run: {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -439,8 +524,9 @@ fn main() -> ExitCode {
             }
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
+        Some("portability") => portability(),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

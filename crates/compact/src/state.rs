@@ -4,7 +4,9 @@
 //! Linux's racy per-zone fields do: the positions are hints, never trusted
 //! for correctness.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::Pfn;
 

@@ -7,7 +7,9 @@
 //! [`Machine::alloc_contig_range`]). Unmovable memory never lands there, so
 //! such a request only waits on the kernel's migrator.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_compact::Migrator;

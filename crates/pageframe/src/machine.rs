@@ -14,7 +14,9 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::Relaxed};
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{FreeError, Order, PAGE_SIZE, Pfn, PfnRange, ValidateError};
 use pageframe_compact::{DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, Deferral};

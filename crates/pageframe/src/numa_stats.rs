@@ -7,7 +7,9 @@
 //! ([`pageframe_compact::CompactStats`]); a node's snapshot adds its zones'
 //! counters up.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_compact::{CompactStats, KcompactdStats};
 

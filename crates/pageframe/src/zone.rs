@@ -9,7 +9,9 @@
 
 use core::fmt;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{BlockInfo, FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats};
 use pageframe_compact::CompactState;

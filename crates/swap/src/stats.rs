@@ -1,6 +1,8 @@
 //! Device-wide counters and the list report (spec 05 §11).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
+
+use pageframe_types::atomic::AtomicU64;
 
 use crate::slot::MAX_ORDERS;
 

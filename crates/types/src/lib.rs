@@ -30,6 +30,7 @@
 #![no_std]
 #![deny(missing_docs)]
 
+pub mod atomic;
 pub mod carve;
 mod migratetype;
 mod order;

@@ -139,6 +139,7 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
+pub mod boot;
 mod cache;
 mod cma;
 mod compaction;

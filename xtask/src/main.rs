@@ -47,6 +47,8 @@ const MIRI: &[(&str, &[&str], bool, bool)] = &[
     ),
     // A zone hot-added while another thread looks it up.
     ("pageframe", &["--test", "hotplug", "miri_"], true, true),
+    // The planner's machine and metadata written through raw pointers.
+    ("pageframe", &["--test", "plan", "miri_"], true, true),
 ];
 /// Loom models: crate and test-target arguments.
 const LOOM: &[(&str, &[&str])] = &[

@@ -20,6 +20,36 @@
 //! Other maps (E820, a device tree's `/memory` nodes) go through
 //! [`FrameRanges::add_usable`] and [`FrameRanges::reserve`].
 //!
+//! ## From the memory map to the first frame
+//!
+//! The [`Plan`] lays the zones out, carves their metadata and the machine
+//! itself from the usable frames, and [`Plan::build`] writes them in place
+//! through the kernel's direct map:
+//!
+//! ```
+//! use pageframe::boot::{FrameRanges, Plan};
+//! use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, PhysAddr};
+//! # let ram = std::alloc::Layout::from_size_align(64 << 20, 4096).unwrap();
+//! # let ram_base = unsafe { std::alloc::alloc_zeroed(ram) } as u64; // physical 0 on the host
+//! # let phys_offset = ram_base;
+//! # let memory_regions = [(0x10_0000u64, (64 << 20) - 0x10_0000, true), (0x9fc00, 0x400, false)];
+//!
+//! // bootloader_api: FrameRanges::from_bootloader_api(&boot_info.memory_regions)
+//! let usable = FrameRanges::<128>::from_entries(memory_regions)?;
+//! let plan = Plan::new(&usable, &[], MachineConfig::SINGLE_NODE)?;
+//! // SAFETY: all RAM is mapped at `phys_offset` (the kernel's direct map),
+//! // and the frames the plan carved are used by nothing else.
+//! let machine: &Machine<'static> =
+//!     unsafe { plan.build(|pa: PhysAddr| (phys_offset + pa.get()) as *mut u8) }?;
+//! let frame = machine.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO)?;
+//! assert!(usable.contains(frame.pfn));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Per-CPU caches come next ([`crate::Machine::enable_pcp`], with memory
+//! from [`crate::Machine::alloc_contig`] once the machine runs), and on
+//! NUMA machines the plan takes the firmware's memory affinity ranges.
+//!
 //! ```
 //! use pageframe::boot::FrameRanges;
 //! use pageframe::{Pfn, PfnRange, PhysAddr};
@@ -46,12 +76,15 @@ mod bootloader_api;
 mod limine;
 #[cfg(feature = "multiboot2")]
 mod multiboot2;
+mod plan;
 #[cfg(feature = "uefi")]
 mod uefi;
 
 use core::fmt;
 
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
+
+pub use plan::{Plan, PlanError, PlannedZone};
 
 /// Why a memory map could not be read.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

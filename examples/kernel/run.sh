@@ -4,10 +4,11 @@
 #
 #   examples/kernel/run.sh [--mem SIZE] [--smp N] [words...]
 #
-# Words go to the kernel command line: selftest, bench (both by default),
+# Words go to the kernel command line: mode words (every subsystem by
+# default: selftest bench migrate unmovable thp-swap smp giant hotplug),
 # seed=N. Examples:
-#   examples/kernel/run.sh                     # 2 GiB guest, self-test + bench
-#   examples/kernel/run.sh --mem 6G selftest   # RAM above 4 GiB
+#   examples/kernel/run.sh                     # 6 GiB guest, every mode
+#   examples/kernel/run.sh --mem 2G selftest   # one mode, a smaller guest
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,4 +41,7 @@ cd "$here"
 cargo build --release --target "$target"
 dir=${CARGO_TARGET_DIR:-$here/target}
 case $dir in /*) ;; *) dir=$here/$dir ;; esac
+# The default run shows every subsystem, 1 GiB pages and hotplug included:
+# a 6 GiB guest.
+export MEM=${MEM:-6G}
 exec "$here/qemu.sh" "$dir/$target/release/pageframe-kernel" "$@"

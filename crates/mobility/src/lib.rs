@@ -44,6 +44,7 @@ mod contig;
 mod error;
 mod fallback;
 pub mod fragindex;
+mod fragmap;
 mod highatomic;
 mod isolate;
 mod migratetype;
@@ -61,6 +62,7 @@ mod zone;
 
 pub use contig::Blocker;
 pub use error::BlockError;
+pub use fragmap::PageblockUse;
 pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES, fallbacks, list_of, type_of_list};
 pub use pageblock::Pageblocks;
 pub use policy::Mobility;

@@ -146,6 +146,7 @@ mod compaction;
 mod contig;
 mod cpu;
 mod error;
+mod fragmap;
 mod frame_state;
 mod gfp;
 mod hotplug;
@@ -176,6 +177,7 @@ pub use error::{
     AllocError, BlockError, ConfigError, FreeError, InitError, PcpSetupError, PinError, RangeError,
     SetupError, ValidateError,
 };
+pub use fragmap::{FragmentationMap, MAP_LEGEND, MAP_WIDTH};
 pub use gfp::{AllocFlags, Gfp};
 pub use hotplug::MemmapOnMemory;
 pub use machine::{Allocation, Machine, MachineBuddyInfo, MachineConfig};
@@ -187,8 +189,8 @@ pub use pageframe_compact::{
     DeferralState, MigrateError, MigrateMode, Migrator, TickReport,
 };
 pub use pageframe_mobility::{
-    self as mobility, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, ReserveAccess,
-    Watermarks,
+    self as mobility, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse,
+    ReserveAccess, Watermarks,
 };
 pub use pageframe_pcp as pcp;
 pub use pageframe_types::{MAX_PFN, MigrateType, Order, Pfn, PfnRange, PhysAddr};

@@ -191,6 +191,23 @@ fn migrate_rows(b: &Boot) -> Vec<MigrateRow> {
         .collect()
 }
 
+/// The pageblock characters of each fragmentation map printed.
+fn fragmentation_maps(b: &Boot) -> Vec<String> {
+    let mut maps = Vec::new();
+    let mut lines = b.serial.lines().peekable();
+    while let Some(l) = lines.next() {
+        if !l.starts_with("migrate: fragmentation map of zone ") {
+            continue;
+        }
+        let mut map = String::new();
+        while let Some(row) = lines.next_if(|r| r.starts_with("0x")) {
+            map.push_str(row.split_whitespace().nth(1).unwrap_or(""));
+        }
+        maps.push(map);
+    }
+    maps
+}
+
 #[test]
 fn migration_builds_2m_blocks_from_mapped_pages() {
     let b = run("256M", "migrate unmovable");
@@ -227,6 +244,19 @@ fn migration_builds_2m_blocks_from_mapped_pages() {
     // Proactiveness 100 compacts (almost) everything before the requests,
     // so fewer of them need direct compaction than with proactiveness 0.
     assert!(rows[2].captured < rows[0].captured);
+    // The p=100 run draws the zone before and after: partly used movable
+    // pageblocks ('m') become free ('.') and full ('M') ones.
+    let maps = fragmentation_maps(&b);
+    assert_eq!(maps.len(), 2, "a map before and after compaction");
+    let count = |m: &str, c: char| m.chars().filter(|&x| x == c).count();
+    assert_eq!(
+        maps[0].len(),
+        maps[1].len(),
+        "one character a pageblock each time"
+    );
+    assert!(count(&maps[0], 'm') > count(&maps[1], 'm') * 4, "{maps:?}");
+    assert!(count(&maps[1], '.') > count(&maps[0], '.') * 4, "{maps:?}");
+    assert!(count(&maps[1], 'M') > 0, "{maps:?}");
     let fallback = b
         .serial
         .lines()
@@ -364,4 +394,37 @@ fn a_1_gib_page_memory_offline_and_hot_add_keep_user_data() {
             && l.ends_with("every page verified, back online")),
         "the workload line"
     );
+}
+
+/// README's main job: with no mode word the kernel runs every subsystem in
+/// one boot (a 6 GiB guest, as `run.sh` gives it).
+#[test]
+fn the_main_job_runs_every_subsystem_in_one_boot() {
+    let b = run("6G", "");
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    for mode in [
+        "selftest",
+        "migrate",
+        "unmovable",
+        "thp-swap",
+        "smp",
+        "giant",
+        "hotplug",
+    ] {
+        assert!(
+            b.serial.contains(&format!("\n{mode}: PASS\n")),
+            "{mode} verdict"
+        );
+    }
+    assert!(
+        b.serial.contains("\nbench: order 0 cached alloc "),
+        "bench table"
+    );
+    assert_eq!(
+        fragmentation_maps(&b).len(),
+        2,
+        "maps before and after compaction"
+    );
+    assert!(b.line("hot-add: 256 MiB at pfn ").is_some(), "hot-add line");
+    assert!(!b.serial.contains("skipped"), "nothing skipped at 6 GiB");
 }

@@ -41,8 +41,16 @@ bitflags! {
 }
 
 impl Modes {
-    /// What runs when the command line names no mode.
-    pub const DEFAULT: Self = Self::SELFTEST.union(Self::BENCH);
+    /// What runs when the command line names no mode: every subsystem
+    /// (`giant` and `hotplug` are skipped in guests too small for them).
+    pub const DEFAULT: Self = Self::SELFTEST
+        .union(Self::BENCH)
+        .union(Self::MIGRATE)
+        .union(Self::UNMOVABLE)
+        .union(Self::THP_SWAP)
+        .union(Self::SMP)
+        .union(Self::GIANT)
+        .union(Self::HOTPLUG);
 }
 
 /// Mode words, their flags and one-line descriptions (printed in the report).
@@ -105,6 +113,8 @@ pub struct Options {
     pub modes: Modes,
     /// Seed of the self-test's random free order.
     pub seed: u64,
+    /// No mode was named: [`Modes::DEFAULT`] runs.
+    pub defaulted: bool,
 }
 
 /// A command line the kernel does not understand.
@@ -138,10 +148,15 @@ pub fn parse(line: &str) -> Result<Options, CmdlineError<'_>> {
             return Err(CmdlineError::UnknownWord(word));
         }
     }
-    if modes.is_empty() {
+    let defaulted = modes.is_empty();
+    if defaulted {
         modes = Modes::DEFAULT;
     }
-    Ok(Options { modes, seed })
+    Ok(Options {
+        modes,
+        seed,
+        defaulted,
+    })
 }
 
 fn parse_u64(s: &str) -> Option<u64> {

@@ -126,6 +126,21 @@ pub struct Params {
     pub show_peak: bool,
     /// Have the second CPU (if up) read the kept pages during compaction.
     pub ap_reader: bool,
+    /// Print the highest zone's fragmentation map before and after the
+    /// proactive phase.
+    pub show_map: bool,
+}
+
+/// Prints the fragmentation map of the machine's highest zone.
+fn print_map(machine: &KernelMachine, when: &str) {
+    if let Some(z) = machine.all_zones().last() {
+        println!(
+            "migrate: fragmentation map of zone {} {when}, one character a 2 MiB pageblock ({})",
+            z.kind().name(),
+            pageframe::MAP_LEGEND
+        );
+        crate::print!("{}", z.fragmentation_map());
+    }
 }
 
 /// The data word `w` of user page `vpn`.
@@ -322,6 +337,9 @@ pub fn run(
             machine
                 .set_proactiveness(p.proactiveness)
                 .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
+            if p.show_map {
+                print_map(machine, "before proactive compaction");
+            }
             let t0 = Instant::now();
             let before = machine.fragmentation_score(NODE);
             let mut last = crate::timer::ticks();
@@ -337,6 +355,9 @@ pub fn run(
             rep.proactive_cycles = t0.elapsed().0;
             rep.score = before.zip(machine.fragmentation_score(NODE));
             rep.migrated_proactive = mig.moved;
+            if p.show_map {
+                print_map(machine, "after proactive compaction");
+            }
             machine
                 .set_proactiveness(0)
                 .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;

@@ -1,0 +1,62 @@
+//! Fragmentation maps: one character a pageblock, counts that add up to
+//! the zone's.
+
+mod common;
+
+use common::*;
+use pageframe::{Gfp, MAP_WIDTH, MigrateType, NodeId, ZoneKind};
+
+#[test]
+fn each_pageblock_shows_its_type_and_fill() {
+    let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    // 8 pageblocks spanned, the last two never handed over (a hole).
+    let span = r(4 * GIB, 4 * GIB + 8 * PB);
+    zone(m, n(0), ZoneKind::Normal, span, r(4 * GIB, 4 * GIB + 6 * PB));
+    let z = m.zone_of(span.start).unwrap();
+    assert_eq!(
+        z.fragmentation_map().to_string(),
+        format!("{:#010x} ......__\n", 4 * GIB),
+        "all free, then the hole"
+    );
+    // A full movable pageblock, a partly used one, an unmovable one.
+    let big = m.alloc(n(0), Gfp::HIGHUSER_MOVABLE, o(9)).unwrap();
+    let small = m.alloc(n(0), Gfp::HIGHUSER_MOVABLE, o(3)).unwrap();
+    let k = m.alloc(n(0), Gfp::KERNEL, o(0)).unwrap();
+    let map = z.fragmentation_map().to_string();
+    let line = map.split_whitespace().nth(1).unwrap();
+    assert_eq!(line.len(), 8);
+    let at = |p: pageframe::Pfn| line.as_bytes()[((p.get() - 4 * GIB) / PB) as usize] as char;
+    assert_eq!(at(big.pfn), 'M');
+    assert_eq!(at(small.pfn), 'm');
+    assert_eq!(at(k.pfn), 'u');
+    assert_eq!(line.matches('.').count(), 3);
+    assert!(line.ends_with("__"));
+    let blocks: Vec<_> = z.pageblocks().collect();
+    assert_eq!(blocks.len(), 8);
+    assert_eq!(blocks.iter().map(|b| b.free).sum::<u64>(), z.free_pages());
+    assert_eq!(blocks.iter().map(|b| b.managed).sum::<u64>(), z.managed_pages());
+    let kb = blocks.iter().find(|b| b.range.contains(k.pfn)).unwrap();
+    assert_eq!((kb.migratetype, kb.managed, kb.free), (Some(MigrateType::Unmovable), PB, PB - 1));
+    m.free(big.pfn, o(9)).unwrap();
+    m.free(small.pfn, o(3)).unwrap();
+    m.free(k.pfn, o(0)).unwrap();
+    assert!(!z.fragmentation_map().to_string().contains('M'));
+}
+
+#[test]
+fn long_zones_wrap_and_unaligned_edges_count_only_their_frames() {
+    let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    // 100 pageblocks and a half, starting half-way into a pageblock.
+    let span = r(4 * GIB + PB / 2, 4 * GIB + 101 * PB);
+    zone(m, n(0), ZoneKind::Normal, span, span);
+    let z = m.zone_of(span.start).unwrap();
+    let map = z.fragmentation_map().to_string();
+    let lines: Vec<_> = map.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].split_whitespace().nth(1).unwrap().len(), MAP_WIDTH);
+    assert_eq!(lines[1].split_whitespace().nth(1).unwrap().len(), 101 - MAP_WIDTH);
+    let blocks: Vec<_> = z.pageblocks().collect();
+    assert_eq!(blocks[0].managed, PB / 2, "the first pageblock is half in the span");
+    assert_eq!(blocks.iter().map(|b| b.managed).sum::<u64>(), span.len());
+    assert!(map.lines().all(|l| l.split_whitespace().nth(1).unwrap().chars().all(|c| c == '.')));
+}

@@ -41,7 +41,11 @@ impl PageblockUse {
             MigrateType::Cma => 'C',
             MigrateType::Isolate => 'I',
         };
-        if self.free == 0 { c } else { c.to_ascii_lowercase() }
+        if self.free == 0 {
+            c
+        } else {
+            c.to_ascii_lowercase()
+        }
     }
 }
 
@@ -54,7 +58,9 @@ impl MobileZone<'_> {
         }
         let order = self.pageblock_order();
         let start = pfn.align_down(order);
-        let end = start.checked_add(order.pages()).unwrap_or(Pfn::new(u64::MAX));
+        let end = start
+            .checked_add(order.pages())
+            .unwrap_or(Pfn::new(u64::MAX));
         let range = PfnRange::new(start, end).intersect(&self.span());
         let (mut managed, mut free) = (0, 0);
         for (p, info) in self.buddy().walk(range) {

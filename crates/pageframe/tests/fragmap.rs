@@ -11,7 +11,13 @@ fn each_pageblock_shows_its_type_and_fill() {
     let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
     // 8 pageblocks spanned, the last two never handed over (a hole).
     let span = r(4 * GIB, 4 * GIB + 8 * PB);
-    zone(m, n(0), ZoneKind::Normal, span, r(4 * GIB, 4 * GIB + 6 * PB));
+    zone(
+        m,
+        n(0),
+        ZoneKind::Normal,
+        span,
+        r(4 * GIB, 4 * GIB + 6 * PB),
+    );
     let z = m.zone_of(span.start).unwrap();
     assert_eq!(
         z.fragmentation_map().to_string(),
@@ -34,9 +40,15 @@ fn each_pageblock_shows_its_type_and_fill() {
     let blocks: Vec<_> = z.pageblocks().collect();
     assert_eq!(blocks.len(), 8);
     assert_eq!(blocks.iter().map(|b| b.free).sum::<u64>(), z.free_pages());
-    assert_eq!(blocks.iter().map(|b| b.managed).sum::<u64>(), z.managed_pages());
+    assert_eq!(
+        blocks.iter().map(|b| b.managed).sum::<u64>(),
+        z.managed_pages()
+    );
     let kb = blocks.iter().find(|b| b.range.contains(k.pfn)).unwrap();
-    assert_eq!((kb.migratetype, kb.managed, kb.free), (Some(MigrateType::Unmovable), PB, PB - 1));
+    assert_eq!(
+        (kb.migratetype, kb.managed, kb.free),
+        (Some(MigrateType::Unmovable), PB, PB - 1)
+    );
     m.free(big.pfn, o(9)).unwrap();
     m.free(small.pfn, o(3)).unwrap();
     m.free(k.pfn, o(0)).unwrap();
@@ -54,9 +66,22 @@ fn long_zones_wrap_and_unaligned_edges_count_only_their_frames() {
     let lines: Vec<_> = map.lines().collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0].split_whitespace().nth(1).unwrap().len(), MAP_WIDTH);
-    assert_eq!(lines[1].split_whitespace().nth(1).unwrap().len(), 101 - MAP_WIDTH);
+    assert_eq!(
+        lines[1].split_whitespace().nth(1).unwrap().len(),
+        101 - MAP_WIDTH
+    );
     let blocks: Vec<_> = z.pageblocks().collect();
-    assert_eq!(blocks[0].managed, PB / 2, "the first pageblock is half in the span");
+    assert_eq!(
+        blocks[0].managed,
+        PB / 2,
+        "the first pageblock is half in the span"
+    );
     assert_eq!(blocks.iter().map(|b| b.managed).sum::<u64>(), span.len());
-    assert!(map.lines().all(|l| l.split_whitespace().nth(1).unwrap().chars().all(|c| c == '.')));
+    assert!(map.lines().all(|l| {
+        l.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .chars()
+            .all(|c| c == '.')
+    }));
 }

@@ -149,3 +149,73 @@ pub fn bars(
     }
     root.present().map_err(err)
 }
+
+/// Fragmentation maps as an SVG: for each named map, its pageblocks in rows
+/// of [`pageframe::MAP_WIDTH`], one square each, coloured by migratetype
+/// (the kernel's characters, drawn): a full block in the type's colour, a
+/// partly free one lighter in proportion to its free frames, a free one
+/// white, an unmanaged one grey.
+pub fn pageblock_maps(
+    path: &Path,
+    title: &str,
+    maps: &[(String, Vec<pageframe::PageblockUse>)],
+) -> Result<(), String> {
+    use pageframe::MigrateType;
+    use std::fmt::Write as _;
+    const CELL: usize = 9;
+    const LABEL: usize = 22;
+    let width = pageframe::MAP_WIDTH;
+    let rows = |n: usize| n.div_ceil(width);
+    let height: usize = maps
+        .iter()
+        .map(|(_, m)| LABEL + rows(m.len()) * CELL + 8)
+        .sum::<usize>()
+        + 60;
+    let mut svg = String::new();
+    let w = width * CELL + 20;
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(svg, r#"<text x="10" y="16" font-size="14">{title}</text>"#);
+    let mut y = 30;
+    for (name, blocks) in maps {
+        let _ = writeln!(svg, r#"<text x="10" y="{}">{name}</text>"#, y + 14);
+        y += LABEL;
+        for (i, b) in blocks.iter().enumerate() {
+            let (x, yy) = (10 + (i % width) * CELL, y + (i / width) * CELL);
+            let fill = match b.symbol() {
+                '_' => "rgb(160,160,160)".to_string(),
+                '.' => "white".to_string(),
+                _ => {
+                    let base = match b.migratetype {
+                        Some(MigrateType::Unmovable) => (214, 39, 40),
+                        Some(MigrateType::Reclaimable) => (255, 127, 14),
+                        Some(MigrateType::Movable) => (31, 119, 180),
+                        Some(MigrateType::HighAtomic) => (148, 103, 189),
+                        Some(MigrateType::Cma) => (44, 160, 44),
+                        _ => (0, 0, 0),
+                    };
+                    // Lighter as more of the block is free.
+                    let free = b.free as f64 / b.managed.max(1) as f64;
+                    let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * free * 0.85) as u8;
+                    format!("rgb({},{},{})", mix(base.0), mix(base.1), mix(base.2))
+                }
+            };
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{x}" y="{yy}" width="{c}" height="{c}" fill="{fill}" stroke="rgb(220,220,220)" stroke-width="0.5"/>"#,
+                c = CELL - 1
+            );
+        }
+        y += rows(blocks.len()) * CELL + 8;
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="10" y="{}">red unmovable, orange reclaimable, blue movable, purple highatomic, green CMA; lighter: partly free; white: free; grey: not managed</text>"#,
+        y + 16
+    );
+    svg.push_str("</svg>\n");
+    std::fs::write(path, svg).map_err(err)
+}

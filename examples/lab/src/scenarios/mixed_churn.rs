@@ -81,6 +81,8 @@ struct Outcome {
     occupancy: f64,
     reclaimed: u64,
     stats: pageframe::FallbackStats,
+    /// The zone's pageblocks at the end of the load and at rest.
+    maps: (Vec<pageframe::PageblockUse>, Vec<pageframe::PageblockUse>),
 }
 
 struct Params {
@@ -279,6 +281,7 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
         }
     }
     bar.finish_and_clear();
+    let map_load: Vec<_> = zone.pageblocks().collect();
     let used: u64 =
         r.live.values().map(|(o, _)| o.pages()).sum::<u64>() + r.huge.len() as u64 * MAX_BLOCK;
     let occupancy = used as f64 / frames as f64;
@@ -297,6 +300,7 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
             }
         })
         .collect();
+    let map_rest: Vec<_> = zone.pageblocks().collect();
     let mut polluted_blocks = vec![false; (frames / PB) as usize];
     let mut unmovable_frames = 0u64;
     for &(pfn, (o, _)) in &keep {
@@ -326,6 +330,7 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
         occupancy,
         reclaimed: r.reclaimed,
         stats: zone.fallback_stats(),
+        maps: (map_load, map_rest),
     })
 }
 
@@ -374,8 +379,20 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         "steals",
         "small allocs failed",
     ]);
+    let mut maps = Vec::new();
     for v in &VARIANTS {
         let o = run_variant(v, blocks, &p, opts.seed)?;
+        maps.push((
+            format!("{}: at the end of the load", v.name),
+            o.maps.0.clone(),
+        ));
+        maps.push((
+            format!(
+                "{}: at rest (movable and reclaimable memory reclaimed)",
+                v.name
+            ),
+            o.maps.1.clone(),
+        ));
         t.row(vec![
             v.name.to_string(),
             format!(
@@ -400,6 +417,10 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         ]);
     }
     println!("\n{}", t.render());
+    std::fs::create_dir_all(&opts.out).map_err(|e| e.to_string())?;
+    let path = opts.out.join("mixed-churn-map.svg");
+    crate::plot::pageblock_maps(&path, "mixed-churn: one square a 2 MiB pageblock", &maps)?;
+    println!("fragmentation maps: {}", path.display());
     println!(
         "published (2005, Linux 2.6.14): without grouping 18% under load and 45/160 at rest; with grouping 47% and 159/160.\n\
          goal with grouping: >= 70% under load, >= 99% of the theoretical maximum at rest, pollution <= 1.2"

@@ -3,70 +3,32 @@
 
 use core::fmt::{self, Write};
 use spin::Mutex;
-use x86_64::instructions::port::Port;
+use uart_16550::backend::PioBackend;
+use uart_16550::{Config, Uart16550Tty};
 
 /// I/O base of COM1.
 const COM1: u16 = 0x3f8;
 
-/// COM1 behind a lock, so lines from different contexts do not interleave.
-static SERIAL: Mutex<Uart> = Mutex::new(Uart { base: COM1 });
+/// COM1 behind a lock, so lines from different contexts do not interleave;
+/// `None` until [`init`] (or if the UART failed its self-test: output is
+/// then dropped, as on a machine without a serial port).
+static SERIAL: Mutex<Option<Uart16550Tty<PioBackend>>> = Mutex::new(None);
 
-struct Uart {
-    base: u16,
-}
-
-impl Uart {
-    fn out(&mut self, reg: u16, value: u8) {
-        // SAFETY: the UART's registers are at base..base+8; writing them has
-        // no effect on memory.
-        unsafe { Port::new(self.base + reg).write(value) }
-    }
-
-    fn line_status(&mut self) -> u8 {
-        // SAFETY: reading the line status register has no side effect.
-        unsafe { Port::new(self.base + 5).read() }
-    }
-
-    fn init(&mut self) {
-        self.out(1, 0x00); // no interrupts
-        self.out(3, 0x80); // divisor latch access
-        self.out(0, 0x01); // 115200 baud
-        self.out(1, 0x00);
-        self.out(3, 0x03); // 8 bits, no parity, one stop bit
-        self.out(2, 0xc7); // FIFO on, cleared
-        self.out(4, 0x03); // DTR, RTS
-    }
-
-    fn put(&mut self, byte: u8) {
-        // Wait for the transmit holding register to empty (bit 5).
-        while self.line_status() & 0x20 == 0 {
-            core::hint::spin_loop();
-        }
-        self.out(0, byte);
-    }
-}
-
-impl Write for Uart {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for b in s.bytes() {
-            if b == b'\n' {
-                self.put(b'\r');
-            }
-            self.put(b);
-        }
-        Ok(())
-    }
-}
-
-/// Programs the UART; call once, first thing.
+/// Programs the UART (the `uart_16550` crate: 115200 8N1, FIFO on, with a
+/// loopback self-test); call once, first thing.
 pub fn init() {
-    SERIAL.lock().init();
+    // SAFETY: COM1's eight registers are at 0x3f8..0x400 on a PC (QEMU's
+    // `-serial stdio`), and only this module touches them.
+    let uart = unsafe { Uart16550Tty::new_port(COM1, Config::default()) };
+    *SERIAL.lock() = uart.ok();
 }
 
 /// Writes formatted text; used by [`print!`](crate::print).
 pub fn write_fmt(args: fmt::Arguments<'_>) {
-    // Printing cannot fail on this device: the Uart never returns an error.
-    let _ = SERIAL.lock().write_fmt(args);
+    // Printing to the UART cannot fail (it waits for room in the FIFO).
+    if let Some(uart) = SERIAL.lock().as_mut() {
+        let _ = uart.write_fmt(args);
+    }
 }
 
 /// Writes formatted text even while another context holds the lock (the

@@ -25,7 +25,7 @@ fn set(ranges: &[(u64, u64)]) -> RangeSet {
 }
 
 fn pairs(s: &RangeSet) -> Vec<(u64, u64)> {
-    s.ranges().iter().map(|r| (r.start, r.end)).collect()
+    s.ranges().map(|r| (r.start, r.end)).collect()
 }
 
 #[test]
@@ -58,24 +58,28 @@ fn remove_splits_and_trims() {
 
 #[test]
 fn full_set_refuses_and_stays_unchanged() {
+    // Three-page ranges, a page apart, until the set is full.
     let mut s = RangeSet::new();
     let mut i = 0;
     while s
-        .insert(PhysRange::new(i * 0x2000, i * 0x2000 + 0x1000))
+        .insert(PhysRange::new(i * 0x4000, i * 0x4000 + 0x3000))
         .is_ok()
     {
         i += 1;
     }
     let before = pairs(&s);
     assert_eq!(
-        s.insert(PhysRange::new(i * 0x2000, i * 0x2000 + 0x1000)),
+        s.insert(PhysRange::new(i * 0x4000, i * 0x4000 + 0x1000)),
         Err(CapacityError)
     );
-    // Splitting a range would need one more slot.
-    assert_eq!(s.remove(PhysRange::new(0x400, 0x800)), Err(CapacityError));
+    // Splitting a range (its middle page out) would need one more slot.
+    assert_eq!(s.remove(PhysRange::new(0x1000, 0x2000)), Err(CapacityError));
     assert_eq!(pairs(&s), before);
+    // A sub-page range takes its whole page; trimming needs no slot.
+    s.remove(PhysRange::new(0x2400, 0x2800)).unwrap();
+    assert_eq!(pairs(&s)[0], (0, 0x2000));
     // Merging needs none.
-    s.insert(PhysRange::new(0x1000, 0x2000)).unwrap();
+    s.insert(PhysRange::new(0x2000, 0x4000)).unwrap();
     assert_eq!(s.ranges().len(), before.len() - 1);
 }
 

@@ -167,7 +167,7 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
     let spans = usable.clone();
     // The per-CPU caches' memory: carved now (their size depends on the
     // memory handed over, so an upper bound), trimmed once they exist.
-    let frames: u64 = usable.ranges().iter().map(|r| r.len() / PAGE_SIZE).sum();
+    let frames: u64 = usable.ranges().map(|r| r.len() / PAGE_SIZE).sum();
     let estimate = pcp_estimate(frames, CPUS);
     let pcp_region = usable
         .take_top(estimate, PhysRange::new(0, u64::MAX))
@@ -251,7 +251,7 @@ const DIMM: u64 = 256 << 20;
 /// Removes the top 256 MiB (2 MiB-aligned) of the highest usable range from
 /// `usable` when it lies above 4.5 GiB, as frames.
 fn withhold_dimm(usable: &mut RangeSet) -> Result<Option<PfnRange>, BringUpError> {
-    let Some(top) = usable.ranges().last().copied() else {
+    let Some(top) = usable.ranges().last() else {
         return Ok(None);
     };
     let end = top.end / (2 << 20) * (2 << 20);

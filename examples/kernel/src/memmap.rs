@@ -2,6 +2,9 @@
 
 use core::fmt;
 
+use pageframe::boot::FrameRanges;
+use pageframe::{PfnRange, PhysAddr};
+
 /// Size of a page frame.
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -166,111 +169,62 @@ impl fmt::Display for MemoryMap {
 /// Most disjoint ranges a [`RangeSet`] holds.
 const RANGES_MAX: usize = 64;
 
-/// A set of physical addresses stored as sorted, disjoint, non-adjacent
-/// ranges.
+/// A set of whole physical pages, in byte addresses: the allocator's
+/// [`FrameRanges`] (sorted, disjoint, non-adjacent frame ranges) seen
+/// through [`PhysRange`]s, which the rest of this kernel speaks.
 #[derive(Clone)]
-pub struct RangeSet {
-    ranges: [PhysRange; RANGES_MAX],
-    len: usize,
+pub struct RangeSet(FrameRanges<RANGES_MAX>);
+
+/// Frames of `r`, rounded inward (its ends are page-aligned wherever this
+/// kernel builds one).
+fn frames(r: PhysRange) -> PfnRange {
+    PfnRange::from_addrs(PhysAddr::new(r.start), PhysAddr::new(r.end))
+}
+
+fn bytes(r: &PfnRange) -> PhysRange {
+    PhysRange::new(r.start.addr().get(), r.end.addr().get())
 }
 
 impl RangeSet {
     /// The empty set.
     pub const fn new() -> Self {
-        Self {
-            ranges: [PhysRange::EMPTY; RANGES_MAX],
-            len: 0,
-        }
+        Self(FrameRanges::new())
     }
 
     /// The ranges, sorted by address.
-    pub fn ranges(&self) -> &[PhysRange] {
-        &self.ranges[..self.len]
+    pub fn ranges(&self) -> impl DoubleEndedIterator<Item = PhysRange> + ExactSizeIterator + '_ {
+        self.0.ranges().iter().map(bytes)
     }
 
     /// True when `addr` belongs to the set.
     pub fn contains(&self, addr: u64) -> bool {
-        self.ranges()
-            .iter()
-            .any(|r| r.start <= addr && addr < r.end)
+        self.0.contains(PhysAddr::new(addr).pfn_down())
     }
 
-    /// Adds `r`, merging with overlapping or adjacent ranges. On error the
-    /// set is unchanged.
+    /// Adds the whole pages of `r`, merging with overlapping or adjacent
+    /// ranges. On error the set is unchanged.
     pub fn insert(&mut self, r: PhysRange) -> Result<(), CapacityError> {
-        if r.is_empty() {
-            return Ok(());
-        }
-        let mut merged = r;
-        // Ranges entirely before `r` stay; those touching it fold into it.
-        let first = self.ranges().partition_point(|x| x.end < r.start);
-        let mut last = first;
-        while last < self.len && self.ranges[last].start <= r.end {
-            merged.start = merged.start.min(self.ranges[last].start);
-            merged.end = merged.end.max(self.ranges[last].end);
-            last += 1;
-        }
-        let removed = last - first;
-        if removed == 0 && self.len == RANGES_MAX {
-            return Err(CapacityError);
-        }
-        // Replace ranges[first..last] by the single merged range.
-        let new_len = self.len + 1 - removed;
-        self.ranges.copy_within(last..self.len, first + 1);
-        self.ranges[first] = merged;
-        self.len = new_len;
-        Ok(())
+        self.0.insert(frames(r)).map_err(|_| CapacityError)
     }
 
-    /// Removes `r` from the set, splitting a range if needed. On error the
-    /// set is unchanged.
+    /// Removes every page `r` touches, splitting a range if needed. On
+    /// error the set is unchanged.
     pub fn remove(&mut self, r: PhysRange) -> Result<(), CapacityError> {
-        if r.is_empty() {
-            return Ok(());
-        }
-        let mut out = Self::new();
-        for x in self.ranges() {
-            for piece in [
-                PhysRange::new(x.start, x.end.min(r.start)),
-                PhysRange::new(x.start.max(r.end), x.end),
-            ] {
-                if !piece.is_empty() {
-                    *out.ranges.get_mut(out.len).ok_or(CapacityError)? = piece;
-                    out.len += 1;
-                }
-            }
-        }
-        *self = out;
-        Ok(())
+        self.0
+            .reserve(PhysAddr::new(r.start), PhysAddr::new(r.end))
+            .map_err(|_| CapacityError)
     }
 
     /// The part of the set inside `window`.
     pub fn clipped(&self, window: PhysRange) -> Self {
-        let mut out = Self::new();
-        for x in self.ranges() {
-            let piece = x.intersect(&window);
-            if !piece.is_empty() {
-                out.ranges[out.len] = piece;
-                out.len += 1;
-            }
-        }
-        out
+        Self(self.0.clipped(frames(window)))
     }
 
     /// Takes `len` bytes (rounded up to whole pages) from the top of the
     /// highest range inside `window` that has room, removes them from the
     /// set and returns them. `None` (set unchanged) when nothing fits.
     pub fn take_top(&mut self, len: u64, window: PhysRange) -> Option<PhysRange> {
-        let len = len.next_multiple_of(PAGE_SIZE);
-        let found = self
-            .clipped(window)
-            .ranges()
-            .iter()
-            .rev()
-            .find(|r| r.len() >= len)
-            .map(|r| PhysRange::new((r.end - len) / PAGE_SIZE * PAGE_SIZE, r.end))?;
-        // Removing from the end of a range never splits it.
-        self.remove(found).ok()?;
-        Some(found)
+        let r = self.0.take_top(len.div_ceil(PAGE_SIZE), frames(window))?;
+        Some(bytes(&r))
     }
 }

@@ -114,11 +114,11 @@ pub unsafe fn build_zone(
 ) -> Result<Option<ZoneSetup>, ZoneSetupError> {
     let start = Instant::now();
     let window = window(kind);
-    if usable.clipped(window).ranges().is_empty() {
+    if usable.clipped(window).ranges().len() == 0 {
         return Ok(None);
     }
     let inside = spans.clipped(window);
-    let (Some(first), Some(last)) = (inside.ranges().first(), inside.ranges().last()) else {
+    let (Some(first), Some(last)) = (inside.ranges().next(), inside.ranges().last()) else {
         return Ok(None);
     };
     let span = PfnRange::new(

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use pageframe::{Gfp, MAP_WIDTH, MigrateType, NodeId, ZoneKind};
+use pageframe::{Gfp, MAP_WIDTH, MigrateType, ZoneKind};
 
 #[test]
 fn each_pageblock_shows_its_type_and_fill() {

@@ -261,7 +261,7 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
 pub fn print(r: &HotAddReport, rate: &crate::time::TscRate) {
     crate::println!(
         "hot-add: {} MiB at pfn {:#x} added as the Movable zone in {}; its metadata in its own first {} frames (memmap_on_memory), {} frames onlined",
-        r.range.len() * PAGE_SIZE >> 20,
+        (r.range.len() * PAGE_SIZE) >> 20,
         r.range.start.get(),
         rate.duration(r.add_cycles),
         r.metadata.len(),

@@ -218,3 +218,40 @@ fn miri_a_plan_builds_its_machine_in_place() {
     assert_eq!(m.free_pages(), plan.free().frames());
     m.validate().unwrap();
 }
+
+#[test]
+fn metadata_can_be_kept_where_the_boot_tables_map() {
+    let ram = six_gib();
+    let low = r(0, 4 * GIB);
+    let plan = Plan::new_within(&ram, &[], MachineConfig::SINGLE_NODE, low).unwrap();
+    assert!(
+        low.contains_range(&plan.machine_frames()),
+        "{:?}",
+        plan.machine_frames()
+    );
+    for z in plan.zones() {
+        assert!(low.contains_range(&z.metadata), "{z:?}");
+    }
+    let normal = plan.zones().find(|z| z.kind == ZoneKind::Normal).unwrap();
+    assert_eq!(
+        normal.span,
+        r(4 * GIB, 7 * GIB),
+        "the span is still the zone's"
+    );
+    let carved = Carved::for_plan(&plan);
+    // SAFETY: as in the tests above.
+    let m: &Machine<'static> = unsafe { plan.build(|pa| carved.virt(pa)) }.unwrap();
+    assert_eq!(m.managed_pages(), plan.free().frames());
+    assert_eq!(
+        Plan::new_within(&ram, &[], MachineConfig::SINGLE_NODE, r(0, 4)).err(),
+        Some(PlanError::NoRoom {
+            bytes: Plan::new(&ram, &[], MachineConfig::SINGLE_NODE)
+                .unwrap()
+                .zones()
+                .next()
+                .unwrap()
+                .metadata_bytes
+        }),
+        "a window too small"
+    );
+}

@@ -84,29 +84,6 @@ fn full_set_refuses_and_stays_unchanged() {
 }
 
 #[test]
-fn take_top_carves_from_the_highest_fitting_range_in_the_window() {
-    let mut s = set(&[
-        (0x10_0000, 0x20_0000),
-        (0x30_0000, 0x30_4000),
-        (0x1_0000_0000, 0x1_0010_0000),
-    ]);
-    let window = PhysRange::new(0, 1 << 32);
-    // 0x5000 rounds to whole pages; the 16 KiB range is too small.
-    let got = s.take_top(0x4800, window).unwrap();
-    assert_eq!((got.start, got.end), (0x1f_b000, 0x20_0000));
-    assert!(!s.contains(0x1f_b000) && s.contains(0x1f_afff));
-    assert_eq!(
-        s.take_top(0x20_0000, window),
-        None,
-        "nothing that large below 4 GiB"
-    );
-    let high = s
-        .take_top(0x1000, PhysRange::new(1 << 32, u64::MAX))
-        .unwrap();
-    assert_eq!(high.end, 0x1_0010_0000);
-}
-
-#[test]
 fn memory_map_ram_is_whole_pages_of_usable_entries() {
     let mut m = MemoryMap::new();
     for (addr, size, kind) in [

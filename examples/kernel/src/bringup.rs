@@ -13,11 +13,11 @@ use crate::irq_lock::IrqLock;
 use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
 use crate::paging::{self, DirectMap, MapError};
 use crate::time::{Cycles, Instant};
-use crate::zones::{self, ZoneSetup, ZoneSetupError};
-use core::cell::UnsafeCell;
+use crate::zones::{self, ZoneSetup};
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
+use pageframe::boot::{Plan, PlanError};
 use pageframe::{Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind};
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
@@ -30,29 +30,8 @@ pub const NODE: NodeId = NodeId::ZERO;
 /// CPUs with per-CPU page caches: the boot CPU and the one `smp` starts.
 pub const CPUS: u32 = 2;
 
-/// Where the machine lives: a static, written in place by
-/// [`Machine::new_in`] (the machine is too large for a boot stack).
-struct MachineSlot(UnsafeCell<MaybeUninit<KernelMachine>>);
-
-// SAFETY: the slot is handed out once (`SLOT_TAKEN`), as an exclusive
-// reference; afterwards only that reference reaches it.
-unsafe impl Sync for MachineSlot {}
-
-static SLOT: MachineSlot = MachineSlot(UnsafeCell::new(MaybeUninit::uninit()));
-static SLOT_TAKEN: AtomicBool = AtomicBool::new(false);
-
-/// The slot, the first time only.
-fn machine_slot() -> Option<&'static mut MaybeUninit<KernelMachine>> {
-    if SLOT_TAKEN.swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    // SAFETY: the first and only call gets here, so this is the only
-    // reference to the slot.
-    Some(unsafe { &mut *SLOT.0.get() })
-}
-
-/// Zone kinds the kernel creates, low to high.
-const KINDS: [ZoneKind; 2] = [ZoneKind::Dma32, ZoneKind::Normal];
+/// Bring-up runs once (a plan is built once).
+static BROUGHT_UP: AtomicBool = AtomicBool::new(false);
 
 /// The memory system, up.
 pub struct Memory {
@@ -68,6 +47,9 @@ pub struct Memory {
     pub map: DirectMap,
     /// Time spent building the direct map.
     pub map_cycles: Cycles,
+    /// Time spent planning and building the machine (zones created, RAM
+    /// handed over).
+    pub init_cycles: Cycles,
     /// Bytes of the small-object heap.
     pub small_heap: usize,
     /// RAM kept out of the zones for the hot-add demo, declared
@@ -91,9 +73,9 @@ impl Memory {
         self.zones.iter().flatten()
     }
 
-    /// Time creating zones and handing RAM over, over all zones.
+    /// Time creating zones and handing RAM over.
     pub fn allocator_init(&self) -> Cycles {
-        self.zones().fold(Cycles(0), |sum, s| sum.plus(s.cycles))
+        self.init_cycles
     }
 }
 
@@ -106,10 +88,10 @@ pub enum BringUpError {
     Ranges(CapacityError),
     /// No usable RAM below 4 GiB: nothing to build page tables from.
     NoLowMemory,
-    /// A zone could not be built.
-    Zone(ZoneSetupError),
-    /// No room, or not enough, for the per-CPU caches.
-    PcpMemory { needed: usize, carved: usize },
+    /// The planner could not lay the machine out or build it.
+    Plan(PlanError),
+    /// No contiguous memory for the per-CPU caches.
+    PcpMemory { needed: usize },
     /// The machine refused the per-CPU caches.
     Pcp(SetupError),
     /// The hot-add range could not be declared.
@@ -126,9 +108,9 @@ impl fmt::Display for BringUpError {
             Self::Again => write!(f, "bring-up ran twice"),
             Self::Ranges(_) => write!(f, "memory map has too many ranges"),
             Self::NoLowMemory => write!(f, "no usable RAM below 4 GiB"),
-            Self::Zone(e) => write!(f, "{e}"),
-            Self::PcpMemory { needed, carved } => {
-                write!(f, "per-CPU caches need {needed} bytes, {carved} carved")
+            Self::Plan(e) => write!(f, "plan: {e}"),
+            Self::PcpMemory { needed } => {
+                write!(f, "per-CPU caches need {needed} contiguous bytes")
             }
             Self::Pcp(e) => write!(f, "per-CPU caches: {e}"),
             Self::Hotplug(e) => write!(f, "hotplug range: {e}"),
@@ -138,54 +120,75 @@ impl fmt::Display for BringUpError {
     }
 }
 
-/// An upper bound of what [`Machine::pcp_bytes`] will ask for over
-/// `frames` frames: a cache may hold 1/8 of its zone (16 bytes a slot),
-/// plus head-room and a few KiB per CPU and zone. The unused part is
-/// handed to the allocator afterwards.
-fn pcp_estimate(frames: u64, cpus: u32) -> u64 {
-    frames / 8 * 16 * 3 / 2 + u64::from(cpus) * KINDS.len() as u64 * (16 << 10)
+/// The first 4 GiB, which the boot tables identity-map: where the plan
+/// carves the machine and its metadata, so that it is built before this
+/// kernel's direct map, whose page tables then come from it.
+const BOOT_MAPPED: PfnRange = PfnRange::new(Pfn::new(0), Pfn::new(1 << 20));
+
+/// Migrates nothing: the per-CPU caches' memory is taken from a machine
+/// that has handed out only page tables, which stay put.
+struct Unmoving;
+
+impl pageframe::Migrator for Unmoving {
+    fn migrate(
+        &mut self,
+        _: Pfn,
+        _: Pfn,
+        _: pageframe::Order,
+        _: pageframe::MigrateMode,
+    ) -> Result<(), pageframe::MigrateError> {
+        Err(pageframe::MigrateError::Busy)
+    }
 }
 
-/// Brings the memory system up from the boot information.
-/// With `hotplug`, the top 256 MiB of RAM above 4.5 GiB are kept out of
-/// the zones and declared hotpluggable (see `hot_add.rs`).
+/// Brings the memory system up from the boot information, through the
+/// allocator's planner (`pageframe::boot::Plan`). With `hotplug`, the top
+/// 256 MiB of RAM above 4.5 GiB are kept out of the zones and declared
+/// hotpluggable (see `hot_add.rs`).
 pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Memory, BringUpError> {
+    if BROUGHT_UP.swap(true, Ordering::AcqRel) {
+        return Err(BringUpError::Again);
+    }
     let ram = info.memmap.ram().map_err(BringUpError::Ranges)?;
     let mut usable =
         zones::usable_ram(&ram, kernel, info.boot_ranges()).map_err(BringUpError::Ranges)?;
-    let machine = Machine::new_in(
-        machine_slot().ok_or(BringUpError::Again)?,
-        MachineConfig::SINGLE_NODE,
-    );
     let later = match hotplug {
         true => withhold_dimm(&mut usable)?,
         false => None,
     };
-    let mut setups = [None, None];
-    // Zone spans come from the usable RAM before anything is carved, so
-    // that what is carved and later given back lies inside a zone.
-    let spans = usable.clone();
-    // The per-CPU caches' memory: carved now (their size depends on the
-    // memory handed over, so an upper bound), trimmed once they exist.
-    let frames: u64 = usable.ranges().map(|r| r.len() / PAGE_SIZE).sum();
-    let estimate = pcp_estimate(frames, CPUS);
-    let pcp_region = usable
-        .take_top(estimate, PhysRange::new(0, u64::MAX))
-        .ok_or(BringUpError::PcpMemory {
-            needed: estimate as usize,
-            carved: 0,
-        })?;
 
-    // SAFETY: usable RAM below 4 GiB is identity-mapped by the boot tables
-    // and by the direct map that replaces them, and nothing else uses it.
-    let setup = unsafe { zones::build_zone(machine, KINDS[0], &mut usable, &spans) }
-        .map_err(BringUpError::Zone)?
-        .ok_or(BringUpError::NoLowMemory)?;
-    setups[0] = Some(setup);
+    let start = Instant::now();
+    let plan = Plan::new_within(
+        usable.frames(),
+        &[],
+        MachineConfig::SINGLE_NODE,
+        BOOT_MAPPED,
+    )
+    .map_err(BringUpError::Plan)?;
+    // SAFETY: the plan carved the machine and every zone's metadata from
+    // usable RAM below 4 GiB, which the boot tables (and the direct map that
+    // replaces them) identity-map; `usable` excludes the kernel and the boot
+    // data, so nothing else uses those frames. The plan is built once
+    // (`BROUGHT_UP`).
+    let machine: &'static mut KernelMachine =
+        unsafe { plan.build(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
+    let init_cycles = start.elapsed();
+    let zones = core::array::from_fn(|i| {
+        plan.zones().nth(i).map(|z| ZoneSetup {
+            kind: z.kind,
+            span: z.span,
+            metadata: PhysRange::new(z.metadata.start.addr().get(), z.metadata.end.addr().get()),
+            metadata_bytes: z.metadata_bytes,
+            ranges: plan.free().clipped(z.span).ranges().len(),
+        })
+    });
+    if zones[0].is_none_or(|z: ZoneSetup| z.kind != ZoneKind::Dma32) {
+        return Err(BringUpError::NoLowMemory);
+    }
 
     let start = Instant::now();
     // SAFETY: every frame handed to the machine is RAM that only its
-    // owners use (`usable` excludes the kernel, boot data and metadata).
+    // owners use (the plan left the kernel, boot data and metadata out).
     let mut frames =
         unsafe { pageframe::x86_64::FrameAdapter::new(&*machine, NODE, Gfp::KERNEL | Gfp::DMA32) };
     // SAFETY: `ram` holds everything the kernel touches (image, stack,
@@ -194,37 +197,27 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
         .map_err(BringUpError::Map)?;
     let map_cycles = start.elapsed();
 
-    // SAFETY: RAM above 4 GiB is identity-mapped by the direct map now.
-    let normal = unsafe { zones::build_zone(machine, KINDS[1], &mut usable, &spans) };
-    setups[1] = normal.map_err(BringUpError::Zone)?;
-
-    // Per-CPU caches for every CPU, in the carved region; what they do not
-    // need goes to the allocator.
+    // Per-CPU caches for every CPU, their memory taken from the machine
+    // itself (contiguous, below 4 GiB, never freed).
     let needed = machine.pcp_bytes(CPUS).map_err(BringUpError::Pcp)?;
-    let carved = pcp_region.len() as usize;
-    if needed > carved {
-        return Err(BringUpError::PcpMemory { needed, carved });
-    }
-    // SAFETY: the region was usable RAM, carved out before any of it was
-    // handed over, so nothing else uses it; the direct map covers it.
-    let pcp_mem: &'static mut [MaybeUninit<u8>] = unsafe {
-        core::slice::from_raw_parts_mut(pcp_region.start as *mut MaybeUninit<u8>, needed)
-    };
+    let region = machine
+        .alloc_contig(
+            NODE,
+            Gfp::KERNEL | Gfp::DMA32,
+            (needed as u64).div_ceil(PAGE_SIZE),
+            1,
+            &mut Unmoving,
+        )
+        .map_err(|_| BringUpError::PcpMemory { needed })?;
+    let at = region.range.start.addr().get();
+    // SAFETY: the frames were just allocated for this and are never freed;
+    // the direct map (identity) covers them.
+    let pcp_mem: &'static mut [MaybeUninit<u8>] =
+        unsafe { core::slice::from_raw_parts_mut(at as *mut MaybeUninit<u8>, needed) };
     machine
         .enable_pcp(CPUS, pcp_mem)
         .map_err(BringUpError::Pcp)?;
-    let used_end = (pcp_region.start + needed as u64).next_multiple_of(PAGE_SIZE);
-    let pcp = (needed, PhysRange::new(pcp_region.start, used_end));
-    if used_end < pcp_region.end {
-        let rest = PfnRange::new(
-            Pfn::new(used_end / PAGE_SIZE),
-            Pfn::new(pcp_region.end / PAGE_SIZE),
-        );
-        machine.add_free_range(rest).map_err(BringUpError::Pcp)?;
-        usable
-            .insert(PhysRange::new(used_end, pcp_region.end))
-            .map_err(BringUpError::Ranges)?;
-    }
+    let pcp = (needed, PhysRange::new(at, region.range.end.addr().get()));
 
     if let Some(r) = later {
         machine
@@ -235,11 +228,12 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
     let small_heap = heap::init(machine).map_err(BringUpError::Heap)?;
     Ok(Memory {
         machine,
-        managed: usable,
-        zones: setups,
+        managed: RangeSet::from_frames(plan.free().clone()),
+        zones,
         pcp,
         map,
         map_cycles,
+        init_cycles,
         small_heap,
         hotplug: later,
     })

@@ -29,11 +29,6 @@ impl PhysRange {
         }
     }
 
-    /// Length in bytes.
-    pub const fn len(&self) -> u64 {
-        self.end - self.start
-    }
-
     /// True when the range holds no byte.
     pub const fn is_empty(&self) -> bool {
         self.start == self.end
@@ -191,6 +186,16 @@ impl RangeSet {
         Self(FrameRanges::new())
     }
 
+    /// The set of `frames`.
+    pub fn from_frames(frames: FrameRanges<RANGES_MAX>) -> Self {
+        Self(frames)
+    }
+
+    /// The frames of the set.
+    pub fn frames(&self) -> &FrameRanges<RANGES_MAX> {
+        &self.0
+    }
+
     /// The ranges, sorted by address.
     pub fn ranges(&self) -> impl DoubleEndedIterator<Item = PhysRange> + ExactSizeIterator + '_ {
         self.0.ranges().iter().map(bytes)
@@ -213,18 +218,5 @@ impl RangeSet {
         self.0
             .reserve(PhysAddr::new(r.start), PhysAddr::new(r.end))
             .map_err(|_| CapacityError)
-    }
-
-    /// The part of the set inside `window`.
-    pub fn clipped(&self, window: PhysRange) -> Self {
-        Self(self.0.clipped(frames(window)))
-    }
-
-    /// Takes `len` bytes (rounded up to whole pages) from the top of the
-    /// highest range inside `window` that has room, removes them from the
-    /// set and returns them. `None` (set unchanged) when nothing fits.
-    pub fn take_top(&mut self, len: u64, window: PhysRange) -> Option<PhysRange> {
-        let r = self.0.take_top(len.div_ceil(PAGE_SIZE), frames(window))?;
-        Some(bytes(&r))
     }
 }

@@ -35,7 +35,7 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
         };
         println!(
             "zone {}: span pfn {:#x}..{:#x} ({} frames), managed {} frames ({} MiB) from {} usable range(s), \
-             metadata {} KiB at {}, init {}",
+             metadata {} KiB at {}",
             s.kind.name(),
             s.span.start.get(),
             s.span.end.get(),
@@ -45,7 +45,6 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
             s.ranges,
             s.metadata_bytes >> 10,
             s.metadata,
-            rate.duration(s.cycles),
         );
     }
     let ram_frames = info.memmap.ram_bytes() / PAGE_SIZE;
@@ -67,7 +66,7 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
         mem.pcp.1
     );
     println!(
-        "allocator init: {} (zones created, RAM handed over)",
+        "allocator init: {} (planned, machine and zones built in carved memory, RAM handed over)",
         rate.duration(mem.allocator_init())
     );
     println!(

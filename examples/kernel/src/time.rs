@@ -7,13 +7,6 @@ use x86_64::instructions::port::Port;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Cycles(pub u64);
 
-impl Cycles {
-    /// The sum of two spans.
-    pub fn plus(self, other: Self) -> Self {
-        Self(self.0 + other.0)
-    }
-}
-
 /// A TSC reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instant(u64);

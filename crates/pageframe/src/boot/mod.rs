@@ -253,7 +253,8 @@ impl<const N: usize> FrameRanges<N> {
             .rev()
             .find(|r| r.len() >= frames)
             .map(|r| PfnRange::new(Pfn::new(r.end.get() - frames), r.end))?;
-        // The top of a range: removing it never splits one.
+        // The top of a range, or of its part inside the window: removing it
+        // may split the range, which a full set refuses (`None`, unchanged).
         self.remove(found).ok()?;
         Some(found)
     }

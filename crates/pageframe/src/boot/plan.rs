@@ -119,6 +119,27 @@ impl<const N: usize> Plan<N> {
         affinity: &[(NodeId, PfnRange)],
         config: MachineConfig,
     ) -> Result<Self, PlanError> {
+        Self::new_within(
+            usable,
+            affinity,
+            config,
+            PfnRange::new(Pfn::new(0), Pfn::new(u64::MAX)),
+        )
+    }
+
+    /// [`Plan::new`], carving the metadata and the machine only inside
+    /// `writable`: for a kernel whose early page tables map part of memory
+    /// (PVH and Multiboot boot tables map the first 4 GiB), so that
+    /// [`Plan::build`] runs before the kernel's own direct map exists, and
+    /// that map's page tables come from the machine. Still node-local where
+    /// the window allows: the zone's frames first, then its node's, then
+    /// any.
+    pub fn new_within(
+        usable: &FrameRanges<N>,
+        affinity: &[(NodeId, PfnRange)],
+        config: MachineConfig,
+        writable: PfnRange,
+    ) -> Result<Self, PlanError> {
         let mut free = usable.clone();
         if !affinity.is_empty() {
             let mut covered = FrameRanges::<N>::new();
@@ -183,11 +204,13 @@ impl<const N: usize> Plan<N> {
                 let want = frames_for(metadata_bytes);
                 // Node-local: from the zone's own frames, else the node's.
                 let metadata = free
-                    .take_top(want, span)
+                    .take_top(want, span.intersect(&writable))
                     .or_else(|| {
                         let (f, l) = (mine.ranges().first()?, mine.ranges().last()?);
-                        free.take_top(want, PfnRange::new(f.start, l.end))
+                        let node = PfnRange::new(f.start, l.end);
+                        free.take_top(want, node.intersect(&writable))
                     })
+                    .or_else(|| free.take_top(want, writable))
                     .ok_or(PlanError::NoRoom {
                         bytes: metadata_bytes,
                     })?;
@@ -206,10 +229,7 @@ impl<const N: usize> Plan<N> {
         }
         let bytes = size_of::<Machine<'static>>();
         let machine = free
-            .take_top(
-                frames_for(bytes),
-                PfnRange::new(Pfn::new(0), Pfn::new(u64::MAX)),
-            )
+            .take_top(frames_for(bytes), writable)
             .ok_or(PlanError::NoRoom { bytes })?;
         if free.frames() == 0 {
             return Err(PlanError::NoMemory);

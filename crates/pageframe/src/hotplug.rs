@@ -19,9 +19,13 @@
 //! for it and which frames to online), so a machine never sets metadata
 //! aside for memory it does not have yet.
 //!
-//! Hot-added zones have no per-CPU caches ([`Machine::enable_pcp`] sizes
-//! the zones present when it runs): their allocations and frees go to the
-//! zone directly.
+//! Limits: one zone per declared (node, kind), and a zone's span does not
+//! grow once added (Linux grows zone spans section by section; declare the
+//! whole range and online its parts with [`Machine::add_free_range`] as
+//! they arrive). Hot-added zones have no per-CPU caches
+//! ([`Machine::enable_pcp`] sizes the zones present when it runs): their
+//! allocations and frees go to the zone directly. Offlining migrates into
+//! the range's own zone, so a zone holding data cannot be emptied whole.
 
 use core::mem::MaybeUninit;
 

@@ -160,9 +160,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// Plans a hot-add whose metadata lives in the added memory (Linux
     /// `memmap_on_memory`): the frames from the start of `span` up to the
-    /// first pageblock boundary past what holds [`Machine::zone_metadata_bytes`] of it, and the
-    /// frames left to online. `None` when `span` is empty, too large for a
-    /// zone, or would hold nothing but its metadata.
+    /// first pageblock boundary past those that hold its
+    /// [`Machine::zone_metadata_bytes`], and the frames left to online.
+    /// `None` when `span` is empty, too large for a zone, or would hold
+    /// nothing but its metadata.
     pub fn memmap_on_memory(&self, span: PfnRange) -> Option<MemmapOnMemory> {
         let bytes = self.zone_metadata_bytes(span) as u64;
         if bytes == 0 {

@@ -696,7 +696,9 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// allocated, already freed, sitting in a per-CPU cache, or being
     /// migrated) gets a [`FreeError`] and changes nothing.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.zone_of(pfn)
+        // The zone checks its span (a declared hotplug range may reach past
+        // its zone), so the index's answer is enough here.
+        self.zone(self.zone_ref_of(pfn).ok_or(FreeError::OutOfRange)?)
             .ok_or(FreeError::OutOfRange)?
             .free(pfn, order)
     }

@@ -13,11 +13,11 @@ use crate::irq_lock::IrqLock;
 use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
 use crate::paging::{self, DirectMap, MapError};
 use crate::time::{Cycles, Instant};
-use crate::zones::{self, ZoneSetup};
+use crate::zones;
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
-use pageframe::boot::{Plan, PlanError};
+use pageframe::boot::{Plan, PlanError, PlannedZone};
 use pageframe::{Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind};
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
@@ -40,7 +40,7 @@ pub struct Memory {
     /// Exactly the frames handed to the allocator.
     pub managed: RangeSet,
     /// What each zone's set-up did (`None`: no RAM in its window).
-    pub zones: [Option<ZoneSetup>; 2],
+    pub zones: [Option<PlannedZone>; 2],
     /// Bytes of the per-CPU caches' memory, and where it lies.
     pub pcp: (usize, PhysRange),
     /// The direct map.
@@ -69,7 +69,7 @@ impl Memory {
     }
 
     /// The zones set up.
-    pub fn zones(&self) -> impl Iterator<Item = &ZoneSetup> {
+    pub fn zones(&self) -> impl Iterator<Item = &PlannedZone> {
         self.zones.iter().flatten()
     }
 
@@ -173,16 +173,8 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
     let machine: &'static mut KernelMachine =
         unsafe { plan.build(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
     let init_cycles = start.elapsed();
-    let zones = core::array::from_fn(|i| {
-        plan.zones().nth(i).map(|z| ZoneSetup {
-            kind: z.kind,
-            span: z.span,
-            metadata: PhysRange::new(z.metadata.start.addr().get(), z.metadata.end.addr().get()),
-            metadata_bytes: z.metadata_bytes,
-            ranges: plan.free().clipped(z.span).ranges().len(),
-        })
-    });
-    if zones[0].is_none_or(|z: ZoneSetup| z.kind != ZoneKind::Dma32) {
+    let zones = core::array::from_fn(|i| plan.zones().nth(i).copied());
+    if zones[0].is_none_or(|z: PlannedZone| z.kind != ZoneKind::Dma32) {
         return Err(BringUpError::NoLowMemory);
     }
 

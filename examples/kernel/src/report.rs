@@ -42,9 +42,12 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
             s.span.len(),
             zone.managed_pages(),
             (zone.managed_pages() * PAGE_SIZE) >> 20,
-            s.ranges,
+            mem.managed.frames().clipped(s.span).ranges().len(),
             s.metadata_bytes >> 10,
-            s.metadata,
+            crate::memmap::PhysRange::new(
+                s.metadata.start.addr().get(),
+                s.metadata.end.addr().get()
+            ),
         );
     }
     let ram_frames = info.memmap.ram_bytes() / PAGE_SIZE;

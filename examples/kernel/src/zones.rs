@@ -9,7 +9,6 @@
 //! one machine: metadata scales with the span the map reports.
 
 use crate::memmap::{CapacityError, PAGE_SIZE, PhysRange, RangeSet};
-use pageframe::{PfnRange, ZoneKind};
 
 /// Everything below this address stays out of the allocator.
 pub const LOW_MEMORY_END: u64 = 1 << 20;
@@ -30,19 +29,4 @@ pub fn usable_ram(
         ))?;
     }
     Ok(usable)
-}
-
-/// What setting up one zone did, for the report.
-#[derive(Debug, Clone, Copy)]
-pub struct ZoneSetup {
-    /// The zone.
-    pub kind: ZoneKind,
-    /// Its span, holes included.
-    pub span: PfnRange,
-    /// Where its metadata lives.
-    pub metadata: PhysRange,
-    /// Bytes of metadata the zone asked for.
-    pub metadata_bytes: usize,
-    /// Usable ranges handed over.
-    pub ranges: usize,
 }

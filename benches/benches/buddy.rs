@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pageframe_benches::{
-    FRAMES_4G, Facade, Frames, core_zone, fill, machine, meta, mobile_meta, mobile_zone, peer, span,
+    FRAMES_4G, Facade, Frames, core_zone, fill, legacy_meta, legacy_zone, machine, meta,
+    mobile_meta, mobile_zone, peer, span,
 };
 use pageframe_buddy::{BuddyConfig, BuddyZone, SingleList};
 use rand::rngs::SmallRng;
@@ -48,6 +49,12 @@ macro_rules! each_allocator {
             $g.bench_function(BenchmarkId::new($name, "buddy"), $body);
         }
         {
+            let mut m = legacy_meta(s);
+            let mut z = legacy_zone(s, &mut m);
+            let $a = &mut z;
+            $g.bench_function(BenchmarkId::new($name, "legacy"), $body);
+        }
+        {
             let mut f = Facade(machine(s, 0, pageframe::MobilityConfig::DEFAULT));
             let $a = &mut f;
             $g.bench_function(BenchmarkId::new($name, "facade"), $body);
@@ -79,9 +86,8 @@ fn repeated_pairs(c: &mut Criterion) {
     g.finish();
 }
 
-/// The mobility layer's order-0 fast path (movable requests), with the
-/// placement policy off and on, beside the bare buddy core: the cost of
-/// grouping by mobility and of filling the fullest pageblocks first.
+/// The mobility layer's order-0 fast path (movable requests) beside the
+/// bare buddy core: the cost of grouping by mobility.
 fn mobility_pairs(c: &mut Criterion) {
     let mut g = c.benchmark_group("mobility_pair");
     g.sample_size(30)
@@ -100,13 +106,13 @@ fn mobility_pairs(c: &mut Criterion) {
                 b.iter_custom(|n| pairs(&mut z, 0, n))
             });
         }
-        for (label, placement) in [("mobility", false), ("mobility_placement", true)] {
+        {
             let mut m = mobile_meta(s);
-            let mut z = mobile_zone(s, &mut m, placement);
+            let mut z = mobile_zone(s, &mut m);
             if prep {
                 half_split(&mut z);
             }
-            g.bench_function(BenchmarkId::new(name, label), |b| {
+            g.bench_function(BenchmarkId::new(name, "mobility"), |b| {
                 b.iter_custom(|n| pairs(&mut z, 0, n))
             });
         }

@@ -28,7 +28,11 @@ fn run(data: &[u8]) -> Result<()> {
     let start = u.int_in_range(0..=4096u64)?;
     let len = u.int_in_range(1..=4096u64)?;
     let span = PfnRange::new(Pfn(start), Pfn(start + len));
-    let config = BuddyConfig { max_order: Order::new(max).unwrap() };
+    let chunk = u.int_in_range(0..=max.min(9))?;
+    let config = BuddyConfig {
+        max_order: Order::new(max).unwrap(),
+        chunk_order: Order::new(chunk).unwrap(),
+    };
     let mut meta = vec![MaybeUninit::uninit(); BuddyZone::<SingleList>::metadata_bytes(span, config)];
     let mut zone = BuddyZone::new(span, config, &mut meta, SingleList).unwrap();
     let mut model = Model::new(span, config.max_order);

@@ -1,5 +1,5 @@
-//! Fuzz compaction: bytes decode into a zone (size, offset, pageblock size,
-//! placement), a fragmentation recipe, and a sequence of operations
+//! Fuzz compaction: bytes decode into a zone (size, offset, pageblock size),
+//! a fragmentation recipe, and a sequence of operations
 //! (allocations, frees, pins, skip hints, direct compaction at every
 //! priority, whole-zone compaction, kcompactd ticks and wakeups, refusal
 //! rates, aborts). The shared model checks after every step that no frame
@@ -39,7 +39,6 @@ fn run(data: &[u8]) -> Result<()> {
         buddy: BuddyConfig { max_order: Order::new(pb + 2).unwrap_or_default() },
         pageblock_order: Order::new(pb).unwrap_or_default(),
         grouping: true,
-        placement: u.arbitrary()?,
     };
     let span = PfnRange::new(Pfn(offset), Pfn(offset + (blocks << pb)));
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];

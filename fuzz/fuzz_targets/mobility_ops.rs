@@ -32,9 +32,14 @@ fn run(data: &[u8]) -> Result<()> {
     let blocks = u.int_in_range(1..=12u64)?;
     let offset = u.int_in_range(0..=1000u64)?;
     let grouping: bool = u.arbitrary()?;
-    let placement: bool = u.arbitrary()?;
+    // Pageblocks below, at and above the core's largest chunk order.
+    let pageblock = *u.choose(&[4u8, 9, 10])?;
     let span = PfnRange::new(Pfn(offset), Pfn(offset + blocks * 512));
-    let cfg = MobilityConfig { grouping, placement, ..MobilityConfig::default() };
+    let cfg = MobilityConfig {
+        grouping,
+        pageblock_order: pageframe_buddy::Order::new(pageblock).unwrap(),
+        ..MobilityConfig::default()
+    };
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];
     let mut zone = MobileZone::new(span, cfg, &mut meta).unwrap();
     zone.add_free_range(span).unwrap();

@@ -1,15 +1,23 @@
-//! Allocation: take the smallest sufficient block and split it (spec 01 §6).
+//! Allocation: the fullest chunk that can serve a small block, or the
+//! smallest sufficient free block, split (spec 01 §6).
 
+use crate::chunk::Mode;
 use crate::error::AllocError;
-use crate::frame::{Frame, Idx, State};
+use crate::frame::Kind;
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
-use crate::{Order, Pfn};
+use crate::{Order, Pfn, bits};
 
 impl<P: MergePolicy> BuddyZone<'_, P> {
-    /// Allocates `2^order` naturally aligned frames from `list`: the first
-    /// block of the smallest order that has one is split, the lower half kept
-    /// and each upper half pushed on the head of the next lower order's list
+    /// Allocates `2^order` naturally aligned frames from `list`.
+    ///
+    /// Below the chunk order: the fullest chunk of `list` that holds a free
+    /// block large enough serves it, from its smallest sufficient block
+    /// (lowest address first); if no chunk has one, a free block of at least
+    /// the chunk order is split as for larger requests and its lowest chunk
+    /// serves. From the chunk order up: the first block of the smallest
+    /// order that has one is split, the lower half kept and each upper half
+    /// pushed on the head of the next lower order's list
     /// (`__rmqueue_smallest` + `expand`, spec 01 §6.1-6.2).
     #[inline]
     pub fn alloc(&mut self, order: Order, list: ListId) -> Result<Pfn, AllocError> {
@@ -17,80 +25,29 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if want > self.max_order {
             return Err(AllocError::OrderTooLarge);
         }
-        let Some(o) = self.areas.first_nonempty(list, want, self.max_order) else {
+        if want < self.c
+            && let Some(k) = self.partial.pick(list.index(), want)
+        {
+            let i = self.alloc_in(k, want);
+            return Ok(self.pfn(i));
+        }
+        let low = want.max(self.c);
+        let Some(o) = self.areas.first_nonempty(list, low, self.max_order) else {
             self.stats.alloc_failures += 1;
             return Err(AllocError::OutOfMemory);
         };
-        let i = self
+        let k = self
             .areas
-            .pop(&mut self.frames, o, list)
+            .pop(&mut self.chunks, o, list)
             .unwrap_or_else(|| unreachable!());
-        if o == self.max_order && want < o {
-            self.init_span(i);
+        self.large_expand(k, low, o, list);
+        if want < self.c {
+            self.make_split_free(k, list);
+            let i = self.alloc_in(k, want);
+            return Ok(self.pfn(i));
         }
-        self.expand(i, want, o, list);
-        self.mark_allocated(i, want);
-        Ok(self.pfn(i))
-    }
-
-    /// Splits the block at `i` from order `high` down to `low`, returning the
-    /// upper halves to `list` (spec 01 §6.2: ascending addresses are handed
-    /// out by repeated small allocations).
-    #[inline]
-    pub(crate) fn expand(&mut self, i: Idx, low: u8, mut high: u8, list: ListId) {
-        while high > low {
-            high -= 1;
-            let half = i + (1 << high);
-            // SAFETY: `half` lies in the block being split, whose max-order
-            // block is initialised (split before, or by the caller now).
-            *unsafe { self.frames.get_unchecked_mut(half) } = Frame::with_state(State::FreeHead);
-            self.areas.push(&mut self.frames, half, high, list, false);
-            self.stats.splits += 1;
-        }
-    }
-
-    /// Splits the unlinked free block at `cur` of order `o` down to order
-    /// `want` around frame `target`; the halves not holding `target` go back
-    /// free on `list`. Returns the head of the order-`want` block holding
-    /// `target` (unlinked; its state is the caller's to set).
-    pub(crate) fn split_toward(
-        &mut self,
-        mut cur: Idx,
-        mut o: u8,
-        target: Idx,
-        want: u8,
-        list: ListId,
-    ) -> Idx {
-        if o == self.max_order && want < o && !self.frames.is_init(cur) {
-            self.init_span(cur);
-        }
-        while o > want {
-            o -= 1;
-            let upper = cur + (1 << o);
-            let (keep, give) = if target >= upper {
-                (upper, cur)
-            } else {
-                (cur, upper)
-            };
-            self.set(give, State::FreeHead, o);
-            self.areas.push(&mut self.frames, give, o, list, false);
-            self.stats.splits += 1;
-            cur = keep;
-        }
-        cur
-    }
-
-    #[inline]
-    pub(crate) fn mark_allocated(&mut self, i: Idx, order: u8) {
-        // SAFETY: `i` heads the block being allocated: a max-order head
-        // (always initialised) or a block of a split max-order block.
-        let f = unsafe { self.frames.get_unchecked_mut(i) };
-        f.state = State::AllocHead;
-        f.order = order;
-        f.tag = 0;
-        self.stats.allocs += 1;
-        let p = self.pfn(i);
-        self.policy.allocated(p, Order::new_truncated(order));
+        self.large_mark_allocated(k, want);
+        Ok(self.pfn(self.first(k)))
     }
 
     /// Allocates the specific block of `order` at `pfn` (for contiguous
@@ -107,16 +64,49 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if !pfn.is_aligned(order) {
             return Err(AllocError::Misaligned);
         }
-        let target = self.idx(pfn);
-        let (cur, f) = match self.containing(target) {
-            None => return Err(AllocError::Hole),
-            Some((h, f)) if f.state == State::FreeHead && f.order >= want => (h, f),
-            Some(_) => return Err(AllocError::Busy),
-        };
-        let list = ListId::from_stored(f.list);
-        self.areas.remove(&mut self.frames, cur);
-        let cur = self.split_toward(cur, f.order, target, want, list);
-        self.mark_allocated(cur, want);
-        Ok(())
+        let i = self.idx(pfn);
+        let k = self.chunk_of(i);
+        match self.chunks[k].mode {
+            Mode::Hole => Err(AllocError::Hole),
+            Mode::Split => {
+                let x = self.bit(i);
+                let w = self.words(k);
+                if !bits::all_set(w, x, 0) {
+                    return Err(if self.frames.get(i).kind() == Kind::Hole {
+                        AllocError::Hole
+                    } else {
+                        AllocError::Busy
+                    });
+                }
+                if want >= self.c || !bits::all_set(w, x, want) {
+                    return Err(AllocError::Busy);
+                }
+                let j = bits::maximal_order_at(w, self.c, x);
+                self.take_in(k, j, x & !((1 << j) - 1), want, x);
+                Ok(())
+            }
+            _ => {
+                let low = want.max(self.c);
+                let h = match self.large_containing(k) {
+                    Some(h)
+                        if self.chunks[h].mode == Mode::FreeHead && self.chunks[h].order >= low =>
+                    {
+                        h
+                    }
+                    _ => return Err(AllocError::Busy),
+                };
+                let hc = self.chunks[h];
+                let list = ListId::from_stored(hc.list);
+                self.areas.remove(&mut self.chunks, h);
+                let k = self.large_split_toward(h, hc.order, k, low, list);
+                if want < self.c {
+                    self.make_split_free(k, list);
+                    self.take_in(k, self.c, 0, want, self.bit(i));
+                } else {
+                    self.large_mark_allocated(k, want);
+                }
+                Ok(())
+            }
+        }
     }
 }

@@ -14,6 +14,9 @@ pub enum InitError {
     SpanTooLarge,
     /// The configured maximum order is above [`crate::ORDER_LIMIT`].
     BadMaxOrder,
+    /// The chunk order is above the maximum order or
+    /// [`crate::MAX_CHUNK_ORDER`].
+    BadChunkOrder,
     /// The metadata buffer is smaller than [`crate::BuddyZone::metadata_bytes`].
     MetadataTooSmall {
         /// Bytes needed.
@@ -119,6 +122,9 @@ impl fmt::Display for InitError {
                 f.write_str("the zone span has more frames than a zone can index")
             }
             InitError::BadMaxOrder => f.write_str("the maximum order is above the supported limit"),
+            InitError::BadChunkOrder => {
+                f.write_str("the chunk order is above the maximum order or the supported limit")
+            }
             InitError::MetadataTooSmall { needed, given } => {
                 write!(
                     f,

@@ -1,8 +1,10 @@
-//! Free lists: per order, `MAX_LISTS` intrusive doubly linked lists of block
-//! heads (spec 01 §3.2), linked by frame index so links are 4 bytes.
+//! Free lists of the blocks of at least the chunk order (spec 01 §3.2):
+//! per order, `MAX_LISTS` intrusive doubly linked lists of free head
+//! chunks, linked by chunk index.
 
 use crate::ORDER_LIMIT;
-use crate::frame::{FrameTable, Idx, NIL};
+use crate::chunk::{ChunkTable, Mode, REPORTED};
+use crate::frame::{Idx, NIL};
 use crate::policy::{ListId, MAX_LISTS};
 
 const ORDERS: usize = ORDER_LIMIT as usize + 1;
@@ -37,40 +39,45 @@ impl ListHead {
 /// The list heads of one order.
 pub(crate) type OrderLists = [ListHead; MAX_LISTS];
 
-/// All free lists of a zone plus the counts derived per list. The heads
-/// (about 1.5 KiB) live in the zone's metadata, not inline, so that a zone
-/// is small enough to build on a small stack.
+/// The free lists of large blocks plus counts per list. The heads (about
+/// 1.5 KiB) live in the zone's metadata, not inline, so that a zone is
+/// small enough to build on a small stack.
 pub(crate) struct FreeAreas<'a> {
     lists: &'a mut [OrderLists; ORDERS],
-    /// Bit `o` of `nonempty[l]` is set iff list `l` of order `o` holds a block:
-    /// finds the smallest sufficient order with one bit scan.
-    nonempty: [u32; MAX_LISTS],
-    /// Free frames per list.
-    pages: [u64; MAX_LISTS],
+    /// Bit `o` of `nonempty[l]` is set iff list `l` of order `o` holds a block.
+    nonempty: &'a mut [u32; MAX_LISTS],
+    /// Free frames in large blocks, per list.
+    pages: &'a mut [u64; MAX_LISTS],
 }
 
 impl<'a> FreeAreas<'a> {
     /// Bytes [`FreeAreas::carve`] needs from a buffer at any address.
     pub const fn bytes() -> usize {
-        match pageframe_types::carve::bytes_for::<OrderLists>(ORDERS) {
-            Some(b) => b,
-            None => usize::MAX,
+        use pageframe_types::carve::bytes_for;
+        match (
+            bytes_for::<OrderLists>(ORDERS),
+            bytes_for::<u32>(MAX_LISTS),
+            bytes_for::<u64>(MAX_LISTS),
+        ) {
+            (Some(a), Some(b), Some(c)) => a + b + c,
+            _ => usize::MAX,
         }
     }
 
-    /// Empty lists whose heads live at the front of `mem`; returns them and
-    /// the rest of `mem`.
+    /// Empty lists whose heads live at the front of `mem`.
     pub fn carve(
         mem: &'a mut [core::mem::MaybeUninit<u8>],
     ) -> Option<(FreeAreas<'a>, &'a mut [core::mem::MaybeUninit<u8>])> {
         let (lists, rest) =
             pageframe_types::carve::carve_init(mem, ORDERS, |_| [ListHead::EMPTY; MAX_LISTS])?;
         let lists: &'a mut [OrderLists; ORDERS] = lists.try_into().ok()?;
+        let (nonempty, rest) = pageframe_types::carve::carve_init(rest, MAX_LISTS, |_| 0u32)?;
+        let (pages, rest) = pageframe_types::carve::carve_init(rest, MAX_LISTS, |_| 0u64)?;
         Some((
             FreeAreas {
                 lists,
-                nonempty: [0; MAX_LISTS],
-                pages: [0; MAX_LISTS],
+                nonempty: nonempty.try_into().ok()?,
+                pages: pages.try_into().ok()?,
             },
             rest,
         ))
@@ -81,7 +88,7 @@ impl<'a> FreeAreas<'a> {
         &self.lists[oi(order)][li(list.index())]
     }
 
-    /// Free frames on `list` across orders.
+    /// Free frames in large blocks on `list`.
     #[inline]
     pub fn pages(&self, list: ListId) -> u64 {
         self.pages[li(list.index())]
@@ -103,77 +110,62 @@ impl<'a> FreeAreas<'a> {
         (o <= max).then_some(o)
     }
 
-    /// Links the free head `i` (state already set, order/list fields set by
-    /// the caller) at the head or tail of its list.
+    /// Makes chunk `k` a free head of `order` on `list`, linked at the head
+    /// or tail, unreported.
     #[inline]
     pub fn push(
         &mut self,
-        frames: &mut FrameTable<'_>,
-        i: Idx,
+        chunks: &mut ChunkTable<'_>,
+        k: Idx,
         order: u8,
         list: ListId,
         at_tail: bool,
     ) {
         let lh = &mut self.lists[oi(order)][li(list.index())];
-        // SAFETY: `i` is a free head, and free heads are initialised: a
-        // max-order head always is, and a block of a lower order lies in a
-        // split max-order block (the neighbours below likewise).
-        let f = unsafe { frames.get_unchecked_mut(i) };
-        f.order = order;
-        f.list = list.get();
-        // A block going on a list anew has not been reported as such (the
-        // flags are free-block flags: a plain store, which merges with the
-        // stores beside it).
-        f.flags = 0;
+        let ch = &mut chunks[k];
+        ch.mode = Mode::FreeHead;
+        ch.order = order;
+        ch.list = list.get();
+        // A block going on a list anew has not been reported as such.
+        ch.flags &= !REPORTED;
         if lh.len == 0 {
-            f.next = NIL;
-            f.prev = NIL;
-            lh.head = i;
-            lh.tail = i;
+            ch.next = NIL;
+            ch.prev = NIL;
+            lh.head = k;
+            lh.tail = k;
         } else if at_tail {
             let old = lh.tail;
-            f.prev = old;
-            f.next = NIL;
-            lh.tail = i;
-            // SAFETY: `old` is on the list: a free head (see above).
-            unsafe { frames.get_unchecked_mut(old) }.next = i;
+            ch.prev = old;
+            ch.next = NIL;
+            lh.tail = k;
+            chunks[old].next = k;
         } else {
             let old = lh.head;
-            f.next = old;
-            f.prev = NIL;
-            lh.head = i;
-            // SAFETY: `old` is on the list: a free head (see above).
-            unsafe { frames.get_unchecked_mut(old) }.prev = i;
+            ch.next = old;
+            ch.prev = NIL;
+            lh.head = k;
+            chunks[old].prev = k;
         }
         lh.len += 1;
         self.nonempty[li(list.index())] |= 1 << order;
         self.pages[li(list.index())] += 1 << order;
     }
 
-    /// Unlinks the free head `i` from the list its frame names.
+    /// Unlinks the free head chunk `k` from the list it names.
     #[inline]
-    pub fn remove(&mut self, frames: &mut FrameTable<'_>, i: Idx) {
-        let f = frames.get(i);
-        self.remove_loaded(frames, &f);
-    }
-
-    /// [`FreeAreas::remove`] for a caller that already holds `i`'s metadata.
-    #[inline]
-    pub fn remove_loaded(&mut self, frames: &mut FrameTable<'_>, f: &crate::frame::Frame) {
-        let (order, list) = (f.order, li(f.list as usize));
+    pub fn remove(&mut self, chunks: &mut ChunkTable<'_>, k: Idx) {
+        let ch = chunks[k];
+        let (order, list) = (ch.order, li(ch.list as usize));
         let lh = &mut self.lists[oi(order)][list];
-        if f.prev == NIL {
-            lh.head = f.next;
+        if ch.prev == NIL {
+            lh.head = ch.next;
         } else {
-            // SAFETY: list members are free heads, which are initialised
-            // (see `push`).
-            unsafe { frames.get_unchecked_mut(f.prev) }.next = f.next;
+            chunks[ch.prev].next = ch.next;
         }
-        if f.next == NIL {
-            lh.tail = f.prev;
+        if ch.next == NIL {
+            lh.tail = ch.prev;
         } else {
-            // SAFETY: as above.
-            unsafe { frames.get_unchecked_mut(f.next) }.prev = f.prev;
+            chunks[ch.next].prev = ch.prev;
         }
         lh.len -= 1;
         if lh.len == 0 {
@@ -184,12 +176,12 @@ impl<'a> FreeAreas<'a> {
 
     /// Unlinks and returns the first block of `list` at `order`.
     #[inline]
-    pub fn pop(&mut self, frames: &mut FrameTable<'_>, order: u8, list: ListId) -> Option<Idx> {
-        let i = self.lists[oi(order)][li(list.index())].head;
-        if i == NIL {
+    pub fn pop(&mut self, chunks: &mut ChunkTable<'_>, order: u8, list: ListId) -> Option<Idx> {
+        let k = self.lists[oi(order)][li(list.index())].head;
+        if k == NIL {
             return None;
         }
-        self.remove(frames, i);
-        Some(i)
+        self.remove(chunks, k);
+        Some(k)
     }
 }

@@ -52,9 +52,11 @@ impl ListId {
 
 /// Placement and merge policy consulted by the buddy core.
 pub trait MergePolicy {
-    /// The list a block freed at `pfn` goes to. Looked up at insertion time,
-    /// never cached (spec 02 §4: the type is read when the block reaches the
-    /// buddy lists).
+    /// The list a block freed at `pfn` goes to. Looked up when memory
+    /// reaches the free lists (spec 02 §4): for a block of at least the
+    /// chunk order at each insertion; below it when a chunk with no free
+    /// frame gets one (the chunk's free blocks then share that list). Must
+    /// name one list for all frames of a chunk.
     fn list_for(&self, pfn: Pfn) -> ListId;
 
     /// Whether a block on `list` may merge with its free buddy, of the same
@@ -70,19 +72,6 @@ pub trait MergePolicy {
     /// frames (spec 01 §5: the pageblocks covered by the buddy take the new type).
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {
         let _ = (buddy, order, into);
-    }
-
-    /// Told after `2^order` frames at `pfn` were allocated, by any path
-    /// (for placement policies that track how full memory regions are).
-    #[inline]
-    fn allocated(&mut self, pfn: Pfn, order: Order) {
-        let _ = (pfn, order);
-    }
-
-    /// Told before the block of `2^order` frames at `pfn` is freed.
-    #[inline]
-    fn freed(&mut self, pfn: Pfn, order: Order) {
-        let _ = (pfn, order);
     }
 }
 

@@ -1,22 +1,26 @@
-//! Free page reporting, the mechanism (spec 01 §3.1: the `reported` flag):
-//! a free block head carries a "reported" bit, cleared whenever the block
-//! goes on a list anew (freed, merged, moved), so a block that was
-//! allocated since it was last reported, or merged into a larger one, is
-//! unreported again. The reporter takes unreported blocks off the lists,
-//! tells the hypervisor outside the lock, and gives them back marked.
+//! Free page reporting, the mechanism (spec 01 §3.1: the `reported` flag).
+//! A free block of at least the chunk order carries a "reported" bit on its
+//! head chunk; below the chunk order, each frame has a bit in its chunk's
+//! reported bitmap and a block is reported when all its frames are. Both
+//! are cleared whenever memory goes on a list anew (freed, merged, moved),
+//! so a block allocated since it was last reported, or merged into a larger
+//! one, is unreported again. The reporter takes unreported blocks off the
+//! lists, tells the hypervisor outside the lock, and gives them back marked.
 
+use crate::chunk::{RBITS, REPORTED};
 use crate::error::FreeError;
-use crate::frame::{NIL, REPORTED, State};
+use crate::frame::NIL;
+use crate::partial::BUCKETS;
 use crate::policy::{ListId, MergePolicy};
-use crate::zone::BuddyZone;
-use crate::{Order, Pfn};
+use crate::zone::{BlockInfo, BuddyZone};
+use crate::{Order, Pfn, bits};
 
 impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Takes up to `out.len()` free blocks of at least `min` order from
     /// `list` that are not reported, off the free lists (allocated, as far
     /// as the core is concerned, until [`BuddyZone::return_reported`]), and
     /// writes them to `out`, taking at most `max_pages` frames. Returns how
-    /// many blocks. Lists are searched from the highest order down, each
+    /// many blocks. Orders are searched from the highest down; a free list
     /// from its head (blocks given back reported go to the tail).
     pub fn take_unreported(
         &mut self,
@@ -28,19 +32,66 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let mut n = 0;
         let mut left = max_pages;
         for o in (min.get()..=self.max_order).rev() {
-            let mut i = self.areas.head(o, list).head;
-            while i != NIL && n < out.len() && left >= 1 << o {
-                let f = self.view(i);
-                let next = f.next;
-                if f.flags & REPORTED == 0 {
-                    left -= 1 << o;
-                    let p = self.pfn(i);
-                    self.areas.remove_loaded(&mut self.frames, &f);
-                    self.mark_allocated(i, o);
-                    out[n] = (p, Order::new_truncated(o));
-                    n += 1;
+            if o >= self.c {
+                let mut k = self.areas.head(o, list).head;
+                while k != NIL && n < out.len() && left >= 1 << o {
+                    let ch = self.chunks[k];
+                    if ch.flags & REPORTED == 0 {
+                        left -= 1 << o;
+                        self.areas.remove(&mut self.chunks, k);
+                        self.large_mark_allocated(k, o);
+                        out[n] = (self.pfn(self.first(k)), Order::new_truncated(o));
+                        n += 1;
+                    }
+                    k = ch.next;
                 }
-                i = next;
+            } else {
+                n = self.take_unreported_small(o, list, out, n, &mut left);
+            }
+        }
+        n
+    }
+
+    /// [`BuddyZone::take_unreported`] for blocks of exactly `o`, below the
+    /// chunk order: the chunks of `list` are visited list by list; a chunk
+    /// that gives blocks is refiled and may be met again (with none left).
+    fn take_unreported_small(
+        &mut self,
+        o: u8,
+        list: ListId,
+        out: &mut [(Pfn, Order)],
+        mut n: usize,
+        left: &mut u64,
+    ) -> usize {
+        if self.sub.blocks(list.index(), o) == 0 {
+            return n;
+        }
+        for b in 0..BUCKETS {
+            for j in o as usize..self.c as usize {
+                let mut k = self.partial.head(list.index(), j, b);
+                while k != NIL && n < out.len() && *left >= 1 << o {
+                    let next = self.chunks[k].next;
+                    if self.chunks[k].counts[o as usize] > 0 {
+                        // Collect first (the bitmap is read while nothing
+                        // changes), then take.
+                        let start = n;
+                        for x in bits::maximal_blocks(self.words(k), o) {
+                            if n == out.len() || *left < 1 << o {
+                                break;
+                            }
+                            if !bits::all_set(self.rwords(k), x, o) {
+                                out[n] = (self.pfn(self.first(k) + x), Order::new_truncated(o));
+                                n += 1;
+                                *left -= 1 << o;
+                            }
+                        }
+                        for &(p, _) in &out[start..n] {
+                            let x = self.bit(self.idx(p));
+                            self.take_in(k, o, x, o, x);
+                        }
+                    }
+                    k = next;
+                }
             }
         }
         n
@@ -57,12 +108,17 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         reported: bool,
     ) -> Result<(), FreeError> {
         let i = self.check_free(pfn, order)?;
-        let list = self.policy.list_for(pfn);
         self.stats.frees += 1;
-        self.policy.freed(pfn, order);
-        let (h, o) = self.insert_merging(i, order.get(), list, true, true);
+        let (h, o) = self.free_block(i, order.get(), true);
         if reported && h == i && o == order.get() {
-            self.frames.get_mut(h).flags |= REPORTED;
+            let k = self.chunk_of(i);
+            if o >= self.c {
+                self.chunks[k].flags |= REPORTED;
+            } else {
+                let x = self.bit(i);
+                bits::set(self.rwords_mut(k), x, o);
+                self.chunks[k].flags |= RBITS;
+            }
         }
         Ok(())
     }
@@ -71,15 +127,33 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// many of them are reported.
     pub fn reported_pages(&self, min: Order, list: ListId) -> (u64, u64) {
         let (mut free, mut reported) = (0, 0);
-        for o in min.get()..=self.max_order {
-            let mut i = self.areas.head(o, list).head;
-            while i != NIL {
-                let f = self.view(i);
+        for o in min.get().max(self.c)..=self.max_order {
+            let mut k = self.areas.head(o, list).head;
+            while k != NIL {
+                let ch = &self.chunks[k];
                 free += 1u64 << o;
-                if f.flags & REPORTED != 0 {
+                if ch.flags & REPORTED != 0 {
                     reported += 1u64 << o;
                 }
-                i = f.next;
+                k = ch.next;
+            }
+        }
+        if min.get() < self.c {
+            for b in 0..BUCKETS {
+                for j in 0..self.c as usize {
+                    let mut k = self.partial.head(list.index(), j, b);
+                    while k != NIL {
+                        for o in min.get()..self.c {
+                            for x in bits::maximal_blocks(self.words(k), o) {
+                                free += 1u64 << o;
+                                if bits::all_set(self.rwords(k), x, o) {
+                                    reported += 1u64 << o;
+                                }
+                            }
+                        }
+                        k = self.chunks[k].next;
+                    }
+                }
             }
         }
         (free, reported)
@@ -87,10 +161,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     /// Whether the free block headed by `pfn` is marked reported.
     pub fn is_reported(&self, pfn: Pfn) -> bool {
-        if !self.span.contains(pfn) {
+        let Some(BlockInfo::Free { head, order, .. }) = self.block_at(pfn) else {
+            return false;
+        };
+        if head != pfn {
             return false;
         }
-        let f = self.view(self.idx(pfn));
-        f.state == State::FreeHead && f.flags & REPORTED != 0
+        let i = self.idx(pfn);
+        let k = self.chunk_of(i);
+        if order.get() >= self.c {
+            self.chunks[k].flags & REPORTED != 0
+        } else {
+            bits::all_set(self.rwords(k), self.bit(i), order.get())
+        }
     }
 }

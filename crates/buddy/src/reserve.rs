@@ -2,10 +2,11 @@
 //! kernel image holes discovered late, contiguous allocations, memory
 //! offline).
 
+use crate::chunk::Mode;
 use crate::error::RangeError;
-use crate::frame::State;
+use crate::frame::Word;
 use crate::policy::MergePolicy;
-use crate::zone::BuddyZone;
+use crate::zone::{BlockInfo, BuddyZone};
 use crate::{Order, PfnRange};
 
 impl<P: MergePolicy> BuddyZone<'_, P> {
@@ -15,22 +16,22 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.check_range(range)?;
         let mut p = range.start;
         while p < range.end {
-            match self.containing(self.idx(p)) {
-                None => return Err(RangeError::Hole { pfn: p }),
-                Some((h, f)) if f.state == State::FreeHead => {
-                    p = (self.pfn(h) + (1 << f.order)).min(range.end)
+            match self.block_at(p) {
+                Some(BlockInfo::Free { head, order, .. }) => {
+                    p = (head + order.pages()).min(range.end)
                 }
-                Some(_) => return Err(RangeError::Busy { pfn: p }),
+                Some(BlockInfo::Hole) | None => return Err(RangeError::Hole { pfn: p }),
+                Some(BlockInfo::Allocated { .. }) => return Err(RangeError::Busy { pfn: p }),
             }
         }
         let mut p = range.start;
         while p < range.end {
-            let (_, f) = self
-                .containing(self.idx(p))
-                .unwrap_or_else(|| unreachable!());
+            let Some(BlockInfo::Free { order: f, .. }) = self.block_at(p) else {
+                unreachable!("checked free above")
+            };
             let align = p.get().trailing_zeros().min(63) as u8;
             let fit = (63 - (range.end - p).leading_zeros()) as u8;
-            let o = Order::new_truncated(align.min(fit).min(f.order));
+            let o = Order::new_truncated(align.min(fit).min(f.get()));
             // Checked above: the whole block lies in one free block.
             self.alloc_at(p, o)
                 .map_err(|_| RangeError::Busy { pfn: p })?;
@@ -46,7 +47,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.check_tiled(range)?;
         let mut p = range.start;
         while p < range.end {
-            let order = Order::new_truncated(self.view(self.idx(p)).order);
+            let Some(BlockInfo::Allocated { order, .. }) = self.block_at(p) else {
+                unreachable!("checked tiled above")
+            };
             self.free(p, order)
                 .map_err(|_| RangeError::Busy { pfn: p })?;
             p = p + order.pages();
@@ -63,19 +66,22 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.check_tiled(range)?;
         let mut p = range.start;
         while p < range.end {
+            let Some(BlockInfo::Allocated { order, .. }) = self.block_at(p) else {
+                unreachable!("checked tiled above")
+            };
             let i = self.idx(p);
-            let order = self.view(i).order;
-            self.policy.freed(p, Order::new_truncated(order));
-            if order == self.max_order && !self.frames.is_init(i) {
-                // A whole max-order block never split: its head speaks for
-                // every frame.
-                self.set(i, State::Hole, 0);
+            let o = order.get();
+            if o >= self.c {
+                let k = self.chunk_of(i);
+                for n in 0..1u32 << (o - self.c) {
+                    self.chunks[k + n].mode = Mode::Hole;
+                }
             } else {
-                for t in i..i + (1 << order) {
-                    self.set(t, State::Hole, 0);
+                for t in i..i + (1 << o) {
+                    self.frames.set(t, Word::HOLE);
                 }
             }
-            p = p + (1u64 << order);
+            p = p + order.pages();
         }
         self.managed -= range.len();
         Ok(())
@@ -87,20 +93,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.check_range(range)?;
         let mut p = range.start;
         while p < range.end {
-            let f = self.view(self.idx(p));
-            match f.state {
-                State::AllocHead if p + (1 << f.order) <= range.end => p = p + (1 << f.order),
-                State::AllocHead => return Err(RangeError::NotBlockAligned { pfn: p }),
-                State::Tail => {
-                    let in_free = matches!(self.containing(self.idx(p)), Some((_, h)) if h.state == State::FreeHead);
-                    return Err(if in_free {
-                        RangeError::Busy { pfn: p }
-                    } else {
-                        RangeError::NotBlockAligned { pfn: p }
-                    });
+            match self.block_at(p) {
+                Some(BlockInfo::Allocated { head, order, .. }) if head == p => {
+                    if p + order.pages() > range.end {
+                        return Err(RangeError::NotBlockAligned { pfn: p });
+                    }
+                    p = p + order.pages();
                 }
-                State::Hole => return Err(RangeError::Hole { pfn: p }),
-                State::FreeHead => return Err(RangeError::Busy { pfn: p }),
+                Some(BlockInfo::Allocated { .. }) => {
+                    return Err(RangeError::NotBlockAligned { pfn: p });
+                }
+                Some(BlockInfo::Free { .. }) => return Err(RangeError::Busy { pfn: p }),
+                Some(BlockInfo::Hole) | None => return Err(RangeError::Hole { pfn: p }),
             }
         }
         Ok(())

@@ -31,13 +31,13 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     pub fn free_pages(&self) -> u64 {
         (0..MAX_LISTS as u8)
             .filter_map(ListId::new)
-            .map(|l| self.areas.pages(l))
+            .map(|l| self.free_pages_in(l))
             .sum()
     }
 
     /// Free frames on one list.
     pub fn free_pages_in(&self, list: ListId) -> u64 {
-        self.areas.pages(list)
+        self.areas.pages(list) + self.sub.pages[list.index()]
     }
 
     /// Free blocks of `order` over all lists (Linux's `nr_free`).
@@ -52,6 +52,9 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     pub fn free_blocks_in(&self, order: Order, list: ListId) -> u64 {
         if order.get() > self.max_order {
             return 0;
+        }
+        if order.get() < self.c {
+            return self.sub.blocks(list.index(), order.get());
         }
         self.areas.head(order.get(), list).len as u64
     }

@@ -1,12 +1,16 @@
-//! `validate()`: walks every invariant of spec 01 §13 that applies to one zone.
+//! `validate()`: walks every invariant of spec 01 §13 that applies to one
+//! zone, and those of the chunked representation.
 
-use crate::Order;
+use crate::bits;
+use crate::chunk::{FILED, MAX_CHUNK_ORDER, Mode, RBITS};
 use crate::error::ValidateError;
-use crate::frame::{Idx, NIL, State};
+use crate::frame::{Idx, Kind, NIL};
+use crate::partial::{BUCKETS, PartialIndex};
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
+use crate::{Order, Pfn};
 
-fn bad(rule: &'static str, pfn: Option<crate::Pfn>) -> ValidateError {
+fn bad(rule: &'static str, pfn: Option<Pfn>) -> ValidateError {
     ValidateError { rule, pfn }
 }
 
@@ -14,39 +18,42 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Checks the zone's invariants; O(frames). Used by tests, fuzzers and
     /// a kernel's self-test. An error is a bug in this crate, never bad input.
     ///
-    /// Checked: list links and lengths; every listed block is a free head of
-    /// that order and list, aligned, and inside the span (§13.1); frames tile
-    /// into holes and blocks with no overlap (§13.2); free buddies on the
-    /// same list merged (§13.2); per-list free-page counts (§13.3-4); the lazy-init
-    /// rule (an unwritten max-order block is wholly free or wholly a hole).
+    /// Checked: free-list links and lengths; every listed block is a free
+    /// head of that order and list, aligned, and inside the span (§13.1);
+    /// frames tile into holes and blocks with no overlap (§13.2); free
+    /// buddies on the same list merged (§13.2, by construction below the
+    /// chunk order); per-list free-page and free-block counts (§13.3-4);
+    /// each split chunk's counts agree with its bitmap and it is filed by
+    /// its fill; every frame's word agrees with the blocks.
     pub fn validate(&self) -> Result<(), ValidateError> {
-        let max = self.max_order;
-        let mut listed_blocks = 0u64;
+        let c = self.c;
+        let nchunks = self.chunks.len() as Idx;
+        let mut listed = 0u64;
         for l in (0..MAX_LISTS as u8).filter_map(ListId::new) {
             let mut pages = 0u64;
             for o in 0..=crate::ORDER_LIMIT {
                 let lh = *self.areas.head(o, l);
-                if o > max && lh.len != 0 {
-                    return Err(bad("block above max order on a list", None));
+                if (o > self.max_order || o < c) && lh.len != 0 {
+                    return Err(bad("block of a wrong order on a free list", None));
                 }
                 let bit = self.areas.nonempty_mask(l) & (1 << o) != 0;
                 if bit != (lh.len != 0) {
                     return Err(bad("non-empty mask disagrees with list length", None));
                 }
-                let (mut i, mut prev, mut n) = (lh.head, NIL, 0u32);
-                while i != NIL {
-                    let p = self.pfn(i);
-                    if i as usize >= self.frames.len() || n > lh.len {
-                        return Err(bad("list link out of range or cycle", Some(p)));
+                let (mut k, mut prev, mut n) = (lh.head, NIL, 0u32);
+                while k != NIL {
+                    if k >= nchunks || n > lh.len {
+                        return Err(bad("list link out of range or cycle", None));
                     }
-                    let f = self.view(i);
-                    if f.state != State::FreeHead || f.order != o || f.list != l.get() {
+                    let ch = &self.chunks[k];
+                    let p = self.pfn(self.first(k));
+                    if ch.mode != Mode::FreeHead || ch.order != o || ch.list != l.get() {
                         return Err(bad(
                             "listed block is not a free head of this order and list",
                             Some(p),
                         ));
                     }
-                    if f.prev != prev {
+                    if ch.prev != prev {
                         return Err(bad("broken back link", Some(p)));
                     }
                     let ord = Order::new_truncated(o);
@@ -58,78 +65,197 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     }
                     pages += ord.pages();
                     n += 1;
-                    prev = i;
-                    i = f.next;
+                    prev = k;
+                    k = ch.next;
                 }
                 if n != lh.len || prev != lh.tail {
                     return Err(bad("list length or tail disagrees with links", None));
                 }
-                listed_blocks += n as u64;
+                listed += n as u64;
             }
             if pages != self.areas.pages(l) {
                 return Err(bad("per-list free page count disagrees with lists", None));
             }
         }
 
-        // Walk every frame: holes and blocks must tile the table.
-        let (mut i, end) = (0 as Idx, self.frames.len() as Idx);
-        let (mut free_heads, mut managed) = (0u64, 0u64);
-        while i < end {
-            let h = self.span_head(i);
-            if i == h {
-                let hf = self.frames.get(h);
-                if !self.frames.is_init(h) {
-                    let whole =
-                        hf.order == max && matches!(hf.state, State::FreeHead | State::AllocHead);
-                    if hf.state != State::Hole && !whole {
-                        return Err(bad(
-                            "unwritten max-order block is neither a hole nor a whole block",
-                            Some(self.pfn(h)),
-                        ));
+        // The partial lists.
+        let mut filed = 0u64;
+        for l in 0..MAX_LISTS {
+            for j in 0..MAX_CHUNK_ORDER as usize {
+                for b in 0..BUCKETS {
+                    let (mut k, mut prev, mut n) = (self.partial.head(l, j, b), NIL, 0u64);
+                    if (k != NIL) != self.partial.marked(l, j, b) {
+                        return Err(bad("partial mask disagrees with its list", None));
                     }
+                    while k != NIL {
+                        if k >= nchunks || n > nchunks as u64 {
+                            return Err(bad("partial link out of range or cycle", None));
+                        }
+                        let ch = &self.chunks[k];
+                        let p = Some(self.pfn(self.first(k)));
+                        if ch.mode != Mode::Split
+                            || ch.list as usize != l
+                            || ch.class as usize != j
+                            || ch.bucket as usize != b
+                            || !PartialIndex::filed_right(ch, c)
+                        {
+                            return Err(bad("chunk filed on the wrong partial list", p));
+                        }
+                        if ch.prev != prev {
+                            return Err(bad("broken partial back link", p));
+                        }
+                        n += 1;
+                        prev = k;
+                        k = ch.next;
+                    }
+                    filed += n;
                 }
             }
-            let f = self.view(i);
-            let p = self.pfn(i);
-            match f.state {
-                State::Hole => {
-                    i += 1;
+        }
+
+        // Every chunk, and every frame of split chunks.
+        let mut sub_blocks = [[0u64; MAX_CHUNK_ORDER as usize]; MAX_LISTS];
+        let mut sub_pages = [0u64; MAX_LISTS];
+        let (mut free_heads, mut managed, mut split_filed) = (0u64, 0u64, 0u64);
+        let mut k = 0;
+        while k < nchunks {
+            let ch = &self.chunks[k];
+            let first = self.first(k);
+            let p = Some(self.pfn(first));
+            match ch.mode {
+                Mode::Hole => {
+                    k += 1;
                     continue;
                 }
-                State::Tail => return Err(bad("frame belongs to no block", Some(p))),
-                State::FreeHead | State::AllocHead => {}
+                Mode::Covered => return Err(bad("chunk belongs to no block", p)),
+                Mode::Split => {
+                    self.validate_split(k)?;
+                    let l = ch.list as usize & (MAX_LISTS - 1);
+                    for (n, &k) in sub_blocks[l].iter_mut().zip(&ch.counts[..c as usize]) {
+                        *n += u64::from(k);
+                    }
+                    sub_pages[l] += u64::from(ch.free);
+                    split_filed += u64::from(ch.flags & FILED != 0);
+                    managed += (first..first + (1 << c))
+                        .filter(|&i| self.is_free_bit(i) || self.frames.get(i).kind() != Kind::Hole)
+                        .count() as u64;
+                    k += 1;
+                    continue;
+                }
+                Mode::FreeHead | Mode::AllocHead => {}
             }
-            let o = f.order;
-            if o > max || i & ((1 << o) - 1) != 0 {
-                return Err(bad("block head misaligned or above max order", Some(p)));
+            let o = ch.order;
+            let n = 1u32 << (o.saturating_sub(c));
+            if o < c || o > self.max_order || k % n != 0 {
+                return Err(bad("block head misaligned or of a wrong order", p));
             }
-            if (i..i + (1 << o)).any(|t| !self.span.contains(self.pfn(t))) {
-                return Err(bad("block leaves the span", Some(p)));
+            let end = first + (1 << o);
+            if !self.span.contains(self.pfn(first)) || !self.span.contains(self.pfn(end - 1)) {
+                return Err(bad("block leaves the span", p));
             }
-            if let Some(t) = (i + 1..i + (1 << o)).find(|&t| self.view(t).state != State::Tail) {
-                return Err(bad("blocks overlap", Some(self.pfn(t))));
+            if let Some(t) = (k + 1..k + n).find(|&t| self.chunks[t].mode != Mode::Covered) {
+                return Err(bad("blocks overlap", Some(self.pfn(self.first(t)))));
             }
             managed += 1 << o;
-            if f.state == State::FreeHead {
+            if ch.mode == Mode::FreeHead {
                 free_heads += 1;
-                if o < max {
-                    let b = i ^ (1 << o);
-                    let bf = self.view(b);
+                if o < self.max_order {
+                    let b = &self.chunks[k ^ n];
                     // Buddies on different lists may stay apart (a policy
                     // may retype memory without re-merging); on one list
                     // they must have merged.
-                    if bf.state == State::FreeHead && bf.order == o && bf.list == f.list {
-                        return Err(bad("two free buddies left unmerged", Some(p)));
+                    if b.mode == Mode::FreeHead && b.order == o && b.list == ch.list {
+                        return Err(bad("two free buddies left unmerged", p));
                     }
                 }
             }
-            i += 1 << o;
+            k += n;
         }
-        if free_heads != listed_blocks {
+        if free_heads != listed {
             return Err(bad("a free block is on no list", None));
+        }
+        if filed != split_filed {
+            return Err(bad("a filed chunk is on no partial list", None));
+        }
+        for l in 0..MAX_LISTS {
+            if sub_pages[l] != self.sub.pages[l]
+                || (0..c).any(|o| sub_blocks[l][o as usize] != self.sub.blocks(l, o))
+            {
+                return Err(bad("per-list counts below the chunk order disagree", None));
+            }
         }
         if managed != self.managed {
             return Err(bad("managed frames disagree with blocks", None));
+        }
+        Ok(())
+    }
+
+    /// The invariants of split chunk `k`.
+    fn validate_split(&self, k: Idx) -> Result<(), ValidateError> {
+        let c = self.c;
+        let ch = &self.chunks[k];
+        let first = self.first(k);
+        let p = Some(self.pfn(first));
+        let w = self.words(k);
+        let free = bits::count(w);
+        if free != u32::from(ch.free) || free >= 1 << c {
+            return Err(bad(
+                "split chunk's free count wrong, or chunk wholly free",
+                p,
+            ));
+        }
+        if c < 6 && w[0] >> (1u32 << c) != 0 {
+            return Err(bad("free bit beyond the chunk", p));
+        }
+        for o in 0..c {
+            let n = bits::maximal_blocks(w, o).count() as u64;
+            if n != u64::from(ch.counts[o as usize]) || (n != 0) != (ch.omask & (1 << o) != 0) {
+                return Err(bad(
+                    "split chunk's block counts disagree with its bitmap",
+                    p,
+                ));
+            }
+        }
+        if !self.filed_right(k) {
+            return Err(bad("split chunk not filed by its fill", p));
+        }
+        if ch.flags & RBITS == 0 && self.rwords(k).iter().any(|&r| r != 0) {
+            return Err(bad("reported bits without the chunk's flag", p));
+        }
+        let mut i = first;
+        while i < first + (1 << c) {
+            let in_span = self.span.contains(self.pfn(i));
+            if self.is_free_bit(i) {
+                if !in_span {
+                    return Err(bad("free frame outside the span", Some(self.pfn(i))));
+                }
+                i += 1;
+                continue;
+            }
+            let word = self.frames.get(i);
+            match word.kind() {
+                Kind::Hole => i += 1,
+                Kind::Tail => return Err(bad("frame belongs to no block", Some(self.pfn(i)))),
+                Kind::Head => {
+                    let o = word.order();
+                    let end = i + (1 << o);
+                    if o >= c || i & ((1 << o) - 1) != 0 || !in_span {
+                        return Err(bad(
+                            "block head misaligned or of a wrong order",
+                            Some(self.pfn(i)),
+                        ));
+                    }
+                    if let Some(t) = (i + 1..end)
+                        .find(|&t| self.is_free_bit(t) || self.frames.get(t).kind() != Kind::Tail)
+                    {
+                        return Err(bad("blocks overlap", Some(self.pfn(t))));
+                    }
+                    if !self.span.contains(self.pfn(end - 1)) {
+                        return Err(bad("block leaves the span", Some(self.pfn(i))));
+                    }
+                    i = end;
+                }
+            }
         }
         Ok(())
     }

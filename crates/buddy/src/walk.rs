@@ -1,12 +1,14 @@
 //! Mechanisms the policy layers above drive: walking the blocks of a range,
-//! moving free blocks between lists, splitting free blocks, freeing a block
+//! moving free memory between lists, splitting free blocks, freeing a block
 //! in pieces. They keep every invariant; none knows what lists mean.
 
+use crate::chunk::{Chunk, Mode};
 use crate::error::{AllocError, FreeError};
-use crate::frame::State;
+use crate::frame::{Idx, NIL, Word};
+use crate::partial::BUCKETS;
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::{BlockInfo, BuddyZone};
-use crate::{Order, Pfn, PfnRange};
+use crate::{Order, Pfn, PfnRange, bits};
 
 /// One step of a walk: the frame where it stands and what it belongs to. A
 /// block is reported once, at its head (or at the walk's start if the block
@@ -50,69 +52,148 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         }
     }
 
-    /// The head of the first block on `list` at `order` (what `alloc` would
-    /// split next), without taking it.
+    /// A free block of exactly `order` on `list`, without taking it: from
+    /// the chunk order up, the first on its free list (what `alloc` would
+    /// split next); below it, the lowest one in the fullest chunk that has
+    /// one.
     pub fn first_free(&self, order: Order, list: ListId) -> Option<Pfn> {
-        if order.get() > self.max_order {
+        let o = order.get();
+        if o > self.max_order {
             return None;
         }
-        let h = self.areas.head(order.get(), list).head;
-        (h != crate::frame::NIL).then(|| self.pfn(h))
+        if o >= self.c {
+            let h = self.areas.head(o, list).head;
+            return (h != NIL).then(|| self.pfn(self.first(h)));
+        }
+        if self.sub.blocks(list.index(), o) == 0 {
+            return None;
+        }
+        for b in 0..BUCKETS {
+            for j in o as usize..self.c as usize {
+                let mut k = self.partial.head(list.index(), j, b);
+                while k != NIL {
+                    let ch = &self.chunks[k];
+                    if ch.counts[o as usize] > 0 {
+                        let x = bits::find_maximal(self.words(k), o)?;
+                        return Some(self.pfn(self.first(k) + x));
+                    }
+                    k = ch.next;
+                }
+            }
+        }
+        None
     }
 
     /// Moves the free block headed by `head` to `list` (for a policy
-    /// retyping memory), merging it with free buddies already on `list`, and
-    /// returns the head and order of the resulting block. `None`, changing
-    /// nothing, if `head` is not the head of a free block.
+    /// retyping memory) and returns the head and order of the block now
+    /// holding `head`. A block of at least the chunk order merges with
+    /// free buddies already on `list`; a smaller one moves with every free
+    /// block of its chunk (they share one list). `None`, changing nothing,
+    /// if `head` is not the head of a free block.
     pub fn move_free_block(&mut self, head: Pfn, list: ListId) -> Option<(Pfn, Order)> {
-        if !self.span.contains(head) {
+        let Some(BlockInfo::Free {
+            head: h,
+            order,
+            list: old,
+        }) = self.block_at(head)
+        else {
+            return None;
+        };
+        if h != head {
             return None;
         }
-        let i = self.idx(head);
-        let f = self.view(i);
-        if f.state != State::FreeHead {
-            return None;
+        if old == list {
+            return Some((head, order));
         }
-        if f.list == list.get() {
-            return Some((head, Order::new_truncated(f.order)));
+        let k = self.chunk_of(self.idx(head));
+        if order.get() < self.c {
+            self.move_chunk(k, list);
+            return Some((head, order));
         }
-        self.areas.remove(&mut self.frames, i);
-        let (h, o) = self.insert_merging(i, f.order, list, false, false);
-        Some((self.pfn(h), Order::new_truncated(o)))
+        self.areas.remove(&mut self.chunks, k);
+        let (h, o) = self.large_insert(k, order.get(), list, false, false);
+        Some((self.pfn(self.first(h)), Order::new_truncated(o)))
+    }
+
+    /// Files the free memory of `range` (whole chunks) on `list`, for a
+    /// policy retyping it: free blocks inside it move; a free block reaching
+    /// outside is split so that only its part inside moves. Returns the free
+    /// frames moved.
+    pub fn move_free_range(&mut self, range: PfnRange, list: ListId) -> u64 {
+        let range = range.intersect(&self.span);
+        let mut moved = 0;
+        let mut p = range.start;
+        while p < range.end {
+            p = match self.block_at(p) {
+                Some(BlockInfo::Free {
+                    head,
+                    order,
+                    list: old,
+                }) => {
+                    let end = head + order.pages();
+                    if old != list {
+                        if order.get() < self.c {
+                            moved += self.move_chunk(self.chunk_of(self.idx(p)), list);
+                            p.align_down(Order::new_truncated(self.c)) + (1u64 << self.c)
+                        } else if head < range.start || end > range.end {
+                            // Carve out the largest aligned piece at `p`
+                            // inside the range.
+                            let room = (range.end - p).min(end - p);
+                            let fit = (63 - room.leading_zeros()) as u8;
+                            let align = p.get().trailing_zeros().min(63) as u8;
+                            let o = Order::new_truncated(fit.min(align).min(order.get()));
+                            if self.carve_free_block(p, o, list).is_some() {
+                                moved += o.pages();
+                            }
+                            p + o.pages()
+                        } else {
+                            self.move_free_block(head, list);
+                            moved += order.pages();
+                            end
+                        }
+                    } else {
+                        end.max(p + 1)
+                    }
+                }
+                Some(BlockInfo::Allocated { head, order, .. }) => (head + order.pages()).max(p + 1),
+                _ => p + 1,
+            };
+        }
+        moved
     }
 
     /// Files the free memory around `pfn` on `list` at the granularity of
     /// `order` (for retyping one pageblock inside a larger free block): the
     /// free block containing `pfn` is split until the block holding `pfn` has
     /// at most `order`; that block moves to `list`, the other pieces stay on
-    /// the original list. A block already on `list` is left whole (splitting
-    /// it would only leave same-list buddies unmerged). The moved block
-    /// merges with free buddies already on `list`. Returns the head and order
-    /// of the block now holding `pfn`, or `None` (nothing changed) if `pfn`
-    /// is not in a free block.
+    /// the original list. A block already on `list` is left whole. Below the
+    /// chunk order the whole chunk moves (its free blocks share one list).
+    /// Returns the head and order of the block now holding `pfn`, or `None`
+    /// (nothing changed) if `pfn` is not in a free block.
     pub fn carve_free_block(
         &mut self,
         pfn: Pfn,
         order: Order,
         list: ListId,
     ) -> Option<(Pfn, Order)> {
-        if !self.span.contains(pfn) {
+        let Some(BlockInfo::Free {
+            head,
+            order: o,
+            list: old,
+        }) = self.block_at(pfn)
+        else {
             return None;
+        };
+        let want = order.get().max(self.c);
+        if o.get() <= want || old == list {
+            return self.move_free_block(head, list);
         }
-        let target = self.idx(pfn);
-        let (cur, f) = self
-            .containing(target)
-            .filter(|(_, f)| f.state == State::FreeHead)?;
-        let o = f.order;
-        let old = ListId::from_stored(f.list);
-        if o <= order.get() || old == list {
-            return self.move_free_block(self.pfn(cur), list);
-        }
-        self.areas.remove(&mut self.frames, cur);
-        let cur = self.split_toward(cur, o, target, order.get(), old);
-        let o = order.get();
-        let (h, o) = self.insert_merging(cur, o, list, false, false);
-        Some((self.pfn(h), Order::new_truncated(o)))
+        let target = self.chunk_of(self.idx(pfn));
+        let h = self.chunk_of(self.idx(head));
+        self.areas.remove(&mut self.chunks, h);
+        let cur = self.large_split_toward(h, o.get(), target, want, old);
+        let (h, o) = self.large_insert(cur, want, list, false, false);
+        Some((self.pfn(self.first(h)), Order::new_truncated(o)))
     }
 
     /// Frees an allocated block of `order` as separate pieces of `piece`
@@ -129,20 +210,51 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if piece >= order {
             return self.free(pfn, order);
         }
-        if order.get() == self.max_order && !self.frames.is_init(i) {
-            self.init_span(i);
-        }
         self.stats.frees += 1;
-        let step = 1u32 << piece.get();
-        for k in 0..1u32 << (order.get() - piece.get()) {
-            let j = i + k * step;
-            self.set(j, State::AllocHead, piece.get());
-            let pj = self.pfn(j);
-            self.policy.freed(pj, piece);
-            let list = self.policy.list_for(pj);
-            self.free_block(j, piece.get(), list, false);
+        let (o, p) = (order.get(), piece.get());
+        if p >= self.c {
+            // Each piece's head chunk heads an allocated block of its own.
+            for n in 0..1u32 << (o - p) {
+                let k = self.chunk_of(i) + (n << (p - self.c));
+                self.chunks[k].mode = Mode::AllocHead;
+                self.chunks[k].order = p;
+            }
+        } else if o >= self.c {
+            // Every chunk of the block becomes a split chunk of pieces.
+            for n in 0..1u32 << (o - self.c) {
+                let k = self.chunk_of(i) + n;
+                let first = self.first(k);
+                self.frames.init_chunk(first);
+                self.words_mut(k).fill(0);
+                self.rwords_mut(k).fill(0);
+                let list = self.policy.list_for(self.pfn(first)).get();
+                self.chunks[k] = Chunk {
+                    mode: Mode::Split,
+                    list,
+                    ..Chunk::HOLE
+                };
+                self.mark_pieces(first, self.c, p);
+            }
+        } else {
+            self.mark_pieces(i, o, p);
+        }
+        for n in 0..1u32 << (o - p) {
+            self.free_block(i + (n << p), p, false);
         }
         Ok(())
+    }
+
+    /// Writes the frames of the allocated block of order `o` at `i` (in a
+    /// split chunk) as allocated blocks of order `p` each.
+    fn mark_pieces(&mut self, i: Idx, o: u8, p: u8) {
+        for t in 0..1u32 << o {
+            let w = if t % (1 << p) == 0 {
+                Word::head(p, 0)
+            } else {
+                Word::TAIL
+            };
+            self.frames.set(i + t, w);
+        }
     }
 
     /// Takes the whole free block headed by `head` off its list as allocated

@@ -2,10 +2,15 @@
 
 use core::mem::MaybeUninit;
 
+use pageframe_types::carve;
+
+use crate::bits;
+use crate::chunk::{Chunk, ChunkTable, MAX_CHUNK_ORDER, Mode};
 use crate::error::{InitError, RangeError};
-use crate::frame::{Frame, FrameTable, Idx, State};
+use crate::frame::{FrameWords, Idx, Kind, TAG_BITS, Word};
 use crate::free_area::FreeAreas;
-use crate::policy::{ListId, MergePolicy, SingleList};
+use crate::partial::PartialIndex;
+use crate::policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 use crate::stats::Stats;
 use crate::{ORDER_LIMIT, Order, Pfn, PfnRange};
 
@@ -14,13 +19,32 @@ use crate::{ORDER_LIMIT, Order, Pfn, PfnRange};
 pub struct BuddyConfig {
     /// Largest block order (Linux `MAX_PAGE_ORDER`, default 10).
     pub max_order: Order,
+    /// Order of the core's chunks (at most [`MAX_CHUNK_ORDER`] and
+    /// `max_order`): blocks below it are kept in per-chunk bitmaps and
+    /// served from the fullest chunk (see the crate docs). A policy's
+    /// [`MergePolicy::list_for`] must name one list for all frames of a
+    /// chunk (the mobility layer uses its pageblock order, or 9 if larger).
+    pub chunk_order: Order,
+}
+
+impl BuddyConfig {
+    /// Maximum order `max_order`, chunks of order `min(9, max_order)`.
+    pub const fn new(max_order: Order) -> BuddyConfig {
+        let c = if max_order.get() < MAX_CHUNK_ORDER {
+            max_order
+        } else {
+            Order::new_truncated(MAX_CHUNK_ORDER)
+        };
+        BuddyConfig {
+            max_order,
+            chunk_order: c,
+        }
+    }
 }
 
 impl Default for BuddyConfig {
     fn default() -> Self {
-        BuddyConfig {
-            max_order: Order::DEFAULT_MAX,
-        }
+        BuddyConfig::new(Order::DEFAULT_MAX)
     }
 }
 
@@ -49,25 +73,84 @@ pub enum BlockInfo {
     },
 }
 
-/// A binary buddy allocator over one zone (spec 01 §4-6): free lists per
+/// Free blocks below the chunk order and their frames, per list (the
+/// counterpart of the large lists' lengths and page counts). The block
+/// counts live in the zone's metadata.
+pub(crate) struct SubCounts<'a> {
+    blocks: &'a mut [u64],
+    pub pages: &'a mut [u64],
+}
+
+const SUB_BLOCKS: usize = MAX_LISTS * MAX_CHUNK_ORDER as usize;
+
+impl SubCounts<'_> {
+    /// Free blocks of `order` on list `l`.
+    #[inline]
+    pub fn blocks(&self, l: usize, order: u8) -> u64 {
+        self.blocks[(l & (MAX_LISTS - 1)) * MAX_CHUNK_ORDER as usize + order as usize]
+    }
+
+    #[inline]
+    pub fn blocks_mut(&mut self, l: usize, order: u8) -> &mut u64 {
+        &mut self.blocks[(l & (MAX_LISTS - 1)) * MAX_CHUNK_ORDER as usize + order as usize]
+    }
+}
+
+/// A binary buddy allocator over one zone (spec 01 §4-6): free blocks per
 /// order, each order holding [`crate::MAX_LISTS`] lists whose meaning the
 /// policy `P` gives.
 ///
-/// Metadata (16 bytes a frame) lives in the buffer handed to [`BuddyZone::new`].
-/// It is written lazily: a free max-order block is described by its first
-/// frame alone until it is first split, so setting up a zone costs time in
-/// proportion to its max-order blocks, not its frames.
+/// Blocks of at least the chunk order are linked on free lists; smaller
+/// ones live in the free bitmap of their chunk, and a request for one is
+/// served from the fullest chunk that can (see the crate docs). Metadata
+/// (about 4.3 bytes a frame at the default chunk order) lives in the buffer
+/// handed to [`BuddyZone::new`] and is written lazily: setting up a zone
+/// writes one record per chunk, and a chunk's per-frame words are written
+/// when it is first split.
 pub struct BuddyZone<'a, P: MergePolicy = SingleList> {
     pub(crate) span: PfnRange,
-    /// Frame number of metadata index 0: the span's start rounded down to
+    /// Frame number of table index 0: the span's start rounded down to
     /// max-order alignment, so buddies of in-zone blocks always have metadata.
     pub(crate) base: Pfn,
-    pub(crate) frames: FrameTable<'a>,
+    pub(crate) chunks: ChunkTable<'a>,
+    /// Free bitmaps of the chunks, `words(c)` words each.
+    pub(crate) fbits: &'a mut [u64],
+    /// Reported bitmaps of the chunks (free page reporting below the chunk
+    /// order), same shape.
+    pub(crate) rbits: &'a mut [u64],
+    pub(crate) frames: FrameWords<'a>,
     pub(crate) areas: FreeAreas<'a>,
+    pub(crate) partial: PartialIndex<'a>,
+    pub(crate) sub: SubCounts<'a>,
+    /// Chunk order.
+    pub(crate) c: u8,
     pub(crate) max_order: u8,
     pub(crate) managed: u64,
     pub(crate) stats: Stats,
     pub(crate) policy: P,
+}
+
+/// The parts of a metadata buffer, in carving order.
+const fn parts(frames: u64, c: u8) -> [usize; 7] {
+    let chunks = (frames >> c) as usize;
+    let words = chunks.saturating_mul(bits::words(c));
+    let w = match carve::bytes_for::<u64>(words) {
+        Some(b) => b,
+        None => usize::MAX,
+    };
+    let s = match carve::bytes_for::<u64>(SUB_BLOCKS + MAX_LISTS) {
+        Some(b) => b,
+        None => usize::MAX,
+    };
+    [
+        ChunkTable::bytes(chunks),
+        w,
+        w,
+        FrameWords::bytes(frames, c),
+        FreeAreas::bytes(),
+        PartialIndex::bytes(),
+        s,
+    ]
 }
 
 impl<'a, P: MergePolicy> BuddyZone<'a, P> {
@@ -76,7 +159,14 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     pub const fn metadata_bytes(span: PfnRange, config: BuddyConfig) -> usize {
         match Self::table_frames(span, config) {
             Some(n) => {
-                FrameTable::bytes(n, config.max_order.get()).saturating_add(FreeAreas::bytes())
+                let p = parts(n, config.chunk_order.get());
+                let mut sum = 0usize;
+                let mut i = 0;
+                while i < p.len() {
+                    sum = sum.saturating_add(p[i]);
+                    i += 1;
+                }
+                sum
             }
             None => 0,
         }
@@ -87,6 +177,8 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         // memory at all.
         if span.is_empty()
             || config.max_order.get() > ORDER_LIMIT
+            || config.chunk_order.get() > config.max_order.get()
+            || config.chunk_order.get() > MAX_CHUNK_ORDER
             || span.end.get() > crate::MAX_PFN
         {
             return None;
@@ -109,6 +201,9 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if config.max_order.get() > ORDER_LIMIT {
             return Err(InitError::BadMaxOrder);
         }
+        if config.chunk_order > config.max_order || config.chunk_order.get() > MAX_CHUNK_ORDER {
+            return Err(InitError::BadChunkOrder);
+        }
         if span.is_empty() {
             return Err(InitError::EmptySpan);
         }
@@ -119,20 +214,30 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if given < needed {
             return Err(too_small);
         }
-        // Only max-order heads are written: each stands for its whole block.
-        let (table, rest) = FrameTable::carve(
-            meta,
-            frames as usize,
-            config.max_order.get(),
-            Frame::with_state(State::Hole),
-        )
-        .ok_or(too_small)?;
-        let (areas, _) = FreeAreas::carve(rest).ok_or(too_small)?;
+        let c = config.chunk_order.get();
+        let nchunks = (frames >> c) as usize;
+        let nwords = nchunks * bits::words(c);
+        let (chunks, rest) = ChunkTable::carve(meta, nchunks).ok_or(too_small)?;
+        let (fbits, rest) = carve::carve_init(rest, nwords, |_| 0u64).ok_or(too_small)?;
+        let (rbits, rest) = carve::carve_init(rest, nwords, |_| 0u64).ok_or(too_small)?;
+        let (frames, rest) = FrameWords::carve(rest, frames as usize, c).ok_or(too_small)?;
+        let (areas, rest) = FreeAreas::carve(rest).ok_or(too_small)?;
+        let (partial, rest) = PartialIndex::carve(rest).ok_or(too_small)?;
+        let (blocks, _) =
+            carve::carve_init(rest, SUB_BLOCKS + MAX_LISTS, |_| 0u64).ok_or(too_small)?;
+        let (blocks, pages) = blocks.split_at_mut(SUB_BLOCKS);
+        let sub = SubCounts { blocks, pages };
         Ok(BuddyZone {
             span,
             base: span.start.align_down(config.max_order),
-            frames: table,
+            chunks,
+            fbits,
+            rbits,
+            frames,
             areas,
+            partial,
+            sub,
+            c,
             max_order: config.max_order.get(),
             managed: 0,
             stats: Stats::default(),
@@ -148,6 +253,11 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// The largest block order.
     pub fn max_order(&self) -> Order {
         Order::new_truncated(self.max_order)
+    }
+
+    /// The chunk order (see [`BuddyConfig::chunk_order`]).
+    pub fn chunk_order(&self) -> Order {
+        Order::new_truncated(self.c)
     }
 
     /// Frames handed over with `add_free_range` (Linux's managed pages).
@@ -175,46 +285,54 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         self.base + i as u64
     }
 
+    /// The chunk holding frame `i`.
     #[inline]
-    pub(crate) fn span_head(&self, i: Idx) -> Idx {
-        i & !((1 << self.max_order) - 1)
+    pub(crate) fn chunk_of(&self, i: Idx) -> Idx {
+        i >> self.c
     }
 
-    /// Frame `i`'s metadata, honouring lazy init: a frame of a max-order
-    /// block that was never split reads as the head says (a hole, or a tail).
+    /// The first frame of chunk `k`.
     #[inline]
-    pub(crate) fn view(&self, i: Idx) -> Frame {
-        self.frames.get(i)
+    pub(crate) fn first(&self, k: Idx) -> Idx {
+        k << self.c
     }
 
-    /// Writes every frame of the max-order block headed by `h` so that its
-    /// frames may be read and split individually.
-    pub(crate) fn init_span(&mut self, h: Idx) {
-        self.frames.init_block(h);
-    }
-
-    /// Sets a frame's state and order, keeping its flags.
+    /// Frame `i`'s bit number inside its chunk.
     #[inline]
-    pub(crate) fn set(&mut self, i: Idx, state: State, order: u8) {
-        let f = self.frames.get_mut(i);
-        f.state = state;
-        f.order = order;
+    pub(crate) fn bit(&self, i: Idx) -> u32 {
+        i & ((1 << self.c) - 1)
     }
 
-    /// The block frame `i` lies in: `(head index, head metadata)`, or `None`
-    /// for a hole.
-    pub(crate) fn containing(&self, i: Idx) -> Option<(Idx, Frame)> {
-        let f = self.view(i);
-        match f.state {
-            State::Hole => None,
-            State::FreeHead | State::AllocHead => Some((i, f)),
-            State::Tail => (1..=self.max_order).find_map(|o| {
-                let h = i & !((1 << o) - 1);
-                let hf = self.view(h);
-                let head = matches!(hf.state, State::FreeHead | State::AllocHead);
-                (head && hf.order >= o && h + (1 << hf.order) > i).then_some((h, hf))
-            }),
-        }
+    /// Chunk `k`'s free bitmap.
+    #[inline]
+    pub(crate) fn words(&self, k: Idx) -> &[u64] {
+        let n = bits::words(self.c);
+        &self.fbits[k as usize * n..(k as usize + 1) * n]
+    }
+
+    #[inline]
+    pub(crate) fn words_mut(&mut self, k: Idx) -> &mut [u64] {
+        let n = bits::words(self.c);
+        &mut self.fbits[k as usize * n..(k as usize + 1) * n]
+    }
+
+    /// Chunk `k`'s reported bitmap.
+    #[inline]
+    pub(crate) fn rwords(&self, k: Idx) -> &[u64] {
+        let n = bits::words(self.c);
+        &self.rbits[k as usize * n..(k as usize + 1) * n]
+    }
+
+    #[inline]
+    pub(crate) fn rwords_mut(&mut self, k: Idx) -> &mut [u64] {
+        let n = bits::words(self.c);
+        &mut self.rbits[k as usize * n..(k as usize + 1) * n]
+    }
+
+    /// Whether frame `i` is free in its split chunk.
+    #[inline]
+    pub(crate) fn is_free_bit(&self, i: Idx) -> bool {
+        bits::all_set(self.words(self.chunk_of(i)), self.bit(i), 0)
     }
 
     /// What the frame `pfn` belongs to; `None` outside the zone's span.
@@ -222,56 +340,103 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if !self.span.contains(pfn) {
             return None;
         }
-        Some(match self.containing(self.idx(pfn)) {
-            None => BlockInfo::Hole,
-            Some((h, f)) if f.state == State::FreeHead => BlockInfo::Free {
-                head: self.pfn(h),
-                order: Order::new_truncated(f.order),
-                list: ListId::from_stored(f.list),
-            },
-            Some((h, f)) => BlockInfo::Allocated {
-                head: self.pfn(h),
-                order: Order::new_truncated(f.order),
-                tag: f.tag,
+        let i = self.idx(pfn);
+        let k = self.chunk_of(i);
+        let ch = &self.chunks[k];
+        Some(match ch.mode {
+            Mode::Hole => BlockInfo::Hole,
+            Mode::Split => self.split_block_at(k, i),
+            _ => match self.large_containing(k) {
+                Some(h) => {
+                    let hc = &self.chunks[h];
+                    let head = self.pfn(self.first(h));
+                    let order = Order::new_truncated(hc.order);
+                    if hc.mode == Mode::FreeHead {
+                        BlockInfo::Free {
+                            head,
+                            order,
+                            list: ListId::from_stored(hc.list),
+                        }
+                    } else {
+                        BlockInfo::Allocated {
+                            head,
+                            order,
+                            tag: hc.tag,
+                        }
+                    }
+                }
+                None => BlockInfo::Hole,
             },
         })
     }
 
+    /// [`BuddyZone::block_at`] for frame `i` of split chunk `k`.
+    fn split_block_at(&self, k: Idx, i: Idx) -> BlockInfo {
+        let x = self.bit(i);
+        let w = self.words(k);
+        if bits::all_set(w, x, 0) {
+            let o = bits::maximal_order_at(w, self.c, x);
+            return BlockInfo::Free {
+                head: self.pfn(i & !((1 << o) - 1)),
+                order: Order::new_truncated(o),
+                list: ListId::from_stored(self.chunks[k].list),
+            };
+        }
+        match self.alloc_head_of(i) {
+            Some((h, word)) => BlockInfo::Allocated {
+                head: self.pfn(h),
+                order: Order::new_truncated(word.order()),
+                tag: word.tag(),
+            },
+            None => BlockInfo::Hole,
+        }
+    }
+
+    /// The allocated block of a split chunk holding the not-free frame `i`:
+    /// its head and the head's word; `None` for a hole.
+    pub(crate) fn alloc_head_of(&self, i: Idx) -> Option<(Idx, Word)> {
+        let w = self.frames.get(i);
+        match w.kind() {
+            Kind::Hole => None,
+            Kind::Head => Some((i, w)),
+            Kind::Tail => (1..self.c).find_map(|o| {
+                let h = i & !((1 << o) - 1);
+                let hw = self.frames.get(h);
+                (hw.kind() == Kind::Head && hw.order() >= o && h + (1 << hw.order()) > i)
+                    .then_some((h, hw))
+            }),
+        }
+    }
+
     /// Hands the frames of `range` to the allocator (usable RAM from the
     /// memory map). Each block goes to the list the policy names. Whole free
-    /// max-order blocks cost one metadata write each.
+    /// chunks cost one metadata write each.
     ///
     /// Errors (state unchanged): an empty range, a range outside the span, or
     /// a frame that was already handed over.
     pub fn add_free_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
         self.check_add_range(range)?;
-        let max = Order::new_truncated(self.max_order);
-        let maxpages = max.pages();
-        // Then apply. Boot memory goes to the tail of the lists (spec 01 §5.1,
+        let chunk = Order::new_truncated(self.c);
+        // Boot memory goes to the tail of the lists (spec 01 §5.1,
         // FPI_TO_TAIL), so recently freed memory is reused first.
         let saved = self.stats;
-        let mut h = range.start.align_down(max);
-        while h < range.end {
-            let part = range.intersect(&PfnRange::new(h, h + maxpages));
-            let hi = self.idx(h);
-            if part.len() == maxpages && !self.frames.is_init(hi) {
-                self.set(hi, State::FreeHead, self.max_order);
-                let list = self.policy.list_for(h);
-                self.areas
-                    .push(&mut self.frames, hi, self.max_order, list, true);
+        let mut s = range.start.align_down(chunk);
+        while s < range.end {
+            let part = range.intersect(&PfnRange::new(s, s + chunk.pages()));
+            let k = self.chunk_of(self.idx(s));
+            if part.len() == chunk.pages() {
+                let list = self.policy.list_for(s);
+                self.large_insert(k, self.c, list, true, true);
             } else {
-                self.init_span(hi);
-                for (p, o) in part.blocks(max) {
+                if self.chunks[k].mode == Mode::Hole {
+                    self.make_split_holes(k);
+                }
+                for (p, o) in part.blocks(chunk) {
                     let i = self.idx(p);
-                    for t in i + 1..i + (1 << o.get()) {
-                        self.set(t, State::Tail, 0);
-                    }
-                    self.set(i, State::AllocHead, o.get());
-                    let list = self.policy.list_for(p);
-                    self.free_block(i, o.get(), list, true);
+                    self.free_in(k, self.bit(i), o.get(), true);
                 }
             }
-            h = h + maxpages;
+            s = s + chunk.pages();
         }
         self.stats = saved;
         self.managed += range.len();
@@ -279,8 +444,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     }
 
     /// Whether [`BuddyZone::add_free_range`] would accept `range`: non-empty,
-    /// inside the span, and every frame still a hole. Costs one read per
-    /// untouched max-order block.
+    /// inside the span, and every frame still a hole.
     pub fn check_add_range(&self, range: PfnRange) -> Result<(), RangeError> {
         if range.is_empty() {
             return Err(RangeError::Empty);
@@ -288,48 +452,85 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if !self.span.contains_range(&range) {
             return Err(RangeError::OutOfSpan);
         }
-        let max = Order::new_truncated(self.max_order);
-        let mut h = range.start.align_down(max);
-        while h < range.end {
-            let part = range.intersect(&PfnRange::new(h, h + max.pages()));
-            let head = self.frames.get(self.idx(h));
-            if !self.frames.is_init(self.idx(h)) {
-                if head.state != State::Hole {
-                    return Err(RangeError::Overlap { pfn: part.start });
+        let chunk = Order::new_truncated(self.c);
+        let mut s = range.start.align_down(chunk);
+        while s < range.end {
+            let part = range.intersect(&PfnRange::new(s, s + chunk.pages()));
+            let k = self.chunk_of(self.idx(s));
+            match self.chunks[k].mode {
+                Mode::Hole => {}
+                Mode::Split => {
+                    if let Some(p) = (part.start.get()..part.end.get()).find(|&p| {
+                        let i = self.idx(Pfn(p));
+                        self.is_free_bit(i) || self.frames.get(i).kind() != Kind::Hole
+                    }) {
+                        return Err(RangeError::Overlap { pfn: Pfn(p) });
+                    }
                 }
-            } else if let Some(p) = (part.start.get()..part.end.get())
-                .find(|&p| self.view(self.idx(Pfn(p))).state != State::Hole)
-            {
-                return Err(RangeError::Overlap { pfn: Pfn(p) });
+                _ => return Err(RangeError::Overlap { pfn: part.start }),
             }
-            h = h + max.pages();
+            s = s + chunk.pages();
         }
         Ok(())
     }
 
-    /// The opaque tag word kept on an allocated block's head (0 when
-    /// allocated). Layers above use it, e.g. to mark movable blocks.
-    pub fn tag(&self, head: Pfn) -> Option<u32> {
-        self.alloc_head(head).map(|i| self.frames.get(i).tag)
-    }
-
-    /// Sets the tag of an allocated block's head; `false` (nothing written)
-    /// if `head` is not the head of an allocated block.
-    pub fn set_tag(&mut self, head: Pfn, tag: u32) -> bool {
-        match self.alloc_head(head) {
-            Some(i) => {
-                self.frames.get_mut(i).tag = tag;
-                true
-            }
-            None => false,
+    /// Turns the all-hole chunk `k` into a split chunk of holes.
+    pub(crate) fn make_split_holes(&mut self, k: Idx) {
+        let first = self.first(k);
+        self.frames.init_chunk(first);
+        for i in first..first + (1 << self.c) {
+            self.frames.set(i, Word::HOLE);
         }
+        self.words_mut(k).fill(0);
+        self.rwords_mut(k).fill(0);
+        let list = self.policy.list_for(self.pfn(first)).get();
+        self.chunks[k] = Chunk {
+            mode: Mode::Split,
+            list,
+            ..Chunk::HOLE
+        };
     }
 
-    fn alloc_head(&self, head: Pfn) -> Option<Idx> {
+    /// The opaque tag word kept on an allocated block's head (0 when
+    /// allocated; the low 24 bits are kept). Layers above use it, e.g. to
+    /// mark movable blocks.
+    pub fn tag(&self, head: Pfn) -> Option<u32> {
+        self.alloc_head(head).map(|(_, t)| t)
+    }
+
+    /// Sets the tag of an allocated block's head (bits above the low 24 are
+    /// dropped); `false` (nothing written) if `head` is not the head of an
+    /// allocated block.
+    pub fn set_tag(&mut self, head: Pfn, tag: u32) -> bool {
+        let Some((order, _)) = self.alloc_head(head) else {
+            return false;
+        };
+        let tag = tag & ((1 << TAG_BITS) - 1);
+        let i = self.idx(head);
+        let k = self.chunk_of(i);
+        if self.chunks[k].mode == Mode::Split {
+            self.frames.set(i, Word::head(order, tag));
+        } else {
+            self.chunks[k].tag = tag;
+        }
+        true
+    }
+
+    /// `(order, tag)` of the allocated block headed by `head`.
+    fn alloc_head(&self, head: Pfn) -> Option<(u8, u32)> {
         if !self.span.contains(head) {
             return None;
         }
         let i = self.idx(head);
-        (self.view(i).state == State::AllocHead).then_some(i)
+        let k = self.chunk_of(i);
+        let ch = &self.chunks[k];
+        match ch.mode {
+            Mode::Split if !self.is_free_bit(i) => {
+                let w = self.frames.get(i);
+                (w.kind() == Kind::Head).then_some((w.order(), w.tag()))
+            }
+            Mode::AllocHead if i == self.first(k) => Some((ch.order, ch.tag)),
+            _ => None,
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{config, meta, o, snapshot};
+use common::{config, linked, meta, o, snapshot};
 use pageframe_buddy::{
     AllocError, BlockInfo, BuddyZone, FreeError, InitError, ListId, Order, Pfn, PfnRange,
     RangeError, SingleList,
@@ -88,10 +88,14 @@ fn merges_stop_at_max_order_and_at_holes() {
 
 #[test]
 fn likely_merge_goes_to_the_tail() {
-    // spec 01 §5.1. Max order 4: one 16-frame block, all taken as order 0.
+    // spec 01 §5.1, for blocks on the free lists (single-frame chunks, so
+    // every block is). Max order 4: one 16-frame block, all taken as order 0.
     let span = r(0, 16);
-    let mut m = meta(span, 4);
-    let mut z = BuddyZone::new(span, config(4), &mut m, SingleList).unwrap();
+    let mut m = vec![
+        std::mem::MaybeUninit::uninit();
+        BuddyZone::<SingleList>::metadata_bytes(span, linked(4))
+    ];
+    let mut z = BuddyZone::new(span, linked(4), &mut m, SingleList).unwrap();
     z.add_free_range(span).unwrap();
     for _ in 0..16 {
         z.alloc(o(0), L).unwrap();
@@ -139,7 +143,7 @@ fn bad_frees_are_refused_and_change_nothing() {
         (b, o(2), FreeError::WrongOrder { allocated: o(3) }),
         (b, o(4), FreeError::WrongOrder { allocated: o(3) }),
         (Pfn(0x700), o(0), FreeError::AlreadyFree),
-        (Pfn(0x800), o(8), FreeError::AlreadyFree),
+        (z.first_free(o(8), L).unwrap(), o(8), FreeError::AlreadyFree),
     ];
     for (p, k, want) in cases {
         assert_eq!(z.free(p, k), Err(want), "free({p:?}, {k:?})");
@@ -371,11 +375,16 @@ impl pageframe_buddy::MergePolicy for TwoLists {
 
 #[test]
 fn policy_lists_keep_blocks_apart_and_mechanisms_move_them() {
+    // Single-frame chunks: every block is on a free list, so lists move
+    // block by block.
     let span = r(0, 1024);
-    let mut m = meta(span, 10);
+    let mut m = vec![
+        std::mem::MaybeUninit::uninit();
+        BuddyZone::<TwoLists>::metadata_bytes(span, linked(10))
+    ];
     let mut z = BuddyZone::new(
         span,
-        config(10),
+        linked(10),
         &mut m,
         TwoLists {
             upper_half_list1: true,

@@ -3,21 +3,26 @@
 
 mod common;
 
-use common::{config, meta, o};
+use common::o;
 use pageframe_buddy::model::{Model, Op};
-use pageframe_buddy::{BuddyZone, Pfn, PfnRange, SingleList};
+use pageframe_buddy::{BuddyConfig, BuddyZone, Order, Pfn, PfnRange, SingleList};
 use proptest::prelude::*;
 
 /// Span lengths; small under Miri, where every step's `validate()` is slow.
 const MAX_LEN: u64 = if cfg!(miri) { 600 } else { 3000 };
 
-fn scenario() -> impl Strategy<Value = (u8, u64, u64, Vec<(u64, u64)>, Vec<Op>)> {
+type Scenario = (u8, u8, u64, u64, Vec<(u64, u64)>, Vec<Op>);
+
+fn scenario() -> impl Strategy<Value = Scenario> {
     (
         prop_oneof![Just(3u8), Just(5u8), Just(10u8)],
+        // Chunk order: single frames (all blocks linked), small, word-sized
+        // and the default (capped by the maximum order).
+        prop_oneof![Just(0u8), Just(2u8), Just(6u8), Just(9u8)],
         0u64..5000,
         64u64..MAX_LEN,
     )
-        .prop_flat_map(|(max, start, len)| {
+        .prop_flat_map(|(max, chunk, start, len)| {
             let ranges = prop::collection::vec((0..len, 1..len), 1..4);
             let op = prop_oneof![
                 4 => (0..=max + 1).prop_map(Op::Alloc),
@@ -29,6 +34,7 @@ fn scenario() -> impl Strategy<Value = (u8, u64, u64, Vec<(u64, u64)>, Vec<Op>)>
             ];
             (
                 Just(max),
+                Just(chunk.min(max)),
                 Just(start),
                 Just(len),
                 ranges,
@@ -49,10 +55,11 @@ proptest! {
     #![proptest_config(cases())]
 
     #[test]
-    fn buddy_matches_model((max, start, len, ranges, ops) in scenario()) {
+    fn buddy_matches_model((max, chunk, start, len, ranges, ops) in scenario()) {
         let span = PfnRange::new(Pfn(start), Pfn(start + len));
-        let mut m = meta(span, max);
-        let mut z = BuddyZone::new(span, config(max), &mut m, SingleList).unwrap();
+        let config = BuddyConfig { max_order: o(max), chunk_order: Order::new(chunk).unwrap() };
+        let mut m = vec![std::mem::MaybeUninit::uninit(); BuddyZone::<SingleList>::metadata_bytes(span, config)];
+        let mut z = BuddyZone::new(span, config, &mut m, SingleList).unwrap();
         let mut model = Model::new(span, o(max));
         for (a, n) in ranges {
             let r = PfnRange::new(Pfn(start + a), Pfn(start + a + n));

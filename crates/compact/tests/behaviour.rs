@@ -15,12 +15,9 @@ use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig, Wat
 
 fn small() -> MobilityConfig {
     MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::new(6).unwrap(),
-        },
+        buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
-        placement: false,
     }
 }
 

@@ -20,14 +20,11 @@ fn cases(n: u32) -> ProptestConfig {
 }
 
 /// Small pageblocks (16 frames) so a few hundred frames hold many blocks.
-fn config(placement: bool) -> MobilityConfig {
+fn config() -> MobilityConfig {
     MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::new(6).unwrap(),
-        },
+        buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
-        placement,
     }
 }
 
@@ -50,14 +47,13 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(
     blocks: u64,
     offset: u64,
-    placement: bool,
     seed: u64,
     fill: (u64, u64, u64),
     refuse: (u8, u8),
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let span = PfnRange::new(Pfn(offset), Pfn(offset + blocks * 16));
-    let cfg = config(placement);
+    let cfg = config();
     let mut meta: Box<[MaybeUninit<u8>]> =
         Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
     let mut zone = MobileZone::new(span, cfg, &mut meta).unwrap();
@@ -80,11 +76,11 @@ proptest! {
     /// Everything the model checks holds over random states and runs.
     #[test]
     fn compaction_keeps_every_frame_and_its_data(
-        blocks in 2u64..14, offset in 0u64..40, placement in any::<bool>(), seed in any::<u64>(),
+        blocks in 2u64..14, offset in 0u64..40, seed in any::<u64>(),
         unmovable_in in 0u64..10, pin_in in 0u64..12, free_pct in 20u64..95,
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        run(blocks, offset, placement, seed, (unmovable_in, pin_in, free_pct), (0, 0), &ops)?;
+        run(blocks, offset, seed, (unmovable_in, pin_in, free_pct), (0, 0), &ops)?;
     }
 
     /// A migrator that refuses isolation and migration at random (again,
@@ -95,7 +91,7 @@ proptest! {
         refuse_isolate in 0u8..80, refuse_migrate in 10u8..90,
         ops in prop::collection::vec(op(), 1..30),
     ) {
-        run(blocks, 0, true, seed, (6, 0, free_pct), (refuse_isolate, refuse_migrate), &ops)?;
+        run(blocks, 0, seed, (6, 0, free_pct), (refuse_isolate, refuse_migrate), &ops)?;
     }
 
     /// With only movable, unpinned order-0 frames and a willing migrator, a
@@ -105,7 +101,7 @@ proptest! {
     #[test]
     fn full_compaction_builds_whole_pageblocks(blocks in 4u64..16, seed in any::<u64>(), free_pct in 40u64..90) {
         let span = PfnRange::new(Pfn(0), Pfn(blocks * 16));
-        let cfg = config(false);
+        let cfg = config();
         let mut meta: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
         let mut zone = MobileZone::new(span, cfg, &mut meta).unwrap();
         zone.add_free_range(span).unwrap();
@@ -133,12 +129,9 @@ proptest! {
 fn a_captured_block_is_never_lost() {
     let span = PfnRange::new(Pfn(0x5f), Pfn(0x35f));
     let cfg = MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::new(7).unwrap(),
-        },
+        buddy: BuddyConfig::new(Order::new(7).unwrap()),
         pageblock_order: Order::new(5).unwrap(),
         grouping: true,
-        placement: true,
     };
     let mut meta: Box<[MaybeUninit<u8>]> =
         Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
@@ -155,12 +148,9 @@ fn a_captured_block_is_never_lost() {
 #[test]
 fn fuzz_regression_skip_marked_destination() {
     let cfg = MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::new(4).unwrap(),
-        },
+        buddy: BuddyConfig::new(Order::new(4).unwrap()),
         pageblock_order: Order::new(2).unwrap(),
         grouping: true,
-        placement: true,
     };
     let span = PfnRange::new(Pfn(0x2a), Pfn(0x86));
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];

@@ -16,12 +16,9 @@ const MS: u64 = 1_000_000;
 fn zone(blocks: u64) -> MobileZone<'static> {
     let span = PfnRange::new(Pfn(0), Pfn(blocks * 16));
     let cfg = MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::new(6).unwrap(),
-        },
+        buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
-        placement: false,
     };
     let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
     let mut z = MobileZone::new(span, cfg, meta).unwrap();

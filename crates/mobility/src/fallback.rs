@@ -166,36 +166,15 @@ impl MobileZone<'_> {
         Ok(self.move_block_free_lists(block.start, mt))
     }
 
-    /// Sets the type bits of the block at `start` and moves every free block
-    /// inside it to the list of its new effective type; a free block larger
-    /// than the pageblock is carved first. Returns the frames moved.
+    /// Sets the type bits of the block at `start` and moves its free memory
+    /// to the list of its new effective type (a free block larger than the
+    /// pageblock is carved first). Returns the frames moved.
     pub(crate) fn move_block_free_lists(&mut self, start: Pfn, mt: MigrateType) -> u64 {
         if mt != MigrateType::Isolate {
             self.buddy.policy_mut().blocks.set(start, mt);
         }
         let eff = self.mobility().blocks.get(start).unwrap_or(mt);
-        let pb = self.pageblock_order();
-        let end = start + pb.pages();
-        let mut moved = 0;
-        let mut p = start;
-        while p < end {
-            p = match self.buddy.block_at(p) {
-                Some(BlockInfo::Free { head, order, list }) => {
-                    if list != list_of(eff) {
-                        let size = order.pages().min(pb.pages());
-                        moved += size;
-                        if head < start || head + order.pages() > end {
-                            self.buddy.carve_free_block(p, pb, list_of(eff));
-                        } else {
-                            self.buddy.move_free_block(head, list_of(eff));
-                        }
-                    }
-                    (head + order.pages()).max(p + 1)
-                }
-                Some(BlockInfo::Allocated { head, order, .. }) => (head + order.pages()).max(p + 1),
-                _ => p + 1,
-            };
-        }
-        moved
+        let block = self.mobility().blocks.block_range(start);
+        self.buddy.move_free_range(block, list_of(eff))
     }
 }

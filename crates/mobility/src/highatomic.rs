@@ -30,7 +30,11 @@ impl MobileZone<'_> {
         }
         let pb = self.pageblock_order();
         let limit = self.highatomic_limit();
-        if limit == 0 || self.highatomic_reserved() >= limit {
+        // spec 02 §7 checks `reserved >= limit` only, so a block above a
+        // pageblock could take the reserve past its cap; §11.6 says it never
+        // is, so a reservation that would cross the cap is not made.
+        let adds = order.max(pb).pages();
+        if limit == 0 || self.highatomic_reserved() + adds > limit {
             return false;
         }
         let t = self.mobility().blocks.get(pfn);

@@ -51,7 +51,6 @@ mod migratetype;
 #[cfg(feature = "std")]
 pub mod model;
 mod pageblock;
-mod placement;
 mod policy;
 mod report;
 mod reporting;

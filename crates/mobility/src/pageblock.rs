@@ -1,6 +1,6 @@
 //! The pageblock bitmap: per pageblock in caller memory, one byte holding
 //! its migratetype, the compaction skip hint and the isolate bit (spec 02
-//! §3), and a 16-bit count of allocated frames for the placement policy.
+//! §3).
 
 use core::mem::MaybeUninit;
 
@@ -13,14 +13,6 @@ const TYPE_MASK: u8 = 0b111;
 const SKIP: u8 = 1 << 3;
 /// Isolated; the type bits keep the underlying type (spec 02 §3; Linux 6.17+).
 const ISOLATE: u8 = 1 << 4;
-/// Bytes per pageblock: flags, the allocated-frame count (LE u16), then a
-/// bitmap of allocated frames (one bit a frame), kept by the placement
-/// policy (zero when it is off).
-const fn stride(order: u8) -> usize {
-    let map = (1usize << order) / 8;
-    3 + if map == 0 { 1 } else { map }
-}
-
 /// Per-pageblock flags for a span of frames.
 pub struct Pageblocks<'a> {
     first: Pfn,
@@ -33,7 +25,7 @@ impl<'a> Pageblocks<'a> {
     pub const fn bytes(span: PfnRange, order: Order) -> usize {
         let lo = span.start.align_down(order).get();
         let hi = span.end.align_up(order).get();
-        ((hi.saturating_sub(lo)) >> order.get()) as usize * stride(order.get())
+        ((hi.saturating_sub(lo)) >> order.get()) as usize
     }
 
     /// A bitmap over `span`, every block typed `initial`, carved from `mem`
@@ -46,12 +38,8 @@ impl<'a> Pageblocks<'a> {
     ) -> Option<Self> {
         let n = Self::bytes(span, order);
         let mem = mem.get_mut(..n)?;
-        for (i, b) in mem.iter_mut().enumerate() {
-            b.write(if i % stride(order.get()) == 0 {
-                initial as u8
-            } else {
-                0
-            });
+        for b in mem.iter_mut() {
+            b.write(initial as u8);
         }
         // SAFETY: every one of the `n` bytes was written just above, and
         // `MaybeUninit<u8>` has the layout of `u8`.
@@ -75,33 +63,12 @@ impl<'a> Pageblocks<'a> {
 
     /// Number of pageblocks.
     pub fn len(&self) -> usize {
-        self.bits.len() / stride(self.order)
+        self.bits.len()
     }
 
     /// Whether the bitmap covers no block.
     pub fn is_empty(&self) -> bool {
         self.bits.is_empty()
-    }
-
-    /// Allocated frames in `pfn`'s block, as counted by the placement
-    /// policy (0 when it is off).
-    pub fn used(&self, pfn: Pfn) -> u16 {
-        self.index(pfn).map_or(0, |i| {
-            let at = i * stride(self.order) + 1;
-            u16::from_le_bytes([self.bits[at], self.bits[at + 1]])
-        })
-    }
-
-    /// Adds `delta` (may be negative) to the allocated-frame count of `pfn`'s block.
-    #[inline]
-    pub(crate) fn add_used(&mut self, pfn: Pfn, delta: i32) {
-        if let Some(i) = self.index(pfn) {
-            let at = i * stride(self.order) + 1;
-            let v = u16::from_le_bytes([self.bits[at], self.bits[at + 1]]) as i32 + delta;
-            let [lo, hi] = (v.clamp(0, u16::MAX as i32) as u16).to_le_bytes();
-            self.bits[at] = lo;
-            self.bits[at + 1] = hi;
-        }
     }
 
     /// The frames of the pageblock holding `pfn`.
@@ -118,12 +85,12 @@ impl<'a> Pageblocks<'a> {
 
     #[inline]
     fn flags(&self, i: usize) -> u8 {
-        self.bits[i * stride(self.order)]
+        self.bits[i]
     }
 
     #[inline]
     fn flags_mut(&mut self, i: usize) -> &mut u8 {
-        &mut self.bits[i * stride(self.order)]
+        &mut self.bits[i]
     }
 
     /// The effective type of `pfn`'s block: `Isolate` if isolated.
@@ -155,76 +122,6 @@ impl<'a> Pageblocks<'a> {
         }
     }
 
-    /// The allocated-frame bitmap of block `i`.
-    #[inline]
-    fn map(&self, i: usize) -> &[u8] {
-        let at = i * stride(self.order) + 3;
-        &self.bits[at..at + stride(self.order) - 3]
-    }
-
-    #[inline]
-    fn map_mut(&mut self, i: usize) -> &mut [u8] {
-        let at = i * stride(self.order) + 3;
-        let end = at + stride(self.order) - 3;
-        &mut self.bits[at..end]
-    }
-
-    /// Marks the `2^order` frames at `pfn` allocated (`on`) or not, within
-    /// `pfn`'s pageblock (the caller splits larger blocks per pageblock).
-    #[inline]
-    pub(crate) fn mark(&mut self, pfn: Pfn, order: Order, on: bool) {
-        let Some(i) = self.index(pfn) else { return };
-        let off = (pfn.get() & (self.pages() - 1)) as usize;
-        let n = (order.pages() as usize).min(self.pages() as usize - off);
-        let map = self.map_mut(i);
-        if n < 8 {
-            let mask = (((1u16 << n) - 1) << (off % 8)) as u8;
-            let b = &mut map[off / 8];
-            if on { *b |= mask } else { *b &= !mask }
-        } else {
-            map[off / 8..(off + n) / 8].fill(if on { 0xff } else { 0 });
-        }
-    }
-
-    /// The first frame at or after `from` in `from`'s pageblock whose
-    /// aligned group of `2^order` frames (order <= 3) is not marked
-    /// allocated. The frames may still be holes: the caller checks.
-    #[inline]
-    pub(crate) fn find_unmarked(&self, from: Pfn, order: Order) -> Option<Pfn> {
-        let i = self.index(from)?;
-        let start = self.block_start(i);
-        let n = order.pages() as usize;
-        if n > 8 {
-            return None;
-        }
-        let group = ((1u16 << n) - 1) as u8;
-        let map = self.map(i);
-        let mut off = ((from.get() - start.get()) as usize).next_multiple_of(n);
-        while off < self.pages() as usize {
-            let byte = map[off / 8];
-            if byte == 0xff {
-                off = (off / 8 + 1) * 8;
-                continue;
-            }
-            if byte & (group << (off % 8)) == 0 {
-                return Some(start + off as u64);
-            }
-            off += n;
-        }
-        None
-    }
-
-    /// Frames marked allocated in block `i`, and whether `pfn` is marked.
-    pub(crate) fn marked(&self, i: usize, pfn: Pfn) -> (u32, bool) {
-        let map = self.map(i);
-        let off = (pfn.get().wrapping_sub(self.block_start(i).get()) as usize)
-            .min(self.pages() as usize - 1);
-        (
-            map.iter().map(|b| b.count_ones()).sum(),
-            map[off / 8] & (1 << (off % 8)) != 0,
-        )
-    }
-
     /// Whether the block is isolated.
     pub fn is_isolated(&self, pfn: Pfn) -> bool {
         self.index(pfn)
@@ -254,7 +151,7 @@ impl<'a> Pageblocks<'a> {
 
     /// Clears every skip hint (spec 03 §6.3).
     pub fn clear_skip_all(&mut self) {
-        for b in self.bits.iter_mut().step_by(stride(self.order)) {
+        for b in self.bits.iter_mut() {
             *b &= !SKIP;
         }
     }
@@ -262,7 +159,7 @@ impl<'a> Pageblocks<'a> {
     /// Pageblocks of each effective type, indexed by type value.
     pub fn count_by_type(&self) -> [u64; crate::MIGRATE_TYPES] {
         let mut n = [0u64; crate::MIGRATE_TYPES];
-        for &b in self.bits.iter().step_by(stride(self.order)) {
+        for &b in self.bits.iter() {
             let t = if b & ISOLATE != 0 {
                 MigrateType::Isolate as usize
             } else {

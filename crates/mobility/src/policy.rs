@@ -13,10 +13,6 @@ use crate::{MigrateType, Pageblocks};
 pub struct Mobility<'a> {
     pub(crate) blocks: Pageblocks<'a>,
     pub(crate) grouping: bool,
-    /// Fill the fullest pageblocks first (see [`crate::MobilityConfig::placement`]).
-    pub(crate) placement: bool,
-    /// The placement policy's targets and candidates.
-    pub(crate) targets: crate::placement::Targets<'a>,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
@@ -63,40 +59,6 @@ impl MergePolicy for Mobility<'_> {
         while p < buddy + order.pages() {
             self.blocks.set(p, mt);
             p = p + self.blocks.pages();
-        }
-    }
-
-    #[inline]
-    fn allocated(&mut self, pfn: Pfn, order: Order) {
-        if self.placement {
-            self.count(pfn, order, 1);
-        }
-    }
-
-    #[inline]
-    fn freed(&mut self, pfn: Pfn, order: Order) {
-        if self.placement {
-            self.count(pfn, order, -1);
-        }
-    }
-}
-
-impl Mobility<'_> {
-    /// Adds `sign * 2^order` to the allocated counts of the pageblocks the
-    /// block covers.
-    #[inline]
-    fn count(&mut self, pfn: Pfn, order: Order, sign: i32) {
-        let pb = self.blocks.pages();
-        if order.pages() <= pb {
-            self.blocks.add_used(pfn, sign * order.pages() as i32);
-            self.blocks.mark(pfn, order, sign > 0);
-        } else {
-            let mut p = pfn;
-            while p < pfn + order.pages() {
-                self.blocks.add_used(p, sign * pb as i32);
-                self.blocks.mark(p, self.blocks.order(), sign > 0);
-                p = p + pb;
-            }
         }
     }
 }

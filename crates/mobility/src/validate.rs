@@ -1,6 +1,6 @@
 //! Invariants of the mobility layer on top of the buddy core's.
 
-use pageframe_buddy::{BlockInfo, PfnRange, ValidateError};
+use pageframe_buddy::{BlockInfo, ValidateError};
 
 use crate::MigrateType;
 use crate::zone::MobileZone;
@@ -28,43 +28,6 @@ impl MobileZone<'_> {
                         ));
                     }
                     q = q.align_down(blocks.order()) + blocks.pages();
-                }
-            }
-        }
-        if self.mobility().placement {
-            for i in 0..blocks.len() {
-                let start = blocks.block_start(i);
-                let mut used = 0u64;
-                for (p, info) in self
-                    .buddy
-                    .walk(PfnRange::new(start, start + blocks.pages()))
-                {
-                    if let BlockInfo::Allocated { head, order, .. } = info {
-                        let end = (head + order.pages()).min(start + blocks.pages());
-                        let mut q = p.max(start);
-                        while q < end {
-                            if !blocks.marked(i, q).1 {
-                                return Err(bad(
-                                    "allocated frame not marked in its pageblock's bitmap",
-                                    Some(q),
-                                ));
-                            }
-                            q = q + 1;
-                        }
-                        used += end - p.max(start);
-                    }
-                }
-                if u64::from(blocks.marked(i, start).0) != used {
-                    return Err(bad(
-                        "pageblock bitmap marks frames that are not allocated",
-                        Some(start),
-                    ));
-                }
-                if used != u64::from(blocks.used(start)) {
-                    return Err(bad(
-                        "pageblock allocated-frame count disagrees with its blocks",
-                        Some(start),
-                    ));
                 }
             }
         }

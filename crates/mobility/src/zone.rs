@@ -24,26 +24,31 @@ pub struct MobilityConfig {
     /// Group by mobility. Off, every request is treated as unmovable and
     /// fallback never happens (Linux on tiny systems; the lab's baseline).
     pub grouping: bool,
-    /// Placement policy (not in Linux): count allocated frames per pageblock
-    /// and serve small allocations from the fullest pageblock of their type
-    /// that still has room, so sparse pageblocks drain into whole free 2 MiB
-    /// blocks without compaction. Costs a counter update per allocation and
-    /// free, and a scan of the pageblock counts each time a target fills.
-    pub placement: bool,
 }
 
 impl MobilityConfig {
-    /// Maximum order 10, 2 MiB pageblocks, grouping on (Linux), placement
-    /// policy off (opt in: it keeps 2 MiB blocks free under churn but costs
-    /// time on small allocations, see README).
+    /// Maximum order 10, 2 MiB pageblocks, grouping on (Linux).
     pub const DEFAULT: MobilityConfig = MobilityConfig {
-        buddy: BuddyConfig {
-            max_order: Order::DEFAULT_MAX,
-        },
+        buddy: BuddyConfig::new(Order::DEFAULT_MAX),
         pageblock_order: Order::HUGE_2M,
         grouping: true,
-        placement: false,
     };
+
+    /// The buddy core's configuration under this one: its chunks are the
+    /// pageblocks (or parts of them, above the core's largest chunk), so
+    /// that a chunk's free memory has one type.
+    pub const fn core(&self) -> BuddyConfig {
+        let pb = self.pageblock_order.get();
+        let c = if pb < pageframe_buddy::MAX_CHUNK_ORDER {
+            pb
+        } else {
+            pageframe_buddy::MAX_CHUNK_ORDER
+        };
+        BuddyConfig {
+            max_order: self.buddy.max_order,
+            chunk_order: Order::new_truncated(c),
+        }
+    }
 }
 
 impl Default for MobilityConfig {
@@ -76,16 +81,15 @@ pub struct MobileZone<'a> {
 }
 
 impl<'a> MobileZone<'a> {
-    /// Metadata bytes for `span`: the buddy core's (16 a frame plus the
-    /// free-list heads), 67 a pageblock (type byte, allocated-frame count
-    /// and bitmap), and the placement policy's candidates (about 1.6 KiB).
+    /// Metadata bytes for `span`: the buddy core's (about 4.3 a frame,
+    /// see `pageframe_buddy`) and one a pageblock (type, isolate and skip
+    /// bits).
     pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
-        let b = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.buddy);
-        let t = crate::placement::Targets::bytes();
+        let b = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.core());
         if b == 0 {
             0
         } else {
-            b + Pageblocks::bytes(span, config.pageblock_order) + t
+            b + Pageblocks::bytes(span, config.pageblock_order)
         }
     }
 
@@ -101,7 +105,7 @@ impl<'a> MobileZone<'a> {
         }
         let needed = Self::metadata_bytes(span, config);
         let given = meta.len();
-        let buddy_bytes = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.buddy);
+        let buddy_bytes = BuddyZone::<Mobility<'static>>::metadata_bytes(span, config.core());
         if needed == 0 {
             return Err(if span.is_empty() {
                 InitError::EmptySpan
@@ -112,10 +116,7 @@ impl<'a> MobileZone<'a> {
         if given < needed {
             return Err(InitError::MetadataTooSmall { needed, given });
         }
-        let (frames, rest) = meta.split_at_mut(buddy_bytes);
-        let (bits, targets) = rest.split_at_mut(Pageblocks::bytes(span, config.pageblock_order));
-        let targets = crate::placement::Targets::carve(targets)
-            .ok_or(InitError::MetadataTooSmall { needed, given })?;
+        let (frames, bits) = meta.split_at_mut(buddy_bytes);
         let initial = if config.grouping {
             MigrateType::Movable
         } else {
@@ -126,13 +127,11 @@ impl<'a> MobileZone<'a> {
         let policy = Mobility {
             blocks,
             grouping: config.grouping,
-            placement: config.placement,
-            targets,
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
         };
         Ok(MobileZone {
-            buddy: BuddyZone::new(span, config.buddy, frames, policy)?,
+            buddy: BuddyZone::new(span, config.core(), frames, policy)?,
         })
     }
 
@@ -214,10 +213,6 @@ impl<'a> MobileZone<'a> {
         }
         let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
         if cma && let Some(p) = self.cma_first(order) {
-            return Some(p);
-        }
-        if let Some(p) = self.place(order, mt) {
-            self.buddy.policy_mut().stats.own += 1;
             return Some(p);
         }
         if let Some(p) = self.smallest(order, mt) {

@@ -35,10 +35,16 @@ proptest! {
     #![proptest_config(cases())]
 
     #[test]
-    fn mobility_matches_model(blocks in 1u64..12, offset in 0u64..600, grouping in any::<bool>(), placement in any::<bool>(),
+    fn mobility_matches_model(blocks in 1u64..12, offset in 0u64..600, grouping in any::<bool>(),
+                              pageblock in prop_oneof![Just(4u8), Just(9u8), Just(10u8)],
                               ops in prop::collection::vec(op(), 1..150)) {
         let span = PfnRange::new(Pfn(offset), Pfn(offset + blocks * 512));
-        let cfg = MobilityConfig { grouping, placement, ..MobilityConfig::default() };
+        // Pageblocks below, at and above the core's largest chunk (9).
+        let cfg = MobilityConfig {
+            grouping,
+            pageblock_order: pageframe_buddy::Order::new(pageblock).unwrap(),
+            ..MobilityConfig::default()
+        };
         let mut meta: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
         let mut z = MobileZone::new(span, cfg, &mut meta).unwrap();
         z.add_free_range(span).unwrap();

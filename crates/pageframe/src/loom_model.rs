@@ -61,9 +61,7 @@ const FRAMES: u64 = 16;
 fn machine() -> &'static LoomMachine {
     let config = MachineConfig {
         mobility: MobilityConfig {
-            buddy: BuddyConfig {
-                max_order: Order::new_truncated(3),
-            },
+            buddy: BuddyConfig::new(Order::new_truncated(3)),
             pageblock_order: Order::new_truncated(3),
             ..MobilityConfig::DEFAULT
         },

@@ -5,7 +5,7 @@
 //! ([`crate::kcompactd`]) and the per-CPU handle ([`crate::CpuCache`]) are
 //! methods on it.
 //!
-//! A machine is built in place (about 33 KiB; the large per-zone state
+//! A machine is built in place (about 31 KiB; the large per-zone state
 //! lives in the zones' metadata), so a kernel with a small boot stack can
 //! have one:
 //! [`Machine::new_in`] writes it into memory the caller owns (a static, or

@@ -13,8 +13,15 @@ pub fn meta(span: PfnRange, max_order: u8) -> Box<[MaybeUninit<u8>]> {
 }
 
 pub fn config(max_order: u8) -> BuddyConfig {
+    BuddyConfig::new(Order::new(max_order).unwrap())
+}
+
+/// A config whose chunks are single frames: every block is linked on the
+/// free lists, as in Linux (for the tests of list order and list moves).
+pub fn linked(max_order: u8) -> BuddyConfig {
     BuddyConfig {
-        max_order: Order::new(max_order).unwrap(),
+        chunk_order: Order::ZERO,
+        ..config(max_order)
     }
 }
 

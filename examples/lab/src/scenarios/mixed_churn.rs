@@ -4,7 +4,7 @@
 //! second stream asks for order-10 blocks at a steady rate; then "at rest"
 //! all movable and reclaimable memory is freed (as reclaim would) and every
 //! possible order-10 block is allocated. Run with grouping off and on (and
-//! with the placement policy) in one invocation.
+//! with `defrag_mode`) in one invocation.
 //!
 //! The order-10 blocks are held until the load ends (as the 2005 test's
 //! module did). Everything goes through a `pageframe` machine's slow path
@@ -36,35 +36,25 @@ const MAX_BLOCK: u64 = 1024;
 struct Variant {
     name: &'static str,
     grouping: bool,
-    placement: bool,
     /// `vm.defrag_mode=1` (spec 02 §5.5): no fragmenting fallback until
     /// reclaim has failed.
     defrag_mode: bool,
 }
 
-const VARIANTS: [Variant; 4] = [
+const VARIANTS: [Variant; 3] = [
     Variant {
         name: "grouping off",
         grouping: false,
-        placement: false,
         defrag_mode: false,
     },
     Variant {
-        name: "grouping on (Linux default)",
+        name: "grouping on (default)",
         grouping: true,
-        placement: false,
         defrag_mode: false,
     },
     Variant {
         name: "grouping + defrag_mode",
         grouping: true,
-        placement: false,
-        defrag_mode: true,
-    },
-    Variant {
-        name: "grouping + defrag_mode + placement",
-        grouping: true,
-        placement: true,
         defrag_mode: true,
     },
 ];
@@ -205,7 +195,6 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
     let span = PfnRange::new(Pfn(0), Pfn(frames));
     let cfg = MobilityConfig {
         grouping: v.grouping,
-        placement: v.placement,
         ..MobilityConfig::DEFAULT
     };
     // Leaked with its metadata: the lab is a short-lived host program.

@@ -32,24 +32,16 @@ const PB: u64 = 512;
 struct Variant {
     name: &'static str,
     grouping: bool,
-    placement: bool,
 }
 
-const VARIANTS: [Variant; 3] = [
+const VARIANTS: [Variant; 2] = [
     Variant {
         name: "grouping off",
         grouping: false,
-        placement: false,
     },
     Variant {
-        name: "grouping on (Linux)",
+        name: "grouping on (default)",
         grouping: true,
-        placement: false,
-    },
-    Variant {
-        name: "grouping + placement",
-        grouping: true,
-        placement: true,
     },
 ];
 
@@ -83,7 +75,6 @@ fn run_variant(v: &Variant, frames: u64, iters: usize, seed: u64) -> Result<Outc
     let span = PfnRange::new(Pfn(0), Pfn(frames));
     let cfg = MobilityConfig {
         grouping: v.grouping,
-        placement: v.placement,
         ..MobilityConfig::DEFAULT
     };
     // Leaked with its metadata: the lab is a short-lived host program.

@@ -1,0 +1,189 @@
+//! Blocks below the chunk order, inside their chunk: taking one out of a
+//! free block (split, spec 01 §6.2) and giving one back (merge, spec 01 §5)
+//! are bit operations on the chunk's free bitmap plus the chunk's and the
+//! zone's counts of free blocks per order.
+
+use crate::bits;
+use crate::chunk::{Chunk, FILED, Mode, RBITS};
+use crate::frame::{Idx, Word};
+use crate::partial::PartialIndex;
+use crate::policy::{ListId, MAX_LISTS, MergePolicy};
+use crate::zone::BuddyZone;
+
+impl<P: MergePolicy> BuddyZone<'_, P> {
+    /// Turns the unlinked, wholly free chunk `k` into a split chunk on
+    /// `list` whose frames are all free. Transient: the caller takes a
+    /// block out of it at once.
+    pub(crate) fn make_split_free(&mut self, k: Idx, list: ListId) {
+        self.frames.init_chunk(self.first(k));
+        self.words_mut(k).fill(!0);
+        if self.c < 6 {
+            let all = (1u64 << (1u32 << self.c)) - 1;
+            self.words_mut(k)[0] = all;
+        }
+        self.rwords_mut(k).fill(0);
+        self.chunks[k] = Chunk {
+            mode: Mode::Split,
+            free: 1 << self.c,
+            list: list.get(),
+            ..Chunk::HOLE
+        };
+    }
+
+    /// Allocates a block of `order` (below the chunk order) from split
+    /// chunk `k`, which has one: the lowest block of the smallest order that
+    /// suffices, split with its upper halves left free (spec 01 §6.1-6.2
+    /// inside the chunk). Returns the block's first frame.
+    #[inline]
+    pub(crate) fn alloc_in(&mut self, k: Idx, order: u8) -> Idx {
+        let ch = &self.chunks[k];
+        let (j, x) = if u32::from(ch.free) == 1 << self.c {
+            (self.c, 0)
+        } else {
+            let j = order + (ch.omask >> order).trailing_zeros() as u8;
+            let x = bits::find_maximal(self.words(k), j).unwrap_or_else(|| unreachable!());
+            (j, x)
+        };
+        self.take_in(k, j, x, order, x);
+        self.first(k) + x
+    }
+
+    /// Takes the block of `order` at bit `t` of split chunk `k` out of the
+    /// free block of order `j` at bit `x` that holds it (`j` the chunk order
+    /// for a wholly free chunk), leaving the other halves free, and marks
+    /// it allocated.
+    pub(crate) fn take_in(&mut self, k: Idx, j: u8, x: u32, order: u8, t: u32) {
+        let c = self.c;
+        let ch = &mut self.chunks[k];
+        let l = ch.list as usize & (MAX_LISTS - 1);
+        let was_filed = ch.flags & FILED != 0;
+        if was_filed {
+            self.partial.unfile(&mut self.chunks, k);
+        }
+        let ch = &mut self.chunks[k];
+        if j < c {
+            ch.add_count(j, -1);
+            *self.sub.blocks_mut(l, j) -= 1;
+        } else {
+            // A wholly free chunk turns into pieces below the chunk order.
+            self.sub.pages[l] += 1 << c;
+        }
+        let (mut lo, mut o) = (x, j);
+        while o > order {
+            o -= 1;
+            let upper = lo + (1 << o);
+            lo = if t >= upper { upper } else { lo };
+            ch.add_count(o, 1);
+            *self.sub.blocks_mut(l, o) += 1;
+            self.stats.splits += 1;
+        }
+        ch.free -= 1 << order;
+        self.sub.pages[l] -= 1 << order;
+        if ch.free != 0 {
+            self.partial.file(&mut self.chunks, k, c);
+        }
+        bits::clear(self.words_mut(k), t, order);
+        let i = self.first(k) + t;
+        self.frames.set(i, Word::head(order, 0));
+        for s in 1..1u32 << order {
+            self.frames.set(i + s, Word::TAIL);
+        }
+        self.stats.allocs += 1;
+    }
+
+    /// Gives the not-free block of `order` at bit `x` of split chunk `k`
+    /// back (a freed block, or frames handed over): sets its bits and merges
+    /// it with free buddies inside the chunk. A chunk that becomes wholly
+    /// free goes to the free lists as a block of the chunk order (and may
+    /// merge on). Returns the free block it ended in, as (first frame,
+    /// order).
+    pub(crate) fn free_in(&mut self, k: Idx, mut x: u32, order: u8, to_tail: bool) -> (Idx, u8) {
+        let c = self.c;
+        if self.chunks[k].free == 0 {
+            // The type is read when memory reaches the free lists (spec
+            // 02 §4): a chunk with no free frame may have been retyped.
+            let list = self.policy.list_for(self.pfn(self.first(k)));
+            self.chunks[k].list = list.get();
+        }
+        if self.chunks[k].flags & FILED != 0 {
+            self.partial.unfile(&mut self.chunks, k);
+        }
+        if self.chunks[k].flags & RBITS != 0 {
+            bits::clear(self.rwords_mut(k), x, order);
+        }
+        bits::set(self.words_mut(k), x, order);
+        let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
+        let mut m = order;
+        while m < c {
+            let b = x ^ (1 << m);
+            if !bits::all_set(self.words(k), b, m) {
+                break;
+            }
+            self.chunks[k].add_count(m, -1);
+            *self.sub.blocks_mut(l, m) -= 1;
+            self.stats.merges += 1;
+            x &= !(1 << m);
+            m += 1;
+        }
+        let ch = &mut self.chunks[k];
+        ch.free += 1 << order;
+        self.sub.pages[l] += 1 << order;
+        if m < c {
+            ch.add_count(m, 1);
+            *self.sub.blocks_mut(l, m) += 1;
+            self.partial.file(&mut self.chunks, k, c);
+            return (self.first(k) + x, m);
+        }
+        // Wholly free: a block of the chunk order from now on.
+        self.sub.pages[l] -= 1 << c;
+        if self.chunks[k].flags & RBITS != 0 {
+            self.rwords_mut(k).fill(0);
+        }
+        self.chunks[k].flags = 0;
+        self.chunks[k].free = 0;
+        let list = self.policy.list_for(self.pfn(self.first(k)));
+        let (h, o) = self.large_insert(k, c, list, to_tail, true);
+        (self.first(h), o)
+    }
+
+    /// Files the free memory of split chunk `k` on `list` (free blocks of a
+    /// chunk share one list). Reported marks are dropped: the blocks go on
+    /// a list anew. Returns the frames moved.
+    pub(crate) fn move_chunk(&mut self, k: Idx, list: ListId) -> u64 {
+        let ch = self.chunks[k];
+        if ch.list == list.get() {
+            return 0;
+        }
+        if ch.flags & FILED != 0 {
+            self.partial.unfile(&mut self.chunks, k);
+        }
+        let (from, to) = (ch.list as usize & (MAX_LISTS - 1), list.index());
+        for o in 0..self.c as usize {
+            let n = u64::from(ch.counts[o]);
+            *self.sub.blocks_mut(from, o as u8) -= n;
+            *self.sub.blocks_mut(to, o as u8) += n;
+        }
+        self.sub.pages[from] -= u64::from(ch.free);
+        self.sub.pages[to] += u64::from(ch.free);
+        if ch.flags & RBITS != 0 {
+            self.rwords_mut(k).fill(0);
+        }
+        let ch = &mut self.chunks[k];
+        ch.list = list.get();
+        ch.flags &= !RBITS;
+        if ch.free != 0 {
+            self.partial.file(&mut self.chunks, k, self.c);
+        }
+        u64::from(self.chunks[k].free)
+    }
+
+    /// Whether split chunk `k` is filed where its state says.
+    pub(crate) fn filed_right(&self, k: Idx) -> bool {
+        let ch = &self.chunks[k];
+        if ch.free == 0 {
+            ch.flags & FILED == 0
+        } else {
+            PartialIndex::filed_right(ch, self.c)
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! Allocation: the fullest chunk that can serve a small block, or the
+//! Allocation: a small block from the best-fitting, fullest chunk, or the
 //! smallest sufficient free block, split (spec 01 §6).
 
 use crate::chunk::Mode;
@@ -11,11 +11,11 @@ use crate::{Order, Pfn, bits};
 impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Allocates `2^order` naturally aligned frames from `list`.
     ///
-    /// Below the chunk order: the fullest chunk of `list` that holds a free
-    /// block large enough serves it, from its smallest sufficient block
-    /// (lowest address first); if no chunk has one, a free block of at least
-    /// the chunk order is split as for larger requests and its lowest chunk
-    /// serves. From the chunk order up: the first block of the smallest
+    /// Below the chunk order: among the chunks of `list` whose largest free
+    /// block is the smallest that suffices, the fullest serves it, from its
+    /// smallest sufficient block (lowest address first); if no chunk has
+    /// one, a free block of at least the chunk order is split as for larger
+    /// requests and its lowest chunk serves. From the chunk order up: the first block of the smallest
     /// order that has one is split, the lower half kept and each upper half
     /// pushed on the head of the next lower order's list
     /// (`__rmqueue_smallest` + `expand`, spec 01 §6.1-6.2).

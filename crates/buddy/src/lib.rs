@@ -20,14 +20,15 @@
 //!   operations inside one line, and freeing a frame touches no other
 //!   frame's metadata. When every frame of a chunk is free it becomes a free
 //!   block of the chunk order on the free lists.
-//! * A small request is served from the **fullest chunk** of its list that
-//!   holds a block large enough (chunks are filed by fill in 32 buckets and
-//!   by their largest free block, so the choice is two bit scans). This is
-//!   the one place the core departs from Linux's LIFO free lists, on
+//! * A small request is served from a chunk of its list whose largest
+//!   free block is the smallest that suffices (best fit per chunk), and
+//!   among those from the **fullest** (chunks are filed by largest free
+//!   block and by fill in 32 buckets, so the choice is two bit scans). This
+//!   is the one place the core departs from Linux's LIFO free lists, on
 //!   purpose: LIFO lists hand out frames of every pageblock alike after
 //!   random frees, so no pageblock ever drains and 2 MiB blocks vanish
-//!   under churn; filling the fullest chunk first lets sparse chunks drain
-//!   into whole 2 MiB blocks without compaction (the idea behind LLFree,
+//!   under churn; filling busy chunks first lets sparse chunks drain into
+//!   whole 2 MiB blocks without compaction (the idea behind LLFree,
 //!   ATC'23). Inside a chunk, the smallest sufficient block at the lowest
 //!   address is taken (best fit, ascending addresses as `expand` gives).
 //!

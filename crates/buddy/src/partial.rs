@@ -1,22 +1,30 @@
-//! Partly free chunks, filed by how full they are: the core's placement
-//! rule (not Linux's), which keeps memory unfragmented without compaction.
+//! Partly free chunks, filed by their largest free block and how full they
+//! are: the core's placement rule (not Linux's), which keeps memory
+//! unfragmented without compaction.
 //!
-//! A request below the chunk order is served from the fullest chunk of its
-//! list that holds a free block large enough. Chunks that are nearly empty
-//! are then only ever freed into, so they drain into whole free chunks (2
-//! MiB blocks at the default pageblock order) while the busy ones fill up:
-//! the "fill the fullest first" choice of LLFree (ATC'23), which Linux's
-//! LIFO free lists do not make (after random frees they hand out frames of
-//! every pageblock alike, so no pageblock ever drains).
+//! A request of order `k` below the chunk order is served from a chunk of
+//! its list whose largest free block is the smallest that is still at
+//! least `k` (best fit, as `__rmqueue_smallest` picks the smallest order,
+//! but per chunk), and among those from the fullest. Chunks that are
+//! nearly empty have large free blocks and few frames in use, so they are
+//! chosen last: they are only ever freed into and drain into whole free
+//! chunks (2 MiB blocks at the default pageblock order), while busy chunks
+//! fill their holes. That is LLFree's "fill the fullest first" (ATC'23),
+//! which Linux's LIFO free lists do not make: after random frees they hand
+//! out frames of every pageblock alike, so no pageblock ever drains.
+//! Choosing by largest block first also keeps the blocks of orders 1-3
+//! that small requests of those orders need (filling by fill alone split
+//! them for order-0 requests, and the mixed-churn lab's order-3 movable
+//! requests then stole from other types).
 //!
 //! The choice costs O(1): each list keeps, for every (class, bucket), a
 //! doubly linked list of chunks, where the class is the order of the
 //! chunk's largest free block and the bucket its free-frame count in 32
 //! steps (bucket 0 the fullest), plus bit masks of the non-empty ones. A
-//! request of order `k` takes the lowest bucket that has a chunk of class
-//! `>= k`: one scan of a 32-bit mask and one of a 16-bit one. A chunk
-//! moves between lists only when its bucket or class changes, and it is
-//! not sorted inside its bucket (the last filed is taken first).
+//! request of order `k` takes the lowest class `>= k` that has a chunk and
+//! in it the lowest bucket: two bit scans. A chunk moves between lists only
+//! when its class or bucket changes, and is not sorted inside its bucket
+//! (the last filed is taken first).
 
 use pageframe_types::carve;
 
@@ -44,11 +52,11 @@ pub(crate) const fn bucket(free: u16, c: u8) -> u8 {
 pub(crate) struct PartialIndex<'a> {
     /// `heads[(l * CLASSES + j) * BUCKETS + b]`.
     heads: &'a mut [Idx],
-    /// Bit `j` of `classes[l * BUCKETS + b]`: list `l`'s class `j` bucket
-    /// `b` is not empty.
-    classes: &'a mut [u16],
-    /// Bit `b` of `buckets[l]`: some class of list `l` has bucket `b`.
+    /// Bit `b` of `buckets[l * CLASSES + j]`: list `l`'s class `j` has
+    /// chunks in bucket `b`.
     buckets: &'a mut [u32],
+    /// Bit `j` of `classes[l]`: list `l` has chunks of class `j`.
+    classes: &'a mut [u16],
 }
 
 const HEADS: usize = MAX_LISTS * CLASSES * BUCKETS;
@@ -59,8 +67,8 @@ const fn hi(l: usize, j: usize, b: usize) -> usize {
 }
 
 #[inline]
-const fn ci(l: usize, b: usize) -> usize {
-    (l & (MAX_LISTS - 1)) * BUCKETS + b % BUCKETS
+const fn bi(l: usize, j: usize) -> usize {
+    (l & (MAX_LISTS - 1)) * CLASSES + j % CLASSES
 }
 
 impl<'a> PartialIndex<'a> {
@@ -70,15 +78,15 @@ impl<'a> PartialIndex<'a> {
             Some(b) => b,
             None => usize::MAX,
         };
-        let c = match carve::bytes_for::<u16>(MAX_LISTS * BUCKETS) {
+        let b = match carve::bytes_for::<u32>(MAX_LISTS * CLASSES) {
             Some(b) => b,
             None => usize::MAX,
         };
-        let b = match carve::bytes_for::<u32>(MAX_LISTS) {
+        let c = match carve::bytes_for::<u16>(MAX_LISTS) {
             Some(b) => b,
             None => usize::MAX,
         };
-        h.saturating_add(c).saturating_add(b)
+        h.saturating_add(b).saturating_add(c)
     }
 
     /// An empty index whose lists live at the front of `mem`.
@@ -86,13 +94,13 @@ impl<'a> PartialIndex<'a> {
         mem: &'a mut [core::mem::MaybeUninit<u8>],
     ) -> Option<(PartialIndex<'a>, &'a mut [core::mem::MaybeUninit<u8>])> {
         let (heads, rest) = carve::carve_init(mem, HEADS, |_| NIL)?;
-        let (classes, rest) = carve::carve_init(rest, MAX_LISTS * BUCKETS, |_| 0u16)?;
-        let (buckets, rest) = carve::carve_init(rest, MAX_LISTS, |_| 0u32)?;
+        let (buckets, rest) = carve::carve_init(rest, MAX_LISTS * CLASSES, |_| 0u32)?;
+        let (classes, rest) = carve::carve_init(rest, MAX_LISTS, |_| 0u16)?;
         Some((
             PartialIndex {
                 heads,
-                classes,
                 buckets,
+                classes,
             },
             rest,
         ))
@@ -115,8 +123,8 @@ impl<'a> PartialIndex<'a> {
             chunks[old].prev = k;
         }
         self.heads[hi(l, j, b)] = k;
-        self.classes[ci(l, b)] |= 1 << j;
-        self.buckets[l] |= 1 << b;
+        self.buckets[bi(l, j)] |= 1 << b;
+        self.classes[l] |= 1 << j;
     }
 
     /// Takes chunk `k` off its partial list.
@@ -136,9 +144,9 @@ impl<'a> PartialIndex<'a> {
         }
         chunks[k].flags &= !FILED;
         if self.heads[hi(l, j, b)] == NIL {
-            self.classes[ci(l, b)] &= !(1 << j);
-            if self.classes[ci(l, b)] == 0 {
-                self.buckets[l] &= !(1 << b);
+            self.buckets[bi(l, j)] &= !(1 << b);
+            if self.buckets[bi(l, j)] == 0 {
+                self.classes[l] &= !(1 << j);
             }
         }
     }
@@ -149,21 +157,18 @@ impl<'a> PartialIndex<'a> {
         ch.flags & FILED != 0 && ch.class == ch.top_order() && ch.bucket == bucket(ch.free, c)
     }
 
-    /// The fullest chunk of `list` holding a free block of at least `order`.
+    /// For a request of `order` on `list`: the fullest chunk among those
+    /// whose largest free block is the smallest that suffices.
     #[inline]
     pub fn pick(&self, list: usize, order: u8) -> Option<Idx> {
         let l = list & (MAX_LISTS - 1);
-        let mut bm = self.buckets[l];
-        while bm != 0 {
-            let b = bm.trailing_zeros() as usize;
-            let cm = self.classes[ci(l, b)] >> order;
-            if cm != 0 {
-                let j = order as usize + cm.trailing_zeros() as usize;
-                return Some(self.heads[hi(l, j, b)]);
-            }
-            bm &= bm - 1;
+        let cm = self.classes[l] >> order;
+        if cm == 0 {
+            return None;
         }
-        None
+        let j = order as usize + cm.trailing_zeros() as usize;
+        let b = self.buckets[bi(l, j)].trailing_zeros() as usize;
+        Some(self.heads[hi(l, j, b)])
     }
 
     /// The first chunk on the list of `list`, `class`, `bucket`.
@@ -175,6 +180,6 @@ impl<'a> PartialIndex<'a> {
     /// Whether list `l`'s class `j` bucket `b` is marked non-empty.
     pub fn marked(&self, list: usize, class: usize, bucket: usize) -> bool {
         let l = list & (MAX_LISTS - 1);
-        self.classes[ci(l, bucket)] & (1 << class) != 0 && self.buckets[l] & (1 << bucket) != 0
+        self.buckets[bi(l, class)] & (1 << bucket) != 0 && self.classes[l] & (1 << class) != 0
     }
 }

@@ -56,11 +56,6 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let c = self.c;
         let ch = &mut self.chunks[k];
         let l = ch.list as usize & (MAX_LISTS - 1);
-        let was_filed = ch.flags & FILED != 0;
-        if was_filed {
-            self.partial.unfile(&mut self.chunks, k);
-        }
-        let ch = &mut self.chunks[k];
         if j < c {
             ch.add_count(j, -1);
             *self.sub.blocks_mut(l, j) -= 1;
@@ -79,9 +74,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         ch.free -= 1 << order;
         self.sub.pages[l] -= 1 << order;
-        if ch.free != 0 {
-            self.partial.file(&mut self.chunks, k, c);
-        }
+        self.refile(k);
         bits::clear(self.words_mut(k), t, order);
         let i = self.first(k) + t;
         self.frames.set(i, Word::head(order, 0));
@@ -104,9 +97,6 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             // 02 §4): a chunk with no free frame may have been retyped.
             let list = self.policy.list_for(self.pfn(self.first(k)));
             self.chunks[k].list = list.get();
-        }
-        if self.chunks[k].flags & FILED != 0 {
-            self.partial.unfile(&mut self.chunks, k);
         }
         if self.chunks[k].flags & RBITS != 0 {
             bits::clear(self.rwords_mut(k), x, order);
@@ -131,10 +121,13 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if m < c {
             ch.add_count(m, 1);
             *self.sub.blocks_mut(l, m) += 1;
-            self.partial.file(&mut self.chunks, k, c);
+            self.refile(k);
             return (self.first(k) + x, m);
         }
         // Wholly free: a block of the chunk order from now on.
+        if self.chunks[k].flags & FILED != 0 {
+            self.partial.unfile(&mut self.chunks, k);
+        }
         self.sub.pages[l] -= 1 << c;
         if self.chunks[k].flags & RBITS != 0 {
             self.rwords_mut(k).fill(0);
@@ -175,6 +168,22 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.partial.file(&mut self.chunks, k, self.c);
         }
         u64::from(self.chunks[k].free)
+    }
+
+    /// Files split chunk `k` where its state says (on no partial list when
+    /// it has no free frame), moving it only if that changed.
+    #[inline]
+    pub(crate) fn refile(&mut self, k: Idx) {
+        let ch = &self.chunks[k];
+        if ch.flags & FILED != 0 {
+            if ch.free != 0 && PartialIndex::filed_right(ch, self.c) {
+                return;
+            }
+            self.partial.unfile(&mut self.chunks, k);
+        }
+        if self.chunks[k].free != 0 {
+            self.partial.file(&mut self.chunks, k, self.c);
+        }
     }
 
     /// Whether split chunk `k` is filed where its state says.

@@ -55,8 +55,20 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// A free block of exactly `order` on `list`, without taking it: from
     /// the chunk order up, the first on its free list (what `alloc` would
     /// split next); below it, the lowest one in the fullest chunk that has
-    /// one.
+    /// one (where small allocations go).
     pub fn first_free(&self, order: Order, list: ListId) -> Option<Pfn> {
+        self.free_block_by_fill(order, list, false)
+    }
+
+    /// Like [`BuddyZone::first_free`], but below the chunk order from the
+    /// chunk with the most free frames that has such a block: where a
+    /// policy claiming memory for another use finds the most room (spec 02
+    /// §5.3 claims a pageblock whose free memory is half of it).
+    pub fn roomiest_free(&self, order: Order, list: ListId) -> Option<Pfn> {
+        self.free_block_by_fill(order, list, true)
+    }
+
+    fn free_block_by_fill(&self, order: Order, list: ListId, emptiest: bool) -> Option<Pfn> {
         let o = order.get();
         if o > self.max_order {
             return None;
@@ -68,7 +80,8 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         if self.sub.blocks(list.index(), o) == 0 {
             return None;
         }
-        for b in 0..BUCKETS {
+        for n in 0..BUCKETS {
+            let b = if emptiest { BUCKETS - 1 - n } else { n };
             for j in o as usize..self.c as usize {
                 let mut k = self.partial.head(list.index(), j, b);
                 while k != NIL {

@@ -52,7 +52,9 @@ impl MobileZone<'_> {
                 Found::None => continue,
                 Found::TooSmall => break,
             };
-            let head = self.buddy.first_free(cur, list_of(fb))?;
+            // The fallback block with the most free memory around it: the
+            // one whose pageblock most likely passes the half-free rule.
+            let head = self.buddy.roomiest_free(cur, list_of(fb))?;
             if let Some(p) = self.try_claim(head, cur, order, mt, fb) {
                 return Some(p);
             }
@@ -119,7 +121,10 @@ impl MobileZone<'_> {
         for cur in order.get()..=self.buddy.max_order().get() {
             let cur = Order::new(cur)?;
             if let Found::Type(fb) = self.find_fallback(cur, mt, false) {
-                let head = self.buddy.first_free(cur, list_of(fb))?;
+                // From the roomiest fallback chunk: steals gather in the
+                // chunks a later claim takes whole, rather than one frame in
+                // each full chunk.
+                let head = self.buddy.roomiest_free(cur, list_of(fb))?;
                 self.buddy.alloc_at(head, order).ok()?;
                 let fragmenting = cur < self.pageblock_order();
                 let s = &mut self.buddy.policy_mut().stats;

@@ -276,6 +276,26 @@ impl<'a> MobileZone<'a> {
         }
     }
 
+    /// [`MobileZone::free`] without the core's checks, for a caller that
+    /// keeps its own record of live allocations (see
+    /// `BuddyZone::free_unchecked`).
+    ///
+    /// # Safety
+    ///
+    /// `pfn` must head a live block this zone allocated with exactly
+    /// `order`.
+    #[inline]
+    pub unsafe fn free_unchecked(&mut self, pfn: Pfn, order: Order) {
+        let pb = self.pageblock_order();
+        if order > pb {
+            let r = self.buddy.free_in_pieces(pfn, order, pb);
+            debug_assert!(r.is_ok(), "a live block frees");
+        } else {
+            // SAFETY: the caller's contract is the core's.
+            unsafe { self.buddy.free_unchecked(pfn, order) }
+        }
+    }
+
     /// The migratetype of `pfn`'s pageblock (`Isolate` if isolated).
     pub fn block_type(&self, pfn: Pfn) -> Option<MigrateType> {
         if !self.span().contains(pfn) {

@@ -12,6 +12,7 @@
 //! plots ([`plot`]) and show progress ([`progress`]).
 
 mod args;
+mod churn;
 mod plot;
 mod progress;
 mod scenarios;

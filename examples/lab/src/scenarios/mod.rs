@@ -6,6 +6,7 @@ mod compact_backoff;
 mod compact_common;
 mod compact_gupta;
 mod contig;
+mod frag;
 mod mixed_churn;
 mod mthp_fallback;
 mod pcp_tune;
@@ -33,8 +34,13 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "scattered-movable",
-        about: "order-0 movable churn: 2 MiB availability per iteration, with and without the placement policy",
+        about: "order-0 movable churn: 2 MiB availability per iteration and compaction debt, vs the old core and a peer",
         run: scattered_movable::run,
+    },
+    Scenario {
+        name: "frag",
+        about: "LLFree's frag.rs: fill, free half, replace 10% of held frames per iteration; 2 MiB availability, vs the old core and a peer",
+        run: frag::run,
     },
     Scenario {
         name: "pcp-tune",

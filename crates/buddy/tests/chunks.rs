@@ -1,0 +1,205 @@
+//! The chunked representation: where small blocks are placed, how free
+//! memory moves between lists chunk by chunk, and the paths that skip or
+//! add checks.
+
+mod common;
+
+use common::{config, meta, o, snapshot};
+use pageframe_buddy::{
+    BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Pfn, PfnRange, SingleList,
+};
+
+const L: ListId = ListId::DEFAULT;
+const CHUNK: u64 = 512;
+
+fn r(a: u64, b: u64) -> PfnRange {
+    PfnRange::new(Pfn(a), Pfn(b))
+}
+
+/// A zone of `chunks` default chunks, all handed over, then every frame
+/// taken at order 0 and those of `free_per_chunk[k]` frames of chunk `k`
+/// (its lowest ones) given back.
+fn zone_with_fill<'m>(
+    m: &'m mut [std::mem::MaybeUninit<u8>],
+    free_per_chunk: &[u64],
+) -> BuddyZone<'m> {
+    let span = r(0, free_per_chunk.len() as u64 * CHUNK);
+    let mut z = BuddyZone::new(span, config(10), m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let all: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(0), L).ok()).collect();
+    assert_eq!(all.len() as u64, span.len());
+    for (k, &n) in free_per_chunk.iter().enumerate() {
+        for i in 0..n {
+            z.free(Pfn(k as u64 * CHUNK + i * 2), o(0)).unwrap();
+        }
+    }
+    z.validate().unwrap();
+    z
+}
+
+#[test]
+fn small_requests_fill_the_fullest_chunk_and_spare_the_emptiest() {
+    // Chunk 0: 200 single free frames; chunk 1: 3; chunk 2: 100; chunk 3: 50.
+    // Every free frame is an order-0 block (every other frame).
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    let mut z = zone_with_fill(&mut m, &[200, 3, 100, 50]);
+    let order: Vec<u64> = (0..153)
+        .map(|_| z.alloc(o(0), L).unwrap().get() / CHUNK)
+        .collect();
+    assert!(order[..3].iter().all(|&k| k == 1), "{order:?}");
+    assert!(order[3..53].iter().all(|&k| k == 3), "{order:?}");
+    assert!(order[53..].iter().all(|&k| k == 2), "{order:?}");
+    z.validate().unwrap();
+}
+
+#[test]
+fn small_requests_take_the_best_fitting_chunk_before_the_fullest() {
+    // Chunk 0 keeps a free order-2 block and nothing else; chunk 1 keeps
+    // 40 single frames. An order-0 request goes to chunk 1 (its largest
+    // block is order 0), so chunk 0's order-2 block stays for an order-2
+    // request.
+    let span = r(0, 2 * CHUNK);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let all: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(0), L).ok()).collect();
+    assert_eq!(all.len(), 1024);
+    for p in [8, 9, 10, 11] {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    for i in 0..40 {
+        z.free(Pfn(CHUNK + 2 * i), o(0)).unwrap();
+    }
+    assert_eq!(z.alloc(o(0), L).unwrap().get() / CHUNK, 1);
+    assert_eq!(z.alloc(o(2), L).unwrap(), Pfn(8));
+    z.validate().unwrap();
+}
+
+#[test]
+fn a_chunk_whose_last_frame_comes_back_is_a_free_block_again() {
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    let mut z = zone_with_fill(&mut m, &[0, 0, 0, 0]);
+    assert_eq!(snapshot(&z), vec![0; 11]);
+    for p in 0..CHUNK {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    // One order-9 block; with its buddy chunk freed too, one order-10 block.
+    assert_eq!(z.free_blocks(o(9)), 1);
+    for p in CHUNK..2 * CHUNK {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    assert_eq!((z.free_blocks(o(9)), z.free_blocks(o(10))), (0, 1));
+    assert_eq!(z.free_pages(), 2 * CHUNK);
+    z.validate().unwrap();
+}
+
+/// Two lists: chunk 1 (frames 512..1024) on list 1, the rest on list 0.
+struct ChunkOneOnList1;
+
+impl MergePolicy for ChunkOneOnList1 {
+    fn list_for(&self, pfn: Pfn) -> ListId {
+        ListId::new(u8::from(pfn.get() / CHUNK == 1)).unwrap()
+    }
+}
+
+#[test]
+fn free_memory_moves_between_lists_a_chunk_at_a_time() {
+    let span = r(0, 4 * CHUNK);
+    let mut m = vec![
+        std::mem::MaybeUninit::uninit();
+        BuddyZone::<ChunkOneOnList1>::metadata_bytes(span, config(10))
+    ];
+    let mut z = BuddyZone::new(span, config(10), &mut m, ChunkOneOnList1).unwrap();
+    z.add_free_range(span).unwrap();
+    let l1 = ListId::new(1).unwrap();
+    assert_eq!(z.free_pages_in(l1), CHUNK);
+    // A small allocation from list 1 splits chunk 1.
+    let p = z.alloc(o(3), l1).unwrap();
+    assert_eq!(p, Pfn(CHUNK));
+    assert_eq!(z.free_pages_in(l1), CHUNK - 8);
+    // Moving one small free block moves all the chunk's free memory.
+    let head = z.first_free(o(3), l1).unwrap();
+    assert_eq!(z.move_free_block(head, L), Some((head, o(3))));
+    assert_eq!(
+        (z.free_pages_in(l1), z.free_pages_in(L)),
+        (0, 4 * CHUNK - 8)
+    );
+    assert_eq!(
+        z.block_at(Pfn(CHUNK + 256)),
+        Some(BlockInfo::Free {
+            head: Pfn(CHUNK + 256),
+            order: o(8),
+            list: L
+        })
+    );
+    // The moved memory is found on its new list and goes back as a whole.
+    assert_eq!(z.move_free_range(r(CHUNK, 2 * CHUNK), l1), CHUNK - 8);
+    assert_eq!(z.free_pages_in(l1), CHUNK - 8);
+    // move_free_range carves a large free block at the range's edge.
+    assert_eq!(z.move_free_range(r(2 * CHUNK, 3 * CHUNK), l1), CHUNK);
+    assert_eq!(z.free_blocks_in(o(9), l1), 1);
+    assert_eq!(z.free_blocks_in(o(9), L), 2);
+    z.validate().unwrap();
+}
+
+#[test]
+fn unchecked_free_matches_the_checked_one() {
+    let mut m1 = meta(r(0, 4 * CHUNK), 10);
+    let mut m2 = meta(r(0, 4 * CHUNK), 10);
+    let mut a = zone_with_fill(&mut m1, &[10, 20, 0, 5]);
+    let mut b = zone_with_fill(&mut m2, &[10, 20, 0, 5]);
+    for p in [1, 3, 5, CHUNK + 1, 3 * CHUNK + 7] {
+        a.free(Pfn(p), o(0)).unwrap();
+        // SAFETY: `p` heads a live order-0 block of `b` (same history as `a`,
+        // where the checked free just accepted it).
+        unsafe { b.free_unchecked(Pfn(p), o(0)) };
+    }
+    assert_eq!(snapshot(&a), snapshot(&b));
+    assert_eq!(a.free_pages(), b.free_pages());
+    b.validate().unwrap();
+    assert_eq!(a.free(Pfn(1), o(0)), Err(FreeError::AlreadyFree));
+}
+
+#[test]
+fn reporting_below_the_chunk_order_marks_blocks_until_reused() {
+    let mut m = meta(r(0, 2 * CHUNK), 10);
+    let mut z = zone_with_fill(&mut m, &[0, 0]);
+    // Free an order-4 block and an order-3 block in chunk 0.
+    for p in (0..16).chain(32..40) {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    let mut out = [(Pfn(0), o(0)); 8];
+    let n = z.take_unreported(o(3), L, &mut out, 1 << 20);
+    assert_eq!(n, 2);
+    let mut taken: Vec<_> = out[..n].to_vec();
+    taken.sort();
+    assert_eq!(taken, vec![(Pfn(0), o(4)), (Pfn(32), o(3))]);
+    assert_eq!(z.free_pages(), 0);
+    for &(p, k) in &taken {
+        z.return_reported(p, k, true).unwrap();
+    }
+    assert!(z.is_reported(Pfn(0)) && z.is_reported(Pfn(32)));
+    assert_eq!(z.reported_pages(o(3), L), (24, 24));
+    assert_eq!(z.take_unreported(o(3), L, &mut out, 1 << 20), 0);
+    // Reused and freed again, a block is unreported.
+    let p = z.alloc(o(3), L).unwrap();
+    assert_eq!(p, Pfn(32));
+    z.free(p, o(3)).unwrap();
+    assert!(!z.is_reported(Pfn(32)));
+    assert_eq!(z.reported_pages(o(3), L), (24, 16));
+    // Its buddy freed, a reported block merges with it: the merged block is
+    // unreported.
+    for p in 16..32 {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    assert_eq!(
+        z.block_at(Pfn(0)),
+        Some(BlockInfo::Free {
+            head: Pfn(0),
+            order: o(5),
+            list: L
+        })
+    );
+    assert!(!z.is_reported(Pfn(0)));
+    z.validate().unwrap();
+}

@@ -1,0 +1,167 @@
+//! The allocators the order-0 churn scenarios (`frag`, `scattered-movable`)
+//! run side by side: pageframe's `Machine` as a kernel uses it (default
+//! configuration, zone path), the buddy core as it was before chunks (the
+//! old default, frozen in `benches/legacy`), and `buddy_system_allocator`.
+//! Each is asked the same questions: one frame, give one back, and how
+//! much free memory is whole 2 MiB blocks.
+
+use std::mem::MaybeUninit;
+
+use buddy_system_allocator::FrameAllocator as Bsa;
+use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+
+/// Frames in a 2 MiB block.
+pub const HUGE: u64 = 512;
+
+/// One allocator under order-0 churn.
+pub trait Churn {
+    /// Row label.
+    fn name(&self) -> &'static str;
+    /// One frame; `None` when memory is exhausted.
+    fn alloc(&mut self) -> Option<u64>;
+    /// Gives a frame back.
+    fn free(&mut self, pfn: u64);
+    /// Frames in free, aligned 2 MiB blocks (the allocator's own count, or
+    /// measured by taking such blocks until none is left and giving them
+    /// back).
+    fn huge_free(&mut self) -> u64;
+}
+
+/// Every allocator over `frames` frames from frame 0, all free.
+pub fn all(frames: u64) -> Vec<Box<dyn Churn>> {
+    vec![
+        Box::new(MachineZone::new(frames)),
+        Box::new(Legacy::new(frames)),
+        Box::new(Peer::new(frames)),
+    ]
+}
+
+/// A one-node `Machine` with one Normal zone, default configuration,
+/// allocating movable frames through `Machine::alloc`/`free`. Its
+/// watermarks are zero (`min_free_kbytes` 0) so that it may be filled.
+pub struct MachineZone {
+    m: &'static Machine<'static>,
+}
+
+impl MachineZone {
+    /// The machine over `[0, frames)`.
+    pub fn new(frames: u64) -> MachineZone {
+        let span = PfnRange::new(Pfn(0), Pfn(frames));
+        // Leaked with its metadata: the lab is a short-lived host program.
+        let m: &'static mut Machine<'static> =
+            Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        let meta: &'static mut [MaybeUninit<u8>] =
+            Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+        m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+            .expect("zone");
+        m.add_free_range(span).expect("memory");
+        m.set_min_free_kbytes(0);
+        MachineZone { m }
+    }
+}
+
+impl Churn for MachineZone {
+    fn name(&self) -> &'static str {
+        "pageframe Machine (default)"
+    }
+    fn alloc(&mut self) -> Option<u64> {
+        self.m
+            .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+            .ok()
+            .map(|a| a.pfn.get())
+    }
+    fn free(&mut self, pfn: u64) {
+        self.m.free(Pfn(pfn), Order::ZERO).expect("free");
+    }
+    fn huge_free(&mut self) -> u64 {
+        let z = self
+            .m
+            .node(NodeId::ZERO)
+            .and_then(|n| n.zone(ZoneKind::Normal))
+            .expect("zone");
+        z.inspect(|z| {
+            z.nr_free()
+                .iter()
+                .enumerate()
+                .skip(9)
+                .map(|(o, n)| n << o)
+                .sum()
+        })
+    }
+}
+
+/// The buddy core before chunks: every free block on a LIFO list.
+pub struct Legacy {
+    z: pageframe_legacy_buddy::BuddyZone<'static>,
+}
+
+impl Legacy {
+    /// The legacy core over `[0, frames)`.
+    pub fn new(frames: u64) -> Legacy {
+        use pageframe_legacy_buddy as l;
+        let span = l::PfnRange::new(l::Pfn(0), l::Pfn(frames));
+        let cfg = l::BuddyConfig::default();
+        let meta: &'static mut [MaybeUninit<u8>] = Box::leak(Box::new_uninit_slice(
+            l::BuddyZone::<l::SingleList>::metadata_bytes(span, cfg),
+        ));
+        let mut z = l::BuddyZone::new(span, cfg, meta, l::SingleList).expect("zone");
+        z.add_free_range(span).expect("memory");
+        Legacy { z }
+    }
+}
+
+impl Churn for Legacy {
+    fn name(&self) -> &'static str {
+        "legacy core (old default)"
+    }
+    fn alloc(&mut self) -> Option<u64> {
+        use pageframe_legacy_buddy as l;
+        self.z
+            .alloc(l::Order::ZERO, l::ListId::DEFAULT)
+            .ok()
+            .map(|p| p.get())
+    }
+    fn free(&mut self, pfn: u64) {
+        use pageframe_legacy_buddy as l;
+        self.z.free(l::Pfn(pfn), l::Order::ZERO).expect("free");
+    }
+    fn huge_free(&mut self) -> u64 {
+        use pageframe_legacy_buddy as l;
+        (9..=10)
+            .map(|o| self.z.free_blocks(l::Order::new(o).unwrap_or_default()) << o)
+            .sum()
+    }
+}
+
+/// `buddy_system_allocator` 0.11.
+pub struct Peer {
+    a: Bsa<33>,
+}
+
+impl Peer {
+    /// The peer over `[0, frames)`.
+    pub fn new(frames: u64) -> Peer {
+        let mut a = Bsa::<33>::new();
+        a.add_frame(0, frames as usize);
+        Peer { a }
+    }
+}
+
+impl Churn for Peer {
+    fn name(&self) -> &'static str {
+        "buddy_system_allocator 0.11"
+    }
+    fn alloc(&mut self) -> Option<u64> {
+        self.a.alloc(1).map(|p| p as u64)
+    }
+    fn free(&mut self, pfn: u64) {
+        self.a.dealloc(pfn as usize, 1);
+    }
+    fn huge_free(&mut self) -> u64 {
+        let held: Vec<usize> = std::iter::from_fn(|| self.a.alloc(HUGE as usize)).collect();
+        for &p in &held {
+            self.a.dealloc(p, HUGE as usize);
+        }
+        held.len() as u64 * HUGE
+    }
+}

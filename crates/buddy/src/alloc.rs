@@ -68,6 +68,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let k = self.chunk_of(i);
         match self.chunks[k].mode {
             Mode::Hole => Err(AllocError::Hole),
+            Mode::Reserved if self.frames.get(i).kind() == Kind::Hole && !self.is_free_bit(i) => {
+                Err(AllocError::Hole)
+            }
+            Mode::Reserved => Err(AllocError::Busy),
             Mode::Split => {
                 let x = self.bit(i);
                 let w = self.words(k);

@@ -34,6 +34,9 @@ pub(crate) enum Mode {
     AllocHead = 3,
     /// Inside a free or allocated block whose head is a lower chunk.
     Covered = 4,
+    /// Its free frames are held by a reservation (`reservation.rs`); the
+    /// free bitmap holds the frames freed to the zone meanwhile.
+    Reserved = 5,
 }
 
 /// Bit of [`Chunk::flags`]: a free head reported to the hypervisor since it

@@ -26,6 +26,9 @@ pub(crate) enum Kind {
     Head,
     /// Not managed.
     Hole,
+    /// Handed to a reservation (`reservation.rs`): free or allocated from
+    /// it, which only the reservation knows.
+    Reserved,
 }
 
 /// One frame's word: order in bits 0..4, kind in bits 4..6, the tag in bits
@@ -42,6 +45,7 @@ const KIND_SHIFT: u32 = 4;
 impl Word {
     pub const TAIL: Word = Word(0);
     pub const HOLE: Word = Word(2 << KIND_SHIFT);
+    pub const RESERVED: Word = Word(3 << KIND_SHIFT);
 
     #[inline]
     pub const fn head(order: u8, tag: u32) -> Word {
@@ -53,6 +57,7 @@ impl Word {
         match (self.0 >> KIND_SHIFT) & 3 {
             1 => Kind::Head,
             2 => Kind::Hole,
+            3 => Kind::Reserved,
             _ => Kind::Tail,
         }
     }

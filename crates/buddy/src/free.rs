@@ -34,7 +34,13 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// otherwise the zone's books break (frames lost or handed out twice).
     #[inline]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn, order: Order) {
-        debug_assert_eq!(self.check_free(pfn, order), Ok(self.idx(pfn)));
+        debug_assert!(
+            self.check_free(pfn, order) == Ok(self.idx(pfn))
+                || (order == Order::ZERO
+                    && self.check_free(pfn, order) == Err(FreeError::Busy)
+                    && self.frames.get(self.idx(pfn)).kind() == Kind::Reserved),
+            "free_unchecked of a block that is not live"
+        );
         self.stats.frees += 1;
         self.free_block(self.idx(pfn), order.get(), false);
     }
@@ -73,6 +79,24 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     }),
                     Kind::Hole => Err(FreeError::Hole),
                     Kind::Tail => Err(self.inside_error(pfn)),
+                    Kind::Reserved => Err(FreeError::Busy),
+                }
+            }
+            Mode::Reserved => {
+                if bits::all_set(self.words(k), self.bit(i), 0) {
+                    return Err(FreeError::AlreadyFree);
+                }
+                let w = self.frames.get(i);
+                match w.kind() {
+                    Kind::Head if w.order() == order.get() => Ok(i),
+                    Kind::Head => Err(FreeError::WrongOrder {
+                        allocated: Order::new_truncated(w.order()),
+                    }),
+                    Kind::Hole => Err(FreeError::Hole),
+                    Kind::Tail => Err(self.inside_error(pfn)),
+                    // Free in the reservation or allocated from it: only
+                    // the reservation's holder can tell.
+                    Kind::Reserved => Err(FreeError::Busy),
                 }
             }
             Mode::Hole => Err(FreeError::Hole),
@@ -106,7 +130,14 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     #[inline]
     pub(crate) fn free_block(&mut self, i: Idx, order: u8, to_tail: bool) -> (Idx, u8) {
         let k = self.chunk_of(i);
-        if order < self.c {
+        if self.chunks[k].mode == Mode::Reserved {
+            // Recorded for the reservation's return (`reservation.rs`).
+            let x = self.bit(i);
+            bits::set(self.words_mut(k), x, order);
+            self.chunks[k].free += 1 << order;
+            self.reserved_free += 1 << order;
+            (i, order)
+        } else if order < self.c {
             self.free_in(k, self.bit(i), order, to_tail)
         } else {
             let list = self.policy.list_for(self.pfn(i));

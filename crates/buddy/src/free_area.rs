@@ -48,6 +48,8 @@ pub(crate) struct FreeAreas<'a> {
     nonempty: &'a mut [u32; MAX_LISTS],
     /// Free frames in large blocks, per list.
     pages: &'a mut [u64; MAX_LISTS],
+    /// The sum of `pages`.
+    total: u64,
 }
 
 impl<'a> FreeAreas<'a> {
@@ -78,6 +80,7 @@ impl<'a> FreeAreas<'a> {
                 lists,
                 nonempty: nonempty.try_into().ok()?,
                 pages: pages.try_into().ok()?,
+                total: 0,
             },
             rest,
         ))
@@ -92,6 +95,12 @@ impl<'a> FreeAreas<'a> {
     #[inline]
     pub fn pages(&self, list: ListId) -> u64 {
         self.pages[li(list.index())]
+    }
+
+    /// Free frames in large blocks on every list.
+    #[inline]
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     #[inline]
@@ -149,6 +158,7 @@ impl<'a> FreeAreas<'a> {
         lh.len += 1;
         self.nonempty[li(list.index())] |= 1 << order;
         self.pages[li(list.index())] += 1 << order;
+        self.total += 1 << order;
     }
 
     /// Unlinks the free head chunk `k` from the list it names.
@@ -172,6 +182,7 @@ impl<'a> FreeAreas<'a> {
             self.nonempty[list] &= !(1 << order);
         }
         self.pages[list] -= 1 << order;
+        self.total -= 1 << order;
     }
 
     /// Unlinks and returns the first block of `list` at `order`.

@@ -20,7 +20,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 let head = matches!(hc.mode, Mode::FreeHead | Mode::AllocHead);
                 (head && hc.order >= o && h + (1 << (hc.order - self.c)) > k).then_some(h)
             }),
-            Mode::Hole | Mode::Split => None,
+            Mode::Hole | Mode::Split | Mode::Reserved => None,
         }
     }
 

@@ -85,6 +85,7 @@ pub mod model;
 mod partial;
 mod policy;
 mod report;
+mod reservation;
 mod reserve;
 mod split;
 mod stats;
@@ -100,6 +101,7 @@ pub use pageframe_types::{
     PAGE_SIZE, Pfn, PfnRange, PhysAddr,
 };
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
+pub use reservation::Reservation;
 pub use stats::{BuddyInfo, Stats};
 pub use walk::{Walk, WalkItem};
 pub use zone::{BlockInfo, BuddyConfig, BuddyZone};

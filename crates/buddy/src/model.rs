@@ -10,7 +10,7 @@ use std::vec::Vec;
 
 use crate::{
     AllocError, BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Order, Pfn, PfnRange,
-    RangeError,
+    RangeError, Reservation,
 };
 
 /// One operation on a zone.
@@ -28,6 +28,16 @@ pub enum Op {
     Reserve(u64, u64),
     /// Release the n-th reserved range.
     Release(usize),
+    /// Reserve a chunk's free frames for order-0 allocations.
+    Hold,
+    /// Allocate a frame from the n-th reservation.
+    HeldAlloc(usize),
+    /// Free the n-th frame allocated from a reservation still held: back to
+    /// the reservation, or (`true`) to the zone as a caller that checked
+    /// ownership itself does (`free_unchecked`).
+    HeldFree(usize, bool),
+    /// Give the n-th reservation back.
+    Unhold(usize),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -35,6 +45,9 @@ enum F {
     Hole,
     Free,
     Used,
+    /// Free, but held by a reservation (or freed into a reserved chunk):
+    /// not the zone's to hand out until the reservation is given back.
+    Held,
 }
 
 /// What the zone should look like.
@@ -44,6 +57,8 @@ pub struct Model {
     frames: Vec<F>,
     live: BTreeMap<u64, u8>,
     reserved: Vec<(u64, u64)>,
+    /// Reservations held, with the frames each allocated and still holds.
+    held: Vec<(Reservation, Vec<u64>)>,
 }
 
 macro_rules! ensure {
@@ -59,6 +74,7 @@ impl Model {
             frames: vec![F::Hole; span.len() as usize],
             live: BTreeMap::new(),
             reserved: vec![],
+            held: vec![],
         }
     }
 
@@ -83,6 +99,19 @@ impl Model {
     fn release(&mut self, p: u64, k: u8) {
         self.live.remove(&p);
         self.set(p, p + (1 << k), F::Free);
+        self.reserved.retain(|&(a, b)| !(a <= p && p < b));
+    }
+
+    /// The reservation whose chunk holds `p`, if any.
+    fn holder(&self, p: u64) -> Option<usize> {
+        self.held.iter().position(|(r, _)| r.contains(Pfn(p)))
+    }
+
+    /// Frees a live block whose chunk is reserved: its frames wait for the
+    /// reservation's return.
+    fn release_held(&mut self, p: u64, k: u8) {
+        self.live.remove(&p);
+        self.set(p, p + (1 << k), F::Held);
         self.reserved.retain(|&(a, b)| !(a <= p && p < b));
     }
 
@@ -168,8 +197,20 @@ impl Model {
             Op::Free(n) => {
                 if let Some((&p, &k)) = self.live.iter().nth(n % self.live.len().max(1)) {
                     let res = z.free(Pfn(p), Order::new(k).unwrap_or_default());
-                    ensure!(res.is_ok(), "free of a live block failed: {res:?}");
-                    self.release(p, k);
+                    match self.holder(p) {
+                        Some(h) if self.held[h].1.contains(&p) => ensure!(
+                            res == Err(FreeError::Busy),
+                            "free of a frame a reservation handed out: {res:?}"
+                        ),
+                        Some(_) => {
+                            ensure!(res.is_ok(), "free of a live block failed: {res:?}");
+                            self.release_held(p, k);
+                        }
+                        None => {
+                            ensure!(res.is_ok(), "free of a live block failed: {res:?}");
+                            self.release(p, k);
+                        }
+                    }
                 }
             }
             Op::FreeAny(p, k) => {
@@ -178,9 +219,21 @@ impl Model {
                 };
                 let before = (z.free_pages(), z.stats());
                 let res = z.free(Pfn(p), order);
-                if self.live.get(&p) == Some(&k) {
+                let handed = self.holder(p).is_some_and(|h| self.held[h].1.contains(&p));
+                if handed {
+                    // The core cannot tell a frame a reservation handed out.
+                    ensure!(res.is_err(), "free of a handed-out frame accepted");
+                    ensure!(
+                        (z.free_pages(), z.stats()) == before,
+                        "a refused free changed state"
+                    );
+                } else if self.live.get(&p) == Some(&k) {
                     ensure!(res.is_ok(), "valid free refused: {res:?}");
-                    self.release(p, k);
+                    if self.holder(p).is_some() {
+                        self.release_held(p, k);
+                    } else {
+                        self.release(p, k);
+                    }
                 } else {
                     let Err(e) = res else {
                         return Err(format!("bad free of {p:#x}/{k} accepted"));
@@ -199,6 +252,10 @@ impl Model {
                         match self.at(p) {
                             F::Hole => FreeError::Hole,
                             F::Free => FreeError::AlreadyFree,
+                            // Held by a reservation: free in it (the core
+                            // cannot tell: busy) or freed to the zone.
+                            F::Held if e == FreeError::Busy => e,
+                            F::Held => FreeError::AlreadyFree,
                             F::Used => e,
                         }
                     };
@@ -266,10 +323,104 @@ impl Model {
             Op::Release(n) => {
                 if !self.reserved.is_empty() {
                     let (a, b) = self.reserved.remove(n % self.reserved.len());
+                    if (a..b).any(|p| self.holder(p).is_some()) {
+                        // A reserved chunk's frames wait for the reservation.
+                        let res = z.release_range(PfnRange::new(Pfn(a), Pfn(b)));
+                        ensure!(
+                            matches!(res, Err(RangeError::Busy { .. })),
+                            "release over a reserved chunk: {res:?}"
+                        );
+                        self.reserved.push((a, b));
+                        return self.check(z);
+                    }
                     let res = z.release_range(PfnRange::new(Pfn(a), Pfn(b)));
                     ensure!(res.is_ok(), "release of a reserved range failed: {res:?}");
                     self.live.retain(|&p, _| !(a <= p && p < b));
                     self.set(a, b, F::Free);
+                }
+            }
+            Op::Hold => {
+                let before = self.free_count();
+                let Some(r) = z.reserve(ListId::DEFAULT, 7) else {
+                    ensure!(
+                        before == 0 || z.chunk_order() == Order::ZERO,
+                        "no reservation although memory is free"
+                    );
+                    return self.check(z);
+                };
+                let c = z.chunk_order().pages();
+                let start = r.chunk_start().get();
+                ensure!(start % c == 0, "reservation not chunk-aligned");
+                let mut given = 0;
+                for p in start..start + c {
+                    if span.contains(Pfn(p)) && self.at(p) == F::Free {
+                        self.set(p, p + 1, F::Held);
+                        given += 1;
+                    }
+                }
+                ensure!(
+                    given == u64::from(r.free_frames()) && given > 0,
+                    "reservation holds {} frames, the chunk had {given} free",
+                    r.free_frames()
+                );
+                self.held.push((r, vec![]));
+            }
+            Op::HeldAlloc(n) => {
+                if !self.held.is_empty() {
+                    let h = n % self.held.len();
+                    match self.held[h].0.alloc() {
+                        Some(p) => {
+                            let p = p.get();
+                            ensure!(self.at(p) == F::Held, "reservation handed out {p:#x}");
+                            self.set(p, p + 1, F::Used);
+                            self.live.insert(p, 0);
+                            self.held[h].1.push(p);
+                        }
+                        None => ensure!(
+                            self.held[h].0.free_frames() == 0,
+                            "reservation with free frames refused"
+                        ),
+                    }
+                }
+            }
+            Op::HeldFree(n, to_zone) => {
+                let all: Vec<(usize, usize)> = (0..self.held.len())
+                    .flat_map(|h| (0..self.held[h].1.len()).map(move |i| (h, i)))
+                    .collect();
+                if !all.is_empty() {
+                    let (h, i) = all[n % all.len()];
+                    let p = self.held[h].1.swap_remove(i);
+                    if to_zone {
+                        // SAFETY: `p` is a live order-0 block (the model's
+                        // record, as the facade's ownership byte would be).
+                        unsafe { z.free_unchecked(Pfn(p), Order::ZERO) };
+                    } else {
+                        ensure!(
+                            self.held[h].0.free(Pfn(p)),
+                            "reservation refused its own frame"
+                        );
+                        ensure!(!self.held[h].0.free(Pfn(p)), "a frame taken back twice");
+                    }
+                    self.release_held(p, 0);
+                }
+            }
+            Op::Unhold(n) => {
+                if !self.held.is_empty() {
+                    let (r, mine) = self.held.swap_remove(n % self.held.len());
+                    let c = z.chunk_order().pages();
+                    let start = r.chunk_start().get();
+                    ensure!(z.unreserve(r).is_ok(), "own reservation refused");
+                    for p in start..start + c {
+                        if span.contains(Pfn(p)) && self.at(p) == F::Held {
+                            self.set(p, p + 1, F::Free);
+                        }
+                    }
+                    for p in mine {
+                        ensure!(
+                            matches!(z.block_at(Pfn(p)), Some(BlockInfo::Allocated { head, order, tag: 7 }) if head.get() == p && order == Order::ZERO),
+                            "frame {p:#x} from a reservation is not an order-0 block with its tag"
+                        );
+                    }
                 }
             }
         }
@@ -294,6 +445,9 @@ impl Model {
         &mut self,
         z: &mut BuddyZone<'_, P>,
     ) -> Result<(), String> {
+        while !self.held.is_empty() {
+            self.step(z, &Op::Unhold(0))?;
+        }
         for (p, k) in core::mem::take(&mut self.live) {
             z.free(Pfn(p), Order::new(k).unwrap_or_default())
                 .map_err(|e| format!("final free: {e:?}"))?;

@@ -91,6 +91,17 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// they do not, otherwise.
     fn check_tiled(&self, range: PfnRange) -> Result<(), RangeError> {
         self.check_range(range)?;
+        // A reserved chunk's frames are the reservation's to give back.
+        let chunk = Order::new_truncated(self.c);
+        let mut s = range.start.align_down(chunk);
+        while s < range.end {
+            if self.chunks[self.chunk_of(self.idx(s))].mode == crate::chunk::Mode::Reserved {
+                return Err(RangeError::Busy {
+                    pfn: s.max(range.start),
+                });
+            }
+            s = s + chunk.pages();
+        }
         let mut p = range.start;
         while p < range.end {
             match self.block_at(p) {

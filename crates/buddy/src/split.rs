@@ -61,7 +61,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             *self.sub.blocks_mut(l, j) -= 1;
         } else {
             // A wholly free chunk turns into pieces below the chunk order.
-            self.sub.pages[l] += 1 << c;
+            self.sub.add_pages(l, 1 << c);
         }
         let (mut lo, mut o) = (x, j);
         while o > order {
@@ -73,7 +73,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.stats.splits += 1;
         }
         ch.free -= 1 << order;
-        self.sub.pages[l] -= 1 << order;
+        self.sub.sub_pages(l, 1 << order);
         self.refile(k);
         bits::clear(self.words_mut(k), t, order);
         let i = self.first(k) + t;
@@ -117,7 +117,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         let ch = &mut self.chunks[k];
         ch.free += 1 << order;
-        self.sub.pages[l] += 1 << order;
+        self.sub.add_pages(l, 1 << order);
         if m < c {
             ch.add_count(m, 1);
             *self.sub.blocks_mut(l, m) += 1;
@@ -128,7 +128,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if self.chunks[k].flags & FILED != 0 {
             self.partial.unfile(&mut self.chunks, k);
         }
-        self.sub.pages[l] -= 1 << c;
+        self.sub.sub_pages(l, 1 << c);
         if self.chunks[k].flags & RBITS != 0 {
             self.rwords_mut(k).fill(0);
         }
@@ -156,8 +156,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             *self.sub.blocks_mut(from, o as u8) -= n;
             *self.sub.blocks_mut(to, o as u8) += n;
         }
-        self.sub.pages[from] -= u64::from(ch.free);
-        self.sub.pages[to] += u64::from(ch.free);
+        self.sub.sub_pages(from, u64::from(ch.free));
+        self.sub.add_pages(to, u64::from(ch.free));
         if ch.flags & RBITS != 0 {
             self.rwords_mut(k).fill(0);
         }

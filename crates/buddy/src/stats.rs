@@ -29,15 +29,12 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
 
     /// Free frames over all lists.
     pub fn free_pages(&self) -> u64 {
-        (0..MAX_LISTS as u8)
-            .filter_map(ListId::new)
-            .map(|l| self.free_pages_in(l))
-            .sum()
+        self.areas.total() + self.sub.total()
     }
 
     /// Free frames on one list.
     pub fn free_pages_in(&self, list: ListId) -> u64 {
-        self.areas.pages(list) + self.sub.pages[list.index()]
+        self.areas.pages(list) + self.sub.pages(list.index())
     }
 
     /// Free blocks of `order` over all lists (Linux's `nr_free`).

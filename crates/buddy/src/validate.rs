@@ -117,6 +117,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let mut sub_blocks = [[0u64; MAX_CHUNK_ORDER as usize]; MAX_LISTS];
         let mut sub_pages = [0u64; MAX_LISTS];
         let (mut free_heads, mut managed, mut split_filed) = (0u64, 0u64, 0u64);
+        let mut reserved_free = 0u64;
         let mut k = 0;
         while k < nchunks {
             let ch = &self.chunks[k];
@@ -128,6 +129,23 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     continue;
                 }
                 Mode::Covered => return Err(bad("chunk belongs to no block", p)),
+                Mode::Reserved => {
+                    // Its free frames are the reservation's: none counted,
+                    // filed or flagged here; its frames tile as blocks.
+                    if ch.flags != 0
+                        || ch.omask != 0
+                        || bits::count(self.words(k)) != u32::from(ch.free)
+                    {
+                        return Err(bad("reserved chunk's own state is not empty", p));
+                    }
+                    self.validate_frames(k, true)?;
+                    reserved_free += u64::from(ch.free);
+                    managed += (first..first + (1 << c))
+                        .filter(|&i| self.is_free_bit(i) || self.frames.get(i).kind() != Kind::Hole)
+                        .count() as u64;
+                    k += 1;
+                    continue;
+                }
                 Mode::Split => {
                     self.validate_split(k)?;
                     let l = ch.list as usize & (MAX_LISTS - 1);
@@ -178,11 +196,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             return Err(bad("a filed chunk is on no partial list", None));
         }
         for l in 0..MAX_LISTS {
-            if sub_pages[l] != self.sub.pages[l]
+            if sub_pages[l] != self.sub.pages(l)
                 || (0..c).any(|o| sub_blocks[l][o as usize] != self.sub.blocks(l, o))
             {
                 return Err(bad("per-list counts below the chunk order disagree", None));
             }
+        }
+        let lists = (0..MAX_LISTS as u8).filter_map(ListId::new);
+        if lists.map(|l| self.free_pages_in(l)).sum::<u64>() != self.free_pages() {
+            return Err(bad("free page total disagrees with the lists", None));
+        }
+        if reserved_free != self.reserved_free {
+            return Err(bad("frames freed into reserved chunks miscounted", None));
         }
         if managed != self.managed {
             return Err(bad("managed frames disagree with blocks", None));
@@ -204,9 +229,6 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 p,
             ));
         }
-        if c < 6 && w[0] >> (1u32 << c) != 0 {
-            return Err(bad("free bit beyond the chunk", p));
-        }
         for o in 0..c {
             let n = bits::maximal_blocks(w, o).count() as u64;
             if n != u64::from(ch.counts[o as usize]) || (n != 0) != (ch.omask & (1 << o) != 0) {
@@ -222,6 +244,17 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if ch.flags & RBITS == 0 && self.rwords(k).iter().any(|&r| r != 0) {
             return Err(bad("reported bits without the chunk's flag", p));
         }
+        self.validate_frames(k, false)
+    }
+
+    /// The frames of split or reserved chunk `k` tile into free frames,
+    /// holes and allocated blocks (and, reserved, frames handed over).
+    fn validate_frames(&self, k: Idx, reserved: bool) -> Result<(), ValidateError> {
+        let c = self.c;
+        let first = self.first(k);
+        if c < 6 && self.words(k)[0] >> (1u32 << c) != 0 {
+            return Err(bad("free bit beyond the chunk", Some(self.pfn(first))));
+        }
         let mut i = first;
         while i < first + (1 << c) {
             let in_span = self.span.contains(self.pfn(i));
@@ -235,6 +268,13 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             let word = self.frames.get(i);
             match word.kind() {
                 Kind::Hole => i += 1,
+                Kind::Reserved if reserved && in_span => i += 1,
+                Kind::Reserved => {
+                    return Err(bad(
+                        "frame handed to a reservation outside a reserved chunk",
+                        Some(self.pfn(i)),
+                    ));
+                }
                 Kind::Tail => return Err(bad("frame belongs to no block", Some(self.pfn(i)))),
                 Kind::Head => {
                     let o = word.order();

@@ -78,7 +78,9 @@ pub enum BlockInfo {
 /// counts live in the zone's metadata.
 pub(crate) struct SubCounts<'a> {
     blocks: &'a mut [u64],
-    pub pages: &'a mut [u64],
+    pages: &'a mut [u64],
+    /// The sum of `pages`.
+    total: u64,
 }
 
 const SUB_BLOCKS: usize = MAX_LISTS * MAX_CHUNK_ORDER as usize;
@@ -88,6 +90,30 @@ impl SubCounts<'_> {
     #[inline]
     pub fn blocks(&self, l: usize, order: u8) -> u64 {
         self.blocks[(l & (MAX_LISTS - 1)) * MAX_CHUNK_ORDER as usize + order as usize]
+    }
+
+    /// Free frames in small blocks on list `l`.
+    #[inline]
+    pub fn pages(&self, l: usize) -> u64 {
+        self.pages[l & (MAX_LISTS - 1)]
+    }
+
+    /// Free frames in small blocks on every list.
+    #[inline]
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    #[inline]
+    pub fn add_pages(&mut self, l: usize, n: u64) {
+        self.pages[l & (MAX_LISTS - 1)] += n;
+        self.total += n;
+    }
+
+    #[inline]
+    pub fn sub_pages(&mut self, l: usize, n: u64) {
+        self.pages[l & (MAX_LISTS - 1)] -= n;
+        self.total -= n;
     }
 
     #[inline]
@@ -126,6 +152,8 @@ pub struct BuddyZone<'a, P: MergePolicy = SingleList> {
     pub(crate) c: u8,
     pub(crate) max_order: u8,
     pub(crate) managed: u64,
+    /// Frames freed into reserved chunks, waiting for their reservations.
+    pub(crate) reserved_free: u64,
     pub(crate) stats: Stats,
     pub(crate) policy: P,
 }
@@ -226,7 +254,11 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let (blocks, _) =
             carve::carve_init(rest, SUB_BLOCKS + MAX_LISTS, |_| 0u64).ok_or(too_small)?;
         let (blocks, pages) = blocks.split_at_mut(SUB_BLOCKS);
-        let sub = SubCounts { blocks, pages };
+        let sub = SubCounts {
+            blocks,
+            pages,
+            total: 0,
+        };
         Ok(BuddyZone {
             span,
             base: span.start.align_down(config.max_order),
@@ -240,6 +272,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             c,
             max_order: config.max_order.get(),
             managed: 0,
+            reserved_free: 0,
             stats: Stats::default(),
             policy,
         })
@@ -346,6 +379,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         Some(match ch.mode {
             Mode::Hole => BlockInfo::Hole,
             Mode::Split => self.split_block_at(k, i),
+            Mode::Reserved => self.reserved_block_at(i),
             _ => match self.large_containing(k) {
                 Some(h) => {
                     let hc = &self.chunks[h];
@@ -397,7 +431,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     pub(crate) fn alloc_head_of(&self, i: Idx) -> Option<(Idx, Word)> {
         let w = self.frames.get(i);
         match w.kind() {
-            Kind::Hole => None,
+            Kind::Hole | Kind::Reserved => None,
             Kind::Head => Some((i, w)),
             Kind::Tail => (1..self.c).find_map(|o| {
                 let h = i & !((1 << o) - 1);
@@ -508,7 +542,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let tag = tag & ((1 << TAG_BITS) - 1);
         let i = self.idx(head);
         let k = self.chunk_of(i);
-        if self.chunks[k].mode == Mode::Split {
+        if matches!(self.chunks[k].mode, Mode::Split | Mode::Reserved) {
             self.frames.set(i, Word::head(order, tag));
         } else {
             self.chunks[k].tag = tag;
@@ -525,7 +559,9 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let k = self.chunk_of(i);
         let ch = &self.chunks[k];
         match ch.mode {
-            Mode::Split if !self.is_free_bit(i) => {
+            // A reserved chunk's blocks from before the reservation keep
+            // their tags (a pin, say); its reserved frames have none.
+            Mode::Split | Mode::Reserved if !self.is_free_bit(i) => {
                 let w = self.frames.get(i);
                 (w.kind() == Kind::Head).then_some((w.order(), w.tag()))
             }

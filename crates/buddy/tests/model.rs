@@ -31,6 +31,10 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 1 => (0..len + 8, 0..=max).prop_map(move |(p, k)| Op::AllocAt(start + p, k)),
                 1 => (0..len + 8, 1u64..200).prop_map(move |(p, n)| Op::Reserve(start + p, n)),
                 1 => any::<usize>().prop_map(Op::Release),
+                1 => Just(Op::Hold),
+                3 => any::<usize>().prop_map(Op::HeldAlloc),
+                2 => (any::<usize>(), any::<bool>()).prop_map(|(n, z)| Op::HeldFree(n, z)),
+                1 => any::<usize>().prop_map(Op::Unhold),
             ];
             (
                 Just(max),

@@ -276,6 +276,32 @@ impl<'a> MobileZone<'a> {
         }
     }
 
+    /// Reserves one chunk's free frames of type `mt` for order-0
+    /// allocations outside the zone lock (`BuddyZone::reserve`); the frames
+    /// allocated from it carry `mt` as their tag once it is given back.
+    /// `None` for a type other than the three basic ones, or when `mt`'s
+    /// own lists are empty (no fallback: the caller's zone path has it).
+    pub fn reserve(&mut self, mt: MigrateType) -> Option<pageframe_buddy::Reservation> {
+        let mt = if self.mobility().grouping {
+            mt
+        } else {
+            MigrateType::Unmovable
+        };
+        if !mt.is_mergeable() {
+            return None;
+        }
+        self.buddy.reserve(list_of(mt), mt as u32)
+    }
+
+    /// Gives a reservation back (`BuddyZone::unreserve`).
+    #[allow(clippy::result_large_err)] // see `BuddyZone::unreserve`
+    pub fn unreserve(
+        &mut self,
+        r: pageframe_buddy::Reservation,
+    ) -> Result<(), pageframe_buddy::Reservation> {
+        self.buddy.unreserve(r)
+    }
+
     /// [`MobileZone::free`] without the core's checks, for a caller that
     /// keeps its own record of live allocations (see
     /// `BuddyZone::free_unchecked`).

@@ -107,7 +107,12 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// the reserve held against this requester. A racy read: a cache refill
     /// rechecks under the lock.
     #[inline]
-    fn watermark_fast(&self, order: Order, flags: AllocFlags, highest: ZoneKind) -> bool {
+    pub(crate) fn watermark_fast(
+        &self,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> bool {
         self.free_hint().saturating_sub(order.pages() - 1) > self.fast_threshold(flags, highest)
     }
 
@@ -209,8 +214,9 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
             self.states.set_cached(p, order);
             if let Err(back) = sink.push(p) {
                 self.states.set_free(back);
-                let r = z.buddy.free(back, order);
-                debug_assert!(r.is_ok());
+                // SAFETY: `back` was allocated with `order` just above and
+                // is nobody else's.
+                unsafe { z.buddy.free_unchecked(back, order) };
                 break;
             }
         }
@@ -222,10 +228,12 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut z = self.inner.lock();
         for (pfn, order) in batch {
-            // Cached blocks are this cache's alone and allocated in the core.
             self.states.set_free(pfn);
-            let r = z.buddy.free(pfn, order);
-            debug_assert!(r.is_ok(), "a cached block is allocated in the core");
+            // SAFETY: a cached block is this cache's alone (its byte went
+            // from allocated to cached by compare-and-swap, or it came from
+            // a refill) and allocated in the core with `order`. The checked
+            // free could not tell it from a frame a stripe holds free.
+            unsafe { z.buddy.free_unchecked(pfn, order) };
         }
         self.after_zone_op(&z);
     }

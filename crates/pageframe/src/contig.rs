@@ -230,19 +230,31 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if !z.span().contains_range(&range) {
             return Err(ContigError::OutOfRange);
         }
-        z.with_zone(|m| {
-            if let Some((pfn, why)) = m.range_blocker(range) {
-                return Err(ContigError::Blocked { pfn, why });
+        // Chunks the order-0 stripes hold read as unmovable: give them back
+        // first (once more if a stripe took one of the range meanwhile; once
+        // isolated, the range's free memory is on no list a stripe takes).
+        let mut tries = 0;
+        loop {
+            z.release_stripes();
+            tries += 1;
+            let r = z.with_zone(|m| {
+                if let Some((pfn, why)) = m.range_blocker(range) {
+                    return Err(ContigError::Blocked { pfn, why });
+                }
+                m.isolate_range(range).map_err(|e| match e {
+                    BlockError::AlreadyIsolated => ContigError::Isolated,
+                    BlockError::Unmovable { pfn } => ContigError::Blocked {
+                        pfn,
+                        why: Blocker::Unmovable,
+                    },
+                    _ => ContigError::OutOfRange,
+                })
+            });
+            match r {
+                Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
+                r => break r,
             }
-            m.isolate_range(range).map_err(|e| match e {
-                BlockError::AlreadyIsolated => ContigError::Isolated,
-                BlockError::Unmovable { pfn } => ContigError::Blocked {
-                    pfn,
-                    why: Blocker::Unmovable,
-                },
-                _ => ContigError::OutOfRange,
-            })
-        })?;
+        }?;
         let mut guarded = Guarded {
             inner: migrator,
             machine: self,

@@ -39,7 +39,7 @@
 //!
 //! | what | bytes | where from |
 //! |---|---|---|
-//! | the machine | `size_of::<Machine>()`, about 31 KiB | a static, or carved from RAM |
+//! | the machine | `size_of::<Machine>()`, about 35 KiB | a static, or carved from RAM |
 //! | each zone's metadata | [`Machine::zone_metadata_bytes`]: 17 a frame of the zone's span (16 for the buddy core, 1 ownership byte), 67 a pageblock, and under 4 KiB a zone (free-list heads, placement candidates) | carved from RAM, then left out of the free ranges |
 //! | per-CPU caches | [`Machine::pcp_bytes`]: 16 a cacheable frame (up to 1/8 of each zone shared by its node's CPUs) | carved from RAM after the memory is handed over |
 //!
@@ -161,6 +161,7 @@ mod node;
 mod numa_stats;
 mod reporting;
 mod slow_path;
+mod stripe;
 mod sync;
 mod thp;
 mod topology;

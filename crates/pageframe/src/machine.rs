@@ -5,7 +5,7 @@
 //! ([`crate::kcompactd`]) and the per-CPU handle ([`crate::CpuCache`]) are
 //! methods on it.
 //!
-//! A machine is built in place (about 31 KiB; the large per-zone state
+//! A machine is built in place (about 35 KiB; the large per-zone state
 //! lives in the zones' metadata), so a kernel with a small boot stack can
 //! have one:
 //! [`Machine::new_in`] writes it into memory the caller owns (a static, or
@@ -199,8 +199,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if self.overlaps(span) {
             return Err(SetupError::OverlappingSpan(node, kind));
         }
-        let zone = Zone::new(kind, node, span, self.mobility, meta)?;
-        self.nodes[node.index()].slot_mut(kind).fill(zone);
+        let mobility = self.mobility;
+        self.nodes[node.index()]
+            .slot_mut(kind)
+            .fill_with(|slot| Zone::write_in(slot, kind, node, span, mobility, meta))?;
         self.build_zonelists();
         self.recompute_watermarks();
         self.nodes[node.index()]
@@ -711,6 +713,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if !z.states.is_live_allocation(pfn) {
             return Err(PinError::NotAllocated);
         }
+        // A frame an order-0 stripe handed out has its tag (where the pin
+        // lives) written when the stripe gives its chunk back: do that now.
+        if z.with_zone(|m| m.buddy().tag(pfn).is_none()) {
+            z.release_stripes();
+        }
         if z.with_zone(|m| m.set_pinned(pfn, pinned)) {
             Ok(())
         } else {
@@ -728,6 +735,21 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// Managed frames over all nodes.
     pub fn managed_pages(&self) -> u64 {
         self.nodes().map(|n| n.managed_pages()).sum()
+    }
+
+    /// Gives back every zone's order-0 stripe reservations (see
+    /// [`Zone::stripe_frames`]): their free frames are the zone's again.
+    /// [`Machine::alloc_contig_range`] and [`Machine::offline_range`] do it
+    /// for their zone; a kernel calls it before it counts free memory
+    /// exactly (or suspends). Returns how many reservations came back.
+    pub fn drain_stripes(&self) -> usize {
+        self.all_zones().map(|z| z.release_stripes()).sum()
+    }
+
+    /// Free frames the order-0 stripes of every zone hold (part of
+    /// [`Machine::free_pages`]).
+    pub fn stripe_frames(&self) -> u64 {
+        self.all_zones().map(|z| z.stripe_frames()).sum()
     }
 
     /// Checks every zone of every node (see [`Zone::validate`]).

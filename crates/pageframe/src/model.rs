@@ -436,6 +436,7 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
             .map_err(|e| format!("final free of {p:?}/{o:?}: {e}"))?;
     }
     m.drain_pcp(None, |_| {});
+    m.drain_stripes();
     ensure!(
         m.free_pages() == owners.managed,
         "{} of {} frames free at the end",
@@ -1053,7 +1054,7 @@ fn check(m: &Machine<'_>, owners: &Owners, mover: &Mover, managed: u64) -> Resul
     let free = m.free_pages();
     ensure!(
         free + cached + owners.pages() == managed,
-        "{free} free + {cached} cached + {} owned != {managed} managed",
+        "{free} free (stripes' included) + {cached} cached + {} owned != {managed} managed",
         owners.pages()
     );
     for (&h, &(o, _)) in &owners.blocks {

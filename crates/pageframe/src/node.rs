@@ -63,12 +63,18 @@ impl<'a, R: RawMutex> ZoneSlot<'a, R> {
         Some(unsafe { self.zone.get_mut().assume_init_mut() })
     }
 
-    /// Fills the empty slot at set-up.
-    pub(crate) fn fill(&mut self, zone: Zone<'a, R>) -> &Zone<'a, R> {
+    /// Fills the empty slot in place with what `write` writes (a zone built
+    /// field by field: no copy of it on the stack). `write` must write the
+    /// whole zone when it returns `Ok`, and nothing otherwise.
+    pub(crate) fn fill_with<E>(
+        &mut self,
+        write: impl FnOnce(&mut MaybeUninit<Zone<'a, R>>) -> Result<(), E>,
+    ) -> Result<&Zone<'a, R>, E> {
         debug_assert!(*self.state.get_mut() == EMPTY);
-        let z = self.zone.get_mut().write(zone);
+        write(self.zone.get_mut())?;
         *self.state.get_mut() = PRESENT;
-        z
+        // SAFETY: `write` succeeded, so it wrote the zone (its contract).
+        Ok(unsafe { self.zone.get_mut().assume_init_ref() })
     }
 
     /// Fills the empty slot while other CPUs may be reading it. `None` (the

@@ -9,6 +9,7 @@
 
 use core::fmt;
 use core::mem::MaybeUninit;
+use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use pageframe_types::atomic::AtomicU64;
@@ -22,6 +23,7 @@ use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::stripe::Stripes;
 use crate::topology::NodeId;
 
 /// Address-range classes of memory, low to high (spec 01 §3.5). A zone's
@@ -95,6 +97,8 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     span: PfnRange,
     pub(crate) inner: Mutex<R, ZoneInner<'a>>,
     pub(crate) states: FrameStates<'a>,
+    /// Order-0 stripes: reservations served without the zone lock.
+    pub(crate) stripes: Stripes<'a, R>,
     pub(crate) pcp: Option<PcpSet<'a, 'a>>,
     /// Free frames after the last zone operation, and copies of the
     /// watermarks and lowmem reserves: the cached path's lock-free
@@ -116,17 +120,17 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
 
 impl<'a, R: RawMutex> Zone<'a, R> {
     /// Metadata bytes a zone over `span` built with `config` needs, all of
-    /// it: the buddy core's 16 bytes a frame (the span rounded out to whole
-    /// max-order blocks) plus alignment slack, the mobility layer's 67
-    /// bytes a pageblock (type byte, allocated-frame count and bitmap for
-    /// the placement policy), and one ownership byte a frame. 0 for a span
-    /// no zone can have (empty, or too large).
+    /// it: the buddy core's (about 4.3 bytes a frame of the span rounded
+    /// out to whole max-order blocks, see `pageframe_buddy`), the mobility
+    /// layer's one byte a pageblock, one ownership byte a frame, and about
+    /// 2 KiB for the order-0 stripes. 0 for a span no zone can have (empty,
+    /// or too large).
     pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
         let m = MobileZone::metadata_bytes(span, config);
         if m == 0 {
             0
         } else {
-            m + FrameStates::bytes(span)
+            m + Stripes::<R>::bytes() + FrameStates::bytes(span)
         }
     }
 
@@ -139,6 +143,24 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         config: MobilityConfig,
         meta: &'a mut [MaybeUninit<u8>],
     ) -> Result<Self, InitError> {
+        let mut slot = MaybeUninit::uninit();
+        Self::write_in(&mut slot, kind, node, span, config, meta)?;
+        // SAFETY: `write_in` returned Ok, so it wrote every field.
+        Ok(unsafe { slot.assume_init() })
+    }
+
+    /// [`Zone::new`] written into `slot` field by field, so that setting up
+    /// a zone keeps no copies of it on a small boot stack (a debug build
+    /// made several). On `Ok` every field of `slot` is written; on `Err`
+    /// none is.
+    pub(crate) fn write_in(
+        slot: &mut MaybeUninit<Self>,
+        kind: ZoneKind,
+        node: NodeId,
+        span: PfnRange,
+        config: MobilityConfig,
+        meta: &'a mut [MaybeUninit<u8>],
+    ) -> Result<(), InitError> {
         let needed = Self::metadata_bytes(span, config);
         let given = meta.len();
         if needed == 0 {
@@ -151,28 +173,39 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if given < needed {
             return Err(InitError::MetadataTooSmall { needed, given });
         }
-        let (core, states) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
+        let too_small = InitError::MetadataTooSmall { needed, given };
+        let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
+        let chunk = config.core().chunk_order;
+        let (stripes, states) =
+            Stripes::carve(rest, span.start.align_down(chunk), chunk).ok_or(too_small)?;
+        let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
-        let states =
-            FrameStates::new(span, states).ok_or(InitError::MetadataTooSmall { needed, given })?;
-        Ok(Zone {
-            kind,
-            node,
-            span,
-            inner: Mutex::new(ZoneInner {
+        let p = slot.as_mut_ptr();
+        // SAFETY: `p` points to `slot`, valid for writes of a `Zone`; each
+        // write targets one field through a raw place, creating no
+        // reference to uninitialised memory. Nothing can fail from here on,
+        // so either every field is written or (above) none.
+        unsafe {
+            addr_of_mut!((*p).kind).write(kind);
+            addr_of_mut!((*p).node).write(node);
+            addr_of_mut!((*p).span).write(span);
+            addr_of_mut!((*p).inner).write(Mutex::new(ZoneInner {
                 buddy,
                 wmark: Watermarks::default(),
                 lowmem_reserve: [0; NR_ZONE_KINDS],
                 watermark_failures: 0,
-            }),
-            states,
-            pcp: None,
-            free_hint: AtomicU64::new(0),
-            threshold_hint: [const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3],
-            pcp_flags: AtomicU8::new(0),
-            compact: CompactState::new(),
-            cma_span: PfnRange::new(Pfn(0), Pfn(0)),
-        })
+            }));
+            addr_of_mut!((*p).states).write(states);
+            addr_of_mut!((*p).stripes).write(stripes);
+            addr_of_mut!((*p).pcp).write(None);
+            addr_of_mut!((*p).free_hint).write(AtomicU64::new(0));
+            addr_of_mut!((*p).threshold_hint)
+                .write([const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3]);
+            addr_of_mut!((*p).pcp_flags).write(AtomicU8::new(0));
+            addr_of_mut!((*p).compact).write(CompactState::new());
+            addr_of_mut!((*p).cma_span).write(PfnRange::new(Pfn(0), Pfn(0)));
+        }
+        Ok(())
     }
 
     /// Records a CMA area inside the span (set-up).
@@ -258,6 +291,53 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
+        // Order 0 from a stripe's reservation (`stripe.rs`), lock-free for
+        // the zone; requests with reserve access, zones with CMA areas (whose
+        // rule of use needs the zone's counts) and watermark trouble take
+        // the zone path.
+        if order == Order::ZERO
+            && self.cma_span.is_empty()
+            && !flags.intersects(AllocFlags::RESERVES)
+            && (flags.contains(AllocFlags::NO_WATERMARKS)
+                || self.watermark_fast(order, flags, highest))
+        {
+            let mt = gfp.migratetype();
+            let got = self.stripes.alloc(
+                mt,
+                |old| {
+                    let mut z = self.inner.lock();
+                    if let Some(old) = old {
+                        let r = z.buddy.unreserve(old);
+                        debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
+                    }
+                    let r = z.buddy.reserve(mt);
+                    self.after_zone_op(&z);
+                    r
+                },
+                |p| self.states.set_allocated(p, Order::ZERO, mt),
+            );
+            if let Some(p) = got {
+                return Ok(p);
+            }
+        }
+        match self.try_alloc_locked(gfp, order, flags, highest) {
+            // Frames the stripes hold free are not the zone's: before
+            // failing, give them back and try once more.
+            Err(AllocError::OutOfMemory) if self.release_stripes() > 0 => {
+                self.try_alloc_locked(gfp, order, flags, highest)
+            }
+            r => r,
+        }
+    }
+
+    /// [`Zone::try_alloc`] under the zone lock, without the stripes.
+    fn try_alloc_locked(
+        &self,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
         let mut z = self.inner.lock();
         if order > z.buddy.buddy().max_order() {
             return Err(AllocError::OrderTooLarge);
@@ -291,6 +371,15 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
+        // A frame of a chunk a stripe holds goes back to that stripe.
+        if order == Order::ZERO
+            && let Some(r) = self
+                .stripes
+                .free(pfn, || self.states.take_for_free(pfn, order).map(|_| ()))
+            && r.is_ok()
+        {
+            return Ok(());
+        }
         let mut z = self.inner.lock();
         // The ownership byte decides who frees, by compare-and-swap (a
         // per-CPU cache frees without this lock). A live allocation of this
@@ -312,13 +401,39 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 // alignment, hole, tail, wrong order, free) come first; a
                 // block the core holds allocated but nobody owns here is
                 // the allocator's, mid-operation.
-                z.buddy.buddy().would_free(pfn, order)?;
+                // A frame a stripe holds is free or allocated as its byte
+                // says (the core cannot tell: busy).
+                let striped = self.stripes.holds(pfn);
+                match z.buddy.buddy().would_free(pfn, order) {
+                    Err(FreeError::Busy) if striped => {}
+                    r => r?,
+                }
                 match (e, self.states.get(pfn)) {
-                    (FreeError::AlreadyFree, State::Free) => Err(FreeError::Busy),
+                    (FreeError::AlreadyFree, State::Free) if !striped => Err(FreeError::Busy),
                     (e, _) => Err(e),
                 }
             }
         }
+    }
+
+    /// Gives every stripe's reservation back to the zone (before a range is
+    /// isolated, or to count and check the zone). Must not be called with
+    /// the zone lock held (a stripe's lock comes first). Returns how many.
+    pub(crate) fn release_stripes(&self) -> usize {
+        self.stripes.release(|r| {
+            let mut z = self.inner.lock();
+            let r = z.buddy.unreserve(r);
+            debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
+            self.after_zone_op(&z);
+        })
+    }
+
+    /// Free frames the zone's stripes hold (counted in
+    /// [`Zone::free_pages`], but not in the counts watermarks are checked
+    /// against: like frames in per-CPU caches, they are not the zone's to
+    /// hand to others).
+    pub fn stripe_frames(&self) -> u64 {
+        self.stripes.held_frames()
     }
 
     /// Updates the values the lock-free paths read, after a zone operation.
@@ -374,9 +489,12 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         f(&self.inner.lock().buddy)
     }
 
-    /// Free frames (not counting those in per-CPU caches).
+    /// Free frames (not counting those in per-CPU caches), those the
+    /// order-0 stripes hold included.
     pub fn free_pages(&self) -> u64 {
-        self.inner.lock().buddy.free_pages()
+        let held = self.stripes.held_frames();
+        let z = self.inner.lock();
+        held + z.buddy.free_pages() + z.buddy.buddy().reserved_free_pages()
     }
 
     /// Frames handed over (free or allocated).
@@ -446,6 +564,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                         match self.states.get(p) {
                             State::Allocated(o, _) | State::Cached(o) | State::Isolated(o)
                                 if o == order => {}
+                            // A frame an order-0 stripe holds free.
+                            State::Free if z.buddy.buddy().is_reserved(p) => {}
                             State::Free => {
                                 return Err(bad("allocated block without an owner", p));
                             }

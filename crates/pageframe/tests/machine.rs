@@ -458,13 +458,13 @@ fn tunables_are_checked_and_applied() {
 }
 
 /// The size the docs promise for a machine (README, crate docs: "about
-/// 31 KiB"), so that a kernel sizing its static or carve-out from them is
+/// 35 KiB"), so that a kernel sizing its static or carve-out from them is
 /// not surprised.
 #[test]
 fn machine_is_the_size_the_docs_say() {
     let size = std::mem::size_of::<pageframe::Machine<'static>>();
     assert!(
-        (29 << 10..=34 << 10).contains(&size),
+        (33 << 10..=38 << 10).contains(&size),
         "Machine is {size} bytes: update the docs"
     );
 }

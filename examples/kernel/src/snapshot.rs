@@ -26,8 +26,11 @@ pub struct ZoneState {
 }
 
 impl Snapshot {
-    /// Records `machine`'s counts now.
+    /// Records `machine`'s counts now, after its order-0 stripes gave
+    /// their reservations back (so that two snapshots compare block for
+    /// block).
     pub fn take(machine: &KernelMachine) -> Self {
+        machine.drain_stripes();
         let mut zones = [None; ZONES_MAX];
         for (slot, zone) in zones.iter_mut().zip(machine.all_zones()) {
             let mut free_blocks = [0; ORDERS];

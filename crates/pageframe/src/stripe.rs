@@ -24,15 +24,15 @@
 //! offline, and whenever the machine reports or checks itself.
 
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use pageframe_buddy::{Order, Pfn, Reservation};
+use pageframe_buddy::{Order, Pfn, PfnRange, Reservation};
 use pageframe_mobility::MigrateType;
 
 use crate::lock::{Mutex, RawMutex};
 
 /// Stripes per zone.
-pub const STRIPES: usize = 4;
+pub const STRIPES: usize = 8;
 
 /// The basic types a stripe holds a reservation for.
 const TYPES: usize = 3;
@@ -40,16 +40,20 @@ const TYPES: usize = 3;
 /// One stripe's reservations, one per basic type.
 pub(crate) type Held = [Option<Reservation>; TYPES];
 
-/// A zone's stripes: the locked reservations (in the zone's metadata: they
-/// are about 2 KiB) and, readable without a lock, which chunk each holds.
+/// A zone's stripes: the locked reservations and, readable without a
+/// lock, which stripe holds each chunk (both in the zone's metadata: about
+/// 4 KiB, and a byte a chunk).
 pub(crate) struct Stripes<'a, R: RawMutex> {
     locks: &'a [Mutex<R, Held>],
-    /// `chunk index + 1` of each stripe's reservation per type (0: none).
-    chunks: [[AtomicU32; TYPES]; STRIPES],
-    /// log2 of a chunk's frames, and the zone's first frame.
+    /// Per chunk: `stripe * TYPES + type + 1` of the reservation that
+    /// holds it, 0 for none. Written under the stripe's lock.
+    owner: &'a [AtomicU8],
+    /// log2 of a chunk's frames, and the first frame of chunk 0.
     shift: u8,
     base: Pfn,
 }
+
+const _: () = assert!(STRIPES * TYPES < u8::MAX as usize);
 
 /// The index of a basic type (`None` for the others).
 #[inline]
@@ -72,27 +76,36 @@ fn hint() -> usize {
 }
 
 impl<'a, R: RawMutex> Stripes<'a, R> {
-    /// Bytes of metadata the stripes need from a buffer at any address.
-    pub(crate) const fn bytes() -> usize {
-        match pageframe_types::carve::bytes_for::<Mutex<R, Held>>(STRIPES) {
-            Some(b) => b,
-            None => usize::MAX,
+    /// Bytes of metadata the stripes of a zone over `span` with chunks of
+    /// `2^shift` frames need from a buffer at any address.
+    pub(crate) const fn bytes(span: PfnRange, shift: Order) -> usize {
+        let chunks =
+            (span.end.align_up(shift).get() - span.start.align_down(shift).get()) >> shift.get();
+        match (
+            pageframe_types::carve::bytes_for::<Mutex<R, Held>>(STRIPES),
+            pageframe_types::carve::bytes_for::<AtomicU8>(chunks as usize),
+        ) {
+            (Some(a), Some(b)) => a.saturating_add(b),
+            _ => usize::MAX,
         }
     }
 
-    /// Empty stripes whose locks live at the front of `mem`, for a zone
-    /// whose first frame is `base` and chunks hold `2^shift` frames.
+    /// Empty stripes at the front of `mem`, for a zone over `span` whose
+    /// chunks hold `2^shift` frames.
     pub(crate) fn carve(
         mem: &'a mut [MaybeUninit<u8>],
-        base: Pfn,
+        span: PfnRange,
         shift: Order,
     ) -> Option<(Self, &'a mut [MaybeUninit<u8>])> {
+        let base = span.start.align_down(shift);
+        let chunks = ((span.end.align_up(shift).get() - base.get()) >> shift.get()) as usize;
         let (locks, rest) =
             pageframe_types::carve::carve_init(mem, STRIPES, |_| Mutex::new([None, None, None]))?;
+        let (owner, rest) = pageframe_types::carve::carve_init(rest, chunks, |_| AtomicU8::new(0))?;
         Some((
             Stripes {
                 locks,
-                chunks: [const { [const { AtomicU32::new(0) }; TYPES] }; STRIPES],
+                owner,
                 shift: shift.get(),
                 base,
             },
@@ -100,9 +113,20 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         ))
     }
 
+    /// The owner byte of `pfn`'s chunk.
     #[inline]
-    fn id(&self, pfn: Pfn) -> u32 {
-        ((pfn.get() - self.base.get()) >> self.shift) as u32 + 1
+    fn owner(&self, pfn: Pfn) -> Option<&AtomicU8> {
+        let k = pfn.get().checked_sub(self.base.get())? >> self.shift;
+        self.owner.get(usize::try_from(k).ok()?)
+    }
+
+    /// Records that stripe `s`'s reservation of type `t` holds (or, with
+    /// `None`, gave back) the chunk at `start`.
+    #[inline]
+    fn set_owner(&self, start: Pfn, who: Option<(usize, usize)>) {
+        if let Some(o) = self.owner(start) {
+            o.store(who.map_or(0, |(s, t)| (s * TYPES + t + 1) as u8), Relaxed);
+        }
     }
 
     /// An order-0 frame of type `mt` from a free stripe's reservation, or
@@ -127,10 +151,12 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
             return Some(p);
         }
         let old = held[t].take();
-        self.chunks[s][t].store(0, Relaxed);
+        if let Some(o) = &old {
+            self.set_owner(o.chunk_start(), None);
+        }
         let mut r = refill(old)?;
         let p = r.alloc();
-        self.chunks[s][t].store(self.id(r.chunk_start()), Relaxed);
+        self.set_owner(r.chunk_start(), Some((s, t)));
         held[t] = Some(r);
         if let Some(p) = p {
             mark(p);
@@ -148,41 +174,36 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         pfn: Pfn,
         take: impl FnOnce() -> Result<(), E>,
     ) -> Option<Result<(), E>> {
-        let id = self.id(pfn);
-        for (s, row) in self.chunks.iter().enumerate() {
-            for (t, c) in row.iter().enumerate() {
-                if c.load(Relaxed) != id {
-                    continue;
-                }
-                let mut held = self.locks[s].lock();
-                // Given back meanwhile (the zone has the chunk again), or a
-                // frame allocated before the chunk was reserved (the zone
-                // keeps it for the reservation's return): the zone path.
-                let r = held[t].as_mut().filter(|r| r.handed_out(pfn))?;
-                return Some(take().map(|()| {
-                    let back = r.free(pfn);
-                    debug_assert!(back, "an owned frame of the chunk is the stripe's");
-                }));
-            }
+        let who = self.owner(pfn)?.load(Relaxed);
+        if who == 0 {
+            return None;
         }
-        None
+        let (s, t) = ((who as usize - 1) / TYPES, (who as usize - 1) % TYPES);
+        let mut held = self.locks.get(s)?.lock();
+        // Given back meanwhile (the zone has the chunk again), or a frame
+        // allocated before the chunk was reserved (the zone keeps it for
+        // the reservation's return): the zone path.
+        let r = held[t].as_mut().filter(|r| r.handed_out(pfn))?;
+        Some(take().map(|()| {
+            let back = r.free(pfn);
+            debug_assert!(back, "an owned frame of the chunk is the stripe's");
+        }))
     }
 
     /// Whether a stripe holds the chunk of `pfn` (for naming errors).
     pub(crate) fn holds(&self, pfn: Pfn) -> bool {
-        let id = self.id(pfn);
-        self.chunks.iter().flatten().any(|c| c.load(Relaxed) == id)
+        self.owner(pfn).is_some_and(|o| o.load(Relaxed) != 0)
     }
 
     /// Takes every reservation out (each under its stripe's lock) and
     /// hands it to `give_back`. Returns how many.
     pub(crate) fn release(&self, mut give_back: impl FnMut(Reservation)) -> usize {
         let mut n = 0;
-        for (s, lock) in self.locks.iter().enumerate() {
+        for lock in self.locks {
             let mut held = lock.lock();
-            for (t, slot) in held.iter_mut().enumerate() {
+            for slot in held.iter_mut() {
                 if let Some(r) = slot.take() {
-                    self.chunks[s][t].store(0, Relaxed);
+                    self.set_owner(r.chunk_start(), None);
                     give_back(r);
                     n += 1;
                 }

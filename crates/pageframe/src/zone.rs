@@ -130,7 +130,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if m == 0 {
             0
         } else {
-            m + Stripes::<R>::bytes() + FrameStates::bytes(span)
+            m + Stripes::<R>::bytes(span, config.core().chunk_order) + FrameStates::bytes(span)
         }
     }
 
@@ -176,8 +176,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let too_small = InitError::MetadataTooSmall { needed, given };
         let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
         let chunk = config.core().chunk_order;
-        let (stripes, states) =
-            Stripes::carve(rest, span.start.align_down(chunk), chunk).ok_or(too_small)?;
+        let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
         let p = slot.as_mut_ptr();

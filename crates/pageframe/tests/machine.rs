@@ -199,14 +199,16 @@ fn metadata_sizes_are_exactly_what_zones_need() {
     for span in spans {
         let m = machine_with(MachineConfig::SINGLE_NODE);
         let need = m.zone_metadata_bytes(span);
-        // The docs: 16 bytes a frame of the span rounded out to 4 MiB, one
-        // ownership byte a frame, 67 a pageblock, and under 4 KiB a zone
-        // (free-list heads, placement candidates, alignment slack).
+        // The docs: 4.3 bytes a frame of the span rounded out to 4 MiB (a
+        // 4-byte word and two bits a frame, 44 bytes a pageblock), one
+        // ownership byte a frame, two more bytes a pageblock, and under 20
+        // KiB a zone (list heads and counts, the order-0 stripes, alignment
+        // slack).
         let buddy_frames = span.end.align_up(Order::DEFAULT_MAX).get()
             - span.start.align_down(Order::DEFAULT_MAX).get();
         let pageblocks = span.end.align_up(Order::HUGE_2M).get() / 512 - span.start.get() / 512;
         assert!(
-            need <= (16 * buddy_frames + span.len() + 67 * pageblocks + 4096) as usize,
+            need <= (buddy_frames * 43 / 10 + span.len() + 2 * pageblocks + 20 * 1024) as usize,
             "{span:?}: {need}"
         );
         let mut any_short_refused = false;

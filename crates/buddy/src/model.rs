@@ -341,7 +341,7 @@ impl Model {
             }
             Op::Hold => {
                 let before = self.free_count();
-                let Some(r) = z.reserve(ListId::DEFAULT, 7) else {
+                let Some(r) = z.reserve(ListId::DEFAULT, 7, 0) else {
                     ensure!(
                         before == 0 || z.chunk_order() == Order::ZERO,
                         "no reservation although memory is free"

@@ -125,14 +125,23 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// allocations: the chunk a small request would be served from (see
     /// `partial.rs`), or a fresh chunk split off a free block of at least
     /// the chunk order. Frames later allocated from it carry `tag` once it
-    /// is given back. `None` when `list` has no free memory, or chunks are
+    /// is given back. `None` when `list` has no free memory, when the chunk
+    /// a small request would be served from has fewer than `min_free` free
+    /// frames (holes in busy chunks are best filled one by one through the
+    /// zone; a reservation is for a run of allocations), or when chunks are
     /// single frames (chunk order 0: every block is on the free lists).
-    pub fn reserve(&mut self, list: ListId, tag: u32) -> Option<Reservation> {
+    pub fn reserve(&mut self, list: ListId, tag: u32, min_free: u32) -> Option<Reservation> {
         let c = self.c;
         if c == 0 {
             return None;
         }
-        let k = if let Some(k) = self.partial.pick(list.index(), 0) {
+        let picked = self.partial.pick(list.index(), 0);
+        if let Some(k) = picked
+            && u32::from(self.chunks[k].free) < min_free
+        {
+            return None;
+        }
+        let k = if let Some(k) = picked {
             self.partial.unfile(&mut self.chunks, k);
             let ch = self.chunks[k];
             let l = ch.list as usize;
@@ -217,6 +226,15 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let list = self.policy.list_for(self.pfn(first));
         let w = self.words(k);
         let free = bits::count(w);
+        if free == 0 {
+            // All handed out and nothing came back: a full chunk.
+            self.chunks[k] = Chunk {
+                mode: Mode::Split,
+                list: list.get(),
+                ..Chunk::HOLE
+            };
+            return Ok(());
+        }
         if free == 1 << c {
             self.chunks[k].flags = 0;
             self.large_insert(k, c, list, false, true);
@@ -251,6 +269,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// [`BuddyZone::free_pages`]) until their reservations come back.
     pub fn reserved_free_pages(&self) -> u64 {
         self.reserved_free
+    }
+
+    /// Whether [`BuddyZone::reserve`] would reserve a chunk of `list` with
+    /// at least `min_free` free frames now.
+    pub fn reservable(&self, list: ListId, min_free: u32) -> bool {
+        match self.partial.pick(list.index(), 0) {
+            Some(k) => u32::from(self.chunks[k].free) >= min_free,
+            None => self
+                .areas
+                .first_nonempty(list, self.c, self.max_order)
+                .is_some(),
+        }
     }
 
     /// Whether `pfn` lies in a chunk a reservation holds.

@@ -277,11 +277,16 @@ impl<'a> MobileZone<'a> {
     }
 
     /// Reserves one chunk's free frames of type `mt` for order-0
-    /// allocations outside the zone lock (`BuddyZone::reserve`); the frames
+    /// allocations outside the zone lock (`BuddyZone::reserve`, which also
+    /// says what `min_free` is for); the frames
     /// allocated from it carry `mt` as their tag once it is given back.
     /// `None` for a type other than the three basic ones, or when `mt`'s
     /// own lists are empty (no fallback: the caller's zone path has it).
-    pub fn reserve(&mut self, mt: MigrateType) -> Option<pageframe_buddy::Reservation> {
+    pub fn reserve(
+        &mut self,
+        mt: MigrateType,
+        min_free: u32,
+    ) -> Option<pageframe_buddy::Reservation> {
         let mt = if self.mobility().grouping {
             mt
         } else {
@@ -290,7 +295,17 @@ impl<'a> MobileZone<'a> {
         if !mt.is_mergeable() {
             return None;
         }
-        self.buddy.reserve(list_of(mt), mt as u32)
+        self.buddy.reserve(list_of(mt), mt as u32, min_free)
+    }
+
+    /// Whether [`MobileZone::reserve`] of `mt` would succeed now.
+    pub fn reservable(&self, mt: MigrateType, min_free: u32) -> bool {
+        let mt = if self.mobility().grouping {
+            mt
+        } else {
+            MigrateType::Unmovable
+        };
+        mt.is_mergeable() && self.buddy.reservable(list_of(mt), min_free)
     }
 
     /// Gives a reservation back (`BuddyZone::unreserve`).

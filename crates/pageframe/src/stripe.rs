@@ -24,7 +24,7 @@
 //! offline, and whenever the machine reports or checks itself.
 
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use pageframe_buddy::{Order, Pfn, PfnRange, Reservation};
 use pageframe_mobility::MigrateType;
@@ -33,6 +33,15 @@ use crate::lock::{Mutex, RawMutex};
 
 /// Stripes per zone.
 pub const STRIPES: usize = 8;
+
+/// A stripe reserves a chunk only if it has at least this many free frames
+/// (an eighth of a 2 MiB chunk): holes in busy chunks are filled one at a
+/// time through the zone, which picks them fullest first anyway.
+pub const MIN_FREE: u32 = 64;
+
+/// After a refill found no chunk worth reserving, the stripes rest until
+/// the zone's lock has served this many order-0 allocations of the type.
+pub(crate) const RECHECK: u32 = 64;
 
 /// The basic types a stripe holds a reservation for.
 const TYPES: usize = 3;
@@ -48,6 +57,11 @@ pub(crate) struct Stripes<'a, R: RawMutex> {
     /// Per chunk: `stripe * TYPES + type + 1` of the reservation that
     /// holds it, 0 for none. Written under the stripe's lock.
     owner: &'a [AtomicU8],
+    /// Per type: whether the zone had a chunk worth reserving when it last
+    /// looked (a stripe's refill, or every [`RECHECK`]th order-0 allocation
+    /// through the zone): when not, allocations skip the stripes and take
+    /// the zone's lock once instead of twice.
+    worth: [AtomicBool; TYPES],
     /// log2 of a chunk's frames, and the first frame of chunk 0.
     shift: u8,
     base: Pfn,
@@ -106,6 +120,7 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
             Stripes {
                 locks,
                 owner,
+                worth: [const { AtomicBool::new(true) }; TYPES],
                 shift: shift.get(),
                 base,
             },
@@ -142,6 +157,9 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         mark: impl FnOnce(Pfn),
     ) -> Option<Pfn> {
         let t = type_index(mt)?;
+        if !self.worth[t].load(Relaxed) {
+            return None;
+        }
         let h = hint();
         let (s, mut held) = (0..STRIPES)
             .map(|i| (h + i) % STRIPES)
@@ -154,7 +172,10 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         if let Some(o) = &old {
             self.set_owner(o.chunk_start(), None);
         }
-        let mut r = refill(old)?;
+        let Some(mut r) = refill(old) else {
+            self.worth[t].store(false, Relaxed);
+            return None;
+        };
         let p = r.alloc();
         self.set_owner(r.chunk_start(), Some((s, t)));
         held[t] = Some(r);
@@ -188,6 +209,16 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
             let back = r.free(pfn);
             debug_assert!(back, "an owned frame of the chunk is the stripe's");
         }))
+    }
+
+    /// Records whether the zone has a chunk of `mt` worth reserving.
+    #[inline]
+    pub(crate) fn set_worth(&self, mt: MigrateType, worth: bool) {
+        if let Some(t) = type_index(mt)
+            && self.worth[t].load(Relaxed) != worth
+        {
+            self.worth[t].store(worth, Relaxed);
+        }
     }
 
     /// Whether a stripe holds the chunk of `pfn` (for naming errors).

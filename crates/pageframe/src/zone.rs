@@ -82,6 +82,8 @@ pub(crate) struct ZoneInner<'a> {
     /// Frames withheld from requests whose highest usable zone is the index.
     pub lowmem_reserve: [u64; NR_ZONE_KINDS],
     pub watermark_failures: u64,
+    /// Order-0 allocations through the lock (for the stripes' recheck).
+    pub small_allocs: u32,
 }
 
 /// A zone of a [`crate::Machine`]: a buddy allocator grouped by mobility
@@ -193,6 +195,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 wmark: Watermarks::default(),
                 lowmem_reserve: [0; NR_ZONE_KINDS],
                 watermark_failures: 0,
+                small_allocs: 0,
             }));
             addr_of_mut!((*p).states).write(states);
             addr_of_mut!((*p).stripes).write(stripes);
@@ -309,7 +312,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                         let r = z.buddy.unreserve(old);
                         debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
                     }
-                    let r = z.buddy.reserve(mt);
+                    let r = z.buddy.reserve(mt, crate::stripe::MIN_FREE);
                     self.after_zone_op(&z);
                     r
                 },
@@ -357,6 +360,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             .map_err(AllocError::from)?;
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);
+        }
+        if order == Order::ZERO {
+            // Now and then: whether the stripes may reserve again.
+            z.small_allocs = z.small_allocs.wrapping_add(1);
+            if z.small_allocs % crate::stripe::RECHECK == 0 {
+                let worth = z.buddy.reservable(mt, crate::stripe::MIN_FREE);
+                self.stripes.set_worth(mt, worth);
+            }
         }
         self.states.set_allocated(p, order, mt);
         self.after_zone_op(&z);

@@ -364,7 +364,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if order == Order::ZERO {
             // Now and then: whether the stripes may reserve again.
             z.small_allocs = z.small_allocs.wrapping_add(1);
-            if z.small_allocs % crate::stripe::RECHECK == 0 {
+            if z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
                 let worth = z.buddy.reservable(mt, crate::stripe::MIN_FREE);
                 self.stripes.set_worth(mt, worth);
             }

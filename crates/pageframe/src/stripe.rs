@@ -34,10 +34,13 @@ use crate::lock::{Mutex, RawMutex};
 /// Stripes per zone.
 pub const STRIPES: usize = 8;
 
-/// A stripe reserves a chunk only if it has at least this many free frames
-/// (an eighth of a 2 MiB chunk): holes in busy chunks are filled one at a
+/// A stripe reserves a chunk only if an eighth of it is free (64 frames of
+/// a 2 MiB chunk; at least one): holes in busy chunks are filled one at a
 /// time through the zone, which picks them fullest first anyway.
-pub const MIN_FREE: u32 = 64;
+pub const fn min_free(chunk: Order) -> u32 {
+    let n = (1u32 << chunk.get()) / 8;
+    if n == 0 { 1 } else { n }
+}
 
 /// After a refill found no chunk worth reserving, the stripes rest until
 /// the zone's lock has served this many order-0 allocations of the type.
@@ -65,6 +68,14 @@ pub(crate) struct Stripes<'a, R: RawMutex> {
     /// log2 of a chunk's frames, and the first frame of chunk 0.
     shift: u8,
     base: Pfn,
+}
+
+impl<R: RawMutex> Stripes<'_, R> {
+    /// The fewest free frames of a chunk worth reserving in this zone.
+    #[inline]
+    pub(crate) fn min_free(&self) -> u32 {
+        min_free(Order::new_truncated(self.shift))
+    }
 }
 
 const _: () = assert!(STRIPES * TYPES < u8::MAX as usize);

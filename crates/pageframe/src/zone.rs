@@ -312,7 +312,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                         let r = z.buddy.unreserve(old);
                         debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
                     }
-                    let r = z.buddy.reserve(mt, crate::stripe::MIN_FREE);
+                    let r = z.buddy.reserve(mt, self.stripes.min_free());
                     self.after_zone_op(&z);
                     r
                 },
@@ -365,7 +365,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             // Now and then: whether the stripes may reserve again.
             z.small_allocs = z.small_allocs.wrapping_add(1);
             if z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
-                let worth = z.buddy.reservable(mt, crate::stripe::MIN_FREE);
+                let worth = z.buddy.reservable(mt, self.stripes.min_free());
                 self.stripes.set_worth(mt, worth);
             }
         }

@@ -92,6 +92,18 @@ pub(crate) fn clear(w: &mut [u64], x: u32, o: u8) {
 /// a chunk of order `c > j` whose chunk is not wholly free.
 #[inline]
 pub(crate) fn find_maximal(w: &[u64], j: u8) -> Option<u32> {
+    if j == 0 {
+        // A free frame whose buddy is not free: compare each bit with the
+        // other bit of its pair.
+        for (i, &v) in w.iter().enumerate() {
+            let pair = ((v >> 1) & ALIGNED[1]) | ((v & ALIGNED[1]) << 1);
+            let m = v & !pair;
+            if m != 0 {
+                return Some((i as u32) << 6 | m.trailing_zeros());
+            }
+        }
+        return None;
+    }
     if j < 6 {
         for (i, &v) in w.iter().enumerate() {
             let m = maximal_in_word(v, j);

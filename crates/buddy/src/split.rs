@@ -59,19 +59,26 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if j < c {
             ch.add_count(j, -1);
             *self.sub.blocks_mut(l, j) -= 1;
+            let (mut lo, mut o) = (x, j);
+            while o > order {
+                o -= 1;
+                let upper = lo + (1 << o);
+                lo = if t >= upper { upper } else { lo };
+                ch.add_count(o, 1);
+                *self.sub.blocks_mut(l, o) += 1;
+            }
         } else {
-            // A wholly free chunk turns into pieces below the chunk order.
+            // A wholly free chunk turns into pieces below the chunk order:
+            // one free block of each order from `order` up, wherever `t` is.
             self.sub.add_pages(l, 1 << c);
+            ch.counts[order as usize..c as usize].fill(1);
+            ch.omask = ((1u16 << c) - 1) & !((1u16 << order) - 1);
+            for o in order..c {
+                *self.sub.blocks_mut(l, o) += 1;
+            }
         }
-        let (mut lo, mut o) = (x, j);
-        while o > order {
-            o -= 1;
-            let upper = lo + (1 << o);
-            lo = if t >= upper { upper } else { lo };
-            ch.add_count(o, 1);
-            *self.sub.blocks_mut(l, o) += 1;
-            self.stats.splits += 1;
-        }
+        self.stats.splits += u64::from(j - order);
+        let ch = &mut self.chunks[k];
         ch.free -= 1 << order;
         self.sub.sub_pages(l, 1 << order);
         self.refile(k);
@@ -104,6 +111,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         bits::set(self.words_mut(k), x, order);
         let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
         let mut m = order;
+        if u32::from(self.chunks[k].free) + (1 << order) == 1 << c {
+            // The last block comes back: its buddies are one free block of
+            // each order above it.
+            for o in order..c {
+                *self.sub.blocks_mut(l, o) -= 1;
+            }
+            let ch = &mut self.chunks[k];
+            ch.counts = [0; crate::chunk::MAX_CHUNK_ORDER as usize];
+            ch.omask = 0;
+            self.stats.merges += u64::from(c - order);
+            m = c;
+        }
         while m < c {
             let b = x ^ (1 << m);
             if !bits::all_set(self.words(k), b, m) {

@@ -150,6 +150,8 @@ pub struct BuddyZone<'a, P: MergePolicy = SingleList> {
     pub(crate) sub: SubCounts<'a>,
     /// Chunk order.
     pub(crate) c: u8,
+    /// Bitmap words a chunk has (`bits::words(c)`).
+    pub(crate) wpc: u8,
     pub(crate) max_order: u8,
     pub(crate) managed: u64,
     /// Frames freed into reserved chunks, waiting for their reservations.
@@ -270,6 +272,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             partial,
             sub,
             c,
+            wpc: bits::words(c) as u8,
             max_order: config.max_order.get(),
             managed: 0,
             reserved_free: 0,
@@ -339,26 +342,26 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
     /// Chunk `k`'s free bitmap.
     #[inline]
     pub(crate) fn words(&self, k: Idx) -> &[u64] {
-        let n = bits::words(self.c);
+        let n = self.wpc as usize;
         &self.fbits[k as usize * n..(k as usize + 1) * n]
     }
 
     #[inline]
     pub(crate) fn words_mut(&mut self, k: Idx) -> &mut [u64] {
-        let n = bits::words(self.c);
+        let n = self.wpc as usize;
         &mut self.fbits[k as usize * n..(k as usize + 1) * n]
     }
 
     /// Chunk `k`'s reported bitmap.
     #[inline]
     pub(crate) fn rwords(&self, k: Idx) -> &[u64] {
-        let n = bits::words(self.c);
+        let n = self.wpc as usize;
         &self.rbits[k as usize * n..(k as usize + 1) * n]
     }
 
     #[inline]
     pub(crate) fn rwords_mut(&mut self, k: Idx) -> &mut [u64] {
-        let n = bits::words(self.c);
+        let n = self.wpc as usize;
         &mut self.rbits[k as usize * n..(k as usize + 1) * n]
     }
 

@@ -40,7 +40,7 @@
 //! | what | bytes | where from |
 //! |---|---|---|
 //! | the machine | `size_of::<Machine>()`, about 35 KiB | a static, or carved from RAM |
-//! | each zone's metadata | [`Machine::zone_metadata_bytes`]: 17 a frame of the zone's span (16 for the buddy core, 1 ownership byte), 67 a pageblock, and under 4 KiB a zone (free-list heads, placement candidates) | carved from RAM, then left out of the free ranges |
+//! | each zone's metadata | [`Machine::zone_metadata_bytes`]: about 5.3 a frame of the zone's span (4.3 for the buddy core: a 4-byte word, two bits and a 44-byte record a 2 MiB chunk; 1 ownership byte), 1 a pageblock, and under 20 KiB a zone (list heads and counts, the order-0 stripes) | carved from RAM, then left out of the free ranges |
 //! | per-CPU caches | [`Machine::pcp_bytes`]: 16 a cacheable frame (up to 1/8 of each zone shared by its node's CPUs) | carved from RAM after the memory is handed over |
 //!
 //! ## A kernel sets it up like this

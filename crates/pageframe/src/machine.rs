@@ -52,7 +52,7 @@ pub struct MachineConfig {
     /// The nodes and their distances.
     pub topology: Topology,
     /// Every zone's mobility choices (maximum order, pageblock order,
-    /// grouping, placement policy).
+    /// grouping).
     pub mobility: MobilityConfig,
 }
 

@@ -52,11 +52,24 @@ const TYPES: usize = 3;
 /// One stripe's reservations, one per basic type.
 pub(crate) type Held = [Option<Reservation>; TYPES];
 
+/// A stripe on cache lines of its own: two CPUs on two stripes must not
+/// write to one line (128 bytes: adjacent-line prefetchers pair lines).
+#[repr(align(128))]
+pub(crate) struct Stripe<R: RawMutex>(Mutex<R, Held>);
+
+impl<R: RawMutex> core::ops::Deref for Stripe<R> {
+    type Target = Mutex<R, Held>;
+    #[inline]
+    fn deref(&self) -> &Mutex<R, Held> {
+        &self.0
+    }
+}
+
 /// A zone's stripes: the locked reservations and, readable without a
 /// lock, which stripe holds each chunk (both in the zone's metadata: about
 /// 4 KiB, and a byte a chunk).
 pub(crate) struct Stripes<'a, R: RawMutex> {
-    locks: &'a [Mutex<R, Held>],
+    locks: &'a [Stripe<R>],
     /// Per chunk: `stripe * TYPES + type + 1` of the reservation that
     /// holds it, 0 for none. Written under the stripe's lock.
     owner: &'a [AtomicU8],
@@ -107,7 +120,7 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         let chunks =
             (span.end.align_up(shift).get() - span.start.align_down(shift).get()) >> shift.get();
         match (
-            pageframe_types::carve::bytes_for::<Mutex<R, Held>>(STRIPES),
+            pageframe_types::carve::bytes_for::<Stripe<R>>(STRIPES),
             pageframe_types::carve::bytes_for::<AtomicU8>(chunks as usize),
         ) {
             (Some(a), Some(b)) => a.saturating_add(b),
@@ -124,8 +137,9 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
     ) -> Option<(Self, &'a mut [MaybeUninit<u8>])> {
         let base = span.start.align_down(shift);
         let chunks = ((span.end.align_up(shift).get() - base.get()) >> shift.get()) as usize;
-        let (locks, rest) =
-            pageframe_types::carve::carve_init(mem, STRIPES, |_| Mutex::new([None, None, None]))?;
+        let (locks, rest) = pageframe_types::carve::carve_init(mem, STRIPES, |_| {
+            Stripe(Mutex::new([None, None, None]))
+        })?;
         let (owner, rest) = pageframe_types::carve::carve_init(rest, chunks, |_| AtomicU8::new(0))?;
         Some((
             Stripes {
@@ -241,7 +255,7 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
     /// hands it to `give_back`. Returns how many.
     pub(crate) fn release(&self, mut give_back: impl FnMut(Reservation)) -> usize {
         let mut n = 0;
-        for lock in self.locks {
+        for lock in self.locks.iter() {
             let mut held = lock.lock();
             for slot in held.iter_mut() {
                 if let Some(r) = slot.take() {

@@ -72,8 +72,8 @@ fn assert_selftest_passed(b: &Boot) -> u64 {
     assert!(b.line("buddyinfo:").is_some() && b.line("Node 0, ").is_some());
     assert!(b.line("pagetypeinfo").is_some());
     let (managed, ram) = managed(b);
-    // Kept out: low memory (1 MiB), the kernel image, 16 bytes of
-    // metadata per frame (0.4%): at least 99% of a 2 GiB guest's RAM.
+    // Kept out: low memory (1 MiB), the kernel image, about 5 bytes of
+    // metadata per frame (0.13%): at least 99% of a 2 GiB guest's RAM.
     assert!(managed <= ram, "more frames managed than RAM");
     // Every frame free at the start was allocated once; only the heap's
     // blocks, the bitmap and the page tables were in use.

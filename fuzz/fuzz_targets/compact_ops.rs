@@ -36,7 +36,7 @@ fn run(data: &[u8]) -> Result<()> {
     let blocks = u.int_in_range(1..=24u64)?;
     let offset = u.int_in_range(0..=100u64)?;
     let cfg = MobilityConfig {
-        buddy: BuddyConfig { max_order: Order::new(pb + 2).unwrap_or_default() },
+        buddy: BuddyConfig::new(Order::new(pb + 2).unwrap_or_default()),
         pageblock_order: Order::new(pb).unwrap_or_default(),
         grouping: true,
     };

@@ -342,3 +342,37 @@ fn a_block_being_migrated_cannot_be_freed() {
         .unwrap();
     assert_eq!(zone.managed_pages() - zone.free_pages(), kept.len() as u64);
 }
+
+/// A request that may ignore the watermarks (`MEMALLOC`) gets every frame
+/// left, those parked in the requesting CPU's own cache included: ordinary
+/// requests that fall back from Normal to DMA32 refill DMA32's cache, then
+/// stop at DMA32's lowmem reserve with frames still cached.
+#[test]
+fn memalloc_reaches_the_frames_in_its_own_cache() {
+    let m = two_zones(FRAMES / 2, FRAMES / 2);
+    let bytes = m.pcp_bytes(1).unwrap();
+    m.enable_pcp(1, leak(bytes)).unwrap();
+    let m: &'static Machine<'static> = m;
+    let before = m.free_pages();
+    let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let mut held = HashSet::new();
+    while let Ok(a) = cpu.alloc(Gfp::KERNEL, Order::ZERO) {
+        assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);
+    }
+    let cached = cpu
+        .cache_info(NodeId::ZERO, ZoneKind::Dma32)
+        .unwrap()
+        .count;
+    assert!(cached > 0, "the ordinary requests left frames in the cache");
+    while let Ok(a) = cpu.alloc(Gfp::KERNEL | Gfp::MEMALLOC, Order::ZERO) {
+        assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);
+    }
+    assert_eq!(held.len() as u64, before, "every free frame handed out");
+    assert_eq!(m.free_pages(), 0);
+    for p in held {
+        cpu.free(p, Order::ZERO).unwrap();
+    }
+    cpu.drain();
+    assert_eq!(m.free_pages(), before);
+    m.validate().unwrap();
+}

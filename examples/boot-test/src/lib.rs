@@ -32,6 +32,8 @@ pub enum HarnessError {
     QemuMissing,
     /// QEMU could not be started or its output not read.
     Io(std::io::Error),
+    /// The boot configuration cannot be expressed to QEMU.
+    Config(String),
 }
 
 impl fmt::Display for HarnessError {
@@ -40,6 +42,7 @@ impl fmt::Display for HarnessError {
             Self::Build(why) => write!(f, "kernel build failed: {why}"),
             Self::QemuMissing => write!(f, "{QEMU} not found; install it with: {QEMU_INSTALL}"),
             Self::Io(e) => write!(f, "running {QEMU}: {e}"),
+            Self::Config(why) => write!(f, "bad boot configuration: {why}"),
         }
     }
 }
@@ -90,6 +93,9 @@ pub struct BootConfig {
     pub mem: String,
     /// Virtual CPUs.
     pub smp: u32,
+    /// NUMA nodes (0: none described). RAM and CPUs are split evenly, in
+    /// order: node `i` gets the `i`-th share of each.
+    pub numa: u32,
     /// Kernel command line.
     pub append: String,
     /// Kill QEMU after this long.
@@ -103,6 +109,7 @@ impl BootConfig {
         Self {
             mem: mem.to_owned(),
             smp: 2,
+            numa: 0,
             append: append.to_owned(),
             timeout: Duration::from_secs(240),
         }
@@ -150,6 +157,41 @@ impl Boot {
     }
 }
 
+/// MiB in QEMU's `-m` syntax (`512M`, `8G`, a bare number of MiB).
+fn mem_mib(mem: &str) -> Option<u64> {
+    let (digits, scale) = match mem.as_bytes().last()? {
+        b'G' | b'g' => (&mem[..mem.len() - 1], 1024),
+        b'M' | b'm' => (&mem[..mem.len() - 1], 1),
+        _ => (mem, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+/// The QEMU arguments describing `cfg.numa` nodes: a RAM backend and a
+/// `-numa node` for each, with its share of RAM and CPUs.
+fn numa_args(cfg: &BootConfig) -> Result<Vec<String>, HarnessError> {
+    let n = u64::from(cfg.numa);
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let bad = |why: &str| HarnessError::Config(format!("{} NUMA nodes: {why}", cfg.numa));
+    let mib = mem_mib(&cfg.mem).ok_or_else(|| bad("unreadable -m size"))?;
+    let cpus = u64::from(cfg.smp);
+    if mib % n != 0 || cpus % n != 0 {
+        return Err(bad("RAM and CPUs must split evenly"));
+    }
+    let mut args = Vec::new();
+    for i in 0..n {
+        let first = i * cpus / n;
+        let last = first + cpus / n - 1;
+        args.push("-object".to_owned());
+        args.push(format!("memory-backend-ram,id=m{i},size={}M", mib / n));
+        args.push("-numa".to_owned());
+        args.push(format!("node,nodeid={i},cpus={first}-{last},memdev=m{i}"));
+    }
+    Ok(args)
+}
+
 /// Boots `elf` under QEMU (TCG, q35, qemu64 with 1 GiB pages) and waits for
 /// it to exit.
 pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
@@ -164,6 +206,7 @@ pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
             "qemu64,+pdpe1gb",
         ])
         .args(["-m", &cfg.mem, "-smp", &cfg.smp.to_string()])
+        .args(numa_args(cfg)?)
         .arg("-kernel")
         .arg(elf)
         .args(["-append", &cfg.append])

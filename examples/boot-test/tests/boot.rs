@@ -19,16 +19,25 @@ fn kernel() -> PathBuf {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Boots with `mem` RAM and `append`. Boots that touch gigabytes run one at
-/// a time, so the host never holds two large guests at once.
+/// Boots with `mem` RAM and `append` on two CPUs.
 fn run(mem: &str, append: &str) -> Boot {
+    run_with(&BootConfig::new(mem, append))
+}
+
+/// Boots `cfg`. Boots that touch gigabytes run one at a time, so the host
+/// never holds two large guests at once.
+fn run_with(cfg: &BootConfig) -> Boot {
     static LARGE: Mutex<()> = Mutex::new(());
     let elf = kernel();
-    let large = mem.ends_with('G');
+    let large = cfg.mem.ends_with('G');
     let _guard = large.then(|| LARGE.lock().unwrap_or_else(|e| e.into_inner()));
-    let b = boot(&elf, &BootConfig::new(mem, append)).unwrap_or_else(|e| panic!("{e}"));
+    let b = boot(&elf, cfg).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
-        "-m {mem} {append:?}: {:?} in {:.2} s\n{}{}",
+        "-m {} -smp {} numa {} {:?}: {:?} in {:.2} s\n{}{}",
+        cfg.mem,
+        cfg.smp,
+        cfg.numa,
+        cfg.append,
         b.verdict,
         b.elapsed.as_secs_f64(),
         b.serial,
@@ -91,9 +100,9 @@ fn two_gib_selftest_and_bench_pass() {
     let managed = assert_selftest_passed(&b);
     let (_, ram) = self::managed(&b);
     assert!(managed * 100 >= ram * 99, "managed {managed} of {ram}");
-    assert!(b.line("zone DMA32: ").is_some());
+    assert!(b.line("zone DMA32 node 0: ").is_some());
     assert!(
-        b.line("zone Normal: ").is_none(),
+        b.line("zone Normal node 0: ").is_none(),
         "no RAM above 4 GiB at -m 2G"
     );
     assert_eq!(allocated(&b).1, 0);
@@ -116,7 +125,7 @@ fn two_gib_selftest_and_bench_pass() {
 fn six_gib_uses_ram_above_4_gib() {
     let b = run("6G", "selftest");
     assert_selftest_passed(&b);
-    let normal = b.line("zone Normal: ").expect("a Normal zone at -m 6G");
+    let normal = b.line("zone Normal node 0: ").expect("a Normal zone at -m 6G");
     assert!(normal.starts_with("span pfn 0x100000.."), "{normal}");
     let (_, above) = allocated(&b);
     // q35 puts 4 GiB of a 6 GiB guest above 4 GiB.
@@ -297,34 +306,94 @@ fn thp_swaps_out_and_in_whole_and_split() {
     assert_eq!(counters, "huge swap-ins 16 fallbacks 16 splits 16");
 }
 
+/// One CPU's row of the `smp:` table.
+struct SmpRow {
+    node: u64,
+    allocs: u64,
+    local: u64,
+    hits: u64,
+    cross: u64,
+    high: u64,
+}
+
+/// Checks the `smp` mode's verdict and table for `cpus` CPUs; returns the
+/// rows.
+fn assert_smp_passed(b: &Boot, cpus: usize) -> Vec<SmpRow> {
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\nsmp: PASS\n"), "smp verdict");
+    assert!(
+        b.line(&format!("smp: {cpus} CPUs up; ")).is_some(),
+        "bring-up line"
+    );
+    let rows: Vec<SmpRow> = (0..cpus)
+        .map(|cpu| {
+            let row = b
+                .line(&format!("smp: cpu{cpu} | "))
+                .unwrap_or_else(|| panic!("row for cpu{cpu}"));
+            let f: Vec<&str> = row.split(" | ").collect();
+            let num = |i: usize| {
+                f[i].trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|_| panic!("{row}"))
+            };
+            let (lo, hi) = f[10].split_once("..").expect("high bounds lo..hi");
+            let (lo, hi): (u64, u64) = (lo.parse().unwrap(), hi.parse().unwrap());
+            let r = SmpRow {
+                node: num(0),
+                allocs: num(1),
+                local: num(2),
+                hits: num(3),
+                cross: num(8),
+                high: num(9),
+            };
+            // 600 rounds of 64 blocks; every one counted by the cache.
+            assert_eq!(r.allocs, 600 * 64, "{row}");
+            assert!(r.hits * 2 > r.allocs, "most allocations hit the cache: {row}");
+            assert!(r.cross > 0, "frames freed by another CPU: {row}");
+            assert!((lo..=hi).contains(&r.high), "high {} in {lo}..{hi}", r.high);
+            // The stress holds little: every CPU's own node serves it.
+            assert_eq!(r.local, r.allocs, "{row}");
+            r
+        })
+        .collect();
+    assert!(b.line(&format!("smp: cpu{cpus} | ")).is_none(), "{cpus} rows only");
+    rows
+}
+
 #[test]
 fn two_cpus_stress_their_own_caches() {
     let b = run("256M", "smp");
-    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
-    assert!(b.serial.contains("\nsmp: PASS\n"), "smp verdict");
-    let head = b.line("smp: 2 CPUs up; ").expect("bring-up line");
-    let bounds = head.rsplit(' ').next().expect("high bounds");
-    let (lo, hi) = bounds.split_once("..").expect("lo..hi");
-    let (lo, hi): (u32, u32) = (lo.parse().unwrap(), hi.parse().unwrap());
-    for cpu in 0..2 {
-        let row = b
-            .line(&format!("smp: cpu{cpu} | "))
-            .unwrap_or_else(|| panic!("row for cpu{cpu}"));
-        let f: Vec<&str> = row.split(" | ").collect();
-        let num = |i: usize| {
-            f[i].trim()
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{row}"))
-        };
-        let (allocs, hits, cross, high) = (num(0), num(1), num(6), num(7));
-        // 600 rounds of 64 blocks; every one counted by the cache.
-        assert_eq!(allocs, 600 * 64, "{row}");
-        assert!(hits * 2 > allocs, "most allocations hit the cache: {row}");
-        assert!(cross > 0, "frames freed by the other CPU: {row}");
-        assert!(
-            (lo..=hi).contains(&(high as u32)),
-            "high {high} in {lo}..{hi}"
-        );
+    assert!(b.serial.contains("acpi: 2 CPUs (APIC ids [0, 1]), 1 NUMA node(s)"));
+    for r in assert_smp_passed(&b, 2) {
+        assert_eq!(r.node, 0);
+    }
+}
+
+/// Four CPUs on two NUMA nodes, described to the kernel by ACPI (MADT and
+/// SRAT): a zone per node, every CPU allocating from its own node.
+#[test]
+fn four_cpus_on_two_numa_nodes_allocate_from_their_own_node() {
+    let cfg = BootConfig {
+        smp: 4,
+        numa: 2,
+        ..BootConfig::new("1G", "selftest smp")
+    };
+    let b = run_with(&cfg);
+    assert_selftest_passed(&b);
+    assert!(
+        b.serial.contains("acpi: 4 CPUs (APIC ids [0, 1, 2, 3]), 2 NUMA node(s)"),
+        "ACPI line"
+    );
+    for cpu in 0..4 {
+        let line = format!("acpi: cpu{cpu} on node {}", cpu / 2);
+        assert!(b.serial.contains(&line), "{line}");
+    }
+    // Node 1 starts at 512 MiB.
+    let node1 = b.line("zone DMA32 node 1: ").expect("node 1's zone");
+    assert!(node1.starts_with("span pfn 0x20000.."), "{node1}");
+    assert!(b.line("zone DMA32 node 0: ").is_some(), "node 0's zone");
+    for (cpu, r) in assert_smp_passed(&b, 4).iter().enumerate() {
+        assert_eq!(r.node, cpu as u64 / 2, "cpu{cpu}'s node");
     }
 }
 
@@ -427,4 +496,41 @@ fn the_main_job_runs_every_subsystem_in_one_boot() {
     );
     assert!(b.line("hot-add: 256 MiB at pfn ").is_some(), "hot-add line");
     assert!(!b.serial.contains("skipped"), "nothing skipped at 6 GiB");
+}
+
+/// The main job on the largest guest the tests boot: 8 GiB on four CPUs in
+/// two NUMA nodes (node 1 above 4 GiB, no DMA32 zone), every mode.
+#[test]
+fn every_mode_passes_at_8_gib_on_two_numa_nodes() {
+    let cfg = BootConfig {
+        smp: 4,
+        numa: 2,
+        ..BootConfig::new("8G", "")
+    };
+    let b = run_with(&cfg);
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    for mode in [
+        "selftest",
+        "migrate",
+        "unmovable",
+        "thp-swap",
+        "smp",
+        "giant",
+        "hotplug",
+    ] {
+        assert!(
+            b.serial.contains(&format!("\n{mode}: PASS\n")),
+            "{mode} verdict"
+        );
+    }
+    assert!(!b.serial.contains("skipped"), "nothing skipped at 8 GiB");
+    assert!(b.line("zone Normal node 0: ").is_some(), "node 0 above 4 GiB");
+    let node1 = b.line("zone Normal node 1: ").expect("node 1's zone");
+    assert!(node1.starts_with("span pfn 0x180000.."), "{node1}");
+    assert!(b.line("zone DMA32 node 1: ").is_none(), "node 1 has no DMA32");
+    let (_, above) = allocated(&b);
+    assert!(above > 1_400_000, "{above} frames above 4 GiB");
+    for (cpu, r) in assert_smp_passed(&b, 4).iter().enumerate() {
+        assert_eq!(r.node, cpu as u64 / 2, "cpu{cpu}'s node");
+    }
 }

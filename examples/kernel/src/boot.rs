@@ -179,6 +179,9 @@ pub struct BootInfo {
     /// modules): never handed to the allocator.
     boot_ranges: [PhysRange; BOOT_RANGES_MAX],
     boot_ranges_len: usize,
+    /// Physical address of the ACPI RSDP, if the loader gave it (0: search
+    /// the BIOS areas for it).
+    pub rsdp: u64,
 }
 
 impl BootInfo {
@@ -215,13 +218,14 @@ impl BootInfo {
         let at = |off: u64| paddr + off;
         // SAFETY: the caller guarantees the start-info block is mapped and
         // readable; unaligned reads because nothing promises alignment.
-        let (magic, version, nr_modules, modlist, cmdline, memmap, entries) = unsafe {
+        let (magic, version, nr_modules, modlist, cmdline, rsdp, memmap, entries) = unsafe {
             (
                 read::<u32>(at(0)),
                 read::<u32>(at(4)),
                 read::<u32>(at(12)),
                 read::<u64>(at(16)),
                 read::<u64>(at(24)),
+                read::<u64>(at(32)),
                 read::<u64>(at(40)),
                 read::<u32>(at(48)),
             )
@@ -238,6 +242,7 @@ impl BootInfo {
             cmdline_len: 0,
             boot_ranges: [PhysRange::EMPTY; BOOT_RANGES_MAX],
             boot_ranges_len: 0,
+            rsdp,
         };
         info.push_boot_range(paddr, START_INFO_SIZE)?;
 

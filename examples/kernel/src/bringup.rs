@@ -7,6 +7,7 @@
 //! 3. the Normal zone can carve its metadata from its own RAM;
 //! 4. the kernel heap, whose pages come from the allocator.
 
+use crate::acpi::Platform;
 use crate::boot::BootInfo;
 use crate::heap::{self, HeapInitError};
 use crate::irq_lock::IrqLock;
@@ -18,17 +19,17 @@ use core::fmt;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 use pageframe::boot::{Plan, PlanError, PlannedZone};
-use pageframe::{Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind};
+use pageframe::{
+    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, Topology, ZoneKind,
+};
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
 /// interrupt-safe lock.
 pub type KernelMachine = Machine<'static, IrqLock>;
 
-/// The machine's only node (this kernel reads no NUMA tables).
+/// The bootstrap CPU's node (the first the SRAT names, or the only one),
+/// where the kernel's own allocations go.
 pub const NODE: NodeId = NodeId::ZERO;
-
-/// CPUs with per-CPU page caches: the boot CPU and the one `smp` starts.
-pub const CPUS: u32 = 2;
 
 /// Bring-up runs once (a plan is built once).
 static BROUGHT_UP: AtomicBool = AtomicBool::new(false);
@@ -40,7 +41,7 @@ pub struct Memory {
     /// Exactly the frames handed to the allocator.
     pub managed: RangeSet,
     /// What each zone's set-up did (`None`: no RAM in its window).
-    pub zones: [Option<PlannedZone>; 2],
+    pub zones: [Option<PlannedZone>; MAX_ZONES],
     /// Bytes of the per-CPU caches' memory, and where it lies.
     pub pcp: (usize, PhysRange),
     /// The direct map.
@@ -94,6 +95,8 @@ pub enum BringUpError {
     PcpMemory { needed: usize },
     /// The machine refused the per-CPU caches.
     Pcp(SetupError),
+    /// The SRAT names more nodes than the machine takes.
+    Nodes(usize),
     /// The hot-add range could not be declared.
     Hotplug(SetupError),
     /// The direct map could not be built.
@@ -113,12 +116,16 @@ impl fmt::Display for BringUpError {
                 write!(f, "per-CPU caches need {needed} contiguous bytes")
             }
             Self::Pcp(e) => write!(f, "per-CPU caches: {e}"),
+            Self::Nodes(n) => write!(f, "{n} NUMA nodes: too many"),
             Self::Hotplug(e) => write!(f, "hotplug range: {e}"),
             Self::Map(e) => write!(f, "direct map: {e}"),
             Self::Heap(e) => write!(f, "kernel heap: {e}"),
         }
     }
 }
+
+/// Zones reported: two per node (DMA32, Normal).
+const MAX_ZONES: usize = 2 * crate::acpi::MAX_NODES;
 
 /// The first 4 GiB, which the boot tables identity-map: where the plan
 /// carves the machine and its metadata, so that it is built before this
@@ -145,7 +152,12 @@ impl pageframe::Migrator for Unmoving {
 /// allocator's planner (`pageframe::boot::Plan`). With `hotplug`, the top
 /// 256 MiB of RAM above 4.5 GiB are kept out of the zones and declared
 /// hotpluggable (see `hot_add.rs`).
-pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Memory, BringUpError> {
+pub fn bring_up(
+    info: &BootInfo,
+    kernel: PhysRange,
+    hotplug: bool,
+    platform: &Platform,
+) -> Result<Memory, BringUpError> {
     if BROUGHT_UP.swap(true, Ordering::AcqRel) {
         return Err(BringUpError::Again);
     }
@@ -157,14 +169,33 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
         false => None,
     };
 
+    // NUMA: the SRAT's memory ranges with their nodes, whole frames.
+    let mut affinity = [(NODE, PfnRange::new(Pfn::new(0), Pfn::new(0))); crate::acpi::MAX_RANGES];
+    let mut n = 0;
+    for m in platform.memory() {
+        let r = PfnRange::new(
+            Pfn::new(m.base.div_ceil(PAGE_SIZE)),
+            Pfn::new((m.base + m.len) / PAGE_SIZE),
+        );
+        if let Some(node) = NodeId::new(usize::from(m.node))
+            && !r.is_empty()
+        {
+            affinity[n] = (node, r);
+            n += 1;
+        }
+    }
+    let config = if platform.nodes > 1 && n > 0 {
+        let topology =
+            Topology::uniform(platform.nodes).map_err(|_| BringUpError::Nodes(platform.nodes))?;
+        MachineConfig::new(topology)
+    } else {
+        n = 0;
+        MachineConfig::SINGLE_NODE
+    };
+
     let start = Instant::now();
-    let plan = Plan::new_within(
-        usable.frames(),
-        &[],
-        MachineConfig::SINGLE_NODE,
-        BOOT_MAPPED,
-    )
-    .map_err(BringUpError::Plan)?;
+    let plan = Plan::new_within(usable.frames(), &affinity[..n], config, BOOT_MAPPED)
+        .map_err(BringUpError::Plan)?;
     // SAFETY: the plan carved the machine and every zone's metadata from
     // usable RAM below 4 GiB, which the boot tables (and the direct map that
     // replaces them) identity-map; `usable` excludes the kernel and the boot
@@ -174,7 +205,10 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
         unsafe { plan.build(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
     let init_cycles = start.elapsed();
     let zones = core::array::from_fn(|i| plan.zones().nth(i).copied());
-    if zones[0].is_none_or(|z: PlannedZone| z.kind != ZoneKind::Dma32) {
+    if !plan
+        .zones()
+        .any(|z| z.node == NODE && z.kind == ZoneKind::Dma32)
+    {
         return Err(BringUpError::NoLowMemory);
     }
 
@@ -189,9 +223,10 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
         .map_err(BringUpError::Map)?;
     let map_cycles = start.elapsed();
 
-    // Per-CPU caches for every CPU, their memory taken from the machine
-    // itself (contiguous, below 4 GiB, never freed).
-    let needed = machine.pcp_bytes(CPUS).map_err(BringUpError::Pcp)?;
+    // Per-CPU caches for every CPU the MADT lists, their memory taken from
+    // the machine itself (contiguous, below 4 GiB, never freed).
+    let cpus = platform.apic_ids().len() as u32;
+    let needed = machine.pcp_bytes(cpus).map_err(BringUpError::Pcp)?;
     let region = machine
         .alloc_contig(
             NODE,
@@ -207,7 +242,7 @@ pub fn bring_up(info: &BootInfo, kernel: PhysRange, hotplug: bool) -> Result<Mem
     let pcp_mem: &'static mut [MaybeUninit<u8>] =
         unsafe { core::slice::from_raw_parts_mut(at as *mut MaybeUninit<u8>, needed) };
     machine
-        .enable_pcp(CPUS, pcp_mem)
+        .enable_pcp(cpus, pcp_mem)
         .map_err(BringUpError::Pcp)?;
     let pcp = (needed, PhysRange::new(at, region.range.end.addr().get()));
 

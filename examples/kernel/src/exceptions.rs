@@ -113,12 +113,14 @@ pub fn init() {
         unsafe {
             idt[crate::timer::VECTOR].set_handler_addr(VirtAddr::new(crate::timer::stub_addr()));
         }
-        // SAFETY: the shootdown stub saves what it clobbers, signals end of
-        // interrupt to the local APIC and returns with `iretq`; the spurious
-        // stub only returns (no end of interrupt is due for it).
+        // SAFETY: the shootdown and wake stubs save what they clobber,
+        // signal end of interrupt to the local APIC and return with `iretq`;
+        // the spurious stub only returns (no end of interrupt is due for it).
         unsafe {
             idt[crate::smp::SHOOTDOWN_VECTOR]
                 .set_handler_addr(VirtAddr::new(crate::smp::shootdown_stub_addr()));
+            idt[crate::smp::WAKE_VECTOR]
+                .set_handler_addr(VirtAddr::new(crate::smp::wake_stub_addr()));
             idt[crate::smp::SPURIOUS_VECTOR]
                 .set_handler_addr(VirtAddr::new(crate::smp::spurious_stub_addr()));
         }

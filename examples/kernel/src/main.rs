@@ -6,6 +6,7 @@
 
 extern crate alloc;
 
+mod acpi;
 mod bench;
 mod boot;
 mod bringup;
@@ -64,8 +65,25 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
     timer::init();
     let kernel = boot::kernel_image();
     report::boot(&info, kernel);
+    // The bootstrap CPU's initial APIC id (CPUID leaf 1).
+    let bsp = core::arch::x86_64::__cpuid(1).ebx >> 24;
+    // SAFETY: the boot tables identity-map the first 4 GiB, where QEMU puts
+    // the ACPI tables and the RSDP.
+    let platform = match unsafe { acpi::Platform::read(info.rsdp, bsp) } {
+        Ok(p) => p,
+        Err(e) => {
+            println!("acpi: {e}: one CPU, one node");
+            acpi::Platform::single(bsp)
+        }
+    };
+    report::platform(&platform);
     let mem = or_fail(
-        bringup::bring_up(&info, kernel, opts.modes.contains(Modes::HOTPLUG)),
+        bringup::bring_up(
+            &info,
+            kernel,
+            opts.modes.contains(Modes::HOTPLUG),
+            &platform,
+        ),
         "bring-up",
     );
     let setup = entry.elapsed();
@@ -73,7 +91,7 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
     report::free_lists(mem.machine);
     or_fail(mem.machine.validate(), "validate after set-up");
 
-    run_modes(&mem, &opts, &rate);
+    run_modes(&mem, &opts, &rate, &platform);
     println!(
         "guest time: {} from entry to exit",
         rate.duration(entry.elapsed())
@@ -83,7 +101,7 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
 }
 
 /// Runs the selected modes in the order of [`cmdline::MODES`].
-fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
+fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Platform) {
     let machine = mem.machine;
     if opts.modes.contains(Modes::SELFTEST) {
         let report = or_fail(
@@ -144,7 +162,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate) {
         println!("thp-swap: PASS");
     }
     if opts.modes.contains(Modes::SMP) {
-        let r = or_fail(smp_stress::run(machine, rate), "smp");
+        let r = or_fail(smp_stress::run(machine, rate, platform), "smp");
         smp_stress::print(&r, rate);
         or_fail(machine.validate(), "validate after smp");
         let params = migrate::Params {

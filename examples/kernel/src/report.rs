@@ -3,8 +3,8 @@
 //! test reads.
 
 use crate::boot::BootInfo;
+use crate::bringup::KernelMachine;
 use crate::bringup::Memory;
-use crate::bringup::{KernelMachine, NODE};
 use crate::memmap::{PAGE_SIZE, PhysRange};
 use crate::println;
 use crate::time::{Cycles, TscRate};
@@ -26,17 +26,47 @@ pub fn boot(info: &BootInfo, kernel: PhysRange) {
     }
 }
 
+/// CPUs and NUMA nodes, as the ACPI tables describe them.
+pub fn platform(p: &crate::acpi::Platform) {
+    println!(
+        "acpi: {} CPUs (APIC ids {:?}{}), {} NUMA node(s)",
+        p.apic_ids().len(),
+        p.apic_ids(),
+        if p.cpus_ignored > 0 {
+            ", more ignored"
+        } else {
+            ""
+        },
+        p.nodes
+    );
+    for (i, _) in p.apic_ids().iter().enumerate() {
+        if p.nodes > 1 {
+            println!("acpi: cpu{i} on node {}", p.cpu_node(i));
+        }
+    }
+    for m in p.memory() {
+        println!(
+            "acpi: node {} memory {:#x}..{:#x} ({} MiB)",
+            m.node,
+            m.base,
+            m.base + m.len,
+            m.len >> 20
+        );
+    }
+}
+
 /// Zones, overhead and set-up times.
 pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
     let machine = mem.machine;
     for s in mem.zones() {
-        let Some(zone) = machine.node(NODE).and_then(|n| n.zone(s.kind)) else {
+        let Some(zone) = machine.node(s.node).and_then(|n| n.zone(s.kind)) else {
             continue;
         };
         println!(
-            "zone {}: span pfn {:#x}..{:#x} ({} frames), managed {} frames ({} MiB) from {} usable range(s), \
+            "zone {} node {}: span pfn {:#x}..{:#x} ({} frames), managed {} frames ({} MiB) from {} usable range(s), \
              metadata {} KiB at {}",
             s.kind.name(),
+            s.node.index(),
             s.span.start.get(),
             s.span.end.get(),
             s.span.len(),

@@ -1,18 +1,21 @@
-//! The second CPU: a real-mode trampoline below 1 MiB, INIT-SIPI-SIPI
-//! through the local APIC, and a way to run a job on it.
+//! The other CPUs: a real-mode trampoline below 1 MiB, INIT-SIPI-SIPI
+//! through the local APIC, and a way to run a job on them.
 //!
 //! The trampoline (copied to [`TRAMPOLINE`]) goes from real mode through
 //! 32-bit protected mode to long mode with the kernel's own page tables
 //! (CR3 is below 4 GiB: its root came from DMA32), on its own GDT whose
 //! 64-bit code selector (0x08) matches the boot GDT's, so the shared IDT's
 //! gates work on both CPUs. It then calls [`ap_entry`] on a stack taken
-//! from the allocator. The application processor's APIC id is taken as 1
-//! (QEMU's numbering for `-smp 2`; a full kernel would read the ACPI MADT).
+//! from the allocator. Which CPUs to start (their APIC ids) and their NUMA
+//! nodes come from the ACPI MADT and SRAT (`acpi.rs`); they start one at a
+//! time (they share the trampoline page). CPU 0 is the bootstrap CPU; CPU
+//! 1, the first application processor, is the one the migration modes let
+//! read user pages (TLB shootdowns go to it).
 
 use crate::bringup::{KernelMachine, NODE};
 use crate::time::{Instant, TscRate};
 use crate::user_pages::Tables;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use pageframe::{Gfp, Order};
 use x86_64::VirtAddr;
 use x86_64::instructions::tlb;
@@ -27,8 +30,8 @@ const LAPIC: u64 = 0xfee0_0000;
 const ICR_LOW: u64 = 0x300;
 const ICR_HIGH: u64 = 0x310;
 const APIC_ID: u64 = 0x20;
-/// APIC id of the application processor.
-const AP_APIC_ID: u32 = 1;
+/// Most CPUs run.
+pub const MAX_CPUS: usize = crate::acpi::MAX_CPUS;
 
 core::arch::global_asm!(
     r#"
@@ -107,6 +110,9 @@ ap_tramp_end:
 
 /// The vector of the TLB shootdown IPI.
 pub const SHOOTDOWN_VECTOR: u8 = 0xf0;
+/// The vector of the IPI that wakes a halted application processor for a
+/// job.
+pub const WAKE_VECTOR: u8 = 0xf1;
 /// The local APIC's spurious-interrupt vector.
 pub const SPURIOUS_VECTOR: u8 = 0xff;
 const SVR: u64 = 0xf0;
@@ -131,6 +137,14 @@ shootdown_stub:
     pop %rax
     iretq
     .p2align 4
+    .global wake_stub
+wake_stub:
+    push %rax
+    mov $0xfee000b0, %rax
+    movl $0, (%rax)
+    pop %rax
+    iretq
+    .p2align 4
     .global spurious_stub
 spurious_stub:
     iretq
@@ -142,6 +156,7 @@ spurious_stub:
 
 unsafe extern "C" {
     fn shootdown_stub();
+    fn wake_stub();
     fn spurious_stub();
 }
 
@@ -151,14 +166,42 @@ pub fn shootdown_stub_addr() -> u64 {
     shootdown_stub as *const () as usize as u64
 }
 
+/// The wake handler's address, for the IDT: only signals end of interrupt
+/// (the halted CPU resumes after its `hlt` and finds its job).
+pub fn wake_stub_addr() -> u64 {
+    wake_stub as *const () as usize as u64
+}
+
 /// The spurious-interrupt handler's address (no end of interrupt due).
 pub fn spurious_stub_addr() -> u64 {
     spurious_stub as *const () as usize as u64
 }
 
-/// Whether the application processor runs.
+/// Whether the first application processor (CPU 1) runs.
 pub fn ap_up() -> bool {
-    AP_ALIVE.load(Ordering::Acquire) != 0
+    ALIVE[1].load(Ordering::Acquire)
+}
+
+/// CPUs running (the bootstrap CPU included).
+pub fn cpus_up() -> usize {
+    CPUS_UP.load(Ordering::Acquire) as usize
+}
+
+/// The node of CPU `i` (from the SRAT; 0 without one).
+pub fn cpu_node(i: usize) -> pageframe::NodeId {
+    let n = CPU_NODE.get(i).map_or(0, |n| n.load(Ordering::Relaxed));
+    pageframe::NodeId::new(usize::from(n)).unwrap_or(NODE)
+}
+
+/// The calling CPU's index (its place in the MADT's list, the bootstrap
+/// CPU 0).
+pub fn cpu_index() -> usize {
+    let id = cpu_id();
+    CPU_APIC
+        .iter()
+        .take(MAX_CPUS)
+        .position(|a| a.load(Ordering::Acquire) == id)
+        .unwrap_or(0)
 }
 
 /// Invalidates `virt` in the application processor's TLB, if it runs, and
@@ -172,7 +215,10 @@ pub fn flush_remote(virt: u64) {
     }
     let before = SHOOT_ACK.load(Ordering::Acquire);
     SHOOT_ADDR.store(virt, Ordering::Release);
-    send_ipi(0x0000_4000 | u32::from(SHOOTDOWN_VECTOR));
+    send_ipi(
+        CPU_APIC[1].load(Ordering::Relaxed),
+        0x0000_4000 | u32::from(SHOOTDOWN_VECTOR),
+    );
     while SHOOT_ACK.load(Ordering::Acquire) == before {
         core::hint::spin_loop();
     }
@@ -213,13 +259,19 @@ unsafe extern "C" {
     static ap_tramp_cr3: u8;
 }
 
-/// Set by the application processor once it runs Rust code.
-static AP_ALIVE: AtomicU32 = AtomicU32::new(0);
-/// The job for the application processor: a pointer to a
-/// `&(dyn Fn() + Sync)` on the poster's stack; null when idle.
-static JOB: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
-/// Jobs the application processor finished.
-static JOBS_DONE: AtomicU32 = AtomicU32::new(0);
+/// APIC id of each CPU (index 0: the bootstrap CPU).
+static CPU_APIC: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
+/// Node of each CPU.
+static CPU_NODE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
+/// CPUs running.
+static CPUS_UP: AtomicU32 = AtomicU32::new(1);
+/// Set by each application processor once it runs Rust code.
+static ALIVE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// Each application processor's job: a pointer to a `&(dyn Fn() + Sync)`
+/// on the poster's stack; null when idle.
+static JOB: [AtomicPtr<()>; MAX_CPUS] = [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
+/// Jobs each application processor finished.
+static JOBS_DONE: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 
 /// Why the second CPU did not come up.
 #[derive(Debug, Clone, Copy)]
@@ -266,8 +318,8 @@ fn delay(rate: &TscRate, us: u64) {
     }
 }
 
-fn send_ipi(icr_low: u32) {
-    lapic_write(ICR_HIGH, AP_APIC_ID << 24);
+fn send_ipi(apic: u32, icr_low: u32) {
+    lapic_write(ICR_HIGH, apic << 24);
     lapic_write(ICR_LOW, icr_low);
     // Delivery status (bit 12) clears once the IPI is sent.
     while lapic_read(ICR_LOW) & (1 << 12) != 0 {
@@ -275,12 +327,32 @@ fn send_ipi(icr_low: u32) {
     }
 }
 
-/// Brings up the application processor (INIT, then two STARTUPs, spec'd
-/// delays 10 ms and 200 us), which then waits for jobs.
-pub fn start_ap(machine: &KernelMachine, rate: &TscRate) -> Result<(), SmpError> {
-    if AP_ALIVE.load(Ordering::Acquire) != 0 {
-        return Ok(());
+/// Brings up every CPU `platform` lists, one after the other (INIT, then
+/// two STARTUPs, spec'd delays 10 ms and 200 us); each then waits for jobs.
+/// Returns the CPUs running.
+pub fn start_aps(
+    machine: &KernelMachine,
+    rate: &TscRate,
+    platform: &crate::acpi::Platform,
+) -> Result<usize, SmpError> {
+    if CPUS_UP.load(Ordering::Acquire) > 1 {
+        return Ok(cpus_up());
     }
+    for (i, &apic) in platform.apic_ids().iter().enumerate().take(MAX_CPUS) {
+        CPU_APIC[i].store(apic, Ordering::Release);
+        CPU_NODE[i].store(platform.cpu_node(i), Ordering::Relaxed);
+    }
+    map_apic_and_trampoline(machine)?;
+    for (i, &apic) in platform.apic_ids().iter().enumerate().skip(1) {
+        start_one(machine, rate, i, apic)?;
+        CPUS_UP.store(i as u32 + 1, Ordering::Release);
+    }
+    Ok(cpus_up())
+}
+
+/// Maps the local APIC's page (identity, uncached) and lifts no-execute
+/// on the trampoline page.
+fn map_apic_and_trampoline(machine: &KernelMachine) -> Result<(), SmpError> {
     let mut tables = Tables::current();
     let mut take = || {
         machine
@@ -307,7 +379,11 @@ pub fn start_ap(machine: &KernelMachine, rate: &TscRate) -> Result<(), SmpError>
         .ok_or(SmpError::Trampoline)?;
     e.set_flags(e.flags() - F::NO_EXECUTE);
     tlb::flush(VirtAddr::new(TRAMPOLINE));
+    Ok(())
+}
 
+/// Starts CPU `i` (APIC id `apic`) and waits until it runs Rust code.
+fn start_one(machine: &KernelMachine, rate: &TscRate, i: usize, apic: u32) -> Result<(), SmpError> {
     let stack_order = Order::new(3).expect("order 3 exists");
     let stack = machine
         .alloc(NODE, Gfp::KERNEL, stack_order)
@@ -331,14 +407,14 @@ pub fn start_ap(machine: &KernelMachine, rate: &TscRate) -> Result<(), SmpError>
             .write_volatile(ap_entry as *const () as usize as u64);
     }
 
-    send_ipi(0x0000_4500); // INIT, level assert
+    send_ipi(apic, 0x0000_4500); // INIT, level assert
     delay(rate, 10_000);
     for _ in 0..2 {
-        send_ipi(0x0000_4600 | (TRAMPOLINE >> 12) as u32); // STARTUP
+        send_ipi(apic, 0x0000_4600 | (TRAMPOLINE >> 12) as u32); // STARTUP
         delay(rate, 200);
     }
     let t = Instant::now();
-    while AP_ALIVE.load(Ordering::Acquire) == 0 {
+    while !ALIVE[i].load(Ordering::Acquire) {
         if t.elapsed().0 > rate.hz() {
             return Err(SmpError::Timeout);
         }
@@ -355,45 +431,70 @@ extern "C" fn ap_entry() -> ! {
     // timer goes to the bootstrap CPU).
     lapic_write(SVR, 0x100 | u32::from(SPURIOUS_VECTOR));
     x86_64::instructions::interrupts::enable();
-    AP_ALIVE.store(1, Ordering::Release);
+    let me = cpu_index();
+    ALIVE[me].store(true, Ordering::Release);
     loop {
-        let job = JOB.load(Ordering::Acquire);
+        // Idle CPUs halt (under TCG a spinning vCPU takes a host core from
+        // the working ones). Interrupts off between the check and `hlt`:
+        // `sti; hlt` takes a wake IPI sent in between when `hlt` runs.
+        x86_64::instructions::interrupts::disable();
+        let job = JOB[me].load(Ordering::Acquire);
         if job.is_null() {
-            core::hint::spin_loop();
+            x86_64::instructions::interrupts::enable_and_hlt();
             continue;
         }
-        // SAFETY: `run_both` published a pointer to a live
-        // `&(dyn Fn() + Sync)` and keeps it alive until JOBS_DONE moves.
+        x86_64::instructions::interrupts::enable();
+        // SAFETY: `post` published a pointer to a live `&(dyn Fn() + Sync)`
+        // and keeps it alive until this CPU's JOBS_DONE moves.
         let f = unsafe { *(job as *const &(dyn Fn() + Sync)) };
         f();
-        JOB.store(core::ptr::null_mut(), Ordering::Release);
-        JOBS_DONE.fetch_add(1, Ordering::AcqRel);
+        JOB[me].store(core::ptr::null_mut(), Ordering::Release);
+        JOBS_DONE[me].fetch_add(1, Ordering::AcqRel);
     }
 }
 
-/// Runs `job` on the application processor while `main` runs here;
-/// returns `main`'s result once both have finished.
-pub fn with_ap_job<R>(job: &(dyn Fn() + Sync), main: impl FnOnce() -> R) -> R {
-    let done = JOBS_DONE.load(Ordering::Acquire);
-    let r: &(dyn Fn() + Sync) = job;
-    JOB.store(&r as *const _ as *mut (), Ordering::Release);
-    let out = main();
-    // `r` (and `job`) must outlive the AP's use of them: wait for it.
-    while JOBS_DONE.load(Ordering::Acquire) == done {
+/// Posts `job` (a pointer to a `&(dyn Fn() + Sync)` the caller keeps alive
+/// until [`wait`] returns) to CPU `i`; returns its jobs-done count before.
+fn post(i: usize, job: *const &(dyn Fn() + Sync)) -> u32 {
+    let done = JOBS_DONE[i].load(Ordering::Acquire);
+    JOB[i].store(job as *mut (), Ordering::Release);
+    send_ipi(
+        CPU_APIC[i].load(Ordering::Relaxed),
+        0x0000_4000 | u32::from(WAKE_VECTOR),
+    );
+    done
+}
+
+/// Waits until CPU `i` finished the job posted when its count was `done`.
+fn wait(i: usize, done: u32) {
+    while JOBS_DONE[i].load(Ordering::Acquire) == done {
         core::hint::spin_loop();
     }
+}
+
+/// Runs `job` on CPU 1 while `main` runs here; returns `main`'s result
+/// once both have finished.
+pub fn with_ap_job<R>(job: &(dyn Fn() + Sync), main: impl FnOnce() -> R) -> R {
+    let r: &(dyn Fn() + Sync) = job;
+    let done = post(1, &r);
+    let out = main();
+    // `r` (and `job`) must outlive the AP's use of them: wait for it.
+    wait(1, done);
     out
 }
 
-/// Runs `f` on both CPUs at once (the application processor must be up)
-/// and returns when both have finished.
-pub fn run_both(f: &(dyn Fn() + Sync)) {
-    let done = JOBS_DONE.load(Ordering::Acquire);
+/// Runs `f` on every running CPU at once and returns when all have
+/// finished.
+pub fn run_all(f: &(dyn Fn() + Sync)) {
     let r: &(dyn Fn() + Sync) = f;
-    JOB.store(&r as *const _ as *mut (), Ordering::Release);
+    let n = cpus_up();
+    let mut done = [0u32; MAX_CPUS];
+    for (i, d) in done.iter_mut().enumerate().take(n).skip(1) {
+        *d = post(i, &r);
+    }
     f();
-    // `r` (and `f`) must outlive the AP's use of them: wait for it.
-    while JOBS_DONE.load(Ordering::Acquire) == done {
-        core::hint::spin_loop();
+    // `r` (and `f`) must outlive the APs' use of them: wait for each.
+    for (i, &d) in done.iter().enumerate().take(n).skip(1) {
+        wait(i, d);
     }
 }

@@ -1,7 +1,8 @@
-//! The `smp` mode: both CPUs allocate and free at once through their own
-//! per-CPU page caches (spec 04), handing half of what they allocate to
-//! the other CPU, which checks the contents and frees it; at the end the
-//! machine must hold exactly the frames it started with.
+//! The `smp` mode: every CPU the ACPI tables list allocates and frees at
+//! once through its own per-CPU page caches (spec 04), on its own NUMA
+//! node, handing half of what it allocates to the next CPU (in a ring),
+//! which checks the contents and frees it; at the end the machine must
+//! hold exactly the frames it started with.
 //!
 //! Each CPU claims its handle on the machine ([`KernelMachine::cpu`]),
 //! which holds its cache of every zone; the handle is the proof that
@@ -9,7 +10,7 @@
 //! no atomic read-modify-write on a hit. Frees of another CPU's frames go
 //! through the freeing CPU's own cache.
 
-use crate::bringup::{KernelMachine, NODE};
+use crate::bringup::KernelMachine;
 use crate::irq_lock::IrqLock;
 use crate::println;
 use crate::smp;
@@ -21,8 +22,8 @@ use pageframe::pcp::{CpuId, PcpStats};
 use pageframe::{CpuCache, Gfp, Order, Pfn, ZoneKind};
 use spin::Mutex;
 
-/// CPUs taking part.
-const CPUS: usize = 2;
+/// Most CPUs taking part.
+const CPUS: usize = smp::MAX_CPUS;
 /// Rounds per CPU.
 const ROUNDS: usize = 600;
 /// Blocks allocated per round (one in eight of order 3, the rest order 0).
@@ -49,6 +50,13 @@ pub enum SmpStressError {
     Conservation { before: u64, after: u64 },
     /// The machine's invariants failed.
     Validate,
+    /// A CPU's allocations did not come from its own node while that node
+    /// had memory to spare.
+    Remote {
+        cpu: usize,
+        local: u64,
+        allocated: u64,
+    },
 }
 
 impl fmt::Display for SmpStressError {
@@ -64,6 +72,14 @@ impl fmt::Display for SmpStressError {
                 write!(f, "free frames {before} before, {after} after")
             }
             Self::Validate => write!(f, "validation failed"),
+            Self::Remote {
+                cpu,
+                local,
+                allocated,
+            } => write!(
+                f,
+                "cpu{cpu}: only {local} of {allocated} allocations from its own node"
+            ),
         }
     }
 }
@@ -81,13 +97,19 @@ pub struct CpuReport {
     pub cross_frees: u64,
     /// Blocks it allocated.
     pub allocated: u64,
+    /// Of those, blocks its own NUMA node served.
+    pub local: u64,
+    /// Its node.
+    pub node: u32,
 }
 
 /// The mode's result.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SmpReport {
-    /// Per CPU.
+    /// Per CPU (the first `n`).
     pub cpus: [CpuReport; CPUS],
+    /// CPUs that took part.
+    pub n: usize,
     /// Frames the machine manages.
     pub managed: u64,
     /// The zone the movable allocations came from.
@@ -98,6 +120,7 @@ pub struct SmpReport {
 
 struct Shared {
     machine: &'static KernelMachine,
+    n: usize,
     outbox: [Mutex<Vec<(Pfn, Order)>>; CPUS],
     inbox_scratch: [Mutex<Vec<(Pfn, Order)>>; CPUS],
     mine: [Mutex<Vec<(Pfn, Order)>>; CPUS],
@@ -135,14 +158,19 @@ impl Shared {
     }
 
     fn work(&self, cpu: usize) -> Result<CpuReport, SmpStressError> {
-        let other = 1 - cpu;
+        // This CPU hands to the next one and takes from the previous one.
+        let other = (cpu + self.n - 1) % self.n;
+        let node = smp::cpu_node(cpu);
         // This CPU's handle: claimed for the stress, given back when dropped
         // (a kernel keeps it in the CPU's per-CPU area from bring-up on).
         let mut handle = self
             .machine
-            .cpu(CpuId(cpu as u32), NODE)
+            .cpu(CpuId(cpu as u32), node)
             .map_err(|_| SmpStressError::Claim)?;
-        let mut rep = CpuReport::default();
+        let mut rep = CpuReport {
+            node: node.index() as u32,
+            ..CpuReport::default()
+        };
         let mut mine = self.mine[cpu].lock();
         let mut taken = self.inbox_scratch[cpu].lock();
         let movable = Gfp::KERNEL | Gfp::MOVABLE;
@@ -153,6 +181,7 @@ impl Shared {
                     .alloc(movable, order)
                     .map_err(|_| SmpStressError::Alloc)?;
                 self.zone.lock().get_or_insert(a.zone);
+                rep.local += u64::from(a.node == node);
                 // SAFETY: just allocated to this CPU; identity-mapped.
                 unsafe { frame_word(a.pfn).write_volatile(tag(cpu, a.pfn)) };
                 mine.push((a.pfn, order));
@@ -170,16 +199,16 @@ impl Shared {
             while let Some(x) = mine.pop() {
                 self.free_checked(&mut handle, cpu, x)?;
             }
-            // What the other CPU handed over.
+            // What the previous CPU handed over.
             core::mem::swap(&mut *self.outbox[other].lock(), &mut *taken);
             while let Some(x) = taken.pop() {
                 self.free_checked(&mut handle, other, x)?;
                 rep.cross_frees += 1;
             }
         }
-        // Wait for the other CPU to stop handing over, then take the rest.
+        // Wait for every CPU to stop handing over, then take the rest.
         self.finished.fetch_add(1, Ordering::AcqRel);
-        while self.finished.load(Ordering::Acquire) < CPUS as u32 {
+        while self.finished.load(Ordering::Acquire) < self.n as u32 {
             core::hint::spin_loop();
         }
         core::mem::swap(&mut *self.outbox[other].lock(), &mut *taken);
@@ -188,7 +217,7 @@ impl Shared {
             rep.cross_frees += 1;
         }
         if let Some(kind) = *self.zone.lock()
-            && let Some(info) = handle.cache_info(NODE, kind)
+            && let Some(info) = handle.cache_info(node, kind)
         {
             rep.stats = info.stats;
             rep.high = info.high;
@@ -199,46 +228,68 @@ impl Shared {
     }
 }
 
+/// One buffer of held blocks per CPU.
+type Buffers = [Mutex<Vec<(Pfn, Order)>>; CPUS];
+
 fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), SmpStressError> {
     v.try_reserve_exact(n)
         .map_err(|_| SmpStressError::NoMemory("buffers"))
 }
 
-/// Runs the mode: starts the second CPU if needed, stresses, checks.
-pub fn run(machine: &'static KernelMachine, rate: &TscRate) -> Result<SmpReport, SmpStressError> {
-    smp::start_ap(machine, rate).map_err(SmpStressError::Ap)?;
-    let mut bufs: [Vec<(Pfn, Order)>; 6] = Default::default();
-    for (i, b) in bufs.iter_mut().enumerate() {
-        reserve(b, if i < 4 { OUTBOX } else { BATCH })?;
-    }
-    let [o0, o1, s0, s1, b0, b1] = bufs;
-    let before = machine.free_pages();
+/// Runs the mode: starts the other CPUs if needed, stresses, checks.
+pub fn run(
+    machine: &'static KernelMachine,
+    rate: &TscRate,
+    platform: &crate::acpi::Platform,
+) -> Result<SmpReport, SmpStressError> {
+    let n = smp::start_aps(machine, rate, platform).map_err(SmpStressError::Ap)?;
+    let buffers = |size: usize| -> Result<Buffers, SmpStressError> {
+        let mut out: Buffers = Default::default();
+        for b in out.iter_mut().take(n) {
+            reserve(b.get_mut(), size)?;
+        }
+        Ok(out)
+    };
     let shared = Shared {
         machine,
-        outbox: [Mutex::new(o0), Mutex::new(o1)],
-        inbox_scratch: [Mutex::new(s0), Mutex::new(s1)],
-        mine: [Mutex::new(b0), Mutex::new(b1)],
+        n,
+        outbox: buffers(OUTBOX)?,
+        inbox_scratch: buffers(OUTBOX)?,
+        mine: buffers(BATCH)?,
         finished: AtomicU32::new(0),
         zone: Mutex::new(None),
-        result: [Mutex::new(None), Mutex::new(None)],
+        result: Default::default(),
     };
+    // Counted after the buffers: the heap may have grown for them.
+    let before = machine.free_pages();
     let t = Instant::now();
-    smp::run_both(&|| {
-        let cpu = (smp::cpu_id() as usize).min(CPUS - 1);
+    smp::run_all(&|| {
+        let cpu = smp::cpu_index();
         let r = shared.work(cpu);
         *shared.result[cpu].lock() = Some(r);
     });
     let cycles = t.elapsed().0;
     let mut rep = SmpReport {
+        n,
         managed: machine.managed_pages(),
         zone: *shared.zone.lock(),
         cycles,
         ..SmpReport::default()
     };
-    for (i, r) in shared.result.iter().enumerate() {
+    for (i, r) in shared.result.iter().enumerate().take(n) {
         rep.cpus[i] = r.lock().take().ok_or(SmpStressError::Claim)??;
     }
-    // Both caches were drained by their owners: every frame is back.
+    // The stress holds a few MiB at most: every node serves its own CPUs.
+    for (cpu, c) in rep.cpus.iter().enumerate().take(n) {
+        if c.local != c.allocated {
+            return Err(SmpStressError::Remote {
+                cpu,
+                local: c.local,
+                allocated: c.allocated,
+            });
+        }
+    }
+    // Every cache was drained by its owner: every frame is back.
     let after = machine.free_pages();
     if after != before {
         return Err(SmpStressError::Conservation { before, after });
@@ -249,26 +300,26 @@ pub fn run(machine: &'static KernelMachine, rate: &TscRate) -> Result<SmpReport,
 
 /// Prints the table.
 pub fn print(r: &SmpReport, rate: &TscRate) {
-    let (lo, hi) = r.cpus[0].high_bounds;
     println!(
-        "smp: 2 CPUs up; machine {} frames, caches of zone {}; {} rounds x {} blocks per CPU in {}; pcp high bounds {}..{}",
+        "smp: {} CPUs up; machine {} frames, caches of zone {}; {} rounds x {} blocks per CPU in {}",
+        r.n,
         r.managed,
         r.zone.map_or("-", ZoneKind::name),
         ROUNDS,
         BATCH,
         rate.duration(Cycles(r.cycles)),
-        lo,
-        hi
     );
     println!(
-        "smp: cpu | allocs | pcp hits | hit rate | refills | spills | zone locks | cross-CPU frees | high"
+        "smp: cpu | node | allocs | local | pcp hits | hit rate | refills | spills | zone locks | cross-CPU frees | high | high bounds"
     );
-    for (i, c) in r.cpus.iter().enumerate() {
+    for (i, c) in r.cpus.iter().enumerate().take(r.n) {
         let s = &c.stats;
         let rate_x100 = (s.local_hits * 10_000).checked_div(s.allocs).unwrap_or(0);
         println!(
-            "smp: cpu{i} | {} | {} | {}.{:02}% | {} | {} | {} | {} | {}",
+            "smp: cpu{i} | {} | {} | {} | {} | {}.{:02}% | {} | {} | {} | {} | {} | {}..{}",
+            c.node,
             s.allocs,
+            c.local,
             s.local_hits,
             rate_x100 / 100,
             rate_x100 % 100,
@@ -276,7 +327,9 @@ pub fn print(r: &SmpReport, rate: &TscRate) {
             s.spills,
             s.zone_lock_acquisitions,
             c.cross_frees,
-            c.high
+            c.high,
+            c.high_bounds.0,
+            c.high_bounds.1
         );
     }
 }

@@ -6,6 +6,7 @@
 #   qemu.sh KERNEL.elf [kernel command-line words...]
 #
 # Environment: MEM (guest RAM, default 2G), SMP (CPUs, default 2),
+# NUMA (NUMA nodes, default none: RAM and CPUs split evenly, in order),
 # TIMEOUT (seconds, default 300), QEMU_EXTRA (more QEMU arguments).
 # Exit: 0 pass, 1 fail (kernel verdict, panic, exception or triple fault),
 # 124 time-out, 127 QEMU missing and not installable here.
@@ -33,12 +34,30 @@ fi
 mem=${MEM:-2G}
 smp=${SMP:-2}
 limit=${TIMEOUT:-300}
-echo "booting $elf: -m $mem -smp $smp, cmdline \"$*\"" >&2
+numa_args=()
+nodes=${NUMA:-0}
+if [ "$nodes" -gt 0 ]; then
+    case $mem in
+        *G|*g) mib=$(( ${mem%?} * 1024 )) ;;
+        *M|*m) mib=${mem%?} ;;
+        *) mib=$mem ;;
+    esac
+    if [ $(( mib % nodes )) -ne 0 ] || [ $(( smp % nodes )) -ne 0 ]; then
+        echo "NUMA=$nodes: -m $mem and -smp $smp must split evenly" >&2
+        exit 2
+    fi
+    for ((i = 0; i < nodes; i++)); do
+        first=$(( i * smp / nodes ))
+        numa_args+=(-object "memory-backend-ram,id=m$i,size=$(( mib / nodes ))M"
+            -numa "node,nodeid=$i,cpus=$first-$(( first + smp / nodes - 1 )),memdev=m$i")
+    done
+fi
+echo "booting $elf: -m $mem -smp $smp, $nodes NUMA nodes, cmdline \"$*\"" >&2
 start=$(date +%s.%N)
 # stdin from /dev/null: `-serial stdio` fails when stdin is closed (CI).
 # shellcheck disable=SC2086
 timeout "$limit" qemu-system-x86_64 -accel tcg -machine q35 -cpu qemu64,+pdpe1gb \
-    -m "$mem" -smp "$smp" -kernel "$elf" -append "$*" \
+    -m "$mem" -smp "$smp" "${numa_args[@]}" -kernel "$elf" -append "$*" \
     -serial stdio -display none -monitor none -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 ${QEMU_EXTRA:-} </dev/null
 status=$?

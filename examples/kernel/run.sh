@@ -2,13 +2,14 @@
 # Builds the pageframe example kernel (release) and boots it in QEMU,
 # showing its report. Installs what is missing when it can.
 #
-#   examples/kernel/run.sh [--mem SIZE] [--smp N] [words...]
+#   examples/kernel/run.sh [--mem SIZE] [--smp N] [--numa N] [words...]
 #
 # Words go to the kernel command line: mode words (every subsystem by
 # default: selftest bench migrate unmovable thp-swap smp giant hotplug),
 # seed=N. Examples:
 #   examples/kernel/run.sh                     # 6 GiB guest, every mode
 #   examples/kernel/run.sh --mem 2G selftest   # one mode, a smaller guest
+#   examples/kernel/run.sh --smp 4 --numa 2    # 4 CPUs on two NUMA nodes
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +19,8 @@ while [ $# -gt 0 ]; do
     case $1 in
         --mem) export MEM=$2; shift 2 ;;
         --smp) export SMP=$2; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --numa) export NUMA=$2; shift 2 ;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) break ;;
     esac
 done

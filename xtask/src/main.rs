@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's chores in one place.
 //!
-//! * `test`            install QEMU if missing (root + apt), then every test
+//! * `test`            install QEMU and OVMF if missing (root + apt) and the
+//!   bootloader crate's nightly, then every test
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
@@ -80,6 +81,11 @@ const BARE_TARGETS: &[&str] = &[
 const MSRV: &str = "1.88";
 /// The apt package that provides `qemu-system-x86_64`.
 const QEMU_PACKAGE: &str = "qemu-system-x86";
+/// OVMF, the UEFI firmware, and its apt package.
+const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
+const OVMF_PACKAGE: &str = "ovmf";
+/// The bootloader crate's nightly (examples/kernel-bootloader/image).
+const LOADER_TOOLCHAIN: &str = "nightly-2025-03-01";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,19 +121,62 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
-/// QEMU is needed by the boot tests: install it when we can, else say how.
+/// QEMU and OVMF (the bootloader_api kernel's UEFI firmware) are needed
+/// by the boot tests: install them when we can, else say how.
 fn ensure_qemu() -> Result<(), String> {
-    if have("qemu-system-x86_64") {
+    let mut missing = Vec::new();
+    if !have("qemu-system-x86_64") {
+        missing.push(QEMU_PACKAGE);
+    }
+    if !Path::new(OVMF).is_file() {
+        missing.push(OVMF_PACKAGE);
+    }
+    if missing.is_empty() {
         return Ok(());
     }
-    let cmd =
-        format!("apt-get update && apt-get install -y --no-install-recommends {QEMU_PACKAGE}");
+    let cmd = format!(
+        "apt-get update && apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
     if is_root() && have("apt-get") {
         return run(Command::new("sh").args(["-c", &cmd]));
     }
     Err(format!(
-        "qemu-system-x86_64 is missing; install it with: sudo sh -c '{cmd}'"
+        "{} missing; install with: sudo sh -c '{cmd}'",
+        missing.join(" and ")
     ))
+}
+
+/// The nightly (with the standard library's source) that the bootloader
+/// crate's build script needs to build its UEFI stage: the boot tests make
+/// the bootloader_api kernel's disk image with it.
+fn ensure_loader_toolchain() -> Result<(), String> {
+    let ok = Command::new("rustup")
+        .args([
+            "+".to_owned() + LOADER_TOOLCHAIN,
+            "component".into(),
+            "list".into(),
+            "--installed".into(),
+        ])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l.starts_with("rust-src"))
+        });
+    if ok {
+        return Ok(());
+    }
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        LOADER_TOOLCHAIN,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]))
 }
 
 /// The example kernel's target: rust-toolchain.toml lists it, but older
@@ -496,11 +545,72 @@ fn bench_table() -> Result<(), String> {
     Ok(())
 }
 
+/// Packages outside the workspace (own lock files and targets): the two
+/// example kernels, built for the bare-metal target.
+const KERNELS: &[&str] = &["examples/kernel", "examples/kernel-bootloader"];
+
+/// rustfmt and clippy (warnings denied) on the workspace and on the
+/// example kernels; the fuzz targets must build against the current API.
+fn lint() -> Result<(), String> {
+    run(Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
+    run(Command::new("cargo").args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    ensure_kernel_target()?;
+    for k in KERNELS {
+        let dir = root().join(k);
+        let fmt = Command::new("cargo")
+            .args(["fmt", "--", "--check"])
+            .current_dir(&dir)
+            .status();
+        let clippy = Command::new("cargo")
+            .args([
+                "clippy",
+                "--release",
+                "--target",
+                "x86_64-unknown-none",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .current_dir(&dir)
+            .status();
+        for (what, st) in [("rustfmt", fmt), ("clippy", clippy)] {
+            if !st.is_ok_and(|s| s.success()) {
+                return Err(format!("{what} failed in {k}"));
+            }
+        }
+    }
+    run(Command::new("rustfmt").args([
+        "--check",
+        "--edition",
+        "2021",
+        "examples/kernel-bootloader/image/src/main.rs",
+    ]))?;
+    // The fuzz crate builds only on nightly (cargo-fuzz's sanitizers); a
+    // plain check catches API drift before the fuzz step does.
+    let st = Command::new("cargo")
+        .args(["+nightly", "check", "--bins"])
+        .current_dir(root().join("fuzz"))
+        .status();
+    if st.is_ok_and(|s| s.success()) {
+        Ok(())
+    } else {
+        Err("the fuzz targets do not build".into())
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let rest = || args.iter().skip(1).map(String::as_str);
     let result = match args.first().map(String::as_str) {
-        Some("test") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| {
+        Some("test") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| ensure_loader_toolchain()).and_then(|()| {
             run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest()))
         }),
         Some("fuzz") => match (args.get(1), args.get(2)) {
@@ -515,9 +625,7 @@ fn main() -> ExitCode {
             (Some("--minutes"), Some(Ok(m))) if m > 0.0 => soak(m),
             _ => Err("usage: cargo xtask soak --minutes M".into()),
         },
-        Some("lint") => run(Command::new("cargo").args(["fmt", "--all", "--", "--check"])).and_then(|()| {
-            run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))
-        }),
+        Some("lint") => lint(),
         Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),

@@ -17,6 +17,14 @@ pub const KERNEL_TARGET: &str = "x86_64-unknown-none";
 pub const QEMU_INSTALL: &str = "apt-get install -y --no-install-recommends qemu-system-x86";
 /// The QEMU binary.
 const QEMU: &str = "qemu-system-x86_64";
+/// OVMF, the UEFI firmware the bootloader_api kernel boots with (Debian's
+/// and Ubuntu's `ovmf` package).
+pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
+/// The apt line for OVMF.
+pub const OVMF_INSTALL: &str = "apt-get install -y --no-install-recommends ovmf";
+/// The nightly whose `-Zbuild-std` the bootloader crate's build script
+/// uses (examples/kernel-bootloader/image/rust-toolchain.toml).
+pub const LOADER_TOOLCHAIN: &str = "nightly-2025-03-01";
 
 /// Directory of the kernel package.
 pub fn kernel_dir() -> PathBuf {
@@ -30,6 +38,8 @@ pub enum HarnessError {
     Build(String),
     /// QEMU is not installed.
     QemuMissing,
+    /// OVMF is not installed.
+    OvmfMissing,
     /// QEMU could not be started or its output not read.
     Io(std::io::Error),
     /// The boot configuration cannot be expressed to QEMU.
@@ -41,6 +51,7 @@ impl fmt::Display for HarnessError {
         match self {
             Self::Build(why) => write!(f, "kernel build failed: {why}"),
             Self::QemuMissing => write!(f, "{QEMU} not found; install it with: {QEMU_INSTALL}"),
+            Self::OvmfMissing => write!(f, "{OVMF} not found; install it with: {OVMF_INSTALL}"),
             Self::Io(e) => write!(f, "running {QEMU}: {e}"),
             Self::Config(why) => write!(f, "bad boot configuration: {why}"),
         }
@@ -49,39 +60,115 @@ impl fmt::Display for HarnessError {
 
 impl std::error::Error for HarnessError {}
 
-/// Builds the kernel in release mode into `target_dir` and returns the ELF.
-pub fn build_kernel(target_dir: &Path) -> Result<PathBuf, HarnessError> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(kernel_dir())
-        .args([
-            "build",
-            "--release",
-            "--target",
-            KERNEL_TARGET,
-            "--target-dir",
-        ])
-        .arg(target_dir)
+/// Directory of the bootloader_api kernel package (its image tool is in
+/// `image/`).
+pub fn bootloader_kernel_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel-bootloader")
+}
+
+/// Runs `cargo` (through rustup's `+toolchain` when given) in `dir` and
+/// fails with its stderr.
+fn cargo(
+    dir: &Path,
+    toolchain: Option<&str>,
+    args: &[&std::ffi::OsStr],
+) -> Result<(), HarnessError> {
+    // A toolchain other than the outer one goes through rustup's proxy;
+    // the outer one is the `cargo` that runs these tests.
+    let mut cmd = match toolchain {
+        Some(t) => {
+            let mut c = Command::new("cargo");
+            c.arg(format!("+{t}"));
+            // The outer cargo's choice must not override `+t`: cargo takes
+            // `CARGO` as its own path and hands it to build scripts (the
+            // bootloader's runs `$CARGO install -Zbuild-std`).
+            c.env_remove("RUSTUP_TOOLCHAIN")
+                .env_remove("RUSTC")
+                .env_remove("CARGO");
+            c
+        }
+        None => Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())),
+    };
+    let out = cmd
+        .current_dir(dir)
+        .args(args)
         // The outer build's target dir must not leak into the nested one.
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
         .stdin(Stdio::null())
         .output()
         .map_err(|e| HarnessError::Build(format!("starting cargo: {e}")))?;
-    if !out.status.success() {
-        return Err(HarnessError::Build(
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(HarnessError::Build(
             String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
+        ))
     }
-    let elf = target_dir
-        .join(KERNEL_TARGET)
-        .join("release/pageframe-kernel");
+}
+
+/// Builds the kernel package in `dir` (release, for [`KERNEL_TARGET`])
+/// into `target_dir` and returns its ELF `bin`.
+fn build_elf(dir: &Path, bin: &str, target_dir: &Path) -> Result<PathBuf, HarnessError> {
+    cargo(
+        dir,
+        None,
+        &[
+            "build".as_ref(),
+            "--release".as_ref(),
+            "--target".as_ref(),
+            KERNEL_TARGET.as_ref(),
+            "--target-dir".as_ref(),
+            target_dir.as_os_str(),
+        ],
+    )?;
+    let elf = target_dir.join(KERNEL_TARGET).join("release").join(bin);
     if elf.is_file() {
         Ok(elf)
     } else {
         Err(HarnessError::Build(format!(
             "{} was not produced",
             elf.display()
+        )))
+    }
+}
+
+/// Builds the kernel in release mode into `target_dir` and returns the ELF.
+pub fn build_kernel(target_dir: &Path) -> Result<PathBuf, HarnessError> {
+    build_elf(&kernel_dir(), "pageframe-kernel", target_dir)
+}
+
+/// Builds the bootloader_api kernel into `target_dir`, then wraps it into
+/// a UEFI disk image with the image tool (built on [`LOADER_TOOLCHAIN`]),
+/// and returns the image's path.
+pub fn build_bootloader_image(target_dir: &Path) -> Result<PathBuf, HarnessError> {
+    let dir = bootloader_kernel_dir();
+    let elf = build_elf(
+        &dir,
+        "pageframe-bootloader-kernel",
+        &target_dir.join("kernel"),
+    )?;
+    let image = target_dir.join("pageframe-bootloader-kernel-uefi.img");
+    let tool_target = target_dir.join("image-tool");
+    cargo(
+        &dir.join("image"),
+        Some(LOADER_TOOLCHAIN),
+        &[
+            "run".as_ref(),
+            "--release".as_ref(),
+            "--target-dir".as_ref(),
+            tool_target.as_os_str(),
+            "--".as_ref(),
+            elf.as_os_str(),
+            image.as_os_str(),
+        ],
+    )?;
+    if image.is_file() {
+        Ok(image)
+    } else {
+        Err(HarnessError::Build(format!(
+            "{} was not produced",
+            image.display()
         )))
     }
 }
@@ -195,21 +282,71 @@ fn numa_args(cfg: &BootConfig) -> Result<Vec<String>, HarnessError> {
 /// Boots `elf` under QEMU (TCG, q35, qemu64 with 1 GiB pages) and waits for
 /// it to exit.
 pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
-    let start = Instant::now();
-    let mut child = Command::new(QEMU)
-        .args([
-            "-accel",
-            "tcg",
-            "-machine",
-            "q35",
-            "-cpu",
-            "qemu64,+pdpe1gb",
-        ])
-        .args(["-m", &cfg.mem, "-smp", &cfg.smp.to_string()])
+    let mut cmd = Command::new(QEMU);
+    cmd.args(["-cpu", "qemu64,+pdpe1gb"])
+        .args(["-smp", &cfg.smp.to_string()])
         .args(numa_args(cfg)?)
         .arg("-kernel")
         .arg(elf)
-        .args(["-append", &cfg.append])
+        .args(["-append", &cfg.append]);
+    launch(cmd, cfg)
+}
+
+/// Boots a UEFI disk `image` (the bootloader_api kernel's) under QEMU with
+/// OVMF as firmware and waits for it to exit. `cfg.append` is not used: the
+/// image carries no command line. OVMF's own serial output (its boot
+/// manager's lines and terminal escapes) is removed from `serial`.
+pub fn boot_uefi(image: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
+    if !Path::new(OVMF).is_file() {
+        return Err(HarnessError::OvmfMissing);
+    }
+    let mut drive = std::ffi::OsString::from("format=raw,file=");
+    drive.push(image);
+    let mut cmd = Command::new(QEMU);
+    cmd.args(["-cpu", "qemu64"])
+        .args(["-smp", &cfg.smp.to_string()])
+        .args(numa_args(cfg)?)
+        .args(["-bios", OVMF])
+        .arg("-drive")
+        .arg(drive);
+    let mut b = launch(cmd, cfg)?;
+    b.serial = strip_firmware_output(&b.serial);
+    Ok(b)
+}
+
+/// `serial` without terminal escape sequences and OVMF's `BdsDxe:` lines.
+pub fn strip_firmware_output(serial: &str) -> String {
+    let mut out = String::with_capacity(serial.len());
+    let mut chars = serial.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters, then one final letter.
+            for p in chars.by_ref() {
+                if p.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out.lines()
+        .filter(|l| !l.starts_with("BdsDxe: "))
+        .fold(String::new(), |mut acc, l| {
+            acc.push_str(l);
+            acc.push('\n');
+            acc
+        })
+}
+
+/// Runs `cmd` (QEMU with its firmware and CPU arguments) with the machine,
+/// RAM, serial and exit device every boot shares, and waits for it.
+fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
+    let start = Instant::now();
+    let mut child = cmd
+        .args(["-accel", "tcg", "-machine", "q35"])
+        .args(["-m", &cfg.mem])
         .args(["-serial", "stdio", "-display", "none", "-monitor", "none"])
         .args([
             "-no-reboot",
@@ -260,4 +397,54 @@ pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
         stderr: stderr.join().unwrap_or_default(),
         elapsed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_sizes_in_qemu_syntax() {
+        assert_eq!(mem_mib("8G"), Some(8192));
+        assert_eq!(mem_mib("512M"), Some(512));
+        assert_eq!(mem_mib("300"), Some(300));
+        assert_eq!(mem_mib("G"), None);
+        assert_eq!(mem_mib("99999999999999999999G"), None);
+        assert_eq!(mem_mib("18446744073709551615G"), None);
+    }
+
+    #[test]
+    fn numa_nodes_split_ram_and_cpus_in_order() {
+        let mut cfg = BootConfig::new("8G", "");
+        cfg.smp = 4;
+        assert!(numa_args(&cfg).unwrap().is_empty());
+        cfg.numa = 2;
+        assert_eq!(
+            numa_args(&cfg).unwrap(),
+            [
+                "-object",
+                "memory-backend-ram,id=m0,size=4096M",
+                "-numa",
+                "node,nodeid=0,cpus=0-1,memdev=m0",
+                "-object",
+                "memory-backend-ram,id=m1,size=4096M",
+                "-numa",
+                "node,nodeid=1,cpus=2-3,memdev=m1",
+            ]
+        );
+        cfg.smp = 3;
+        assert!(matches!(numa_args(&cfg), Err(HarnessError::Config(_))));
+        cfg.smp = 4;
+        cfg.mem = "eight".into();
+        assert!(matches!(numa_args(&cfg), Err(HarnessError::Config(_))));
+    }
+
+    #[test]
+    fn firmware_escapes_and_boot_manager_lines_are_removed() {
+        let raw = "\x1b[=3h\x1b[=3hBdsDxe: failed to load Boot0001\n\x1b[2J\x1b[01;01Hpageframe kernel: booted\nRESULT: PASS\n";
+        assert_eq!(
+            strip_firmware_output(raw),
+            "pageframe kernel: booted\nRESULT: PASS\n"
+        );
+    }
 }

@@ -125,7 +125,9 @@ fn two_gib_selftest_and_bench_pass() {
 fn six_gib_uses_ram_above_4_gib() {
     let b = run("6G", "selftest");
     assert_selftest_passed(&b);
-    let normal = b.line("zone Normal node 0: ").expect("a Normal zone at -m 6G");
+    let normal = b
+        .line("zone Normal node 0: ")
+        .expect("a Normal zone at -m 6G");
     assert!(normal.starts_with("span pfn 0x100000.."), "{normal}");
     let (_, above) = allocated(&b);
     // q35 puts 4 GiB of a 6 GiB guest above 4 GiB.
@@ -348,7 +350,10 @@ fn assert_smp_passed(b: &Boot, cpus: usize) -> Vec<SmpRow> {
             };
             // 600 rounds of 64 blocks; every one counted by the cache.
             assert_eq!(r.allocs, 600 * 64, "{row}");
-            assert!(r.hits * 2 > r.allocs, "most allocations hit the cache: {row}");
+            assert!(
+                r.hits * 2 > r.allocs,
+                "most allocations hit the cache: {row}"
+            );
             assert!(r.cross > 0, "frames freed by another CPU: {row}");
             assert!((lo..=hi).contains(&r.high), "high {} in {lo}..{hi}", r.high);
             // The stress holds little: every CPU's own node serves it.
@@ -356,14 +361,20 @@ fn assert_smp_passed(b: &Boot, cpus: usize) -> Vec<SmpRow> {
             r
         })
         .collect();
-    assert!(b.line(&format!("smp: cpu{cpus} | ")).is_none(), "{cpus} rows only");
+    assert!(
+        b.line(&format!("smp: cpu{cpus} | ")).is_none(),
+        "{cpus} rows only"
+    );
     rows
 }
 
 #[test]
 fn two_cpus_stress_their_own_caches() {
     let b = run("256M", "smp");
-    assert!(b.serial.contains("acpi: 2 CPUs (APIC ids [0, 1]), 1 NUMA node(s)"));
+    assert!(
+        b.serial
+            .contains("acpi: 2 CPUs (APIC ids [0, 1]), 1 NUMA node(s)")
+    );
     for r in assert_smp_passed(&b, 2) {
         assert_eq!(r.node, 0);
     }
@@ -381,7 +392,8 @@ fn four_cpus_on_two_numa_nodes_allocate_from_their_own_node() {
     let b = run_with(&cfg);
     assert_selftest_passed(&b);
     assert!(
-        b.serial.contains("acpi: 4 CPUs (APIC ids [0, 1, 2, 3]), 2 NUMA node(s)"),
+        b.serial
+            .contains("acpi: 4 CPUs (APIC ids [0, 1, 2, 3]), 2 NUMA node(s)"),
         "ACPI line"
     );
     for cpu in 0..4 {
@@ -524,10 +536,16 @@ fn every_mode_passes_at_8_gib_on_two_numa_nodes() {
         );
     }
     assert!(!b.serial.contains("skipped"), "nothing skipped at 8 GiB");
-    assert!(b.line("zone Normal node 0: ").is_some(), "node 0 above 4 GiB");
+    assert!(
+        b.line("zone Normal node 0: ").is_some(),
+        "node 0 above 4 GiB"
+    );
     let node1 = b.line("zone Normal node 1: ").expect("node 1's zone");
     assert!(node1.starts_with("span pfn 0x180000.."), "{node1}");
-    assert!(b.line("zone DMA32 node 1: ").is_none(), "node 1 has no DMA32");
+    assert!(
+        b.line("zone DMA32 node 1: ").is_none(),
+        "node 1 has no DMA32"
+    );
     let (_, above) = allocated(&b);
     assert!(above > 1_400_000, "{above} frames above 4 GiB");
     for (cpu, r) in assert_smp_passed(&b, 4).iter().enumerate() {

@@ -359,10 +359,7 @@ fn memalloc_reaches_the_frames_in_its_own_cache() {
     while let Ok(a) = cpu.alloc(Gfp::KERNEL, Order::ZERO) {
         assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);
     }
-    let cached = cpu
-        .cache_info(NodeId::ZERO, ZoneKind::Dma32)
-        .unwrap()
-        .count;
+    let cached = cpu.cache_info(NodeId::ZERO, ZoneKind::Dma32).unwrap().count;
     assert!(cached > 0, "the ordinary requests left frames in the cache");
     while let Ok(a) = cpu.alloc(Gfp::KERNEL | Gfp::MEMALLOC, Order::ZERO) {
         assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);

@@ -69,6 +69,38 @@
 //!     ]
 //! );
 //! ```
+//!
+//! ## A newcomer's path: from the repository to a frame in your kernel
+//!
+//! 1. **Boot it as it is.** `examples/kernel-bootloader/run.sh` builds a
+//!    blog_os-style kernel (the `bootloader` crate 0.11, UEFI, OVMF) and
+//!    boots it in QEMU: it reads `bootloader_api`'s memory map, plans,
+//!    builds, enables a per-CPU cache, allocates every free frame once,
+//!    takes a 2 MiB range with migration and prints a fragmentation map.
+//!    `examples/kernel/run.sh` does everything else on a PVH kernel:
+//!    ACPI CPUs and NUMA nodes, compaction, THP swap, 1 GiB pages, hotplug.
+//! 2. **Add the crate** with your boot protocol's feature:
+//!    `pageframe = { version = "0.1", features = ["bootloader_api"] }`
+//!    (or `limine`, `multiboot2`, `uefi`; `x86_64` for the page-table
+//!    adapter). It builds on stable, for x86-64, AArch64 and RISC-V.
+//! 3. **Map physical memory** once, at an offset the plan's `build` closure
+//!    adds (`bootloader_api`: `config.mappings.physical_memory =
+//!    Some(Mapping::Dynamic)`). A kernel whose boot tables map only the
+//!    first 4 GiB plans with [`Plan::new_within`] and builds its own direct
+//!    map from the machine afterwards, as `examples/kernel` does.
+//! 4. **Plan and build** as in the example above: the usable ranges, the
+//!    firmware's NUMA affinity ranges if any (ACPI SRAT, parsed in
+//!    `examples/kernel/src/acpi.rs`), a [`crate::MachineConfig`]. The plan
+//!    says what it carves ([`Plan::carved_frames`], [`Plan::zones`]).
+//! 5. **Share it.** `Plan::build` returns `&'static mut Machine`: enable the
+//!    per-CPU caches, then keep it as `&'static Machine` and give each CPU
+//!    its handle ([`crate::Machine::cpu`]). A kernel that allocates from
+//!    interrupt handlers picks an interrupt-disabling lock
+//!    (`Machine<'static, YourIrqLock>`, any `lock_api::RawMutex`).
+//! 6. **Let it move pages** (optional): compaction, contiguous ranges and
+//!    memory offline call the kernel's [`crate::Migrator`] to copy a page
+//!    and fix its mappings; `examples/kernel-bootloader/src/main.rs` has a
+//!    20-line one.
 
 #[cfg(feature = "bootloader_api")]
 mod bootloader_api;

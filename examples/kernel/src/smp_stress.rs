@@ -171,6 +171,15 @@ impl Shared {
             node: node.index() as u32,
             ..CpuReport::default()
         };
+        // The cache's counters before the stress: the main job's earlier
+        // modes used this CPU's caches too.
+        let kinds = [
+            ZoneKind::Dma,
+            ZoneKind::Dma32,
+            ZoneKind::Normal,
+            ZoneKind::Movable,
+        ];
+        let start = kinds.map(|k| handle.cache_info(node, k).map(|i| i.stats));
         let mut mine = self.mine[cpu].lock();
         let mut taken = self.inbox_scratch[cpu].lock();
         let movable = Gfp::KERNEL | Gfp::MOVABLE;
@@ -219,7 +228,12 @@ impl Shared {
         if let Some(kind) = *self.zone.lock()
             && let Some(info) = handle.cache_info(node, kind)
         {
-            rep.stats = info.stats;
+            let before = kinds
+                .iter()
+                .position(|&k| k == kind)
+                .and_then(|i| start[i])
+                .unwrap_or_default();
+            rep.stats = info.stats.since(&before);
             rep.high = info.high;
             rep.high_bounds = (info.high_min, info.high_max);
         }

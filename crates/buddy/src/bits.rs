@@ -197,8 +197,10 @@ mod tests {
     #[test]
     fn maximal_blocks_match_a_frame_by_frame_reference() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        // Safe bit arithmetic: under Miri a few rounds a size suffice.
+        let rounds = if cfg!(miri) { 2 } else { 200 };
         for c in [1u8, 3, 5, 6, 7, 9] {
-            for round in 0..200 {
+            for round in 0..rounds {
                 let mut w = std::vec![0u64; words(c)];
                 let mut frames = std::vec![false; 1 << c];
                 let density = round % 7;

@@ -9,7 +9,7 @@ use pageframe_buddy::{BuddyConfig, BuddyZone, Order, Pfn, PfnRange, SingleList};
 use proptest::prelude::*;
 
 /// Span lengths; small under Miri, where every step's `validate()` is slow.
-const MAX_LEN: u64 = if cfg!(miri) { 600 } else { 3000 };
+const MAX_LEN: u64 = if cfg!(miri) { 400 } else { 3000 };
 
 type Scenario = (u8, u8, u64, u64, Vec<(u64, u64)>, Vec<Op>);
 
@@ -49,7 +49,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 
 fn cases() -> ProptestConfig {
     ProptestConfig {
-        cases: if cfg!(miri) { 2 } else { 256 },
+        cases: if cfg!(miri) { 1 } else { 256 },
         failure_persistence: None,
         ..ProptestConfig::default()
     }

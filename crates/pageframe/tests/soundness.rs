@@ -25,7 +25,7 @@ fn concurrent_frees_of_one_frame_have_one_winner() {
     m.enable_pcp(2, leak(m.pcp_bytes(2).unwrap())).unwrap();
     let m: &Machine<'static> = m;
     let managed = m.managed_pages();
-    let rounds = if cfg!(miri) { 40 } else { 2000 };
+    let rounds = if cfg!(miri) { 20 } else { 2000 };
     let barrier = Barrier::new(2);
     let wins = [AtomicU32::new(0), AtomicU32::new(0)];
     let (tx, rx) = std::sync::mpsc::sync_channel::<Pfn>(0);

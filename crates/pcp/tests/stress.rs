@@ -12,7 +12,7 @@ use pageframe_pcp::{
     CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn, Slot,
 };
 
-const FRAMES: u64 = if cfg!(miri) { 1024 } else { 4096 };
+const FRAMES: u64 = if cfg!(miri) { 512 } else { 4096 };
 const ROUNDS: usize = if cfg!(miri) { 4 } else { 300 };
 /// Drain rounds of the third CPU at most.
 const DRAINS: u32 = if cfg!(miri) { 100 } else { 5000 };

@@ -31,6 +31,10 @@ use std::process::{Command, ExitCode};
 /// the run is made under Stacked Borrows and under Tree Borrows.
 const MIRI: &[(&str, &[&str], bool, bool)] = &[
     // Heaviest first: two workers share the list.
+    // The core's one unsafe operation reads metadata words behind their
+    // chunk's init bit: the zone tests (holes, ranges added piecewise) reach
+    // it; the model and bit-table tests add only safe code and time.
+    ("pageframe-buddy", &["--test", "buddy"], true, true),
     // Two CPUs freeing one frame through their caches and the zone path.
     (
         "pageframe",
@@ -43,10 +47,6 @@ const MIRI: &[(&str, &[&str], bool, bool)] = &[
     // A zone hot-added while another thread looks it up.
     ("pageframe", &["--test", "hotplug", "miri_"], true, false),
     ("pageframe-swap", &["--test", "stress"], true, false),
-    // The core's one unsafe operation reads metadata words behind their
-    // chunk's init bit: the zone tests (holes, ranges added piecewise) reach
-    // it; the model and bit-table tests add only safe code and time.
-    ("pageframe-buddy", &["--test", "buddy"], true, true),
     // The pageblock table's cast, and the unchecked free through the layer.
     (
         "pageframe-mobility",
@@ -280,15 +280,17 @@ fn miri() -> Result<(), String> {
     // tests leak it on purpose.
     let stacked = "-Zmiri-strict-provenance -Zmiri-ignore-leaks";
     let tree = "-Zmiri-strict-provenance -Zmiri-ignore-leaks -Zmiri-tree-borrows";
-    let runs = MIRI
-        .iter()
-        .filter(|m| m.2)
-        .map(|&(c, a, ..)| (c, a, stacked));
-    let trees = MIRI.iter().filter(|m| m.3).map(|&(c, a, ..)| (c, a, tree));
+    // In the list's order (heaviest first), each entry's runs together.
+    let jobs = MIRI.iter().flat_map(|&(c, a, sb, tb)| {
+        [(sb, stacked), (tb, tree)]
+            .into_iter()
+            .filter(|&(on, _)| on)
+            .map(move |(_, flags)| (c, a, flags))
+    });
     // Each test binary runs on one core under Miri: two workers, each with
     // its own target directory so neither waits on the other's build lock.
     // A job's output is printed whole when it ends.
-    let queue = std::sync::Mutex::new(runs.chain(trees));
+    let queue = std::sync::Mutex::new(jobs);
     let failed = std::sync::Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
     std::thread::scope(|s| {

@@ -12,8 +12,8 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 target=x86_64-unknown-none
-# The nightly bootloader 0.11.10's build script needs (image/rust-toolchain.toml).
-loader_toolchain=nightly-2025-03-01
+# The nightly bootloader 0.11.10's build script needs: image/rust-toolchain.toml's.
+loader_toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$here/image/rust-toolchain.toml")
 mem=2G
 while [ $# -gt 0 ]; do
     case $1 in

@@ -100,8 +100,8 @@ const QEMU_PACKAGE: &str = "qemu-system-x86";
 /// OVMF, the UEFI firmware, and its apt package.
 const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
 const OVMF_PACKAGE: &str = "ovmf";
-/// The bootloader crate's nightly (examples/kernel-bootloader/image).
-const LOADER_TOOLCHAIN: &str = "nightly-2025-03-01";
+/// The image tool's rust-toolchain.toml: the bootloader crate's nightly.
+const LOADER_TOOLCHAIN_FILE: &str = "examples/kernel-bootloader/image/rust-toolchain.toml";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -167,9 +167,16 @@ fn ensure_qemu() -> Result<(), String> {
 /// crate's build script needs to build its UEFI stage: the boot tests make
 /// the bootloader_api kernel's disk image with it.
 fn ensure_loader_toolchain() -> Result<(), String> {
+    let file = root().join(LOADER_TOOLCHAIN_FILE);
+    let text = fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let toolchain = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .ok_or_else(|| format!("{} names no channel", file.display()))?;
     let ok = Command::new("rustup")
         .args([
-            "+".to_owned() + LOADER_TOOLCHAIN,
+            format!("+{toolchain}"),
             "component".into(),
             "list".into(),
             "--installed".into(),
@@ -187,7 +194,7 @@ fn ensure_loader_toolchain() -> Result<(), String> {
     run(Command::new("rustup").args([
         "toolchain",
         "install",
-        LOADER_TOOLCHAIN,
+        &toolchain,
         "--profile",
         "minimal",
         "--component",

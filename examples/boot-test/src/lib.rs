@@ -22,9 +22,6 @@ const QEMU: &str = "qemu-system-x86_64";
 pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
 /// The apt line for OVMF.
 pub const OVMF_INSTALL: &str = "apt-get install -y --no-install-recommends ovmf";
-/// The nightly whose `-Zbuild-std` the bootloader crate's build script
-/// uses (examples/kernel-bootloader/image/rust-toolchain.toml).
-pub const LOADER_TOOLCHAIN: &str = "nightly-2025-03-01";
 
 /// Directory of the kernel package.
 pub fn kernel_dir() -> PathBuf {
@@ -138,11 +135,24 @@ pub fn build_kernel(target_dir: &Path) -> Result<PathBuf, HarnessError> {
     build_elf(&kernel_dir(), "pageframe-kernel", target_dir)
 }
 
+/// The nightly whose `-Zbuild-std` the bootloader crate's build script
+/// uses: the `channel` of the image tool's rust-toolchain.toml.
+pub fn loader_toolchain() -> Result<String, HarnessError> {
+    let file = bootloader_kernel_dir().join("image/rust-toolchain.toml");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| HarnessError::Build(format!("{}: {e}", file.display())))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .ok_or_else(|| HarnessError::Build(format!("{} names no channel", file.display())))
+}
+
 /// Builds the bootloader_api kernel into `target_dir`, then wraps it into
-/// a UEFI disk image with the image tool (built on [`LOADER_TOOLCHAIN`]),
+/// a UEFI disk image with the image tool (built on [`loader_toolchain`]),
 /// and returns the image's path.
 pub fn build_bootloader_image(target_dir: &Path) -> Result<PathBuf, HarnessError> {
     let dir = bootloader_kernel_dir();
+    let toolchain = loader_toolchain()?;
     let elf = build_elf(
         &dir,
         "pageframe-bootloader-kernel",
@@ -152,7 +162,7 @@ pub fn build_bootloader_image(target_dir: &Path) -> Result<PathBuf, HarnessError
     let tool_target = target_dir.join("image-tool");
     cargo(
         &dir.join("image"),
-        Some(LOADER_TOOLCHAIN),
+        Some(&toolchain),
         &[
             "run".as_ref(),
             "--release".as_ref(),
@@ -402,6 +412,12 @@ fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loader_toolchain_is_a_pinned_nightly() {
+        let t = loader_toolchain().unwrap();
+        assert!(t.starts_with("nightly-20"), "{t}");
+    }
 
     #[test]
     fn mem_sizes_in_qemu_syntax() {

@@ -132,9 +132,19 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !(ordinary && cached_order(order) && self.watermark_fast(order, flags, highest)) {
             return None;
         }
-        let mt = gfp.migratetype();
+        self.take_cached(local, order, gfp.migratetype())
+    }
+
+    /// A block of `order` off this CPU's own list (refilled from the zone
+    /// if empty), marked allocated: it came off our list, so it is ours.
+    #[inline]
+    fn take_cached(
+        &self,
+        local: &mut LocalPcp<'a, 'a>,
+        order: Order,
+        mt: MigrateType,
+    ) -> Option<Pfn> {
         let p = local.alloc(self, order, mt).ok()?;
-        // The block came off this CPU's own list: it is ours.
         self.states.set_allocated(p, order, mt);
         Some(p)
     }
@@ -160,10 +170,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
         match self.try_alloc(gfp, order, flags, highest) {
             Err(e) if flags.contains(AllocFlags::NO_WATERMARKS) && cached_order(order) => {
-                let mt = gfp.migratetype();
-                let p = local.alloc(self, order, mt).map_err(|_| e)?;
-                self.states.set_allocated(p, order, mt);
-                Ok(p)
+                self.take_cached(local, order, gfp.migratetype()).ok_or(e)
             }
             r => r,
         }

@@ -97,6 +97,52 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         None
     }
 
+    /// The free memory on `list` in `range` (clipped to the span): how many
+    /// free frames it holds in chunks lying wholly inside it, and its
+    /// largest free block there (the lowest of that order). One look at
+    /// each chunk's counts and one bit scan: a policy can weigh a few
+    /// pageblocks against each other cheaply.
+    pub fn free_room(&self, range: PfnRange, list: ListId) -> (u64, Option<(Pfn, Order)>) {
+        let r = range.intersect(&self.span);
+        if r.is_empty() {
+            return (0, None);
+        }
+        let lo = self.idx(r.start);
+        let hi = lo + r.len() as Idx;
+        let (mut free, mut best): (u64, Option<(Idx, u8)>) = (0, None);
+        let mut k = self.chunk_of(lo);
+        while self.first(k) < hi {
+            let ch = &self.chunks[k];
+            let inside = self.first(k) >= lo && self.first(k) + (1 << self.c) <= hi;
+            let room = match ch.mode {
+                Mode::FreeHead if self.first(k) + (1 << ch.order) <= hi => {
+                    Some((1u64 << ch.order, ch.order))
+                }
+                Mode::Split if ch.free > 0 => Some((u64::from(ch.free), ch.top_order())),
+                _ => None,
+            };
+            if let Some((n, o)) = room
+                && inside
+                && ch.list == list.get()
+            {
+                free += n;
+                if best.is_none_or(|(_, b)| o > b) {
+                    best = Some((k, o));
+                }
+            }
+            k += 1;
+        }
+        let best = best.and_then(|(k, o)| {
+            let x = if self.chunks[k].mode == Mode::Split {
+                bits::find_maximal(self.words(k), o)?
+            } else {
+                0
+            };
+            Some((self.pfn(self.first(k) + x), Order::new_truncated(o)))
+        });
+        (free, best)
+    }
+
     /// Moves the free block headed by `head` to `list` (for a policy
     /// retyping memory) and returns the head and order of the block now
     /// holding `head`. A block of at least the chunk order merges with

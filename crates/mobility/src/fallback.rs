@@ -8,6 +8,10 @@ use crate::migratetype::list_of;
 use crate::zone::{AllocMode, MobileZone};
 use crate::{BlockError, MigrateType, fallbacks, tag};
 
+/// The mixed regions a fallback looks at, at most (a bound on the slow
+/// path's work; grouping keeps mixed regions few).
+const PAIR_SCAN: usize = 64;
+
 /// What `find_suitable_fallback` found at one order.
 enum Found {
     Type(MigrateType),
@@ -45,6 +49,11 @@ impl MobileZone<'_> {
             order
         };
         let max = self.buddy.max_order();
+        if let Some((head, cur, fb)) = self.pinned_neighbour(min, mt)
+            && let Some(p) = self.try_claim(head, cur, order, mt, fb)
+        {
+            return Some(p);
+        }
         for cur in (min.get()..=max.get()).rev() {
             let cur = Order::new(cur)?;
             let fb = match self.find_fallback(cur, mt, true) {
@@ -118,6 +127,15 @@ impl MobileZone<'_> {
     /// spec 02 §5.4 `__rmqueue_steal`: the smallest fallback block, split
     /// with its remainders left on the fallback type's lists.
     pub(crate) fn steal(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+        if let Some((head, cur, _)) = self.pinned_neighbour(order, mt)
+            && self.buddy.alloc_at(head, order).is_ok()
+        {
+            let fragmenting = cur < self.pageblock_order();
+            let s = &mut self.buddy.policy_mut().stats;
+            s.steals += 1;
+            s.fragmenting += u64::from(fragmenting);
+            return Some(head);
+        }
         for cur in order.get()..=self.buddy.max_order().get() {
             let cur = Order::new(cur)?;
             if let Found::Type(fb) = self.find_fallback(cur, mt, false) {
@@ -134,6 +152,45 @@ impl MobileZone<'_> {
             }
         }
         None
+    }
+
+    /// Where an unmovable or reclaimable request falls back first: a
+    /// pageblock of a fallback type in a region (a maximum-order block)
+    /// that already holds a pageblock of the request's type, with a free
+    /// block of at least `min`: the one with the most free memory, and its
+    /// largest free block. Not Linux's rule (it looks at block sizes only):
+    /// a region with one unmovable frame can never be a free maximum-order
+    /// block, so pinned memory put beside pinned memory keeps other regions
+    /// whole. At most [`PAIR_SCAN`] mixed regions are looked at.
+    fn pinned_neighbour(&self, min: Order, mt: MigrateType) -> Option<(Pfn, Order, MigrateType)> {
+        if !self.mobility().grouping
+            || !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+        {
+            return None;
+        }
+        let blocks = &self.mobility().blocks;
+        let mut best: Option<(u64, Pfn, Order, MigrateType)> = None;
+        for region in blocks.mixed_regions().take(PAIR_SCAN) {
+            if !blocks
+                .region_starts(region)
+                .any(|p| blocks.get(p) == Some(mt))
+            {
+                continue;
+            }
+            for start in blocks.region_starts(region) {
+                let Some(fb) = blocks.get(start).filter(|t| fallbacks(mt).contains(t)) else {
+                    continue;
+                };
+                let (free, big) = self.buddy.free_room(blocks.block_range(start), list_of(fb));
+                if let Some((head, o)) = big
+                    && o >= min
+                    && best.is_none_or(|b| free > b.0)
+                {
+                    best = Some((free, head, o, fb));
+                }
+            }
+        }
+        best.map(|(_, head, o, fb)| (head, o, fb))
     }
 
     /// Sets the type of every pageblock in `range` (no list changes).

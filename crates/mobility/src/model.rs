@@ -345,6 +345,40 @@ impl Blocks {
         (o..=self.max_order).any(|o| self.free[o as usize][i] > 0)
     }
 
+    /// The pinned-neighbour rule (`fallback.rs`, not Linux's): for an
+    /// unmovable or reclaimable request, the blocks of a fallback type,
+    /// wholly inside the zone, that share a maximum-order region with a
+    /// block of the request's type and hold a free block of an order from
+    /// `min` to the pageblock order: those with the most free frames.
+    fn pinned_best(&self, mt: MigrateType, min: u8) -> Vec<Block> {
+        if !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable) {
+            return Vec::new();
+        }
+        let region = |b: &Block| b.start >> self.max_order;
+        let orders = if min > self.pb_order {
+            0
+        } else {
+            ((1u32 << (self.pb_order + 1)) - 1) & !((1u32 << min) - 1)
+        };
+        let cands: Vec<Block> = self
+            .blocks
+            .iter()
+            .filter(|b| {
+                b.inside
+                    && b.ty
+                        .is_some_and(|t| t != mt && fallback_table(mt).contains(&t))
+                    && b.free_orders & orders != 0
+                    && self
+                        .blocks
+                        .iter()
+                        .any(|o| region(o) == region(b) && o.ty == Some(mt))
+            })
+            .copied()
+            .collect();
+        let most = cands.iter().map(|b| b.free).max().unwrap_or(0);
+        cands.into_iter().filter(|b| b.free == most).collect()
+    }
+
     /// spec 02 §5.2-5.4: after `z` served `order` as `mt` with block `p`:
     /// its own lists first (no retype); else a claim, which retypes only
     /// pageblocks it may (`should_try_claim_block`, whole free blocks or
@@ -404,6 +438,24 @@ impl Blocks {
             } else {
                 k
             };
+            let pinned = self.pinned_best(mt, min);
+            if retyped.len() == 1 && pinned.iter().any(|b| b.start == first.start) {
+                let b = &retyped[0].0;
+                let whole = b.free == self.pb_pages;
+                ensure!(
+                    whole || b.free + self.alike(b, mt, fb) >= self.pb_pages / 2,
+                    "pinned-neighbour claim of block {:#x} fails the half rule",
+                    b.start
+                );
+                return Ok(());
+            }
+            // Otherwise a pinned-neighbour claim was refused by the half rule.
+            ensure!(
+                pinned.iter().all(|b| b.free < self.pb_pages
+                    && b.free + self.alike(b, mt, b.ty.unwrap_or(fb)) < self.pb_pages / 2),
+                "claimed {:#x}, but a pinned neighbour could be claimed: {pinned:?}",
+                first.start
+            );
             let may_claim = |cur: u8| cur >= self.pb_order / 2 || mt != MigrateType::Movable;
             let first_fb = |cur: u8| {
                 fallback_table(mt)
@@ -465,6 +517,17 @@ impl Blocks {
             return Ok(());
         }
         ensure!(!nofrag, "NOFRAGMENT stole from another type");
+        let pinned = self.pinned_best(mt, k);
+        if !pinned.is_empty() {
+            ensure!(
+                pinned
+                    .iter()
+                    .any(|b| (b.start..b.start + self.pb_pages).contains(&p.get())),
+                "steal for {mt:?} order {k} at {:#x}, not in a pinned neighbour {pinned:?}",
+                p.get()
+            );
+            return Ok(());
+        }
         let smallest = (k..=self.max_order).find_map(|o| {
             fallback_table(mt)
                 .iter()

@@ -1,10 +1,12 @@
 //! The pageblock bitmap: per pageblock in caller memory, one byte holding
 //! its migratetype, the compaction skip hint and the isolate bit (spec 02
-//! §3).
+//! §3); and per region (a block of the zone's maximum order, 4 MiB by
+//! default), one bit saying it is mixed (see [`Pageblocks::mixed_regions`]).
 
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_types::carve;
 
 use crate::MigrateType;
 
@@ -17,37 +19,66 @@ const ISOLATE: u8 = 1 << 4;
 pub struct Pageblocks<'a> {
     first: Pfn,
     order: u8,
+    /// Order of a region (the zone's maximum order).
+    region: u8,
     bits: &'a mut [u8],
+    /// Bit `r`: region `r` is mixed.
+    mixed: &'a mut [u64],
 }
 
 impl<'a> Pageblocks<'a> {
-    /// Bytes needed for `span` with pageblocks of `order`.
-    pub const fn bytes(span: PfnRange, order: Order) -> usize {
+    const fn blocks(span: PfnRange, order: Order) -> usize {
         let lo = span.start.align_down(order).get();
         let hi = span.end.align_up(order).get();
         ((hi.saturating_sub(lo)) >> order.get()) as usize
     }
 
-    /// A bitmap over `span`, every block typed `initial`, carved from `mem`
-    /// (`None` if it is shorter than [`Pageblocks::bytes`]).
+    /// Words of the mixed-region bitmap: one bit for each region (a block
+    /// of order `region`, aligned as the buddy aligns it) that meets `span`.
+    const fn mixed_words(span: PfnRange, region: Order) -> usize {
+        let lo = span.start.get() >> region.get();
+        let hi = span.end.align_up(region).get() >> region.get();
+        (hi.saturating_sub(lo) as usize).div_ceil(64)
+    }
+
+    /// Bytes needed for `span` with pageblocks of `order` and regions of
+    /// `region` (the zone's maximum order, at least `order`), from a buffer
+    /// at any address.
+    pub const fn bytes(span: PfnRange, order: Order, region: Order) -> usize {
+        match carve::bytes_for::<u64>(Self::mixed_words(span, region)) {
+            Some(m) => Self::blocks(span, order).saturating_add(m),
+            None => usize::MAX,
+        }
+    }
+
+    /// A bitmap over `span`, every block typed `initial` (so no region is
+    /// mixed), carved from `mem` (`None` if it is shorter than
+    /// [`Pageblocks::bytes`]).
     pub fn new(
         span: PfnRange,
         order: Order,
+        region: Order,
         mem: &'a mut [MaybeUninit<u8>],
         initial: MigrateType,
     ) -> Option<Self> {
-        let n = Self::bytes(span, order);
-        let mem = mem.get_mut(..n)?;
+        let n = Self::blocks(span, order);
+        if mem.len() < n || region < order {
+            return None;
+        }
+        let (mem, rest) = mem.split_at_mut(n);
         for b in mem.iter_mut() {
             b.write(initial as u8);
         }
         // SAFETY: every one of the `n` bytes was written just above, and
         // `MaybeUninit<u8>` has the layout of `u8`.
         let bits = unsafe { &mut *(mem as *mut [MaybeUninit<u8>] as *mut [u8]) };
+        let (mixed, _) = carve::carve_init(rest, Self::mixed_words(span, region), |_| 0u64)?;
         Some(Pageblocks {
             first: span.start.align_down(order),
             order: order.get(),
+            region: region.get(),
             bits,
+            mixed,
         })
     }
 
@@ -116,10 +147,75 @@ impl<'a> Pageblocks<'a> {
             (Some(i), t) if t != MigrateType::Isolate => {
                 let f = self.flags_mut(i);
                 *f = (*f & SKIP) | t as u8;
+                self.update_mixed(pfn);
                 true
             }
             _ => false,
         }
+    }
+
+    /// Region number of `pfn`, counted from the first region that meets
+    /// the table.
+    fn region_of(&self, pfn: Pfn) -> usize {
+        ((pfn.get() >> self.region) - (self.first.get() >> self.region)) as usize
+    }
+
+    /// Recomputes the mixed bit of `pfn`'s region from its pageblocks'
+    /// base types.
+    fn update_mixed(&mut self, pfn: Pfn) {
+        let mut seen = 0u8;
+        for start in self.region_starts(pfn) {
+            if let Some(i) = self.index(start)
+                && let Some(t) = MigrateType::from_value(self.bits[i] & TYPE_MASK)
+                && matches!(
+                    t,
+                    MigrateType::Unmovable | MigrateType::Movable | MigrateType::Reclaimable
+                )
+            {
+                seen |= 1 << t as u8;
+            }
+        }
+        let pinned = seen & !(1 << MigrateType::Movable as u8) != 0;
+        let on = pinned && seen.count_ones() > 1;
+        let r = self.region_of(pfn);
+        if let Some(w) = self.mixed.get_mut(r / 64) {
+            if on {
+                *w |= 1 << (r % 64);
+            } else {
+                *w &= !(1 << (r % 64));
+            }
+        }
+    }
+
+    /// The regions (blocks of the zone's maximum order) that are mixed,
+    /// by their first frame: they hold a pageblock typed unmovable or
+    /// reclaimable beside one of another basic type. Fallbacks for
+    /// unmovable and reclaimable requests look here first, so that what
+    /// they pin lands in regions that are pinned already (no region with
+    /// one unmovable frame in it can become a free block of the maximum
+    /// order, whatever its other pageblocks hold).
+    pub fn mixed_regions(&self) -> impl Iterator<Item = Pfn> + '_ {
+        let base = self.first.get() >> self.region;
+        self.mixed.iter().enumerate().flat_map(move |(w, &v)| {
+            let mut v = v;
+            core::iter::from_fn(move || {
+                if v == 0 {
+                    return None;
+                }
+                let b = v.trailing_zeros() as u64;
+                v &= v - 1;
+                Some(Pfn((base + w as u64 * 64 + b) << self.region))
+            })
+        })
+    }
+
+    /// The first frames of the pageblocks of the region holding `pfn`
+    /// that the table covers.
+    pub fn region_starts(&self, pfn: Pfn) -> impl Iterator<Item = Pfn> + '_ {
+        let lo = (pfn.get() >> self.region) << self.region;
+        let end = self.first.get() + ((self.len() as u64) << self.order);
+        let (lo, hi) = (lo.max(self.first.get()), (lo + (1 << self.region)).min(end));
+        (lo..hi).step_by(1 << self.order).map(Pfn)
     }
 
     /// Whether the block is isolated.

@@ -89,7 +89,11 @@ impl<'a> MobileZone<'a> {
         if b == 0 {
             0
         } else {
-            b + Pageblocks::bytes(span, config.pageblock_order)
+            b.saturating_add(Pageblocks::bytes(
+                span,
+                config.pageblock_order,
+                config.buddy.max_order,
+            ))
         }
     }
 
@@ -122,8 +126,14 @@ impl<'a> MobileZone<'a> {
         } else {
             MigrateType::Unmovable
         };
-        let blocks = Pageblocks::new(span, config.pageblock_order, bits, initial)
-            .ok_or(InitError::MetadataTooSmall { needed, given })?;
+        let blocks = Pageblocks::new(
+            span,
+            config.pageblock_order,
+            config.buddy.max_order,
+            bits,
+            initial,
+        )
+        .ok_or(InitError::MetadataTooSmall { needed, given })?;
         let policy = Mobility {
             blocks,
             grouping: config.grouping,

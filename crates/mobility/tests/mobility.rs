@@ -508,3 +508,58 @@ fn range_isolation_is_all_or_nothing_and_checks_only_the_range() {
     assert_eq!(z.isolate_range(r(4, 4)), Err(BlockError::OutOfRange));
     z.validate().unwrap();
 }
+
+/// Every frame allocated as movable order 0, in address order.
+fn fill_movable(z: &mut MobileZone<'_>) -> Vec<Pfn> {
+    let mut all: Vec<Pfn> =
+        std::iter::from_fn(|| z.alloc(o(0), M::Movable, AllocMode::empty()).ok()).collect();
+    all.sort();
+    all
+}
+
+/// Frees frames `from..from + n` of pageblock `b`.
+fn free_in(z: &mut MobileZone<'_>, b: u64, from: u64, n: u64) {
+    for i in from..from + n {
+        z.free(Pfn(b * PB + i), o(0)).unwrap();
+    }
+}
+
+#[test]
+fn unmovable_fallbacks_go_beside_unmovable_pageblocks_first() {
+    // Four regions (order 10) of two pageblocks. Pageblocks 2 and 6 are
+    // unmovable and full, so regions 1 and 3 are mixed; their movable
+    // pageblocks 3 and 7 have 10 and 20 free frames, pageblock 5 (in a
+    // region with no unmovable pageblock) 100.
+    zone!(m, z, 8);
+    let all = fill_movable(&mut z);
+    assert_eq!(all.len() as u64, 8 * PB);
+    z.set_block_type(Pfn(2 * PB), M::Unmovable).unwrap();
+    z.set_block_type(Pfn(6 * PB), M::Unmovable).unwrap();
+    free_in(&mut z, 3, 0, 10);
+    free_in(&mut z, 7, 0, 20);
+    free_in(&mut z, 5, 0, 100);
+    let types = |z: &MobileZone<'_>| {
+        (0..8)
+            .map(|b| z.block_type(Pfn(b * PB)))
+            .collect::<Vec<_>>()
+    };
+    let before = types(&z);
+    // No pageblock passes the half rule, so the request steals: from the
+    // mixed region's movable pageblock with the most room (7), not from
+    // the roomiest pageblock of all (5, in a region no unmovable frame
+    // pins yet).
+    let p = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    assert_eq!(p.get() / PB, 7);
+    assert_eq!(types(&z), before, "a steal retypes nothing");
+    assert_eq!(z.stats().steals, 1);
+    // With half of pageblock 3 free, the claim takes it, though pageblock
+    // 5 has more room still.
+    free_in(&mut z, 5, 100, 300);
+    free_in(&mut z, 3, 10, 300);
+    let p = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    assert_eq!(p.get() / PB, 3);
+    assert_eq!(z.block_type(Pfn(3 * PB)), Some(M::Unmovable));
+    assert_eq!(z.block_type(Pfn(5 * PB)), Some(M::Movable));
+    assert_eq!(z.stats().claims_partial, 1);
+    z.validate().unwrap();
+}

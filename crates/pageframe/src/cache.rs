@@ -216,27 +216,47 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
 impl<R: RawMutex> PcpZone for Zone<'_, R> {
     /// `rmqueue_bulk`: one lock acquisition; stops at the low watermark.
+    /// An order-0 refill goes on to the end of the cache line that holds
+    /// its last frame's ownership byte (small requests take the lowest free
+    /// frames of a chunk, so the next frames are that line's): otherwise
+    /// the next CPU's refill starts on that line, and the two CPUs' allocs
+    /// and frees, each writing its frame's byte, make it bounce between
+    /// them (measured: two CPUs' cached order-0 pairs scaled 1.1x, 2x with
+    /// their frames lines apart).
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut z = self.inner.lock();
-        while sink.remaining() > 0
-            && z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages())
-        {
-            // The movable list holds CMA frames too (Linux's pcp lists do).
-            let mode = if mt == MigrateType::Movable {
-                pageframe_mobility::AllocMode::CMA
-            } else {
-                pageframe_mobility::AllocMode::empty()
-            };
+        // The movable list holds CMA frames too (Linux's pcp lists do).
+        let mode = if mt == MigrateType::Movable {
+            pageframe_mobility::AllocMode::CMA
+        } else {
+            pageframe_mobility::AllocMode::empty()
+        };
+        let mut line = None;
+        while z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages()) {
+            let extra = sink.remaining() == 0;
+            if extra && line.is_none() {
+                break;
+            }
             let Ok(p) = z.buddy.alloc(order, mt, mode) else {
                 break;
             };
             self.states.set_cached(p, order);
-            if let Err(back) = sink.push(p) {
+            let pushed = if !extra {
+                sink.push(p)
+            } else if self.states.line_of(p) == line {
+                sink.push_extra(p)
+            } else {
+                Err(p)
+            };
+            if let Err(back) = pushed {
                 self.states.set_free(back);
                 // SAFETY: `back` was allocated with `order` just above and
                 // is nobody else's.
                 unsafe { z.buddy.free_unchecked(back, order) };
                 break;
+            }
+            if order == Order::ZERO {
+                line = self.states.line_of(p);
             }
         }
         self.after_zone_op(&z);
@@ -259,5 +279,65 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
 
     fn flags(&self) -> ZoneFlags {
         self.pcp_flags()
+    }
+}
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests {
+    use std::collections::HashSet;
+    use std::vec::Vec;
+
+    use crate::pcp::CpuId;
+    use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind, ZoneRef};
+
+    /// The frames of `cpu`'s first refill: one allocation, then as many as
+    /// the cache then held.
+    fn first_refill(m: &'static Machine<'static>, cpu: u32) -> Vec<Pfn> {
+        let mut c = m.cpu(CpuId(cpu), NodeId::ZERO).unwrap();
+        let gfp = Gfp::KERNEL | Gfp::MOVABLE;
+        let mut got = std::vec![c.alloc(gfp, Order::ZERO).unwrap().pfn];
+        let n = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count;
+        got.extend((0..n).map(|_| c.alloc(gfp, Order::ZERO).unwrap().pfn));
+        assert_eq!(
+            c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count,
+            0
+        );
+        got
+    }
+
+    #[test]
+    fn two_cpus_refills_share_no_line_of_ownership_bytes() {
+        let m: &'static mut Machine<'static> =
+            std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        // An odd start, so that lines do not follow 64-frame alignment.
+        let span = PfnRange::new(Pfn(0x10_0007), Pfn(0x10_0007 + 16384));
+        let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(
+            m.zone_metadata_bytes(span),
+        ));
+        m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+            .unwrap();
+        m.add_free_range(span).unwrap();
+        let pcp = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(m.pcp_bytes(2).unwrap()));
+        m.enable_pcp(2, pcp).unwrap();
+        let m: &'static Machine<'static> = m;
+        let z = m
+            .zone(ZoneRef {
+                node: NodeId::ZERO,
+                kind: ZoneKind::Normal,
+            })
+            .unwrap();
+        let lines = |frames: &[Pfn]| -> HashSet<usize> {
+            frames
+                .iter()
+                .map(|&p| z.states.line_of(p).unwrap())
+                .collect()
+        };
+        let (a, b) = (first_refill(m, 0), first_refill(m, 1));
+        assert!(a.len() > 1 && b.len() > 1);
+        let shared: Vec<_> = lines(&a).intersection(&lines(&b)).copied().collect();
+        assert!(
+            shared.is_empty(),
+            "lines {shared:?} hold frames of both caches"
+        );
     }
 }

@@ -75,6 +75,9 @@ const fn decode(v: u8) -> State {
     }
 }
 
+/// Bytes of a cache line, as far as sharing between CPUs goes.
+const LINE_BYTES: usize = 64;
+
 /// One byte per frame of a zone's span.
 pub(crate) struct FrameStates<'a> {
     base: Pfn,
@@ -124,6 +127,15 @@ impl<'a> FrameStates<'a> {
     fn slot(&self, pfn: Pfn) -> Option<&AtomicU8> {
         self.bytes
             .get(usize::try_from(pfn.get().checked_sub(self.base.get())?).ok()?)
+    }
+
+    /// The cache line (by address) holding `pfn`'s byte: 64 frames share
+    /// one, so two CPUs that keep writing the bytes of frames of one line
+    /// make it bounce between them. `None` outside the span.
+    #[inline]
+    pub(crate) fn line_of(&self, pfn: Pfn) -> Option<usize> {
+        self.slot(pfn)
+            .map(|s| core::ptr::from_ref(s).addr() / LINE_BYTES)
     }
 
     /// The state of `pfn` (free outside the span).

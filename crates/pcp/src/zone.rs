@@ -91,6 +91,17 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         Ok(())
     }
 
+    /// Hands one block beyond what the cache asked for: a zone may round a
+    /// refill up (to keep two CPUs' caches off one line of its per-frame
+    /// metadata, say). `Err(frame)` (the zone keeps it) when the slot
+    /// memory is full.
+    #[inline]
+    pub fn push_extra(&mut self, frame: Pfn) -> Result<(), Pfn> {
+        self.lists.push_tail(self.li, frame)?;
+        self.taken += 1;
+        Ok(())
+    }
+
     pub(crate) fn taken(&self) -> usize {
         self.taken
     }

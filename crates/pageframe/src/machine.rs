@@ -151,7 +151,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 extfrag_threshold: AtomicU32::new(DEFAULT_EXTFRAG_THRESHOLD),
                 proactiveness: AtomicU8::new(DEFAULT_PROACTIVENESS),
                 thp: AtomicU8::new(ThpPolicy::default().encode()),
-                defrag_mode: AtomicBool::new(false),
+                defrag_mode: AtomicBool::new(true),
             });
             addr_of_mut!((*p).cpus).write(0);
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
@@ -472,7 +472,20 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// Sets `vm.defrag_mode` (spec 02 §5.5): every request first tries
     /// without fragmenting fallbacks (no claim below a pageblock, no
     /// steal), and keeps that rule through the slow path's reclaim and
-    /// compaction, dropping it only when they have failed.
+    /// compaction, and across nodes, dropping it only when they have
+    /// failed.
+    ///
+    /// **On by default here; Linux's default is off.** Measured with the
+    /// lab's mixed-churn test (`cargo xtask lab mixed-churn`, seeds 1-5),
+    /// it keeps 98.6-99.3% of the possible 4 MiB blocks free at rest
+    /// against 93.2-97.3% without it, with fewer failed small allocations,
+    /// for about a tenth more reclaimed memory. On one node, a request
+    /// without reclaim or compaction hooks ([`Machine::alloc`]) ends where
+    /// it would without it, a pass of the free lists later (its last pass
+    /// may fragment as the first one would). On several nodes, a request
+    /// takes another node's memory before it fragments its own node's
+    /// (Linux's defrag_mode does the same). `set_defrag_mode(false)` gives
+    /// Linux's default behaviour.
     pub fn set_defrag_mode(&self, on: bool) {
         self.tunables.defrag_mode.store(on, Relaxed);
     }

@@ -225,15 +225,19 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None) {
             return Ok(a);
         }
-        if !Self::can_compact(req) {
+        // spec 01 §10: a request that may not reclaim fails here; one that
+        // may reclaims whatever its order, and compacts if its order is
+        // above 0 and it may do I/O.
+        if !gfp.contains(Gfp::DIRECT_RECLAIM) {
             return self
                 .last_resort(local, refs, gfp, order, slow)
                 .or(Err(last));
         }
+        let can_compact = Self::can_compact(req);
         let costly = order.is_costly();
         let mut retry = CompactRetry::new(order);
         // The first, async attempt for costly or unmovable requests.
-        if costly || gfp.migratetype() != MigrateType::Movable {
+        if can_compact && (costly || gfp.migratetype() != MigrateType::Movable) {
             let (result, page) = self.direct_compact(
                 local,
                 refs.clone(),
@@ -258,11 +262,23 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 Ok(a) => return Ok(a),
                 Err(e) => last = e,
             }
-            if !req.compact_only
-                && self.reclaim(refs.clone(), gfp, hooks, stall) > 0
+            let progress = if req.compact_only {
+                0
+            } else {
+                self.reclaim(refs.clone(), gfp, hooks, stall)
+            };
+            if progress > 0
                 && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None)
             {
                 return Ok(a);
+            }
+            if !can_compact {
+                // Reclaim alone (`should_reclaim_retry`, spec 01 §10.1, in
+                // short): go on while it frees something.
+                if progress == 0 || gfp.contains(Gfp::NORETRY) {
+                    break;
+                }
+                continue;
             }
             let (result, page) = self.direct_compact(
                 local,

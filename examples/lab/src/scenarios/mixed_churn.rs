@@ -48,12 +48,12 @@ const VARIANTS: [Variant; 3] = [
         defrag_mode: false,
     },
     Variant {
-        name: "grouping on (default)",
+        name: "grouping, defrag_mode off (Linux)",
         grouping: true,
         defrag_mode: false,
     },
     Variant {
-        name: "grouping + defrag_mode",
+        name: "grouping + defrag_mode (default)",
         grouping: true,
         defrag_mode: true,
     },

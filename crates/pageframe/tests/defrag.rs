@@ -1,0 +1,154 @@
+//! `defrag_mode`, on by default: unmovable requests reclaim before they
+//! fragment a movable pageblock; with it off (Linux's default) they steal.
+
+mod common;
+
+use common::*;
+use pageframe::{
+    Gfp, Machine, MigrateError, MigrateMode, MigrateType, Migrator, NodeId, Order, Pfn,
+    SlowPathHooks, ZoneKind,
+};
+
+/// Reclaim that frees the movable frames of one pageblock, counting calls.
+struct Reclaim<'m> {
+    m: &'m Machine<'static>,
+    block: Pfn,
+    calls: u32,
+}
+
+impl Migrator for Reclaim<'_> {
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+        Err(MigrateError::Busy)
+    }
+}
+
+impl SlowPathHooks for Reclaim<'_> {
+    fn reclaim(&mut self, _: NodeId, _: ZoneKind, _: u64) -> u64 {
+        self.calls += 1;
+        let mut freed = 0;
+        for i in 0..PB {
+            if self.m.free(self.block + i, Order::ZERO).is_ok() {
+                freed += 1;
+            }
+        }
+        freed
+    }
+}
+
+/// Eight pageblocks, every frame allocated movable, then ten frames of
+/// pageblock 3 freed: an unmovable request has no pageblock to claim and
+/// can only steal, or wait for reclaim.
+fn full_machine() -> &'static Machine<'static> {
+    let m = one_zone(8 * PB);
+    m.set_min_free_kbytes(0);
+    let m: &'static Machine<'static> = m;
+    let base = 4 * GIB;
+    for _ in 0..8 * PB {
+        m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+            .unwrap();
+    }
+    for i in 0..10 {
+        m.free(Pfn(base + 3 * PB + 2 * i), Order::ZERO).unwrap();
+    }
+    m
+}
+
+fn block_of(p: Pfn) -> u64 {
+    (p.get() - 4 * GIB) / PB
+}
+
+#[test]
+fn unmovable_requests_reclaim_before_they_fragment_by_default() {
+    let m = full_machine();
+    assert!(m.defrag_mode(), "on by default");
+    let z = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
+    let mut r = Reclaim {
+        m,
+        block: Pfn(4 * GIB + 5 * PB),
+        calls: 0,
+    };
+    let a = m
+        .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
+        .unwrap();
+    assert!(r.calls > 0, "reclaim ran first");
+    assert_eq!(block_of(a.pfn), 5, "served from the reclaimed pageblock");
+    assert_eq!(
+        z.inspect(|z| z.block_type(Pfn(4 * GIB + 5 * PB))),
+        Some(MigrateType::Unmovable)
+    );
+    assert_eq!(
+        z.inspect(|z| z.block_type(Pfn(4 * GIB + 3 * PB))),
+        Some(MigrateType::Movable)
+    );
+    assert_eq!(z.fallback_stats().steals, 0);
+    m.validate().unwrap();
+}
+
+#[test]
+fn without_defrag_mode_unmovable_requests_steal_first() {
+    let m = full_machine();
+    m.set_defrag_mode(false);
+    let z = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
+    let mut r = Reclaim {
+        m,
+        block: Pfn(4 * GIB + 5 * PB),
+        calls: 0,
+    };
+    let a = m
+        .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
+        .unwrap();
+    assert_eq!(r.calls, 0, "no reclaim: the fast path stole");
+    assert_eq!(block_of(a.pfn), 3);
+    assert_eq!(z.fallback_stats().steals, 1);
+    m.validate().unwrap();
+}
+
+#[test]
+fn without_hooks_the_last_pass_still_serves_the_request() {
+    // `Machine::alloc` has no reclaim to wait for: under defrag_mode its
+    // last pass may fragment, so the request is served as without it.
+    let m = full_machine();
+    let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(block_of(a.pfn), 3);
+    m.validate().unwrap();
+}
+
+#[test]
+fn order_zero_requests_reclaim_when_memory_is_full() {
+    // spec 01 §10: direct reclaim is for every order (compaction is not):
+    // a full zone serves an order-0 request once reclaim freed a frame,
+    // and a request that may not reclaim fails.
+    for defrag in [true, false] {
+        let m = full_machine();
+        m.set_defrag_mode(defrag);
+        for i in 0..10 {
+            m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+                .unwrap_or_else(|e| panic!("refill {i}: {e:?}"));
+        }
+        assert_eq!(m.free_pages(), 0);
+        let mut r = Reclaim {
+            m,
+            block: Pfn(4 * GIB + 6 * PB),
+            calls: 0,
+        };
+        assert!(
+            m.alloc_slow(NodeId::ZERO, Gfp::ATOMIC, Order::ZERO, &mut r)
+                .is_err()
+        );
+        assert_eq!(r.calls, 0, "an atomic request does not reclaim");
+        let a = m
+            .alloc_slow(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO, &mut r)
+            .unwrap();
+        assert_eq!(r.calls, 1, "defrag_mode {defrag}");
+        assert_eq!(block_of(a.pfn), 6);
+        m.validate().unwrap();
+    }
+}

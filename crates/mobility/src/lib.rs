@@ -4,7 +4,11 @@
 //! Linux does to fight external fragmentation (spec 02): memory is tagged in
 //! pageblocks (2 MiB by default) with a migratetype, each type has its own
 //! free lists, and when a type runs dry it falls back to another, preferably
-//! by claiming a whole pageblock so types stay apart. Also here: the
+//! by claiming a whole pageblock so types stay apart. One rule is ours,
+//! not Linux's: an unmovable or reclaimable request that falls back looks
+//! first beside a pageblock of its type, in the same maximum-order block
+//! (4 MiB by default), so what cannot move gathers in blocks that are
+//! pinned already (`fallback.rs`). Also here: the
 //! highatomic reserve, pageblock isolation (of single blocks and of ranges,
 //! for contiguous allocation), and the fragmentation indices.
 //!

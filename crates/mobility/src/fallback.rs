@@ -49,9 +49,7 @@ impl MobileZone<'_> {
             order
         };
         let max = self.buddy.max_order();
-        if let Some((head, cur, fb)) = self.pinned_neighbour(min, mt)
-            && let Some(p) = self.try_claim(head, cur, order, mt, fb)
-        {
+        if let Some(p) = self.claim_pinned_neighbour(order, mt) {
             return Some(p);
         }
         for cur in (min.get()..=max.get()).rev() {
@@ -127,15 +125,6 @@ impl MobileZone<'_> {
     /// spec 02 §5.4 `__rmqueue_steal`: the smallest fallback block, split
     /// with its remainders left on the fallback type's lists.
     pub(crate) fn steal(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
-        if let Some((head, cur, _)) = self.pinned_neighbour(order, mt)
-            && self.buddy.alloc_at(head, order).is_ok()
-        {
-            let fragmenting = cur < self.pageblock_order();
-            let s = &mut self.buddy.policy_mut().stats;
-            s.steals += 1;
-            s.fragmenting += u64::from(fragmenting);
-            return Some(head);
-        }
         for cur in order.get()..=self.buddy.max_order().get() {
             let cur = Order::new(cur)?;
             if let Found::Type(fb) = self.find_fallback(cur, mt, false) {
@@ -154,14 +143,37 @@ impl MobileZone<'_> {
         None
     }
 
-    /// Where an unmovable or reclaimable request falls back first: a
-    /// pageblock of a fallback type in a region (a maximum-order block)
-    /// that already holds a pageblock of the request's type, with a free
-    /// block of at least `min`: the one with the most free memory, and its
-    /// largest free block. Not Linux's rule (it looks at block sizes only):
-    /// a region with one unmovable frame can never be a free maximum-order
-    /// block, so pinned memory put beside pinned memory keeps other regions
-    /// whole. At most [`PAIR_SCAN`] mixed regions are looked at.
+    /// Where an unmovable or reclaimable request falls back first (not
+    /// Linux's rule, which looks at block sizes only): it claims a
+    /// pageblock of a fallback type that shares a region (a maximum-order
+    /// block) with a pageblock of its own type, whatever that pageblock
+    /// holds. A region with one unmovable frame can never be a free
+    /// maximum-order block, so memory that cannot move, put beside memory
+    /// that cannot move, keeps other regions whole; the claimed
+    /// pageblock's movable frames are still movable, and as they are freed
+    /// its memory serves the request's type. Neither NOFRAGMENT nor the
+    /// half rule (spec 02 §5.3) holds this claim back: both guard regions
+    /// that are not pinned yet. Measured on the mixed-churn lab (seeds
+    /// 1-5, defrag_mode on): 99.3-100% of the possible 4 MiB blocks free at
+    /// rest, against 98.6-99.3% when the half rule applied.
+    fn claim_pinned_neighbour(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+        let (head, cur, fb) = self.pinned_neighbour(order, mt)?;
+        if cur >= self.pageblock_order() {
+            return self.try_claim(head, cur, order, mt, fb);
+        }
+        let block = self.mobility().blocks.block_range(head);
+        self.move_block_free_lists(block.start, mt);
+        let s = &mut self.buddy.policy_mut().stats;
+        s.claims_partial += 1;
+        s.fragmenting += 1;
+        self.smallest(order, mt)
+    }
+
+    /// The pageblock [`MobileZone::claim_pinned_neighbour`] takes: of a
+    /// fallback type, wholly inside the zone, in a region that holds a
+    /// pageblock of type `mt`, with a free block of at least `min`; the one
+    /// with the most free memory, and its largest free block. At most
+    /// [`PAIR_SCAN`] mixed regions are looked at.
     fn pinned_neighbour(&self, min: Order, mt: MigrateType) -> Option<(Pfn, Order, MigrateType)> {
         if !self.mobility().grouping
             || !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
@@ -181,7 +193,11 @@ impl MobileZone<'_> {
                 let Some(fb) = blocks.get(start).filter(|t| fallbacks(mt).contains(t)) else {
                     continue;
                 };
-                let (free, big) = self.buddy.free_room(blocks.block_range(start), list_of(fb));
+                let block = blocks.block_range(start);
+                if !self.span().contains_range(&block) {
+                    continue;
+                }
+                let (free, big) = self.buddy.free_room(block, list_of(fb));
                 if let Some((head, o)) = big
                     && o >= min
                     && best.is_none_or(|b| free > b.0)

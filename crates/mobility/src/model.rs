@@ -349,7 +349,9 @@ impl Blocks {
     /// unmovable or reclaimable request, the blocks of a fallback type,
     /// wholly inside the zone, that share a maximum-order region with a
     /// block of the request's type and hold a free block of an order from
-    /// `min` to the pageblock order: those with the most free frames.
+    /// `min` to the pageblock order: those with the most free frames. The
+    /// request claims one of them before anything else it would fall back
+    /// to.
     fn pinned_best(&self, mt: MigrateType, min: u8) -> Vec<Block> {
         if !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable) {
             return Vec::new();
@@ -438,24 +440,16 @@ impl Blocks {
             } else {
                 k
             };
-            let pinned = self.pinned_best(mt, min);
-            if retyped.len() == 1 && pinned.iter().any(|b| b.start == first.start) {
-                let b = &retyped[0].0;
-                let whole = b.free == self.pb_pages;
+            // A pinned neighbour is claimed first, whatever it holds and
+            // even under NOFRAGMENT.
+            let pinned = self.pinned_best(mt, k);
+            if !pinned.is_empty() {
                 ensure!(
-                    whole || b.free + self.alike(b, mt, fb) >= self.pb_pages / 2,
-                    "pinned-neighbour claim of block {:#x} fails the half rule",
-                    b.start
+                    retyped.len() == 1 && pinned.iter().any(|b| b.start == first.start),
+                    "claimed {retyped:?}, not a pinned neighbour of {pinned:?}"
                 );
                 return Ok(());
             }
-            // Otherwise a pinned-neighbour claim was refused by the half rule.
-            ensure!(
-                pinned.iter().all(|b| b.free < self.pb_pages
-                    && b.free + self.alike(b, mt, b.ty.unwrap_or(fb)) < self.pb_pages / 2),
-                "claimed {:#x}, but a pinned neighbour could be claimed: {pinned:?}",
-                first.start
-            );
             let may_claim = |cur: u8| cur >= self.pb_order / 2 || mt != MigrateType::Movable;
             let first_fb = |cur: u8| {
                 fallback_table(mt)
@@ -518,16 +512,11 @@ impl Blocks {
         }
         ensure!(!nofrag, "NOFRAGMENT stole from another type");
         let pinned = self.pinned_best(mt, k);
-        if !pinned.is_empty() {
-            ensure!(
-                pinned
-                    .iter()
-                    .any(|b| (b.start..b.start + self.pb_pages).contains(&p.get())),
-                "steal for {mt:?} order {k} at {:#x}, not in a pinned neighbour {pinned:?}",
-                p.get()
-            );
-            return Ok(());
-        }
+        ensure!(
+            pinned.is_empty(),
+            "steal for {mt:?} order {k} at {:#x}, but a pinned neighbour could be claimed: {pinned:?}",
+            p.get()
+        );
         let smallest = (k..=self.max_order).find_map(|o| {
             fallback_table(mt)
                 .iter()

@@ -543,23 +543,33 @@ fn unmovable_fallbacks_go_beside_unmovable_pageblocks_first() {
             .map(|b| z.block_type(Pfn(b * PB)))
             .collect::<Vec<_>>()
     };
-    let before = types(&z);
-    // No pageblock passes the half rule, so the request steals: from the
-    // mixed region's movable pageblock with the most room (7), not from
-    // the roomiest pageblock of all (5, in a region no unmovable frame
-    // pins yet).
+    // The request claims the pinned neighbour with the most room (7),
+    // though it fails the half rule, rather than stealing from the
+    // roomiest pageblock of all (5, in a region nothing pins yet).
     let p = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
     assert_eq!(p.get() / PB, 7);
-    assert_eq!(types(&z), before, "a steal retypes nothing");
-    assert_eq!(z.stats().steals, 1);
-    // With half of pageblock 3 free, the claim takes it, though pageblock
-    // 5 has more room still.
-    free_in(&mut z, 5, 100, 300);
-    free_in(&mut z, 3, 10, 300);
-    let p = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    let mut want = types(&z);
+    assert_eq!(want[7], Some(M::Unmovable));
+    assert_eq!((want[3], want[5]), (Some(M::Movable), Some(M::Movable)));
+    assert_eq!((z.stats().claims_partial, z.stats().steals), (1, 0));
+    // Its other free frames now serve unmovable requests as their own.
+    for _ in 1..20 {
+        let p = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+        assert_eq!(p.get() / PB, 7);
+    }
+    assert_eq!(types(&z), want);
+    // NOFRAGMENT does not hold back a claim inside a pinned region: the
+    // next one takes pageblock 3, not a piece of pageblock 5.
+    let p = z.alloc(o(0), M::Unmovable, AllocMode::NOFRAGMENT).unwrap();
     assert_eq!(p.get() / PB, 3);
-    assert_eq!(z.block_type(Pfn(3 * PB)), Some(M::Unmovable));
-    assert_eq!(z.block_type(Pfn(5 * PB)), Some(M::Movable));
-    assert_eq!(z.stats().claims_partial, 1);
+    want[3] = Some(M::Unmovable);
+    assert_eq!(types(&z), want);
+    assert_eq!(z.stats().claims_partial, 2);
+    // With no pinned neighbour left, NOFRAGMENT refuses to fragment.
+    for _ in 1..10 {
+        z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    }
+    assert!(z.alloc(o(0), M::Unmovable, AllocMode::NOFRAGMENT).is_err());
+    assert_eq!(types(&z), want);
     z.validate().unwrap();
 }

@@ -477,9 +477,9 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     ///
     /// **On by default here; Linux's default is off.** Measured with the
     /// lab's mixed-churn test (`cargo xtask lab mixed-churn`, seeds 1-5),
-    /// it keeps 98.6-99.3% of the possible 4 MiB blocks free at rest
-    /// against 93.2-97.3% without it, with fewer failed small allocations,
-    /// for about a tenth more reclaimed memory. On one node, a request
+    /// it keeps 99.3-100% of the possible 4 MiB blocks free at rest
+    /// against 93.8-98.6% without it, for about a tenth more reclaimed
+    /// memory. On one node, a request
     /// without reclaim or compaction hooks ([`Machine::alloc`]) ends where
     /// it would without it, a pass of the free lists later (its last pass
     /// may fragment as the first one would). On several nodes, a request

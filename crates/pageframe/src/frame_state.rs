@@ -132,10 +132,20 @@ impl<'a> FrameStates<'a> {
     /// The cache line (by address) holding `pfn`'s byte: 64 frames share
     /// one, so two CPUs that keep writing the bytes of frames of one line
     /// make it bounce between them. `None` outside the span.
+    #[cfg(not(loom))]
     #[inline]
     pub(crate) fn line_of(&self, pfn: Pfn) -> Option<usize> {
         self.slot(pfn)
             .map(|s| core::ptr::from_ref(s).addr() / LINE_BYTES)
+    }
+
+    /// Under loom the bytes are loom's atomics at addresses that change
+    /// from one explored execution to the next, and loom needs every
+    /// execution to make the same choices: lines by index.
+    #[cfg(loom)]
+    pub(crate) fn line_of(&self, pfn: Pfn) -> Option<usize> {
+        self.slot(pfn)?;
+        Some((pfn.get() - self.base.get()) as usize / LINE_BYTES)
     }
 
     /// The state of `pfn` (free outside the span).

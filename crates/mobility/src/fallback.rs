@@ -40,7 +40,8 @@ impl MobileZone<'_> {
             .map_or(Found::None, Found::Type)
     }
 
-    /// spec 02 §5.3 `__rmqueue_claim`: largest fallback block first.
+    /// spec 02 §5.3 `__rmqueue_claim`: largest fallback block first, after
+    /// a pinned neighbour ([`MobileZone::claim_pinned_neighbour`], ours).
     pub(crate) fn claim(&mut self, order: Order, mt: MigrateType, mode: AllocMode) -> Option<Pfn> {
         let pb = self.pageblock_order();
         let min = if order < pb && mode.contains(AllocMode::NOFRAGMENT) {

@@ -203,3 +203,35 @@ fn reporting_below_the_chunk_order_marks_blocks_until_reused() {
     assert!(!z.is_reported(Pfn(0)));
     z.validate().unwrap();
 }
+
+#[test]
+fn free_room_counts_a_range_and_finds_its_largest_block() {
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    // Chunk 0: five single frames (0, 2, .., 8); chunk 1: an order-2 block
+    // at 512; chunks 2 and 3: wholly free, one order-10 block.
+    let mut z = zone_with_fill(&mut m, &[5, 0, 0, 0]);
+    for p in 512..516 {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    for p in 2 * CHUNK..4 * CHUNK {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    z.validate().unwrap();
+    let room = |z: &BuddyZone<'_>, a, b| z.free_room(r(a, b), L);
+    assert_eq!(room(&z, 0, CHUNK), (5, Some((Pfn(0), o(0)))));
+    assert_eq!(room(&z, CHUNK, 2 * CHUNK), (4, Some((Pfn(512), o(2)))));
+    assert_eq!(room(&z, 0, 2 * CHUNK), (9, Some((Pfn(512), o(2)))));
+    assert_eq!(
+        room(&z, 2 * CHUNK, 4 * CHUNK),
+        (1024, Some((Pfn(1024), o(10))))
+    );
+    // A block reaching past the range is not the range's.
+    assert_eq!(room(&z, 2 * CHUNK, 3 * CHUNK), (0, None));
+    assert_eq!(room(&z, 0, 4 * CHUNK).0, z.free_pages());
+    // Only the list asked about; outside the span nothing.
+    assert_eq!(
+        z.free_room(r(0, 4 * CHUNK), ListId::new(1).unwrap()),
+        (0, None)
+    );
+    assert_eq!(room(&z, 4 * CHUNK, 8 * CHUNK), (0, None));
+}

@@ -3,7 +3,7 @@
 
 use crate::chunk::Mode;
 use crate::error::AllocError;
-use crate::frame::Kind;
+use crate::frame::{Kind, TAG_BITS};
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn, bits};
@@ -21,6 +21,20 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// (`__rmqueue_smallest` + `expand`, spec 01 §6.1-6.2).
     #[inline]
     pub fn alloc(&mut self, order: Order, list: ListId) -> Result<Pfn, AllocError> {
+        self.alloc_tagged(order, list, 0)
+    }
+
+    /// [`BuddyZone::alloc`] of a block whose tag is `tag` (as
+    /// [`BuddyZone::set_tag`] would leave it, in the same pass: a layer
+    /// that tags every allocation saves the second lookup).
+    #[inline]
+    pub fn alloc_tagged(
+        &mut self,
+        order: Order,
+        list: ListId,
+        tag: u32,
+    ) -> Result<Pfn, AllocError> {
+        let tag = tag & ((1 << TAG_BITS) - 1);
         let want = order.get();
         if want > self.max_order {
             return Err(AllocError::OrderTooLarge);
@@ -28,7 +42,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         if want < self.c
             && let Some(k) = self.partial.pick(list.index(), want)
         {
-            let i = self.alloc_in(k, want);
+            let i = self.alloc_in(k, want, tag);
             return Ok(self.pfn(i));
         }
         let low = want.max(self.c);
@@ -43,10 +57,10 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.large_expand(k, low, o, list);
         if want < self.c {
             self.make_split_free(k, list);
-            let i = self.alloc_in(k, want);
+            let i = self.alloc_in(k, want, tag);
             return Ok(self.pfn(i));
         }
-        self.large_mark_allocated(k, want);
+        self.large_mark_allocated(k, want, tag);
         Ok(self.pfn(self.first(k)))
     }
 
@@ -86,7 +100,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     return Err(AllocError::Busy);
                 }
                 let j = bits::maximal_order_at(w, self.c, x);
-                self.take_in(k, j, x & !((1 << j) - 1), want, x);
+                self.take_in(k, j, x & !((1 << j) - 1), want, x, 0);
                 Ok(())
             }
             _ => {
@@ -105,9 +119,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 let k = self.large_split_toward(h, hc.order, k, low, list);
                 if want < self.c {
                     self.make_split_free(k, list);
-                    self.take_in(k, self.c, 0, want, self.bit(i));
+                    self.take_in(k, self.c, 0, want, self.bit(i), 0);
                 } else {
-                    self.large_mark_allocated(k, want);
+                    self.large_mark_allocated(k, want, 0);
                 }
                 Ok(())
             }

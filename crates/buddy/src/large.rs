@@ -124,11 +124,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     }
 
     /// Marks the unlinked block at chunk `k` allocated with `order`.
-    pub(crate) fn large_mark_allocated(&mut self, k: Idx, order: u8) {
+    pub(crate) fn large_mark_allocated(&mut self, k: Idx, order: u8, tag: u32) {
         let ch = &mut self.chunks[k];
         ch.mode = Mode::AllocHead;
         ch.order = order;
-        ch.tag = 0;
+        ch.tag = tag;
         ch.flags &= !REPORTED;
         self.stats.allocs += 1;
     }

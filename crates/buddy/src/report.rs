@@ -39,7 +39,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     if ch.flags & REPORTED == 0 {
                         left -= 1 << o;
                         self.areas.remove(&mut self.chunks, k);
-                        self.large_mark_allocated(k, o);
+                        self.large_mark_allocated(k, o, 0);
                         out[n] = (self.pfn(self.first(k)), Order::new_truncated(o));
                         n += 1;
                     }
@@ -87,7 +87,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                         }
                         for &(p, _) in &out[start..n] {
                             let x = self.bit(self.idx(p));
-                            self.take_in(k, o, x, o, x);
+                            self.take_in(k, o, x, o, x, 0);
                         }
                     }
                     k = next;

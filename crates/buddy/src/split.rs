@@ -35,7 +35,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// suffices, split with its upper halves left free (spec 01 §6.1-6.2
     /// inside the chunk). Returns the block's first frame.
     #[inline]
-    pub(crate) fn alloc_in(&mut self, k: Idx, order: u8) -> Idx {
+    pub(crate) fn alloc_in(&mut self, k: Idx, order: u8, tag: u32) -> Idx {
         let ch = &self.chunks[k];
         let (j, x) = if u32::from(ch.free) == 1 << self.c {
             (self.c, 0)
@@ -44,7 +44,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             let x = bits::find_maximal(self.words(k), j).unwrap_or_else(|| unreachable!());
             (j, x)
         };
-        self.take_in(k, j, x, order, x);
+        self.take_in(k, j, x, order, x, tag);
         self.first(k) + x
     }
 
@@ -52,7 +52,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// free block of order `j` at bit `x` that holds it (`j` the chunk order
     /// for a wholly free chunk), leaving the other halves free, and marks
     /// it allocated.
-    pub(crate) fn take_in(&mut self, k: Idx, j: u8, x: u32, order: u8, t: u32) {
+    pub(crate) fn take_in(&mut self, k: Idx, j: u8, x: u32, order: u8, t: u32, tag: u32) {
         let c = self.c;
         let ch = &mut self.chunks[k];
         let l = ch.list as usize & (MAX_LISTS - 1);
@@ -84,7 +84,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.refile(k);
         bits::clear(self.words_mut(k), t, order);
         let i = self.first(k) + t;
-        self.frames.set(i, Word::head(order, 0));
+        self.frames.set(i, Word::head(order, tag));
         for s in 1..1u32 << order {
             self.frames.set(i + s, Word::TAIL);
         }

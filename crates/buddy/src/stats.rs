@@ -45,6 +45,22 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
             .sum()
     }
 
+    /// Whether `list` holds a free block of at least `order` (up to the
+    /// zone's maximum): what the watermark check for `order > 0` asks of
+    /// each list, from the non-empty masks rather than order by order.
+    #[inline]
+    pub fn has_block_in(&self, order: Order, list: ListId) -> bool {
+        let o = order.get();
+        if o > self.max_order {
+            return false;
+        }
+        (o < self.c && (o..self.c).any(|s| self.sub.blocks(list.index(), s) > 0))
+            || self
+                .areas
+                .first_nonempty(list, o.max(self.c), self.max_order)
+                .is_some()
+    }
+
     /// Free blocks of `order` on `list`.
     pub fn free_blocks_in(&self, order: Order, list: ListId) -> u64 {
         if order.get() > self.max_order {

@@ -332,6 +332,68 @@ fn tags_live_on_allocated_heads_only() {
 }
 
 #[test]
+fn tagged_allocations_carry_their_tag_at_every_size() {
+    let span = r(0, 2048);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    // Below the chunk order (in a split chunk), at it, and above it.
+    let mut got = Vec::new();
+    for (order, tag) in [(0, 5), (3, 6), (9, 7), (10, 8)] {
+        let p = z.alloc_tagged(o(order), L, tag).unwrap();
+        assert_eq!(z.tag(p), Some(tag), "order {order}");
+        got.push((p, order));
+    }
+    // Tags keep their low 24 bits, as set_tag keeps them.
+    assert_eq!(
+        z.alloc_tagged(o(0), L, 1 << 24 | 9).map(|p| z.tag(p)),
+        Ok(Some(9))
+    );
+    // Bad requests change nothing.
+    let snap = snapshot(&z);
+    assert_eq!(z.alloc_tagged(o(11), L, 1), Err(AllocError::OrderTooLarge));
+    assert_eq!(z.alloc_tagged(o(10), L, 1), Err(AllocError::OutOfMemory));
+    assert_eq!(snapshot(&z), snap);
+    for (p, order) in got {
+        z.free(p, o(order)).unwrap();
+    }
+    z.validate().unwrap();
+}
+
+#[test]
+fn has_block_in_sees_blocks_of_at_least_the_order() {
+    let span = r(0, 1024);
+    let mut m = meta(span, 10);
+    let mut z = BuddyZone::new(span, config(10), &mut m, SingleList).unwrap();
+    let other = ListId::new(1).unwrap();
+    assert!(!z.has_block_in(o(0), L), "nothing handed over");
+    z.add_free_range(span).unwrap();
+    assert!((0..=10).all(|k| z.has_block_in(o(k), L)));
+    assert!(!z.has_block_in(o(0), other), "another list");
+    assert!(!z.has_block_in(o(11), L), "above the maximum");
+    // Every frame taken but one order-2 block, then one order-0 frame.
+    let all: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(0), L).ok()).collect();
+    for &p in &all[..4] {
+        z.free(p, o(0)).unwrap();
+    }
+    let have = |z: &BuddyZone<'_, SingleList>| {
+        (0..=10)
+            .map(|k| z.has_block_in(o(k), L))
+            .collect::<Vec<_>>()
+    };
+    let mut want = vec![false; 11];
+    want[..=2].fill(true);
+    assert_eq!(have(&z), want);
+    let p = z.alloc(o(2), L).unwrap();
+    assert_eq!(have(&z), vec![false; 11]);
+    z.free(p, o(2)).unwrap();
+    for &p in &all[4..] {
+        z.free(p, o(0)).unwrap();
+    }
+    assert!((0..=10).all(|k| z.has_block_in(o(k), L)));
+}
+
+#[test]
 fn buddyinfo_lists_free_blocks_per_order() {
     let span = r(0, 1024 + 3);
     let mut m = meta(span, 10);

@@ -85,6 +85,7 @@ impl MobileZone<'_> {
             self.retype_span(PfnRange::new(head, head + cur.pages()), mt);
             self.buddy.move_free_block(head, list_of(mt))?;
             self.buddy.alloc_at(head, order).ok()?;
+            self.buddy.set_tag(head, mt as u32);
             let s = &mut self.buddy.policy_mut().stats;
             s.claims_whole += 1;
             return Some(head);
@@ -117,7 +118,7 @@ impl MobileZone<'_> {
         if free + alike >= pages / 2 || !self.mobility().grouping {
             self.move_block_free_lists(block.start, mt);
             self.buddy.policy_mut().stats.claims_partial += 1;
-            return self.smallest(order, mt);
+            return self.smallest(order, mt, mt);
         }
         self.buddy.policy_mut().stats.claims_refused += 1;
         None
@@ -134,6 +135,7 @@ impl MobileZone<'_> {
                 // each full chunk.
                 let head = self.buddy.roomiest_free(cur, list_of(fb))?;
                 self.buddy.alloc_at(head, order).ok()?;
+                self.buddy.set_tag(head, mt as u32);
                 let fragmenting = cur < self.pageblock_order();
                 let s = &mut self.buddy.policy_mut().stats;
                 s.steals += 1;
@@ -167,7 +169,7 @@ impl MobileZone<'_> {
         let s = &mut self.buddy.policy_mut().stats;
         s.claims_partial += 1;
         s.fragmenting += 1;
-        self.smallest(order, mt)
+        self.smallest(order, mt, mt)
     }
 
     /// The pageblock [`MobileZone::claim_pinned_neighbour`] takes: of a

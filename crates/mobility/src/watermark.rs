@@ -9,6 +9,7 @@
 use bitflags::bitflags;
 use pageframe_buddy::Order;
 
+use crate::migratetype::list_of;
 use crate::{MigrateType, MobileZone};
 
 /// `vm.watermark_scale_factor` default: the low/high gap is 0.1% of the zone.
@@ -208,21 +209,13 @@ impl MobileZone<'_> {
     /// with `access` may take from: the three basic types, CMA for movable
     /// requests, the highatomic reserve for high-order atomic and OOM ones.
     pub fn has_block_for(&self, order: Order, access: ReserveAccess) -> bool {
-        let max = self.buddy().max_order().get();
-        (order.get()..=max).filter_map(Order::new).any(|o| {
-            let basic = [
-                MigrateType::Unmovable,
-                MigrateType::Movable,
-                MigrateType::Reclaimable,
-            ]
-            .iter()
-            .any(|&t| self.free_blocks_of(o, t) > 0);
-            basic
-                || (access.contains(ReserveAccess::CMA)
-                    && self.free_blocks_of(o, MigrateType::Cma) > 0)
-                || (access.intersects(ReserveAccess::HIGHATOMIC | ReserveAccess::OOM)
-                    && self.free_blocks_of(o, MigrateType::HighAtomic) > 0)
-        })
+        let has = |t: MigrateType| self.buddy().has_block_in(order, list_of(t));
+        has(MigrateType::Unmovable)
+            || has(MigrateType::Movable)
+            || has(MigrateType::Reclaimable)
+            || (access.contains(ReserveAccess::CMA) && has(MigrateType::Cma))
+            || (access.intersects(ReserveAccess::HIGHATOMIC | ReserveAccess::OOM)
+                && has(MigrateType::HighAtomic))
     }
 }
 

@@ -194,12 +194,9 @@ impl<'a> MobileZone<'a> {
         } else {
             MigrateType::Unmovable
         };
-        let got = self.rmqueue(order, mt, mode);
-        match got {
-            Some(p) => {
-                self.buddy.set_tag(p, mt as u32);
-                Ok(p)
-            }
+        // Every path of `rmqueue` tags the block with `mt`.
+        match self.rmqueue(order, mt, mode) {
+            Some(p) => Ok(p),
             None => {
                 self.buddy.policy_mut().stats.failures += 1;
                 Err(AllocError::OutOfMemory)
@@ -210,7 +207,7 @@ impl<'a> MobileZone<'a> {
     fn rmqueue(&mut self, order: Order, mt: MigrateType, mode: AllocMode) -> Option<Pfn> {
         // spec 01 §6.4: highatomic first for those who may reserve it.
         if mode.contains(AllocMode::HIGHATOMIC)
-            && let Some(p) = self.smallest(order, MigrateType::HighAtomic)
+            && let Some(p) = self.smallest(order, MigrateType::HighAtomic, mt)
         {
             self.buddy.policy_mut().stats.highatomic_used += 1;
             return Some(p);
@@ -219,13 +216,13 @@ impl<'a> MobileZone<'a> {
             mt,
             MigrateType::Unmovable | MigrateType::Movable | MigrateType::Reclaimable
         ) {
-            return self.smallest(order, mt);
+            return self.smallest(order, mt, mt);
         }
         let cma = mode.contains(AllocMode::CMA) && mt == MigrateType::Movable;
         if cma && let Some(p) = self.cma_first(order) {
             return Some(p);
         }
-        if let Some(p) = self.smallest(order, mt) {
+        if let Some(p) = self.smallest(order, mt, mt) {
             self.buddy.policy_mut().stats.own += 1;
             return Some(p);
         }
@@ -241,7 +238,7 @@ impl<'a> MobileZone<'a> {
             return Some(p);
         }
         if mode.intersects(AllocMode::RESERVES | AllocMode::HIGHATOMIC) {
-            let p = self.smallest(order, MigrateType::HighAtomic)?;
+            let p = self.smallest(order, MigrateType::HighAtomic, mt)?;
             self.buddy.policy_mut().stats.highatomic_used += 1;
             return Some(p);
         }
@@ -265,14 +262,22 @@ impl<'a> MobileZone<'a> {
     #[cold]
     #[inline(never)]
     fn cma_any(&mut self, order: Order) -> Option<Pfn> {
-        let p = self.smallest(order, MigrateType::Cma)?;
+        let p = self.smallest(order, MigrateType::Cma, MigrateType::Movable)?;
         self.buddy.policy_mut().stats.cma += 1;
         Some(p)
     }
 
-    /// `__rmqueue_smallest`: the smallest sufficient block on `mt`'s lists.
-    pub(crate) fn smallest(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
-        self.buddy.alloc(order, list_of(mt)).ok()
+    /// `__rmqueue_smallest`: the smallest sufficient block on `from`'s
+    /// lists, tagged as an allocation of type `mt`.
+    pub(crate) fn smallest(
+        &mut self,
+        order: Order,
+        from: MigrateType,
+        mt: MigrateType,
+    ) -> Option<Pfn> {
+        self.buddy
+            .alloc_tagged(order, list_of(from), mt as u32)
+            .ok()
     }
 
     /// Frees a block. Blocks above pageblock order are freed pageblock by

@@ -9,8 +9,8 @@ use std::vec;
 use std::vec::Vec;
 
 use crate::{
-    AllocError, BlockInfo, BuddyZone, FreeError, ListId, MergePolicy, Order, Pfn, PfnRange,
-    RangeError, Reservation,
+    AllocError, BlockInfo, BuddyZone, FreeError, ListId, MAX_LISTS, MergePolicy, Order, Pfn,
+    PfnRange, RangeError, Reservation,
 };
 
 /// One operation on a zone.
@@ -436,6 +436,20 @@ impl Model {
             z.free_pages(),
             self.free_count()
         );
+        // The watermark check's question, from the masks, agrees with the
+        // counts order by order.
+        for l in (0..MAX_LISTS as u8).filter_map(ListId::new) {
+            let mut counted = false;
+            for k in (0..=self.max).rev() {
+                let o = Order::new(k).unwrap_or_default();
+                counted |= z.free_blocks_in(o, l) > 0;
+                ensure!(
+                    z.has_block_in(o, l) == counted,
+                    "has_block_in({k}, {l:?}) = {} but the counts say {counted}",
+                    !counted
+                );
+            }
+        }
         Ok(())
     }
 

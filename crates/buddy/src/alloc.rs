@@ -3,7 +3,7 @@
 
 use crate::chunk::Mode;
 use crate::error::AllocError;
-use crate::frame::{Kind, TAG_BITS};
+use crate::frame::{Kind, TAG_MASK};
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn, bits};
@@ -34,7 +34,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         list: ListId,
         tag: u32,
     ) -> Result<Pfn, AllocError> {
-        let tag = tag & ((1 << TAG_BITS) - 1);
+        let tag = tag & TAG_MASK;
         let want = order.get();
         if want > self.max_order {
             return Err(AllocError::OrderTooLarge);

@@ -39,6 +39,8 @@ pub(crate) struct Word(u32);
 
 /// Bits of a block's tag kept by the core (the rest is cut off).
 pub const TAG_BITS: u32 = 24;
+/// The tag bits the core keeps, as a mask.
+pub(crate) const TAG_MASK: u32 = (1 << TAG_BITS) - 1;
 const TAG_SHIFT: u32 = 8;
 const KIND_SHIFT: u32 = 4;
 

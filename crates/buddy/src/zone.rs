@@ -7,7 +7,7 @@ use pageframe_types::carve;
 use crate::bits;
 use crate::chunk::{Chunk, ChunkTable, MAX_CHUNK_ORDER, Mode};
 use crate::error::{InitError, RangeError};
-use crate::frame::{FrameWords, Idx, Kind, TAG_BITS, Word};
+use crate::frame::{FrameWords, Idx, Kind, TAG_MASK, Word};
 use crate::free_area::FreeAreas;
 use crate::partial::PartialIndex;
 use crate::policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
@@ -542,7 +542,7 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let Some((order, _)) = self.alloc_head(head) else {
             return false;
         };
-        let tag = tag & ((1 << TAG_BITS) - 1);
+        let tag = tag & TAG_MASK;
         let i = self.idx(head);
         let k = self.chunk_of(i);
         if matches!(self.chunks[k].mode, Mode::Split | Mode::Reserved) {

@@ -394,8 +394,10 @@ fn portability() -> Result<(), String> {
         start.elapsed().as_secs_f64()
     );
     let start = std::time::Instant::now();
+    let built = forget_packaged_sources()?;
     let mut cmd = Command::new("cargo");
     cmd.args(["publish", "--dry-run", "--allow-dirty", "--workspace"]);
+    cmd.arg("--target-dir").arg(built);
     for other in [
         "pageframe-lab",
         "pageframe-boot-test",
@@ -410,6 +412,52 @@ fn portability() -> Result<(), String> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `publish --dry-run --workspace` verifies each crate against the ones
+/// packaged before it, through a temporary local registry whose sources
+/// cargo unpacks under `$CARGO_HOME/registry/src/-<hash>/`, the hash being
+/// that of the checkout's path. Cargo never unpacks a version twice, so a
+/// second run from the same path (a CI machine that keeps its cargo home)
+/// would verify against the first run's code. Removing our crates from those
+/// directories makes every run verify what it packaged; crates.io's own
+/// directory (`index.crates.io-*`) is left alone. For the same reason (a
+/// registry crate is never rebuilt once built) the verification builds in a
+/// target directory of its own, emptied first (returned here).
+fn forget_packaged_sources() -> Result<PathBuf, String> {
+    let built = target_dir().join("publish");
+    if built.exists() {
+        fs::remove_dir_all(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+    }
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry").join("src")) else {
+        return Ok(built);
+    };
+    let Ok(registries) = fs::read_dir(&src) else {
+        return Ok(built);
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in fs::read_dir(registry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if unpacked
+                .file_name()
+                .to_string_lossy()
+                .starts_with("pageframe")
+            {
+                fs::remove_dir_all(unpacked.path())
+                    .map_err(|e| format!("{}: {e}", unpacked.path().display()))?;
+            }
+        }
+    }
+    Ok(built)
 }
 
 /// The loom models: every cross-CPU protocol, explored under loom's

@@ -92,6 +92,12 @@ pub trait Migrator {
     /// A run ended without success: flush per-CPU free-page caches of the
     /// zone so freed frames can merge (spec 03 §5 drain, §11.2). Default:
     /// nothing to flush.
+    ///
+    /// The allocator holds no lock while it calls this, and the caller's
+    /// own per-CPU handle is not borrowed by the allocator: a kernel drains
+    /// every CPU's caches here, passing this CPU's handle if it holds one
+    /// (with `pageframe`, `Machine::drain_pcp(Some(handle), kick)`; a cache
+    /// this CPU holds but cannot serve while it waits would never empty).
     fn drain_caches(&mut self) {}
 }
 

@@ -77,9 +77,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
     /// memory handed over so far (the caches are sized from it: a CPU's
     /// cache may hold up to 1/8 of its zone divided among the node's CPUs).
+    /// `NoMemory` before any memory is handed over.
     pub fn pcp_bytes(&self, cpus: u32) -> Result<usize, SetupError> {
         if cpus == 0 || cpus as usize > MAX_CPUS {
             return Err(PcpSetupError::CpuCount.into());
+        }
+        if self.managed_pages() == 0 {
+            return Err(PcpSetupError::NoMemory.into());
         }
         let mut total = 0usize;
         for z in self.all_zones() {
@@ -185,27 +189,49 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// (`drain_all_pages`, spec 04 §7): caches nobody holds are drained
     /// here; holders are asked and this waits until each has done it at
     /// its next operation (`kick(cpu)` is called while waiting: a kernel
-    /// sends an IPI, a host test yields). `local` is the caller's own
-    /// handle, if it holds one.
+    /// sends an IPI, a host test yields).
+    ///
+    /// `local` is the caller's own handle: pass it if this CPU holds one.
+    /// While it waits, the drain honours every request addressed to that
+    /// handle, in every zone, so any number of CPUs may drain at once (two
+    /// drainers each serve the other). What the call needs to end:
+    /// - every other handle's holder keeps operating, calls
+    ///   [`CpuCache::tick`], answers `kick`, or drops its handle;
+    /// - the caller holds no handle it did not pass (one borrowed further
+    ///   up its stack, as from a [`crate::Migrator`] called by an
+    ///   allocation through that handle): that cache's requests would never
+    ///   be served, and this call, or another CPU's drain, would wait for
+    ///   it forever;
+    /// - the caller holds no lock that a holder may wait for without
+    ///   polling (the zone locks are never held here).
     pub fn drain_pcp(
         &self,
         mut local: Option<&mut CpuCache<'_, 'a, R>>,
         mut kick: impl FnMut(CpuId),
     ) {
+        // Requests to every cache of every zone first, so that owners drain
+        // in parallel and nothing waits before every request is out.
         for z in self.all_zones() {
             let Some(set) = &z.pcp else { continue };
-            let own = local.as_deref_mut().and_then(|c| {
-                c.locals.get(ZoneRef {
-                    node: z.node(),
-                    kind: z.kind(),
-                })
+            let own = local
+                .as_deref_mut()
+                .and_then(|c| c.locals.get(z.zone_ref()));
+            set.request_drain_all(z, own);
+        }
+        let me = local.as_deref().map(|c| c.cpu);
+        for z in self.all_zones() {
+            let Some(set) = &z.pcp else { continue };
+            set.wait_drain_all(z, me, |cpu| {
+                if let Some(c) = local.as_deref_mut() {
+                    c.poll();
+                }
+                kick(cpu)
             });
-            set.drain_all(z, own, &mut kick);
         }
     }
 }
 
-impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
+impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     /// The CPU.
     pub fn cpu(&self) -> CpuId {
         self.cpu
@@ -257,15 +283,24 @@ impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
         }
     }
 
+    /// Honours the requests other CPUs posted to this CPU's caches (a
+    /// drain, new sizing), in every zone. Every operation on the handle
+    /// does it first; call it from an idle loop or the handler of the
+    /// `kick` that [`Machine::drain_pcp`] sends.
+    pub fn poll(&mut self) {
+        for z in self.machine.all_zones() {
+            if let Some(l) = self.locals.get(z.zone_ref()) {
+                l.poll(z);
+            }
+        }
+    }
+
     /// Empties this CPU's caches into the zones (`drain_local_pages`).
     /// Returns the frames given back.
     pub fn drain(&mut self) -> u64 {
         let mut n = 0;
         for z in self.machine.all_zones() {
-            if let Some(l) = self.locals.get(ZoneRef {
-                node: z.node(),
-                kind: z.kind(),
-            }) {
+            if let Some(l) = self.locals.get(z.zone_ref()) {
                 n += l.drain(z);
             }
         }
@@ -277,10 +312,7 @@ impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
     /// once a second.
     pub fn tick(&mut self) {
         for z in self.machine.all_zones() {
-            if let Some(l) = self.locals.get(ZoneRef {
-                node: z.node(),
-                kind: z.kind(),
-            }) {
+            if let Some(l) = self.locals.get(z.zone_ref()) {
                 l.decay(z);
             }
         }
@@ -302,7 +334,7 @@ impl<'a, R: RawMutex> CpuCache<'_, 'a, R> {
     }
 
     /// The machine.
-    pub fn machine(&self) -> &Machine<'a, R> {
+    pub fn machine(&self) -> &'m Machine<'a, R> {
         self.machine
     }
 }

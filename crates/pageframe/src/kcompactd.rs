@@ -17,16 +17,12 @@ use crate::machine::Machine;
 use crate::numa_stats::NodeStats;
 use crate::topology::NodeId;
 use crate::zone::ZoneKind;
-use crate::zonelist::ZoneRef;
 
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// The zones of node `id`, low to high, for a requester of `highest`.
     fn node_zones(&self, id: NodeId, highest: ZoneKind) -> Option<ZoneSet<'_, 'a, R>> {
         let node = self.node(id)?;
-        let refs = node.zones().map(|z| ZoneRef {
-            node: id,
-            kind: z.kind(),
-        });
+        let refs = node.zones().map(|z| z.zone_ref());
         ZoneSet::new(self, refs, highest)
     }
 

@@ -165,6 +165,7 @@ mod stripe;
 mod sync;
 mod thp;
 mod topology;
+pub mod waits;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
 mod zone;

@@ -25,6 +25,7 @@ use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::stripe::Stripes;
 use crate::topology::NodeId;
+use crate::zonelist::ZoneRef;
 
 /// Address-range classes of memory, low to high (spec 01 §3.5). A zone's
 /// index is its place in this order.
@@ -237,6 +238,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// The node the zone belongs to.
     pub fn node(&self) -> NodeId {
         self.node
+    }
+
+    /// The zone's place in the machine: its node and kind.
+    pub(crate) fn zone_ref(&self) -> ZoneRef {
+        ZoneRef {
+            node: self.node,
+            kind: self.kind,
+        }
     }
 
     /// The span, holes included.

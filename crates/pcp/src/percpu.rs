@@ -30,7 +30,15 @@
 //! acknowledgement, and takes the handle itself if the owner released it
 //! (CPU offline, thread exit), so a drain completes as long as every owner
 //! either keeps operating, runs its periodic [`LocalPcp::decay`], or
-//! releases its handle. `tests/loom.rs` model-checks this protocol:
+//! releases its handle.
+//!
+//! A CPU that waits for others honours the requests addressed to its own
+//! caches meanwhile, in every zone it holds one of: then two drainers
+//! never wait on each other. A caller with caches of several zones posts
+//! its requests in every zone first ([`PcpSet::request_drain_all`]) and
+//! then waits in each ([`PcpSet::wait_drain_all`]) with a callback that
+//! polls all of its caches. `tests/loom.rs` model-checks this protocol,
+//! two zones and two concurrent drainers included:
 //! `RUSTFLAGS="--cfg loom" cargo test -p pageframe-pcp --test loom --release`.
 
 use crate::error::{AllocMiss, PcpError};
@@ -208,18 +216,26 @@ impl<'s, 'm> PcpSet<'s, 'm> {
             return Ok(());
         }
         let t = slot.request_drain();
-        self.wait(zone, slot, cpu, t, &mut local, &mut kick);
+        self.wait(zone, slot, cpu, t, &mut |c| {
+            if let Some(l) = local.as_deref_mut() {
+                l.poll(zone);
+            }
+            kick(c)
+        });
         Ok(())
     }
 
+    /// Waits until `slot`'s drain `target` is done, finishing it here if the
+    /// owner released the handle. `idle(cpu)` runs between checks: it must
+    /// honour every request addressed to the caller's own caches (in every
+    /// zone), which is what makes concurrent drains end.
     fn wait<Z: PcpZone>(
         &self,
         zone: &Z,
         slot: &'s PcpSlot<'m>,
         cpu: CpuId,
         target: u32,
-        local: &mut Option<&mut LocalPcp<'s, 'm>>,
-        kick: &mut impl FnMut(CpuId),
+        idle: &mut impl FnMut(CpuId),
     ) {
         loop {
             if slot.drained_since(target) {
@@ -230,28 +246,49 @@ impl<'s, 'm> PcpSet<'s, 'm> {
                 l.poll(zone);
                 return;
             }
-            if let Some(l) = local.as_deref_mut() {
-                l.poll(zone);
-            }
-            kick(cpu);
+            idle(cpu);
             spin_hint();
         }
     }
 
-    /// `__drain_all_pages(zone, force_all_cpus)` (spec 04 §7): drains every
-    /// CPU's cache and returns once each has been emptied after this call
-    /// began (spec 04 §12(10), absent concurrent frees). Requests go out to
-    /// all owned caches first so the owners drain in parallel.
+    /// The CPU whose cache `local` is, if it is one of this set's.
+    fn cpu_of(&self, local: &LocalPcp<'s, 'm>) -> Option<CpuId> {
+        let i = self
+            .slots
+            .iter()
+            .position(|s| core::ptr::eq(s, local.slot))?;
+        Some(CpuId(i as u32))
+    }
+
+    /// `__drain_all_pages(zone, force_all_cpus)` (spec 04 §7) for one zone:
+    /// [`PcpSet::request_drain_all`], then [`PcpSet::wait_drain_all`]
+    /// honouring requests on `local` while it waits. A caller with caches
+    /// of several zones drains them with those two steps instead (see
+    /// [`PcpSet::wait_drain_all`]).
     pub fn drain_all<Z: PcpZone>(
         &self,
         zone: &Z,
         mut local: Option<&mut LocalPcp<'s, 'm>>,
         mut kick: impl FnMut(CpuId),
     ) {
+        let me = local.as_deref().and_then(|l| self.cpu_of(l));
+        self.request_drain_all(zone, local.as_deref_mut());
+        self.wait_drain_all(zone, me, |cpu| {
+            if let Some(l) = local.as_deref_mut() {
+                l.poll(zone);
+            }
+            kick(cpu)
+        });
+    }
+
+    /// The first step of a drain of every CPU's cache: caches nobody owns
+    /// are drained here, every owned one gets a request (so the owners
+    /// drain in parallel), and `local`, the caller's own cache of this
+    /// zone, is drained. Never waits.
+    pub fn request_drain_all<Z: PcpZone>(&self, zone: &Z, local: Option<&mut LocalPcp<'s, 'm>>) {
         let local_slot = local.as_deref().map(|l| l.slot as *const PcpSlot<'m>);
-        let is_local = |s: &PcpSlot<'m>| local_slot.is_some_and(|p| core::ptr::eq(p, s));
         for s in self.slots {
-            if is_local(s) {
+            if local_slot.is_some_and(|p| core::ptr::eq(p, s)) {
                 continue;
             }
             match s.claim() {
@@ -263,16 +300,39 @@ impl<'s, 'm> PcpSet<'s, 'm> {
                 }
             }
         }
-        if let Some(l) = local.as_deref_mut() {
+        if let Some(l) = local {
             l.drain(zone);
         }
+    }
+
+    /// The second step: returns once every cache but CPU `me`'s has been
+    /// emptied after [`PcpSet::request_drain_all`] began (spec 04 §12(10),
+    /// absent concurrent frees).
+    ///
+    /// `idle(cpu)` runs while CPU `cpu` has yet to honour its request. It
+    /// must honour every request addressed to the caller's own caches, in
+    /// every zone the caller holds one of ([`LocalPcp::poll`] on each), and
+    /// may kick `cpu` (an IPI). Then the wait ends: a waiting CPU serves
+    /// everyone waiting on it, so drainers never wait on each other, and
+    /// the others are owners at work (who poll at their next operation or
+    /// tick) or released caches (drained here). A caller that owns a cache
+    /// it does not poll in `idle` (a handle borrowed further up its stack)
+    /// can wait forever for itself, or for a drainer waiting on it.
+    pub fn wait_drain_all<Z: PcpZone>(
+        &self,
+        zone: &Z,
+        me: Option<CpuId>,
+        mut idle: impl FnMut(CpuId),
+    ) {
         for (i, s) in self.slots.iter().enumerate() {
-            if is_local(s) {
+            let cpu = CpuId(i as u32);
+            if me == Some(cpu) {
                 continue;
             }
-            // Every request posted above has a ticket <= this value.
+            // Every request posted before this call has a ticket <= this
+            // value.
             let target = s.drain_requested.load(Ordering::Relaxed);
-            self.wait(zone, s, CpuId(i as u32), target, &mut local, &mut kick);
+            self.wait(zone, s, cpu, target, &mut idle);
         }
     }
 

@@ -112,3 +112,60 @@ fn concurrent_drain_all_does_not_deadlock() {
         assert_eq!(v, vec![1, 2]);
     });
 }
+
+/// Two zones, two CPUs, each owning its cache of both zones, drain every
+/// cache of both zones at once (requests to all caches first, then the
+/// waits), each serving every request addressed to it while it waits: both
+/// drains end, whatever the interleaving, and every frame is in its zone.
+/// The earlier protocol, which served only the zone being waited on,
+/// deadlocks here: CPU 0 waits in zone B for CPU 1, which waits in zone A
+/// without polling its cache of zone B.
+#[test]
+fn concurrent_drains_of_two_zones_end() {
+    builder().check(|| {
+        let sets = [leak_set(2), leak_set(2)];
+        let zones = [leak_zone(), leak_zone()];
+        let mut locals: Vec<_> = (0..2u32)
+            .map(|cpu| {
+                let mut mine = [
+                    sets[0].claim(CpuId(cpu)).unwrap(),
+                    sets[1].claim(CpuId(cpu)).unwrap(),
+                ];
+                for (z, l) in mine.iter_mut().enumerate() {
+                    let f = Pfn(u64::from(cpu) * 2 + z as u64);
+                    l.free(zones[z], f, Order::new_truncated(0), MigrateType::Movable)
+                        .unwrap();
+                }
+                mine
+            })
+            .collect();
+        let drain = move |cpu: u32, mine: &mut [pageframe_pcp::LocalPcp<'static, 'static>; 2]| {
+            for z in 0..2 {
+                sets[z].request_drain_all(zones[z], Some(&mut mine[z]));
+            }
+            for z in 0..2 {
+                sets[z].wait_drain_all(zones[z], Some(CpuId(cpu)), |_| {
+                    for (zz, l) in mine.iter_mut().enumerate() {
+                        l.poll(zones[zz]);
+                    }
+                    thread::yield_now();
+                });
+            }
+        };
+        let mut b = locals.pop().unwrap();
+        let mut a = locals.pop().unwrap();
+        let t = thread::spawn(move || {
+            drain(1, &mut b);
+            drop(b);
+        });
+        drain(0, &mut a);
+        // An owner that stops operating releases its caches.
+        drop(a);
+        t.join().unwrap();
+        for (z, zone) in zones.iter().enumerate() {
+            let mut v = zone.free.lock().unwrap().clone();
+            v.sort();
+            assert_eq!(v, vec![z as u64, 2 + z as u64]);
+        }
+    });
+}

@@ -337,6 +337,9 @@ fn assert_smp_passed(b: &Boot, cpus: usize) -> Vec<SmpRow> {
             };
             // 600 rounds of 64 blocks; every one counted by the cache.
             assert_eq!(r.allocs, 600 * 64, "{row}");
+            // A contiguous range every 150 rounds, each draining every
+            // CPU's caches while the others do the same.
+            assert_eq!(f[11].trim(), "4", "contiguous ranges: {row}");
             assert!(
                 r.hits * 2 > r.allocs,
                 "most allocations hit the cache: {row}"

@@ -9,6 +9,12 @@
 //! nothing else on that CPU uses them, so the fast path takes no lock and
 //! no atomic read-modify-write on a hit. Frees of another CPU's frames go
 //! through the freeing CPU's own cache.
+//!
+//! Every [`CONTIG_EVERY`] rounds each CPU also takes a contiguous range
+//! ([`KernelMachine::alloc_contig`]) whose migrator drains every CPU's
+//! caches with this CPU's handle: all CPUs drain at about the same time,
+//! and each drain must end (a CPU waiting serves the others' requests; a
+//! CPU that waits for the others to finish polls its handle).
 
 use crate::bringup::KernelMachine;
 use crate::irq_lock::IrqLock;
@@ -19,7 +25,9 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU32, Ordering};
 use pageframe::pcp::{CpuId, PcpStats};
-use pageframe::{CpuCache, Gfp, Order, Pfn, ZoneKind};
+use pageframe::{
+    ContigError, CpuCache, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, ZoneKind,
+};
 use spin::Mutex;
 
 /// Most CPUs taking part.
@@ -30,6 +38,10 @@ const ROUNDS: usize = 600;
 const BATCH: usize = 64;
 /// Capacity of each CPU's outbox.
 const OUTBOX: usize = 4096;
+/// Rounds between two contiguous allocations of a CPU.
+const CONTIG_EVERY: usize = 150;
+/// Frames of each contiguous allocation (not a power of two).
+const CONTIG_FRAMES: u64 = 1000;
 
 /// A failed check.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +52,8 @@ pub enum SmpStressError {
     Ap(smp::SmpError),
     /// An allocation failed mid-stress.
     Alloc,
+    /// A contiguous allocation failed mid-stress.
+    Contig(ContigError),
     /// A free was refused.
     Free(Pfn),
     /// A frame's contents were not what its allocator wrote.
@@ -65,6 +79,7 @@ impl fmt::Display for SmpStressError {
             Self::NoMemory(w) => write!(f, "out of memory for {w}"),
             Self::Ap(e) => write!(f, "{e}"),
             Self::Alloc => write!(f, "allocation failed during the stress"),
+            Self::Contig(e) => write!(f, "contiguous allocation failed during the stress: {e}"),
             Self::Free(p) => write!(f, "free of {:#x} refused", p.get()),
             Self::Corrupt(p) => write!(f, "frame {:#x} corrupted", p.get()),
             Self::Claim => write!(f, "per-CPU handle already claimed"),
@@ -99,6 +114,8 @@ pub struct CpuReport {
     pub allocated: u64,
     /// Of those, blocks its own NUMA node served.
     pub local: u64,
+    /// Contiguous ranges taken (with drains of every CPU's caches).
+    pub contig: u32,
     /// Its node.
     pub node: u32,
 }
@@ -131,6 +148,26 @@ struct Shared {
 }
 
 type Handle = CpuCache<'static, 'static, IrqLock>;
+
+/// The migrator of the stress's contiguous ranges: the stress keeps its
+/// frames by number, so nothing moves (the range comes from free memory
+/// and what the caches give back); before a range is taken, every CPU's
+/// caches are drained through this CPU's handle, which it serves while it
+/// waits.
+struct Draining<'h> {
+    handle: &'h mut Handle,
+}
+
+impl Migrator for Draining<'_> {
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+        Err(MigrateError::Busy)
+    }
+
+    fn drain_caches(&mut self) {
+        let machine = self.handle.machine();
+        machine.drain_pcp(Some(self.handle), |_| core::hint::spin_loop());
+    }
+}
 
 fn tag(cpu: usize, pfn: Pfn) -> u64 {
     ((cpu as u64 + 1) << 56) ^ pfn.get().wrapping_mul(0x9e37_79b9)
@@ -183,7 +220,21 @@ impl Shared {
         let mut mine = self.mine[cpu].lock();
         let mut taken = self.inbox_scratch[cpu].lock();
         let movable = Gfp::KERNEL | Gfp::MOVABLE;
-        for _ in 0..ROUNDS {
+        for round in 0..ROUNDS {
+            if round % CONTIG_EVERY == CONTIG_EVERY - 1 {
+                let mut mig = Draining {
+                    handle: &mut handle,
+                };
+                let range = self
+                    .machine
+                    .alloc_contig(node, Gfp::KERNEL, CONTIG_FRAMES, 1, &mut mig)
+                    .map_err(SmpStressError::Contig)?
+                    .range;
+                self.machine
+                    .free_contig_range(range)
+                    .map_err(|_| SmpStressError::Free(range.start))?;
+                rep.contig += 1;
+            }
             for i in 0..BATCH {
                 let order = Order::new(if i % 8 == 7 { 3 } else { 0 }).expect("order");
                 let a = handle
@@ -216,8 +267,11 @@ impl Shared {
             }
         }
         // Wait for every CPU to stop handing over, then take the rest.
+        // Waiting, this CPU serves the drains the others may still ask of
+        // its caches.
         self.finished.fetch_add(1, Ordering::AcqRel);
         while self.finished.load(Ordering::Acquire) < self.n as u32 {
+            handle.poll();
             core::hint::spin_loop();
         }
         core::mem::swap(&mut *self.outbox[other].lock(), &mut *taken);
@@ -324,13 +378,13 @@ pub fn print(r: &SmpReport, rate: &TscRate) {
         rate.duration(Cycles(r.cycles)),
     );
     println!(
-        "smp: cpu | node | allocs | local | pcp hits | hit rate | refills | spills | zone locks | cross-CPU frees | high | high bounds"
+        "smp: cpu | node | allocs | local | pcp hits | hit rate | refills | spills | zone locks | cross-CPU frees | high | high bounds | contiguous ranges (each draining every CPU)"
     );
     for (i, c) in r.cpus.iter().enumerate().take(r.n) {
         let s = &c.stats;
         let rate_x100 = (s.local_hits * 10_000).checked_div(s.allocs).unwrap_or(0);
         println!(
-            "smp: cpu{i} | {} | {} | {} | {} | {}.{:02}% | {} | {} | {} | {} | {} | {}..{}",
+            "smp: cpu{i} | {} | {} | {} | {} | {}.{:02}% | {} | {} | {} | {} | {} | {}..{} | {}",
             c.node,
             s.allocs,
             c.local,
@@ -343,7 +397,8 @@ pub fn print(r: &SmpReport, rate: &TscRate) {
             c.cross_frees,
             c.high,
             c.high_bounds.0,
-            c.high_bounds.1
+            c.high_bounds.1,
+            c.contig
         );
     }
 }

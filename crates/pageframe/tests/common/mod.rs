@@ -4,6 +4,8 @@
 
 use std::mem::MaybeUninit;
 
+pub mod watchdog;
+
 use pageframe::{
     Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, PfnRange,
     SlowPathHooks, Topology, ZoneKind,

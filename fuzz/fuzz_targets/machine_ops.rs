@@ -36,7 +36,7 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         27 => Op::Online { index: u.arbitrary()? },
         28 => Op::Cma { frames: u.arbitrary()?, refuse: u.ratio(1u8, 5)? },
         29 => Op::HotAdd { blocks: u.arbitrary()?, short: u.arbitrary()? },
-        25 => Op::Report { min: u.int_in_range(0..=11u8)?, refuse: u.ratio(1u8, 4)? },
+        25 => Op::Report { min: u.int_in_range(0..=11u8)?, refuse: u.ratio(1u8, 4)?, churn: u.int_in_range(0..=7u8)? },
         _ => Op::Tunable { which: u.arbitrary()?, value: if u.arbitrary()? { u.int_in_range(0..=5000u32)? } else { u.arbitrary()? } },
     })
 }

@@ -7,7 +7,7 @@
 //! one, is unreported again. The reporter takes unreported blocks off the
 //! lists, tells the hypervisor outside the lock, and gives them back marked.
 
-use crate::chunk::{RBITS, REPORTED};
+use crate::chunk::{Mode, RBITS, REPORTED};
 use crate::error::FreeError;
 use crate::frame::NIL;
 use crate::partial::BUCKETS;
@@ -99,8 +99,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     /// Gives back a block [`BuddyZone::take_unreported`] took: freed to the
     /// tail of its list (so that allocations prefer memory the hypervisor
-    /// still backs) and, if `reported` and it did not merge with a free
-    /// buddy, marked reported. Same errors as `free`.
+    /// still backs) and, if `reported`, it did not merge with a free buddy
+    /// and its chunk was not reserved meanwhile (the reservation keeps it,
+    /// unmarked), marked reported. Same errors as `free`.
     pub fn return_reported(
         &mut self,
         pfn: Pfn,
@@ -109,9 +110,12 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     ) -> Result<(), FreeError> {
         let i = self.check_free(pfn, order)?;
         self.stats.frees += 1;
+        let k = self.chunk_of(i);
+        // A chunk reserved meanwhile takes the block into its reservation's
+        // keeping, not onto a list: nothing there carries marks.
+        let reserved = self.chunks[k].mode == Mode::Reserved;
         let (h, o) = self.free_block(i, order.get(), true);
-        if reported && h == i && o == order.get() {
-            let k = self.chunk_of(i);
+        if reported && !reserved && h == i && o == order.get() {
             if o >= self.c {
                 self.chunks[k].flags |= REPORTED;
             } else {

@@ -225,6 +225,10 @@ pub enum Op {
         min: u8,
         /// Refuse every batch.
         refuse: bool,
+        /// Traffic inside the callback, every batch: `churn % 4` order-0
+        /// allocations and, when `churn >= 4`, the free of an owned block
+        /// (a balloon driver handing pages back). The pass must still end.
+        churn: u8,
     },
     /// Hot-add node 1's Movable zone over the first `1 + blocks % 8`
     /// pageblocks of [`HOTPLUG_RANGE`] and online what its metadata leaves
@@ -990,27 +994,65 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             m.add_free_range(r)
                 .map_err(|e| format!("online of offlined {r:?}: {e}"))?;
         }
-        Op::Report { min, refuse } => {
+        Op::Report { min, refuse, churn } => {
             let min = Order::new_truncated(min % 11);
             let mut bad = None;
-            let blocks = &owners.blocks;
+            let (free_before, mut freed, mut offered) = (m.free_pages(), 0, 0);
+            let mut batches = 0usize;
             m.report_free_pages(min, |batch: &[(Pfn, Order)]| {
                 for &(p, o) in batch {
                     let end = p.get() + o.pages();
+                    offered += o.pages();
                     if o < min || !p.is_aligned(o) {
                         bad = Some(format!("offered {p:?}/{o:?} below {min:?} or misaligned"));
                     }
-                    if let Some((&h, &(ho, _))) = blocks.range(..end).next_back()
+                    if let Some((&h, &(ho, _))) = owners.blocks.range(..end).next_back()
                         && h + ho.pages() > p.get()
                     {
                         bad = Some(format!("offered {p:?}/{o:?}, which overlaps owned {h:#x}"));
                     }
+                }
+                batches += 1;
+                for i in 0..churn % 4 {
+                    let node = i % 2;
+                    let alloc = Op::Alloc {
+                        node,
+                        cpu: 2,
+                        gfp: 0,
+                        order: 0,
+                    };
+                    if let Err(e) = apply(m, &alloc, owners, mover) {
+                        bad.get_or_insert(format!("in the callback: {e}"));
+                    }
+                }
+                if churn >= 4
+                    && let Some((_, o)) = owners.nth(batches)
+                {
+                    let free = Op::Free {
+                        index: batches,
+                        cpu: 2,
+                    };
+                    match apply(m, &free, owners, mover) {
+                        Ok(()) => freed += o.pages(),
+                        Err(e) => {
+                            bad.get_or_insert(format!("in the callback: {e}"));
+                        }
+                    }
+                }
+                if let Err(e) = m.validate() {
+                    bad.get_or_insert(format!("in the callback: {e}"));
                 }
                 !refuse
             });
             if let Some(e) = bad {
                 return Err(e);
             }
+            // A pass ends: it offers no more than was free when it began,
+            // whatever its callback freed meanwhile.
+            ensure!(
+                offered <= free_before,
+                "a pass offered {offered} frames, {free_before} free when it began ({freed} freed since)"
+            );
         }
         // Needs the run's metadata buffer: `run` calls `hot_add`.
         Op::HotAdd { .. } => {}

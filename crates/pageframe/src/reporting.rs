@@ -37,8 +37,10 @@ impl<R: RawMutex> Machine<'_, R> {
     /// are not reported yet, and returns whether it reported them (`false`
     /// gives them back unmarked, to be offered again). A zone keeps at
     /// least its low watermark free: reporting never takes memory a normal
-    /// allocation would need meanwhile (Linux's rule). The zone lock is not
-    /// held while the callback runs.
+    /// allocation would need meanwhile (Linux's rule). A pass ends: it
+    /// offers at most as many frames as were free when it began, whatever
+    /// is freed meanwhile (by the callback or other CPUs). The zone lock is
+    /// not held while the callback runs.
     ///
     /// ```
     /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Pfn, PfnRange, Order};
@@ -65,8 +67,11 @@ impl<R: RawMutex> Machine<'_, R> {
         mut report: impl FnMut(&[(Pfn, Order)]) -> bool,
     ) -> ReportStats {
         let mut stats = ReportStats::default();
+        // The pass's budget: what was free when it began. Frees meanwhile
+        // (by the callback, or other CPUs) cannot keep it going.
+        let mut left = self.all_zones().map(|z| z.free_pages()).sum();
         for z in self.all_zones() {
-            z.report(min, &mut report, &mut stats);
+            z.report(min, &mut left, &mut report, &mut stats);
         }
         stats
     }
@@ -81,9 +86,12 @@ impl<R: RawMutex> Machine<'_, R> {
 }
 
 impl<R: RawMutex> Zone<'_, R> {
+    /// One zone's part of a pass, taking at most `left` frames (and
+    /// counting them off).
     fn report(
         &self,
         min: Order,
+        left: &mut u64,
         report: &mut impl FnMut(&[(Pfn, Order)]) -> bool,
         stats: &mut ReportStats,
     ) {
@@ -91,10 +99,11 @@ impl<R: RawMutex> Zone<'_, R> {
             let mut batch = [(Pfn(0), Order::ZERO); REPORTING_CAPACITY];
             let n = {
                 let mut z = self.inner.lock();
-                let budget = z.buddy.free_pages().saturating_sub(z.wmark.low);
-                let n = z.buddy.take_unreported(min, &mut batch, budget);
+                let spare = z.buddy.free_pages().saturating_sub(z.wmark.low);
+                let n = z.buddy.take_unreported(min, &mut batch, (*left).min(spare));
                 for &(p, o) in &batch[..n] {
                     self.states.set_isolated(p, o);
+                    *left -= o.pages();
                 }
                 self.after_zone_op(&z);
                 n

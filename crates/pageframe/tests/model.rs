@@ -33,7 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(zone, offset, len, refuse)| Op::Contig { zone, offset, len, refuse }),
         1 => (any::<usize>(), proptest::option::weighted(0.3, (0u8..3, any::<u16>(), any::<u16>())))
             .prop_map(|(index, raw)| Op::FreeContig { index, raw }),
-        1 => (0u8..12, proptest::bool::weighted(0.3)).prop_map(|(min, refuse)| Op::Report { min, refuse }),
+        1 => (0u8..12, proptest::bool::weighted(0.3), any::<u8>()).prop_map(|(min, refuse, churn)| Op::Report { min, refuse, churn: churn % 8 }),
         1 => (0u8..3, any::<u8>(), any::<u8>(), proptest::bool::weighted(0.2))
             .prop_map(|(zone, block, blocks, refuse)| Op::Offline { zone, block, blocks, refuse }),
         1 => any::<usize>().prop_map(|index| Op::Online { index }),
@@ -143,10 +143,22 @@ fn a_long_scripted_run() {
     ops.push(Op::Report {
         min: 0,
         refuse: false,
+        churn: 0,
+    });
+    ops.push(Op::Report {
+        min: 0,
+        refuse: false,
+        churn: 7,
+    });
+    ops.push(Op::Report {
+        min: 0,
+        refuse: false,
+        churn: 4,
     });
     ops.push(Op::Report {
         min: 9,
         refuse: true,
+        churn: 5,
     });
     // Node 1's Movable zone arrives (a refused try first), serves movable
     // requests of node 1, and a second hot-add is refused.

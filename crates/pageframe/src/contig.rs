@@ -12,7 +12,7 @@
 
 use core::fmt;
 
-use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn, PfnRange};
+use pageframe_buddy::{BlockInfo, FreeError, MAX_PFN, Order, Pfn, PfnRange};
 use pageframe_compact::{EvacuateError, MigrateMode, Migrator, evacuate_range};
 use pageframe_mobility::{BlockError, Blocker, MigrateType};
 
@@ -308,7 +308,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         align: u64,
         migrator: &mut M,
     ) -> Result<ContigAllocation, ContigError> {
-        if frames == 0 || !align.is_power_of_two() {
+        if frames == 0 || frames > MAX_PFN || !align.is_power_of_two() || align > MAX_PFN {
             return Err(ContigError::Invalid);
         }
         let (list, highest) = self.prepare(node, gfp).map_err(|_| ContigError::Invalid)?;

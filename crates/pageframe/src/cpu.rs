@@ -107,8 +107,8 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// Sets up per-CPU caches for CPUs `0..cpus` in every zone present,
     /// from `mem` (at least [`Machine::pcp_bytes`] bytes). Call after the
-    /// memory is handed over (the caches are sized from it) and before
-    /// sharing the machine.
+    /// memory is handed over (the caches are sized from it: `NoMemory`
+    /// before) and before sharing the machine.
     pub fn enable_pcp(
         &mut self,
         cpus: u32,

@@ -84,6 +84,9 @@ pub enum PcpSetupError {
     CpuCount,
     /// The caches are already set up.
     AlreadyEnabled,
+    /// No zone has memory yet: the caches are sized from the memory handed
+    /// over, so they are set up after it.
+    NoMemory,
     /// The memory is smaller than [`crate::Machine::pcp_bytes`] said.
     MemoryTooSmall {
         /// Bytes needed.
@@ -118,6 +121,7 @@ impl fmt::Display for PcpSetupError {
         match self {
             PcpSetupError::CpuCount => write!(f, "the CPU count must be 1..={}", crate::MAX_CPUS),
             PcpSetupError::AlreadyEnabled => f.write_str("already enabled"),
+            PcpSetupError::NoMemory => f.write_str("no memory handed over yet to size them from"),
             PcpSetupError::MemoryTooSmall { needed, given } => {
                 write!(f, "memory too small: {given} bytes given, {needed} needed")
             }

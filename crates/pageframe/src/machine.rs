@@ -14,7 +14,10 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use pageframe_types::atomic::AtomicU64;
 
@@ -75,8 +78,10 @@ impl MachineConfig {
 /// The run-time tunables (atomics: read on allocation paths, written
 /// rarely).
 struct Tunables {
-    /// `vm.min_free_kbytes`, `u64::MAX` while computed from memory.
+    /// `vm.min_free_kbytes` as set, read once `min_free_kbytes_set` is.
     min_free_kbytes: AtomicU64,
+    /// Whether `vm.min_free_kbytes` was set (else computed from memory).
+    min_free_kbytes_set: AtomicBool,
     watermark_scale_factor: AtomicU32,
     extfrag_threshold: AtomicU32,
     proactiveness: AtomicU8,
@@ -146,7 +151,8 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             addr_of_mut!((*p).nofrag).write([const { AtomicBool::new(false) }; MAX_NUMNODES]);
             addr_of_mut!((*p).global_defer).write(Deferral::new());
             addr_of_mut!((*p).tunables).write(Tunables {
-                min_free_kbytes: AtomicU64::new(u64::MAX),
+                min_free_kbytes: AtomicU64::new(0),
+                min_free_kbytes_set: AtomicBool::new(false),
                 watermark_scale_factor: AtomicU32::new(DEFAULT_WATERMARK_SCALE_FACTOR),
                 extfrag_threshold: AtomicU32::new(DEFAULT_EXTFRAG_THRESHOLD),
                 proactiveness: AtomicU8::new(DEFAULT_PROACTIVENESS),
@@ -277,13 +283,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
         let mut index = ZoneIndex::EMPTY;
         for z in self.all_zones() {
-            index.push(
-                z.span(),
-                ZoneRef {
-                    node: z.node(),
-                    kind: z.kind(),
-                },
-            );
+            index.push(z.span(), z.zone_ref());
         }
         for node in self.topology.nodes() {
             for kind in ZoneKind::ALL {
@@ -399,20 +399,18 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// machine's memory reserves all of it (every ordinary allocation then
     /// fails its watermark check), as Linux does.
     pub fn set_min_free_kbytes(&self, kib: u64) {
-        self.tunables
-            .min_free_kbytes
-            .store(kib.min(u64::MAX - 1), Relaxed);
+        self.tunables.min_free_kbytes.store(kib, Relaxed);
+        self.tunables.min_free_kbytes_set.store(true, Release);
         self.recompute_watermarks();
     }
 
     /// The `vm.min_free_kbytes` in force: the value set, or 4·√(low memory
     /// in KiB) clamped to 128 KiB..256 MiB.
     pub fn min_free_kbytes(&self) -> u64 {
-        match self.tunables.min_free_kbytes.load(Relaxed) {
-            u64::MAX => {
-                default_min_free_kbytes(self.lowmem_pages().saturating_mul(PAGE_SIZE / 1024))
-            }
-            v => v,
+        if self.tunables.min_free_kbytes_set.load(Acquire) {
+            self.tunables.min_free_kbytes.load(Relaxed)
+        } else {
+            default_min_free_kbytes(self.lowmem_pages().saturating_mul(PAGE_SIZE / 1024))
         }
     }
 

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use common::*;
 use pageframe::pcp::CpuId;
 use pageframe::{
-    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, Order, Pfn, ThpDefrag,
-    ThpPolicy, Topology, ZoneKind,
+    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, Order, PcpSetupError,
+    Pfn, SetupError, ThpDefrag, ThpPolicy, Topology, ZoneKind,
 };
 
 /// Finding 2: two CPUs freeing one frame at once, through their caches or
@@ -302,6 +302,94 @@ fn every_entry_point_refuses_what_is_not_in_the_machine() {
     assert_eq!(
         m.alloc(NodeId::ZERO, Gfp::DMA | Gfp::DMA32, Order::ZERO),
         Err(AllocError::InvalidGfp)
+    );
+    assert_eq!(m.free_pages(), free);
+    m.validate().unwrap();
+}
+
+/// Set-up before there is anything to set up gets a typed error a caller
+/// can act on, not an `Ok` for nothing.
+#[test]
+fn per_cpu_caches_before_any_memory_are_refused() {
+    let empty = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    assert_eq!(
+        empty.pcp_bytes(2),
+        Err(SetupError::Pcp(PcpSetupError::NoMemory)),
+        "no zones"
+    );
+    assert!(empty.enable_pcp(2, leak(4096)).is_err());
+    let no_ram = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    let span = r(4 * GIB, 4 * GIB + 4096);
+    no_ram
+        .add_zone(
+            NodeId::ZERO,
+            ZoneKind::Normal,
+            span,
+            leak(no_ram.zone_metadata_bytes(span)),
+        )
+        .unwrap();
+    assert_eq!(
+        no_ram.pcp_bytes(2),
+        Err(SetupError::Pcp(PcpSetupError::NoMemory)),
+        "a zone without memory"
+    );
+    assert_eq!(
+        no_ram.enable_pcp(2, leak(1 << 20)),
+        Err(SetupError::Pcp(PcpSetupError::NoMemory))
+    );
+    assert_eq!(no_ram.pcp_cpus(), 0);
+    // Once memory is handed over, the same calls work.
+    no_ram.add_free_range(span).unwrap();
+    let bytes = no_ram.pcp_bytes(2).unwrap();
+    no_ram.enable_pcp(2, leak(bytes)).unwrap();
+    assert_eq!(no_ram.pcp_cpus(), 2);
+}
+
+/// Tunables read back what was set, at the ends of their range.
+#[test]
+fn min_free_kbytes_reads_back_what_was_set() {
+    let m = one_zone(4096);
+    let computed = m.min_free_kbytes();
+    assert!(computed > 0);
+    for v in [0, 1, u64::MAX - 1, u64::MAX] {
+        m.set_min_free_kbytes(v);
+        assert_eq!(m.min_free_kbytes(), v);
+    }
+    // u64::MAX reserves everything: ordinary requests fail their mark.
+    assert_eq!(
+        m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO),
+        Err(AllocError::OutOfMemory)
+    );
+    m.set_min_free_kbytes(0);
+    assert!(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).is_ok());
+}
+
+/// A contiguous request larger than the frame-number space is bad input,
+/// refused before any search.
+#[test]
+fn contiguous_requests_beyond_the_frame_space_are_invalid() {
+    let m = one_zone(4096);
+    let free = m.free_pages();
+    let mut w = Words::default();
+    for (frames, align) in [
+        (pageframe::MAX_PFN + 1, 1),
+        (u64::MAX, 1),
+        (1, 1 << 63),
+        (0, 1),
+        (1, 3),
+    ] {
+        assert_eq!(
+            m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, frames, align, &mut w)
+                .map(|a| a.range),
+            Err(pageframe::ContigError::Invalid),
+            "{frames} frames aligned to {align}"
+        );
+    }
+    // The whole frame space is a valid request: nothing that large exists.
+    assert_eq!(
+        m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, pageframe::MAX_PFN, 1, &mut w)
+            .map(|a| a.range),
+        Err(pageframe::ContigError::NotFound)
     );
     assert_eq!(m.free_pages(), free);
     m.validate().unwrap();

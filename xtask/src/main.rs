@@ -5,7 +5,8 @@
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
-//! * `soak --minutes M` threads, caches and compaction for M minutes
+//! * `soak --minutes M [--cpus N]` threads, caches, drains, contiguous
+//!   ranges, reporting and compaction for M minutes
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
 //! * `lint`            rustfmt check and clippy with warnings denied
@@ -562,11 +563,13 @@ fn coverage() -> Result<(), String> {
     run(&mut cmd)
 }
 
-/// The multi-threaded soak (`crates/pageframe/tests/soak.rs`) for `minutes`.
-fn soak(minutes: f64) -> Result<(), String> {
+/// The multi-threaded soak (`crates/pageframe/tests/soak.rs`) for `minutes`
+/// with `cpus` worker threads.
+fn soak(minutes: f64, cpus: u32) -> Result<(), String> {
     let secs = ((minutes * 60.0).round() as u64).max(1);
     run(Command::new("cargo")
         .env("PAGEFRAME_SOAK_SECS", secs.to_string())
+        .env("PAGEFRAME_SOAK_CPUS", cpus.to_string())
         .args([
             "test",
             "--release",
@@ -732,9 +735,17 @@ fn main() -> ExitCode {
         Some("loom") => loom(),
         Some("coverage") => coverage(),
         Some("tsan") => tsan(),
-        Some("soak") => match (args.get(1).map(String::as_str), args.get(2).map(|m| m.parse::<f64>())) {
-            (Some("--minutes"), Some(Ok(m))) if m > 0.0 => soak(m),
-            _ => Err("usage: cargo xtask soak --minutes M".into()),
+        Some("soak") => match (
+            args.get(1).map(String::as_str),
+            args.get(2).map(|m| m.parse::<f64>()),
+            args.get(3).map(String::as_str),
+            args.get(4).map(|c| c.parse::<u32>()),
+        ) {
+            (Some("--minutes"), Some(Ok(m)), None, None) if m > 0.0 => soak(m, 4),
+            (Some("--minutes"), Some(Ok(m)), Some("--cpus"), Some(Ok(c))) if m > 0.0 && (2..=64).contains(&c) => {
+                soak(m, c)
+            }
+            _ => Err("usage: cargo xtask soak --minutes M [--cpus N (2..=64)]".into()),
         },
         Some("lint") => lint(),
         Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
@@ -750,7 +761,7 @@ fn main() -> ExitCode {
         }),
         Some("portability") => portability(),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,32 +1,36 @@
 //! Soak: several threads, each a CPU with its handle on a two-node machine,
 //! allocate and free at random through their per-CPU caches, the zone path
-//! and the slow path, hand blocks to each other (cross-CPU frees) and try
-//! bad frees, while a compactor thread runs kcompactd and whole-node
-//! compaction that moves the workers' blocks under them. A table proves
-//! every frame has one owner at a time (claimed by compare-and-swap), and
-//! at every checkpoint and at the end the books balance: free + cached +
-//! held = managed, and `validate()` passes.
+//! and the slow path, hand blocks to each other (cross-CPU frees), try bad
+//! frees, drain every CPU's caches of every zone, take contiguous ranges
+//! (their migrator drains with the CPU's own handle) and run free page
+//! reporting passes, while a compactor thread runs kcompactd and
+//! whole-node compaction that moves the workers' blocks under them. A
+//! table proves every frame has one owner at a time (claimed by
+//! compare-and-swap); at every checkpoint (each second) and at the end the
+//! books balance: free + cached + held = managed, and `validate()` passes.
+//! A watchdog fails the run, naming the CPUs still inside a call, if any
+//! call lasts over 10 s.
 //!
-//! In `cargo test` it runs for 2 s; `cargo xtask soak --minutes M` runs it
-//! for longer in release (`PAGEFRAME_SOAK_SECS`, `PAGEFRAME_SOAK_SEED`).
+//! In `cargo test` it runs for 2 s with 4 CPUs; `cargo xtask soak --minutes
+//! M [--cpus N]` runs it for longer in release (`PAGEFRAME_SOAK_SECS`,
+//! `PAGEFRAME_SOAK_SEED`, `PAGEFRAME_SOAK_CPUS`).
 
 mod common;
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
+use common::watchdog::{PollBarrier, Watchdog};
 use common::*;
 use pageframe::pcp::CpuId;
 use pageframe::{
     CpuCache, FreeError, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, Order,
-    Pfn, SlowPathHooks, Topology, ZoneKind,
+    Pfn, PfnRange, SlowPathHooks, Topology, ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// Worker threads (CPUs with caches).
-const WORKERS: u32 = 4;
 /// Frames per zone; DMA32 and Normal on node 0, Normal on node 1, in one
 /// contiguous range of frame numbers below and above 4 GiB.
 const ZONE: u64 = 0x8000;
@@ -86,13 +90,32 @@ impl Books {
 
 /// The kernel side of compaction: a block moves with its owner's id, under
 /// its handle's lock (an owner freeing it meanwhile gets `Busy` from the
-/// machine, which isolated it first).
-struct Mover<'b> {
+/// machine, which isolated it first). A worker's mover drains every CPU's
+/// caches with that worker's handle when asked.
+struct Mover<'b, 'c, 'm> {
     books: &'b Books,
     moves: u64,
+    cpu: Option<&'c mut CpuCache<'m, 'static>>,
 }
 
-impl Migrator for Mover<'_> {
+impl<'b> Mover<'b, '_, '_> {
+    fn new(books: &'b Books) -> Self {
+        Mover {
+            books,
+            moves: 0,
+            cpu: None,
+        }
+    }
+}
+
+impl Migrator for Mover<'_, '_, '_> {
+    fn drain_caches(&mut self) {
+        if let Some(c) = self.cpu.as_deref_mut() {
+            let m = c.machine();
+            m.drain_pcp(Some(c), |_| std::thread::yield_now());
+        }
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -117,25 +140,41 @@ impl Migrator for Mover<'_> {
     }
 }
 
-impl SlowPathHooks for Mover<'_> {}
+impl SlowPathHooks for Mover<'_, '_, '_> {}
 
-fn machine() -> &'static Machine<'static> {
+fn machine(workers: u32) -> &'static Machine<'static> {
     let m = machine_with(MachineConfig::new(Topology::uniform(2).unwrap()));
     let z = |i: u64| r(BASE + i * ZONE, BASE + (i + 1) * ZONE);
     zone(m, n(0), ZoneKind::Dma32, z(0), z(0));
     zone(m, n(0), ZoneKind::Normal, z(1), z(1));
     zone(m, n(1), ZoneKind::Normal, z(2), z(2));
-    m.enable_pcp(WORKERS, leak(m.pcp_bytes(WORKERS).unwrap()))
+    m.enable_pcp(workers, leak(m.pcp_bytes(workers).unwrap()))
         .unwrap();
     m
 }
+
+/// A block a worker holds: its id, its order, and whether it is a
+/// contiguous range (freed with `free_contig_range`).
+type Held = (u32, Order, bool);
+
+/// The calls the watchdog names.
+const CALLS: &[&str] = &[
+    "alloc",
+    "free",
+    "drain_pcp",
+    "alloc_contig",
+    "report_free_pages",
+    "tick",
+    "kcompactd",
+    "bad free",
+];
 
 /// One worker: a CPU with its handle, its blocks and its free ids.
 struct Worker<'m, 'b> {
     m: &'m Machine<'static>,
     cpu: CpuCache<'m, 'static>,
     books: &'b Books,
-    held: Vec<(u32, Order)>,
+    held: Vec<Held>,
     ids: Vec<u32>,
     rng: SmallRng,
     /// Successful allocations and frees.
@@ -143,7 +182,7 @@ struct Worker<'m, 'b> {
 }
 
 impl Worker<'_, '_> {
-    fn alloc(&mut self, mover: &mut Mover<'_>) {
+    fn alloc(&mut self) {
         let Some(&id) = self.ids.last() else { return };
         let order = Order::new([0, 0, 0, 0, 0, 0, 1, 2, 3, 9][self.rng.gen_range(0..10)]).unwrap();
         let gfp = [
@@ -156,26 +195,78 @@ impl Worker<'_, '_> {
         let got = match self.rng.gen_range(0..20) {
             0..=12 => self.cpu.alloc(gfp, order),
             13..=18 => self.m.alloc(node, gfp, order),
-            _ => self
-                .m
-                .alloc_slow(node, gfp | Gfp::RETRY_MAYFAIL, order, mover),
+            _ => {
+                let mut mover = Mover {
+                    cpu: Some(&mut self.cpu),
+                    ..Mover::new(self.books)
+                };
+                self.m
+                    .alloc_slow(node, gfp | Gfp::RETRY_MAYFAIL, order, &mut mover)
+            }
         };
         if let Ok(a) = got {
             self.ids.pop();
             self.books.owners.claim(a.pfn.get(), order, id);
             self.books.unlock(id, a.pfn.get());
-            self.held.push((id, order));
+            self.held.push((id, order, false));
             self.done += 1;
         }
+    }
+
+    /// A contiguous range of `2^k` frames (unmovable: compaction leaves
+    /// it), taken with a migrator that moves the blocks in its way and
+    /// drains every CPU's caches with this CPU's handle.
+    fn alloc_contig(&mut self) {
+        let Some(&id) = self.ids.last() else { return };
+        let order = Order::new(self.rng.gen_range(0..=6)).unwrap();
+        let node = n(self.rng.gen_range(0..2));
+        let mut mover = Mover {
+            cpu: Some(&mut self.cpu),
+            ..Mover::new(self.books)
+        };
+        let pages = order.pages();
+        if let Ok(a) = self
+            .m
+            .alloc_contig(node, Gfp::KERNEL, pages, pages, &mut mover)
+        {
+            assert_eq!(a.range.len(), pages);
+            self.ids.pop();
+            self.books.owners.claim(a.range.start.get(), order, id);
+            self.books.unlock(id, a.range.start.get());
+            self.held.push((id, order, true));
+            self.done += 1;
+        }
+    }
+
+    /// A free page reporting pass whose callback allocates and frees an
+    /// order-0 frame (a balloon driver at work).
+    fn report(&mut self) {
+        let min = Order::new([0, 3, 9][self.rng.gen_range(0..3)]).unwrap();
+        let (m, node) = (self.m, self.cpu.node());
+        m.report_free_pages(min, |_| {
+            if let Ok(a) = m.alloc(node, Gfp::KERNEL, Order::ZERO) {
+                m.free(a.pfn, Order::ZERO).unwrap();
+            }
+            true
+        });
     }
 
     /// Frees block `i` of `held` through the cache or the zone path; false
     /// if it is being moved (the machine says `Busy`: retry later).
     fn free(&mut self, i: usize) -> bool {
-        let (id, order) = self.held[i];
+        let (id, order, contig) = self.held[i];
         let Some(pfn) = self.books.lock(id) else {
             return false;
         };
+        if contig {
+            self.books.owners.release(pfn, order, id);
+            let range = PfnRange::new(Pfn(pfn), Pfn(pfn + order.pages()));
+            self.m.free_contig_range(range).unwrap();
+            self.held.swap_remove(i);
+            self.ids.push(id);
+            self.done += 1;
+            return true;
+        }
         let core = self
             .m
             .zone_of(Pfn(pfn))
@@ -223,7 +314,10 @@ impl Worker<'_, '_> {
         if self.held.is_empty() {
             return;
         }
-        let (id, order) = self.held[self.rng.gen_range(0..self.held.len())];
+        let (id, order, contig) = self.held[self.rng.gen_range(0..self.held.len())];
+        if contig {
+            return;
+        }
         let Some(pfn) = self.books.lock(id) else {
             return;
         };
@@ -250,7 +344,7 @@ impl Worker<'_, '_> {
 
     /// Base pages this worker holds, and those in its caches.
     fn pages(&mut self) -> (u64, u64) {
-        let held = self.held.iter().map(|&(_, o)| o.pages()).sum();
+        let held = self.held.iter().map(|&(_, o, _)| o.pages()).sum();
         let cached = self
             .m
             .all_zones()
@@ -274,82 +368,104 @@ impl Drop for AbortOnPanic {
     }
 }
 
-fn soak_for(duration: Duration, seed: u64) {
-    let m = machine();
+fn soak_for(duration: Duration, seed: u64, workers: u32) {
+    let m = machine(workers);
     let managed = m.managed_pages();
     let books = Books {
         owners: Owners((0..FRAMES).map(|_| AtomicU32::new(0)).collect()),
-        at: (0..=WORKERS * IDS).map(|_| AtomicU64::new(0)).collect(),
+        at: (0..=workers * IDS).map(|_| AtomicU64::new(0)).collect(),
     };
     let books = &books;
     let stop = AtomicBool::new(false);
     let pause = AtomicBool::new(false);
-    // Workers and the compactor meet the clock at checkpoints.
-    let barrier = Barrier::new(WORKERS as usize + 2);
-    let mailboxes: Vec<Mutex<Vec<(u32, Order)>>> =
-        (0..WORKERS).map(|_| Mutex::new(Vec::new())).collect();
+    // Workers, the compactor and the clock meet at checkpoints; a worker
+    // waiting there keeps serving drain requests to its caches.
+    let barrier = PollBarrier::new(workers as usize + 2);
+    let dog = Watchdog::start(workers as usize + 1, CALLS, Duration::from_secs(10));
+    let mailboxes: Vec<Mutex<Vec<Held>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
     let counted = AtomicU64::new(0);
     let (ops, checkpoints, moves) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (drains, contigs, reports) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let start = Instant::now();
 
     std::thread::scope(|s| {
         let _guard = AbortOnPanic;
-        for w in 0..WORKERS {
-            let (stop, pause, barrier, mailboxes) = (&stop, &pause, &barrier, &mailboxes);
-            let (counted, ops) = (&counted, &ops);
+        for w in 0..workers {
+            let (stop, pause, barrier, mailboxes, dog) =
+                (&stop, &pause, &barrier, &mailboxes, &dog);
+            let (counted, ops, drains, contigs, reports) =
+                (&counted, &ops, &drains, &contigs, &reports);
             s.spawn(move || {
                 let _guard = AbortOnPanic;
+                let i = w as usize;
                 let mut me = Worker {
                     m,
-                    cpu: m.cpu(CpuId(w), n(w as usize % 2)).unwrap(),
+                    cpu: m.cpu(CpuId(w), n(i % 2)).unwrap(),
                     books,
                     held: Vec::new(),
                     ids: (1 + w * IDS..=(w + 1) * IDS).collect(),
                     rng: SmallRng::seed_from_u64(seed ^ (u64::from(w) << 32)),
                     done: 0,
                 };
-                let mut mover = Mover { books, moves: 0 };
                 while !stop.load(Relaxed) {
                     if pause.load(Relaxed) {
+                        // Everyone at rest first: a drain another CPU is
+                        // in must end (served while this one waits)
+                        // before the caches are counted.
+                        barrier.wait(|| me.cpu.poll());
                         let (held, cached) = me.pages();
                         counted.fetch_add(held + cached, Relaxed);
-                        barrier.wait();
-                        barrier.wait();
+                        barrier.wait(|| me.cpu.poll());
+                        barrier.wait(|| me.cpu.poll());
                         continue;
                     }
-                    match me.rng.gen_range(0..100) {
-                        0..=44 => me.alloc(&mut mover),
-                        45..=84 if !me.held.is_empty() => {
-                            let i = me.rng.gen_range(0..me.held.len());
-                            me.free(i);
+                    match me.rng.gen_range(0..1000) {
+                        0..=439 => dog.call(i, 0, || me.alloc()),
+                        440..=839 if !me.held.is_empty() => {
+                            let k = me.rng.gen_range(0..me.held.len());
+                            dog.call(i, 1, || me.free(k));
                         }
-                        85..=89 if !me.held.is_empty() => {
+                        840..=889 if !me.held.is_empty() => {
                             // Hand a block (and its id) to the next CPU.
-                            let i = me.rng.gen_range(0..me.held.len());
-                            let b = me.held.swap_remove(i);
-                            mailboxes[((w + 1) % WORKERS) as usize]
+                            let k = me.rng.gen_range(0..me.held.len());
+                            let b = me.held.swap_remove(k);
+                            mailboxes[(w as usize + 1) % workers as usize]
                                 .lock()
                                 .unwrap()
                                 .push(b);
                         }
-                        90..=93 => {
-                            let got = std::mem::take(&mut *mailboxes[w as usize].lock().unwrap());
+                        890..=929 => {
+                            let got = std::mem::take(&mut *mailboxes[i].lock().unwrap());
                             me.held.extend(got);
                         }
-                        94..=96 => me.bad_free(),
-                        _ => me.cpu.tick(),
+                        930..=959 => dog.call(i, 7, || me.bad_free()),
+                        960..=969 => {
+                            dog.call(i, 2, || {
+                                m.drain_pcp(Some(&mut me.cpu), |_| std::thread::yield_now())
+                            });
+                            drains.fetch_add(1, Relaxed);
+                        }
+                        970..=979 => {
+                            dog.call(i, 3, || me.alloc_contig());
+                            contigs.fetch_add(1, Relaxed);
+                        }
+                        980..=984 => {
+                            dog.call(i, 4, || me.report());
+                            reports.fetch_add(1, Relaxed);
+                        }
+                        _ => dog.call(i, 5, || me.cpu.tick()),
                     }
                 }
                 // The end: everything back, twice (hand-overs made after
                 // the first pass land before the second).
                 for _ in 0..2 {
-                    let got = std::mem::take(&mut *mailboxes[w as usize].lock().unwrap());
+                    let got = std::mem::take(&mut *mailboxes[i].lock().unwrap());
                     me.held.extend(got);
                     while !me.held.is_empty() {
-                        let i = me.held.len() - 1;
-                        me.free(i);
+                        let k = me.held.len() - 1;
+                        me.free(k);
                     }
-                    barrier.wait();
+                    barrier.wait(|| me.cpu.poll());
                 }
                 me.cpu.drain();
                 ops.fetch_add(me.done, Relaxed);
@@ -357,29 +473,33 @@ fn soak_for(duration: Duration, seed: u64) {
         }
         // The compactor: kcompactd of both nodes and whole-node compaction.
         {
-            let (stop, pause, barrier, moves) = (&stop, &pause, &barrier, &moves);
+            let (stop, pause, barrier, moves, dog) = (&stop, &pause, &barrier, &moves, &dog);
             s.spawn(move || {
                 let _guard = AbortOnPanic;
                 m.set_proactiveness(50).unwrap();
-                let mut mover = Mover { books, moves: 0 };
+                let mut mover = Mover::new(books);
                 let mut rng = SmallRng::seed_from_u64(seed);
+                let me = workers as usize;
                 while !stop.load(Relaxed) {
                     if pause.load(Relaxed) {
-                        barrier.wait();
-                        barrier.wait();
+                        for _ in 0..3 {
+                            barrier.wait(|| {});
+                        }
                         continue;
                     }
                     let node = n(rng.gen_range(0..2));
-                    if rng.gen_bool(0.05) {
-                        m.compact_node(node, &mut mover);
-                    } else {
-                        m.kcompactd_tick(node, start.elapsed().as_nanos() as u64, &mut mover);
-                    }
+                    dog.call(me, 6, || {
+                        if rng.gen_bool(0.05) {
+                            m.compact_node(node, &mut mover);
+                        } else {
+                            m.kcompactd_tick(node, start.elapsed().as_nanos() as u64, &mut mover);
+                        }
+                    });
                     std::thread::yield_now();
                 }
                 moves.store(mover.moves, Relaxed);
-                barrier.wait();
-                barrier.wait();
+                barrier.wait(|| {});
+                barrier.wait(|| {});
             });
         }
         // The clock: a checkpoint every second, with everyone at rest.
@@ -391,14 +511,15 @@ fn soak_for(duration: Duration, seed: u64) {
             }
             counted.store(0, Relaxed);
             pause.store(true, Relaxed);
-            barrier.wait();
+            barrier.wait(|| {});
+            barrier.wait(|| {});
             let mailed: u64 = mailboxes
                 .iter()
                 .map(|mb| {
                     mb.lock()
                         .unwrap()
                         .iter()
-                        .map(|&(_, o)| o.pages())
+                        .map(|&(_, o, _)| o.pages())
                         .sum::<u64>()
                 })
                 .sum();
@@ -411,13 +532,14 @@ fn soak_for(duration: Duration, seed: u64) {
             m.validate().unwrap();
             checkpoints.fetch_add(1, Relaxed);
             pause.store(false, Relaxed);
-            barrier.wait();
+            barrier.wait(|| {});
             next = Instant::now() + Duration::from_secs(1);
         }
         stop.store(true, Relaxed);
-        barrier.wait();
-        barrier.wait();
+        barrier.wait(|| {});
+        barrier.wait(|| {});
     });
+    dog.stop();
     assert_eq!(m.free_pages(), managed, "frames lost");
     assert!(
         books.owners.0.iter().all(|o| o.load(Relaxed) == 0),
@@ -426,10 +548,13 @@ fn soak_for(duration: Duration, seed: u64) {
     m.validate().unwrap();
     let c = m.total_stats().compact;
     println!(
-        "soak: {} allocations and frees by {WORKERS} CPUs in {:.1} s, {} checkpoints; compaction moved {} blocks (migrate_success {}, runs {})",
+        "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} drains of every cache, {} contiguous allocations tried, {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",
         ops.load(Relaxed),
         start.elapsed().as_secs_f64(),
         checkpoints.load(Relaxed),
+        drains.load(Relaxed),
+        contigs.load(Relaxed),
+        reports.load(Relaxed),
         moves.load(Relaxed),
         c.migrate_success,
         c.runs
@@ -442,5 +567,6 @@ fn soak() {
     let var = |k: &str| std::env::var(k).ok().and_then(|s| s.parse().ok());
     let secs = var("PAGEFRAME_SOAK_SECS").unwrap_or(2);
     let seed = var("PAGEFRAME_SOAK_SEED").unwrap_or(0x50a6);
-    soak_for(Duration::from_secs(secs), seed);
+    let cpus = var("PAGEFRAME_SOAK_CPUS").map_or(4, |c: u64| c.clamp(2, 64) as u32);
+    soak_for(Duration::from_secs(secs), seed, cpus);
 }

@@ -116,11 +116,15 @@ fn timed<F: Frames>(threads: u64, iters: u64, make: impl Fn(u32) -> F + Sync) ->
 struct Locked<'p>(&'p std::sync::Mutex<buddy_system_allocator::FrameAllocator<33>>);
 
 impl Frames for Locked<'_> {
+    type Handle = u64;
     fn alloc(&mut self, order: u8) -> Option<u64> {
         Frames::alloc(&mut *self.0.lock().expect("lock"), order)
     }
     fn free(&mut self, pfn: u64, order: u8) {
         Frames::free(&mut *self.0.lock().expect("lock"), pfn, order)
+    }
+    fn pfn(block: &u64) -> u64 {
+        *block
     }
 }
 

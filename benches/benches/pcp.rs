@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pageframe::pcp::{CpuId, PcpStats};
-use pageframe::{CpuCache, Gfp, Machine, MobilityConfig, NodeId, Order, Pfn, ZoneKind};
+use pageframe::{Block, CpuCache, Gfp, Machine, MobilityConfig, NodeId, Order, ZoneKind};
 use pageframe_benches::{machine, span};
 
 /// 1 GiB of 4 KiB frames: batch 63, high_max 16384 per CPU with 2 CPUs.
@@ -67,14 +67,14 @@ fn order0_pair(c: &mut Criterion) {
     g.throughput(Throughput::Elements(2)); // one alloc + one free
     g.bench_function("pcp", |b| {
         b.iter(|| {
-            let f = local.alloc(GFP, O0).unwrap().pfn;
-            local.free(black_box(f), O0).unwrap();
+            let f = local.alloc(GFP, O0).unwrap();
+            local.free(black_box(f)).unwrap();
         })
     });
     g.bench_function("zone_no_pcp", |b| {
         b.iter(|| {
-            let f = m.alloc(NodeId::ZERO, GFP, O0).unwrap().pfn;
-            m.free(black_box(f), O0).unwrap();
+            let f = m.alloc(NodeId::ZERO, GFP, O0).unwrap();
+            m.free(black_box(f)).unwrap();
         })
     });
     let mut bsa = peer(PAGES);
@@ -99,36 +99,30 @@ fn batches(c: &mut Criterion) {
     let mut local = cpu(m, 0);
     let mut bsa = peer(PAGES);
     let mut g = c.benchmark_group("pcp/batch_alloc_then_free");
-    let mut buf = vec![Pfn(0); 4096];
+    let mut buf: Vec<Block> = Vec::with_capacity(4096);
     let mut raw = vec![0u64; 4096];
     for n in [1usize, 16, 256, 1024, 4096] {
         g.throughput(Throughput::Elements(n as u64)); // per page: its alloc + its free
         // Warm up so `high` has grown for this batch size.
         for _ in 0..8 {
-            for slot in buf[..n].iter_mut() {
-                *slot = local.alloc(GFP, O0).unwrap().pfn;
-            }
-            for &f in &buf[..n] {
-                local.free(f, O0).unwrap();
+            buf.extend((0..n).map(|_| local.alloc(GFP, O0).unwrap()));
+            for f in buf.drain(..) {
+                local.free(f).unwrap();
             }
         }
         g.bench_with_input(BenchmarkId::new("pcp_single", n), &n, |b, &n| {
             b.iter(|| {
-                for slot in buf[..n].iter_mut() {
-                    *slot = local.alloc(GFP, O0).unwrap().pfn;
-                }
-                for &f in &buf[..n] {
-                    local.free(f, O0).unwrap();
+                buf.extend((0..n).map(|_| local.alloc(GFP, O0).unwrap()));
+                for f in buf.drain(..) {
+                    local.free(f).unwrap();
                 }
             })
         });
         g.bench_with_input(BenchmarkId::new("zone_no_pcp", n), &n, |b, &n| {
             b.iter(|| {
-                for slot in buf[..n].iter_mut() {
-                    *slot = m.alloc(NodeId::ZERO, GFP, O0).unwrap().pfn;
-                }
-                for &f in &buf[..n] {
-                    m.free(f, O0).unwrap();
+                buf.extend((0..n).map(|_| m.alloc(NodeId::ZERO, GFP, O0).unwrap()));
+                for f in buf.drain(..) {
+                    m.free(f).unwrap();
                 }
             })
         });
@@ -170,8 +164,8 @@ fn two_threads(burst: usize, total: usize, fixed: bool) -> TwoThread {
     let m = machine_for(fixed);
     let rounds = (total / burst).max(20);
     let warm = rounds / 10;
-    let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(2);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<Pfn>>();
+    let (tx, rx) = mpsc::sync_channel::<Vec<Block>>(2);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<Block>>();
     let start = Instant::now();
     let (a, b) = thread::scope(|sc| {
         let producer = sc.spawn(move || {
@@ -189,7 +183,7 @@ fn two_threads(burst: usize, total: usize, fixed: bool) -> TwoThread {
                     .unwrap_or_else(|_| Vec::with_capacity(burst));
                 v.clear();
                 for _ in 0..burst {
-                    v.push(cpu.alloc(GFP, O0).expect("zone has room").pfn);
+                    v.push(cpu.alloc(GFP, O0).expect("zone has room"));
                 }
                 if r % (rounds / 50).max(1) == 0 {
                     series.push((r as u32, high(&mut cpu)));
@@ -207,12 +201,12 @@ fn two_threads(burst: usize, total: usize, fixed: bool) -> TwoThread {
             let mut r = 0;
             let mut series = Vec::new();
             let every = (rounds / 50).max(1);
-            while let Ok(v) = rx.recv() {
+            while let Ok(mut v) = rx.recv() {
                 if r == warm {
                     base = stats(&mut cpu);
                 }
-                for &f in &v {
-                    cpu.free(f, O0).unwrap();
+                for f in v.drain(..) {
+                    cpu.free(f).unwrap();
                 }
                 if r % every == 0 {
                     series.push(high(&mut cpu));
@@ -269,10 +263,10 @@ fn same_cpu(burst: usize, total: usize, fixed: bool) -> (u64, u64, u64) {
             base = stats(&mut cpu);
         }
         for _ in 0..burst {
-            v.push(cpu.alloc(GFP, O0).expect("zone has room").pfn);
+            v.push(cpu.alloc(GFP, O0).expect("zone has room"));
         }
         for f in v.drain(..) {
-            cpu.free(f, O0).unwrap();
+            cpu.free(f).unwrap();
         }
     }
     let st = stats(&mut cpu);

@@ -8,19 +8,25 @@ use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Peer;
 use pageframe::pcp::CpuId;
-use pageframe::{CpuCache, Gfp, Machine, MachineConfig, MobilityConfig, NodeId, ZoneKind};
+use pageframe::{Block, CpuCache, Gfp, Machine, MachineConfig, MobilityConfig, NodeId, ZoneKind};
 use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order, Pfn, PfnRange, SingleList};
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone};
 
 /// Frames in 4 GiB.
 pub const FRAMES_4G: u64 = 1 << 20;
 
-/// What the benchmarks need of an allocator.
+/// What the benchmarks need of an allocator: its own handle for a block
+/// (a frame number for the peers and the cores, an owning [`Block`] for
+/// the machine, so that its rows go through the API users have).
 pub trait Frames {
+    /// What an allocation hands out.
+    type Handle;
     /// Allocates `2^order` frames; `None` when out of memory.
-    fn alloc(&mut self, order: u8) -> Option<u64>;
+    fn alloc(&mut self, order: u8) -> Option<Self::Handle>;
     /// Frees a block.
-    fn free(&mut self, pfn: u64, order: u8);
+    fn free(&mut self, block: Self::Handle, order: u8);
+    /// The block's first frame.
+    fn pfn(block: &Self::Handle) -> u64;
 }
 
 /// An owned, untouched metadata buffer big enough for a buddy core over
@@ -98,6 +104,11 @@ pub fn legacy_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> Legacy<'_> {
 }
 
 impl Frames for Legacy<'_> {
+    type Handle = u64;
+    #[inline]
+    fn pfn(block: &u64) -> u64 {
+        *block
+    }
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<u64> {
         Legacy::alloc(
@@ -127,6 +138,11 @@ pub fn peer(span: PfnRange) -> Peer<33> {
 }
 
 impl Frames for BuddyZone<'_> {
+    type Handle = u64;
+    #[inline]
+    fn pfn(block: &u64) -> u64 {
+        *block
+    }
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<u64> {
         BuddyZone::alloc(self, Order::new(order)?, ListId::DEFAULT)
@@ -144,8 +160,9 @@ impl Frames for BuddyZone<'_> {
 pub struct Facade(pub &'static Machine<'static>);
 
 impl Frames for Facade {
+    type Handle = Block;
     #[inline]
-    fn alloc(&mut self, order: u8) -> Option<u64> {
+    fn alloc(&mut self, order: u8) -> Option<Block> {
         self.0
             .alloc(
                 NodeId::ZERO,
@@ -153,13 +170,14 @@ impl Frames for Facade {
                 Order::new(order)?,
             )
             .ok()
-            .map(|a| a.pfn.get())
     }
     #[inline]
-    fn free(&mut self, pfn: u64, order: u8) {
-        self.0
-            .free(Pfn(pfn), Order::new(order).expect("order"))
-            .expect("free");
+    fn free(&mut self, block: Block, _: u8) {
+        self.0.free(block).expect("free");
+    }
+    #[inline]
+    fn pfn(block: &Block) -> u64 {
+        block.pfn().get()
     }
 }
 
@@ -175,22 +193,29 @@ impl Cached {
 }
 
 impl Frames for Cached {
+    type Handle = Block;
     #[inline]
-    fn alloc(&mut self, order: u8) -> Option<u64> {
+    fn alloc(&mut self, order: u8) -> Option<Block> {
         self.0
             .alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::new(order)?)
             .ok()
-            .map(|a| a.pfn.get())
     }
     #[inline]
-    fn free(&mut self, pfn: u64, order: u8) {
-        self.0
-            .free(Pfn(pfn), Order::new(order).expect("order"))
-            .expect("free");
+    fn free(&mut self, block: Block, _: u8) {
+        self.0.free(block).expect("free");
+    }
+    #[inline]
+    fn pfn(block: &Block) -> u64 {
+        block.pfn().get()
     }
 }
 
 impl Frames for Peer<33> {
+    type Handle = u64;
+    #[inline]
+    fn pfn(block: &u64) -> u64 {
+        *block
+    }
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<u64> {
         Peer::alloc(self, 1 << order).map(|p| p as u64)
@@ -202,7 +227,7 @@ impl Frames for Peer<33> {
 }
 
 /// Allocates blocks of `order` until none is left.
-pub fn fill(a: &mut impl Frames, order: u8) -> Vec<u64> {
+pub fn fill<F: Frames>(a: &mut F, order: u8) -> Vec<F::Handle> {
     std::iter::from_fn(|| a.alloc(order)).collect()
 }
 
@@ -219,6 +244,11 @@ pub fn mobile_meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
 }
 
 impl Frames for MobileZone<'_> {
+    type Handle = u64;
+    #[inline]
+    fn pfn(block: &u64) -> u64 {
+        *block
+    }
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<u64> {
         MobileZone::alloc(

@@ -2,8 +2,8 @@
 //! per-CPU caches, through CPU handles and the machine, with bad frees,
 //! the slow path and huge pages compacting with a content-moving migrator,
 //! kcompactd, pinning, drains, tunables, contiguous ranges, a CMA area,
-//! memory offline/online, a zone hot-added at run time and free page
-//! reporting. The reference model
+//! memory offline/online, a zone hot-added at run time, free page
+//! reporting, and the `unsafe` raw paths within their contract. The reference model
 //! (`pageframe::model`) checks after every step that no frame has two
 //! owners, none is lost, every bad input got its typed error and changed
 //! nothing, and `validate()` holds.
@@ -15,7 +15,7 @@ use pageframe::model::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;
-    Ok(match u.int_in_range(0..=29u8)? {
+    Ok(match u.int_in_range(0..=30u8)? {
         0..=7 => Op::Alloc {
             node: u.int_in_range(0..=2u8)?,
             cpu,
@@ -28,7 +28,7 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         17 => Op::Thp { node: u.int_in_range(0..=1u8)?, madvised: u.arbitrary()?, policy: u.arbitrary()?, refuse: u.arbitrary()? },
         18 => Op::Kcompactd { node: u.int_in_range(0..=1u8)?, now: u.arbitrary()? },
         19 => Op::CompactNode { node: u.int_in_range(0..=1u8)? },
-        20 => Op::Pin { index: u.arbitrary()?, pinned: u.arbitrary()?, raw: if u.ratio(1u8, 5)? { Some(u.arbitrary()?) } else { None } },
+        20 => Op::Pin { index: u.arbitrary()?, pinned: u.arbitrary()? },
         21 => if u.arbitrary()? { Op::Drain { cpu } } else { Op::Tick { cpu: cpu % 2 } },
         23 => Op::Contig { zone: u.int_in_range(0..=2u8)?, offset: u.arbitrary()?, len: u.arbitrary()?, refuse: u.ratio(1u8, 5)? },
         24 => Op::FreeContig { index: u.arbitrary()?, raw: if u.ratio(1u8, 3)? { Some((u.int_in_range(0..=2u8)?, u.arbitrary()?, u.arbitrary()?)) } else { None } },
@@ -36,6 +36,8 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         27 => Op::Online { index: u.arbitrary()? },
         28 => Op::Cma { frames: u.arbitrary()?, refuse: u.ratio(1u8, 5)? },
         29 => Op::HotAdd { blocks: u.arbitrary()?, short: u.arbitrary()? },
+        // A no-op where panics abort (cargo-fuzz's default build).
+        30 => Op::Panic { node: u.int_in_range(0..=1u8)?, at: u.arbitrary()?, contig: u.arbitrary()? },
         25 => Op::Report { min: u.int_in_range(0..=11u8)?, refuse: u.ratio(1u8, 4)?, churn: u.int_in_range(0..=7u8)? },
         _ => Op::Tunable { which: u.arbitrary()?, value: if u.arbitrary()? { u.int_in_range(0..=5000u32)? } else { u.arbitrary()? } },
     })

@@ -103,6 +103,9 @@ pub enum FreeError {
     /// the operation completes (a migrated block's owner frees the new
     /// frame it was told about).
     Busy,
+    /// The memory belongs to another allocator (a block of another
+    /// machine, a reservation of another zone).
+    Foreign,
 }
 
 /// A broken invariant found by `validate()` (a bug, never bad input).
@@ -184,6 +187,7 @@ impl fmt::Display for FreeError {
                 write!(f, "the block was allocated with order {allocated}")
             }
             FreeError::Busy => f.write_str("the block is being migrated or gathered; retry later"),
+            FreeError::Foreign => f.write_str("the memory belongs to another allocator"),
         }
     }
 }

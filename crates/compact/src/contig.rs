@@ -114,8 +114,20 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
             let (n, next, held) = locked(zone, |z| collect(z, range, from, &mut batch))
                 .ok_or(EvacuateError::Contended)??;
             retry |= held;
-            for s in &batch[..n] {
-                match move_one(zone, *s, mig, mode)? {
+            let mut moving = Moving {
+                zone,
+                mig: &mut *mig,
+                batch,
+                n,
+                at: 0,
+                confirmed: false,
+                dst: None,
+            };
+            while moving.at < n {
+                let s = moving.batch[moving.at];
+                let r = moving.move_one(mode);
+                moving.at += 1;
+                match r? {
                     Moved::Yes => out.moved += s.order.pages(),
                     Moved::Again => retry = true,
                     Moved::Refused => {
@@ -208,56 +220,101 @@ enum Moved {
     Refused,
 }
 
-/// One source through the migration protocol; its isolation mark is gone
-/// on return, whatever happened.
-fn move_one<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
-    zone: &Z,
-    s: Src,
-    mig: &mut M,
-    mode: MigrateMode,
-) -> Result<Moved, EvacuateError> {
-    let unmark = |z: &mut pageframe_mobility::MobileZone<'_>| {
-        z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
-    };
-    if !mig.isolate(s.pfn, s.order, s.tag) {
-        locked(zone, unmark);
-        return Ok(Moved::Again);
-    }
-    let dst = locked(zone, |z| {
-        let d = z
-            .alloc(s.order, MigrateType::Movable, AllocMode::empty())
-            .ok()?;
-        z.set_tag_bits(d, tag::TARGET, tag::TARGET);
-        Some(d)
-    })
-    .flatten();
-    let Some(dst) = dst else {
-        locked(zone, unmark);
-        mig.putback(s.pfn, s.order);
-        return Err(EvacuateError::NoMemory);
-    };
-    match mig.migrate(s.pfn, dst, s.order, mode) {
-        Ok(()) => {
-            locked(zone, |z| {
-                z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED);
-                // The source lies in an isolated pageblock: it joins the
-                // isolate lists, out of circulation.
-                let _ = z.free(s.pfn, s.order);
-            });
-            mig.migrated(s.pfn, dst, s.order);
-            Ok(Moved::Yes)
+/// A batch being moved: the sources `collect` marked, and where the move
+/// of `batch[at]` stands. Whatever ends the batch early (an error, or a
+/// panic in the kernel's migrator), dropping it unmarks the sources not yet
+/// moved and gives back the one in flight: its destination to the zone,
+/// itself to the kernel if the kernel had isolated it.
+struct Moving<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
+    zone: &'m Z,
+    mig: &'m mut M,
+    batch: [Src; BATCH],
+    n: usize,
+    /// The source in hand; those before it are done with.
+    at: usize,
+    /// The kernel isolated `batch[at]`.
+    confirmed: bool,
+    /// `batch[at]`'s destination, taken from the zone.
+    dst: Option<Pfn>,
+}
+
+impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'_, Z, M> {
+    /// `batch[at]` through the migration protocol; its isolation mark is
+    /// gone on return, whatever happened.
+    fn move_one(&mut self, mode: MigrateMode) -> Result<Moved, EvacuateError> {
+        let s = self.batch[self.at];
+        self.confirmed = false;
+        self.dst = None;
+        let zone = self.zone;
+        let unmark = |z: &mut pageframe_mobility::MobileZone<'_>| {
+            z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+        };
+        if !self.mig.isolate(s.pfn, s.order, s.tag) {
+            locked(zone, unmark);
+            return Ok(Moved::Again);
         }
-        Err(e) => {
-            locked(zone, |z| {
-                let _ = z.free(dst, s.order);
-                unmark(z);
-            });
-            mig.putback(s.pfn, s.order);
-            Ok(if e == MigrateError::Again {
-                Moved::Again
-            } else {
-                Moved::Refused
-            })
+        self.confirmed = true;
+        let dst = locked(zone, |z| {
+            let d = z
+                .alloc(s.order, MigrateType::Movable, AllocMode::empty())
+                .ok()?;
+            z.set_tag_bits(d, tag::TARGET, tag::TARGET);
+            Some(d)
+        })
+        .flatten();
+        let Some(dst) = dst else {
+            self.confirmed = false;
+            locked(zone, unmark);
+            self.mig.putback(s.pfn, s.order);
+            return Err(EvacuateError::NoMemory);
+        };
+        self.dst = Some(dst);
+        let r = self.mig.migrate(s.pfn, dst, s.order, mode);
+        self.dst = None;
+        self.confirmed = false;
+        match r {
+            Ok(()) => {
+                locked(zone, |z| {
+                    z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED);
+                    // The source lies in an isolated pageblock: it joins the
+                    // isolate lists, out of circulation.
+                    let _ = z.free(s.pfn, s.order);
+                });
+                self.mig.migrated(s.pfn, dst, s.order);
+                Ok(Moved::Yes)
+            }
+            Err(e) => {
+                locked(zone, |z| {
+                    let _ = z.free(dst, s.order);
+                    unmark(z);
+                });
+                self.mig.putback(s.pfn, s.order);
+                Ok(if e == MigrateError::Again {
+                    Moved::Again
+                } else {
+                    Moved::Refused
+                })
+            }
+        }
+    }
+}
+
+impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Moving<'_, Z, M> {
+    fn drop(&mut self) {
+        let in_hand = self.at < self.n && (self.confirmed || self.dst.is_some());
+        let (dst, rest) = (self.dst.take(), self.at..self.n);
+        let batch = self.batch;
+        let _ = locked(self.zone, |z| {
+            if let Some(d) = dst {
+                let _ = z.free(d, batch[rest.start].order);
+            }
+            for s in &batch[rest.clone()] {
+                z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+            }
+        });
+        if in_hand && self.confirmed {
+            let s = batch[self.at];
+            self.mig.putback(s.pfn, s.order);
         }
     }
 }

@@ -44,6 +44,19 @@ pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     pub stats: RunStats,
     pub captured: Option<Pfn>,
     pub contended: bool,
+    /// The batch being migrated (`migrate_batch`).
+    pub batch: Option<crate::migrate::BatchState>,
+    /// The destination of the migration the kernel is doing now.
+    pub in_flight: Option<(Pfn, Order)>,
+}
+
+/// A run ends in [`Run::finish`], which leaves it holding nothing; a run
+/// dropped holding something is one a panic in the kernel's migrator cut
+/// short, and gives everything back (see [`Run::give_back`]).
+impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Run<'_, Z, M> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
 }
 
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
@@ -242,6 +255,8 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         stats: RunStats::default(),
         captured: None,
         contended: false,
+        batch: None,
+        in_flight: None,
     };
     run.init_positions();
     let result = run.main_loop();

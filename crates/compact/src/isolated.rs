@@ -22,12 +22,16 @@ pub(crate) struct Source {
     pub order: Order,
     /// Its tag word when isolated (without the isolation bit).
     pub tag: u32,
+    /// The kernel's migrator isolated it too (and gets it back through
+    /// `putback`); until then only the allocator's mark holds it.
+    pub confirmed: bool,
 }
 
 const NO_SOURCE: Source = Source {
     pfn: Pfn(0),
     order: Order::ZERO,
     tag: 0,
+    confirmed: false,
 };
 
 /// Isolated sources, in scan order.
@@ -67,6 +71,13 @@ impl Sources {
 
     pub fn as_slice(&self) -> &[Source] {
         &self.items[..self.len]
+    }
+
+    /// Marks source `i` as isolated by the kernel too.
+    pub fn confirm(&mut self, i: usize) {
+        if let Some(s) = self.items[..self.len].get_mut(i) {
+            s.confirmed = true;
+        }
     }
 
     /// Keeps the sources for which `keep` is true, in order.

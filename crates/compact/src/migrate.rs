@@ -24,10 +24,26 @@ pub(crate) struct Batch {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(crate) enum Fate {
     Pending,
     Done,
     Failed,
+}
+
+/// The batch being migrated: each source's fate and, once moved, its
+/// destination.
+pub(crate) struct BatchState {
+    fate: [Fate; SOURCE_CAP],
+    dsts: [Pfn; SOURCE_CAP],
+}
+
+impl BatchState {
+    fn new() -> Self {
+        BatchState {
+            fate: [Fate::Pending; SOURCE_CAP],
+            dsts: [Pfn(0); SOURCE_CAP],
+        }
+    }
 }
 
 enum Step {
@@ -49,8 +65,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     /// put back before returning.
     pub fn migrate_batch(&mut self) -> Batch {
         let n = self.sources.len();
-        let mut fate = [Fate::Pending; SOURCE_CAP];
-        let mut dsts = [Pfn(0); SOURCE_CAP];
+        self.batch = Some(BatchState::new());
         let mut out = Batch::default();
         let passes = if self.req.is_async() {
             ASYNC_PASSES
@@ -59,13 +74,13 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         };
         'batch: for _ in 0..passes {
             let mut again = false;
-            for (i, f) in fate.iter_mut().enumerate().take(n) {
-                if *f != Fate::Pending {
+            for i in 0..n {
+                if self.fate(i) != Fate::Pending {
                     continue;
                 }
-                match self.migrate_one(i, MigrateMode::Async, &mut dsts) {
-                    Step::Done => *f = Fate::Done,
-                    Step::Failed => *f = Fate::Failed,
+                match self.migrate_one(i, MigrateMode::Async) {
+                    Step::Done => self.set_fate(i, Fate::Done),
+                    Step::Failed => self.set_fate(i, Fate::Failed),
                     Step::Again => again = true,
                     Step::NoMemory => {
                         out.no_memory = true;
@@ -78,14 +93,14 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             }
         }
         if !out.no_memory && !self.req.is_async() {
-            'alone: for (i, f) in fate.iter_mut().enumerate().take(n) {
+            'alone: for i in 0..n {
                 for _ in 0..SYNC_PASSES {
-                    if *f != Fate::Pending {
+                    if self.fate(i) != Fate::Pending {
                         break;
                     }
-                    match self.migrate_one(i, self.req.mode, &mut dsts) {
-                        Step::Done => *f = Fate::Done,
-                        Step::Failed => *f = Fate::Failed,
+                    match self.migrate_one(i, self.req.mode) {
+                        Step::Done => self.set_fate(i, Fate::Done),
+                        Step::Failed => self.set_fate(i, Fate::Failed),
                         Step::Again => {}
                         Step::NoMemory => {
                             out.no_memory = true;
@@ -95,35 +110,57 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 }
             }
         }
-        out.failed = fate[..n].iter().any(|&f| f != Fate::Done);
-        // One lock hold settles the books for the whole batch (the kernel may
-        // not free a destination before `migrated`, so this can wait).
-        self.finish_moves(&fate[..n], &dsts);
-        let mut i = 0;
-        // Sources that moved are done; the rest go back to the kernel.
-        let mut keep = [false; SOURCE_CAP];
-        for (k, f) in fate[..n].iter().enumerate() {
-            keep[k] = *f != Fate::Done;
+        out.failed = (0..n).any(|i| self.fate(i) != Fate::Done);
+        self.settle_batch();
+        out
+    }
+
+    fn fate(&self, i: usize) -> Fate {
+        self.batch.as_ref().map_or(Fate::Pending, |b| b.fate[i])
+    }
+
+    fn set_fate(&mut self, i: usize, f: Fate) {
+        if let Some(b) = self.batch.as_mut() {
+            b.fate[i] = f;
         }
+    }
+
+    /// The end of a batch (or of a run a panic cuts short): the moves done
+    /// go into the books (one lock hold for all: the kernel may not free a
+    /// destination before `migrated`, so this can wait), the sources that
+    /// did not move go back to the kernel.
+    pub(crate) fn settle_batch(&mut self) {
+        let Some(b) = self.batch.take() else {
+            return;
+        };
+        let n = self.sources.len();
+        self.finish_moves(&b.fate[..n], &b.dsts);
+        let mut i = 0;
         self.sources.retain(|_| {
-            let k = keep[i];
+            let keep = b.fate[i] != Fate::Done;
             i += 1;
-            k
+            keep
         });
         let left = self.sources.len();
         self.putback(0..left);
         self.nr_migratepages = 0;
-        out
     }
 
-    fn migrate_one(&mut self, i: usize, mode: MigrateMode, dsts: &mut [Pfn; SOURCE_CAP]) -> Step {
+    fn migrate_one(&mut self, i: usize, mode: MigrateMode) -> Step {
         let s = self.sources.as_slice()[i];
         let Some(dst) = self.compaction_alloc(s.order) else {
             return Step::NoMemory;
         };
-        match self.mig.migrate(s.pfn, dst, s.order, mode) {
+        // Until the kernel answers, the destination is in flight: a panic
+        // gives it back (see `Run`'s `Drop`).
+        self.in_flight = Some((dst, s.order));
+        let r = self.mig.migrate(s.pfn, dst, s.order, mode);
+        self.in_flight = None;
+        match r {
             Ok(()) => {
-                dsts[i] = dst;
+                if let Some(b) = self.batch.as_mut() {
+                    b.dsts[i] = dst;
+                }
                 Step::Done
             }
             Err(e) => {
@@ -135,6 +172,23 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 }
             }
         }
+    }
+
+    /// A panic in the kernel's migrator unwinds through the run: what it
+    /// holds goes back as if the calls had failed. The destination of the
+    /// move in flight is freed, the batch's finished moves go into the
+    /// books, the other sources go back to the kernel (those it had
+    /// isolated through `putback`), the isolated free blocks to the zone.
+    pub(crate) fn give_back(&mut self) {
+        if let Some((dst, order)) = self.in_flight.take() {
+            self.compaction_free(dst, order);
+        }
+        self.settle_batch();
+        if !self.sources.is_empty() {
+            let n = self.sources.len();
+            self.putback(0..n);
+        }
+        self.release_freepages();
     }
 
     /// `compaction_alloc` (spec 03 §10.4): the smallest isolated free block
@@ -224,7 +278,8 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         }
     }
 
-    /// Gives the sources at `range` back: unmarks them and tells the kernel.
+    /// Gives the sources at `range` back: unmarks them and tells the kernel
+    /// about those it isolated.
     pub fn putback(&mut self, range: Range<usize>) {
         let zone = self.zone;
         let list = &self.sources.as_slice()[range];
@@ -234,7 +289,9 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             }
         });
         for s in list {
-            self.mig.putback(s.pfn, s.order);
+            if s.confirmed {
+                self.mig.putback(s.pfn, s.order);
+            }
             self.stats.failed += s.order.pages();
         }
         self.sources.clear();

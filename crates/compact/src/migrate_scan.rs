@@ -75,9 +75,17 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     fn confirm_isolation(&mut self, first: usize) -> bool {
         let mut refused = [false; crate::isolated::SOURCE_CAP];
         let mut any = false;
-        for (i, s) in self.sources.as_slice().iter().enumerate().skip(first) {
-            if !self.mig.isolate(s.pfn, s.order, s.tag) {
-                refused[i] = true;
+        for (i, r) in refused
+            .iter_mut()
+            .enumerate()
+            .take(self.sources.len())
+            .skip(first)
+        {
+            let s = self.sources.as_slice()[i];
+            if self.mig.isolate(s.pfn, s.order, s.tag) {
+                self.sources.confirm(i);
+            } else {
+                *r = true;
                 any = true;
             }
         }
@@ -215,6 +223,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                             pfn: head,
                             order,
                             tag: t,
+                            confirmed: false,
                         }) {
                             break;
                         }

@@ -295,9 +295,9 @@ mod tests {
     fn first_refill(m: &'static Machine<'static>, cpu: u32) -> Vec<Pfn> {
         let mut c = m.cpu(CpuId(cpu), NodeId::ZERO).unwrap();
         let gfp = Gfp::KERNEL | Gfp::MOVABLE;
-        let mut got = std::vec![c.alloc(gfp, Order::ZERO).unwrap().pfn];
+        let mut got = std::vec![c.alloc(gfp, Order::ZERO).unwrap().into_raw().0];
         let n = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count;
-        got.extend((0..n).map(|_| c.alloc(gfp, Order::ZERO).unwrap().pfn));
+        got.extend((0..n).map(|_| c.alloc(gfp, Order::ZERO).unwrap().into_raw().0));
         assert_eq!(
             c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count,
             0

@@ -12,12 +12,13 @@ use core::sync::atomic::Ordering::Relaxed;
 use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
-use pageframe_compact::Migrator;
 use pageframe_mobility::MigrateType;
 
-use crate::contig::{ContigAllocation, ContigError};
+use crate::block::{CmaBuffer, Refused};
+use crate::contig::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
+use crate::migrator::Migrator;
 
 /// Most CMA areas a machine keeps.
 pub const MAX_CMA_AREAS: usize = 8;
@@ -67,28 +68,34 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
     /// # m.add_free_range(span).unwrap();
-    /// struct Kernel; // copies frames and switches mappings
-    /// impl Migrator for Kernel {
-    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
-    ///         Ok(())
-    ///     }
-    /// }
+    /// # use std::collections::HashMap;
+    /// # #[derive(Default)]
+    /// # struct Kernel(HashMap<Pfn, pageframe::Block>);
+    /// # impl Migrator for Kernel {
+    /// #     fn isolate(&mut self, p: Pfn, _: Order) -> Option<pageframe::Block> { self.0.remove(&p) }
+    /// #     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> { Ok(()) }
+    /// #     fn putback(&mut self, b: pageframe::Block) { self.0.insert(b.pfn(), b); }
+    /// #     fn migrated(&mut self, b: pageframe::Block, _: Pfn) { self.0.insert(b.pfn(), b); }
+    /// # }
+    /// // The kernel keeps its user pages and moves them when asked (see
+    /// // [`Migrator`]: it copies frames and switches mappings).
+    /// let mut kernel = Kernel::default();
     /// // 64 MiB for a camera's buffers, set aside at boot.
     /// let area = PfnRange::new(Pfn((1 << 20) + (1 << 15)), Pfn((1 << 20) + (1 << 15) + (1 << 14)));
     /// let cam = m.add_cma_area(area).unwrap();
     /// // Meanwhile user pages may live there...
-    /// let mut pages = Vec::new();
-    /// while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
-    ///     pages.push(a.pfn);
-    ///     if pages.len() == 40_000 { break; }
+    /// for _ in 0..40_000 {
+    ///     let page = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO).unwrap();
+    ///     kernel.0.insert(page.pfn(), page);
     /// }
     /// assert!(m.cma_stats(cam).unwrap().movable > 0);
     /// // ...until the driver takes 16 MiB back: they migrate out.
-    /// let buf = m.cma_alloc(cam, 1 << 12, 1 << 9, &mut Kernel).unwrap();
-    /// assert!(area.contains_range(&buf.range));
+    /// let buf = m.cma_alloc(cam, 1 << 12, 1 << 9, &mut kernel).unwrap();
+    /// assert!(area.contains_range(&buf.range()));
+    /// assert!(kernel.0.keys().all(|p| !buf.range().contains(*p)));
     /// let s = m.cma_stats(cam).unwrap();
     /// assert_eq!((s.held, s.allocs), (1 << 12, 1));
-    /// m.cma_release(cam, buf.range).unwrap();
+    /// m.cma_release(buf).unwrap();
     /// ```
     pub fn add_cma_area(&mut self, range: PfnRange) -> Result<CmaId, ContigError> {
         let pb = self.mobility_config().pageblock_order;
@@ -99,17 +106,23 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if n == MAX_CMA_AREAS {
             return Err(ContigError::Invalid);
         }
-        if self
+        if let Some(a) = self
             .cma
             .iter()
             .flatten()
-            .any(|a| !a.range.intersect(&range).is_empty())
+            .find(|a| !a.range.intersect(&range).is_empty())
         {
-            return Err(ContigError::Isolated);
+            return Err(ContigError::Isolated {
+                pfn: a.range.intersect(&range).start,
+            });
         }
-        let z = self.zone_of(range.start).ok_or(ContigError::OutOfRange)?;
+        let z = self
+            .zone_of(range.start)
+            .ok_or(ContigError::OutOfRange { pfn: range.start })?;
         if !z.span().contains_range(&range) {
-            return Err(ContigError::OutOfRange);
+            return Err(ContigError::OutOfRange {
+                pfn: z.span().end.max(range.start),
+            });
         }
         z.with_zone(|m| {
             if let Some((p, info)) = m
@@ -172,20 +185,22 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         frames: u64,
         align: u64,
         migrator: &mut M,
-    ) -> Result<ContigAllocation, ContigError> {
+    ) -> Result<CmaBuffer, ContigError> {
         let area = self.cma_area(id).ok_or(ContigError::Invalid)?;
         if frames == 0 || !align.is_power_of_two() {
             return Err(ContigError::Invalid);
         }
         let z = self
             .zone_of(area.range.start)
-            .ok_or(ContigError::OutOfRange)?;
+            .ok_or(ContigError::OutOfRange {
+                pfn: area.range.start,
+            })?;
         match self.contig_in(z, area.range, frames, align, migrator) {
             Ok(a) => {
                 area.allocs.fetch_add(1, Relaxed);
-                area.held.fetch_add(a.range.len(), Relaxed);
-                area.moved.fetch_add(a.moved, Relaxed);
-                Ok(a)
+                area.held.fetch_add(a.len(), Relaxed);
+                area.moved.fetch_add(a.moved(), Relaxed);
+                Ok(CmaBuffer::new(id, a))
             }
             Err(e) => {
                 area.failures.fetch_add(1, Relaxed);
@@ -194,16 +209,28 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
     }
 
-    /// Gives back a range [`Machine::cma_alloc`] handed out from area `id`
-    /// (`cma_release`); see [`Machine::free_contig_range`].
-    pub fn cma_release(&self, id: CmaId, range: PfnRange) -> Result<(), FreeError> {
-        let area = self.cma_area(id).ok_or(FreeError::OutOfRange)?;
-        if !area.range.contains_range(&range) {
-            return Err(FreeError::OutOfRange);
+    /// Gives back a buffer [`Machine::cma_alloc`] handed out
+    /// (`cma_release`). A buffer of another machine is refused and handed
+    /// back, the counters unchanged.
+    pub fn cma_release(&self, buffer: CmaBuffer) -> Result<(), Refused<CmaBuffer>> {
+        let (id, segment) = buffer.into_parts();
+        let (Some(area), true) = (self.cma_area(id), segment.machine() == self.id) else {
+            return Err(Refused::new(
+                CmaBuffer::new(id, segment),
+                FreeError::Foreign,
+            ));
+        };
+        let len = segment.len();
+        match self.free_segment(segment) {
+            Ok(()) => {
+                area.held.fetch_sub(len, Relaxed);
+                Ok(())
+            }
+            Err(r) => {
+                let why = r.reason();
+                Err(Refused::new(CmaBuffer::new(id, r.into_inner()), why))
+            }
         }
-        self.free_contig_range(range)?;
-        area.held.fetch_sub(range.len(), Relaxed);
-        Ok(())
     }
 
     /// Area `id`'s range and counters.

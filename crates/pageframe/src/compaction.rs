@@ -8,7 +8,9 @@
 use pageframe_buddy::{Order, Pfn};
 use pageframe_compact::{MigrateError, MigrateMode, Migrator, NodeZone, ZoneLock};
 use pageframe_mobility::{MobileZone, ZoneMarks};
+use pageframe_types::unwind::OnUnwind;
 
+use crate::block::Block;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::topology::MAX_NUMNODES;
@@ -71,6 +73,8 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
     /// Runs `f` on the compaction crate's view of the zones: each with its
     /// lock, compaction state and marks, in order.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&[NodeZone<'_, Locked<'z, 'a, R>>]) -> T) -> T {
+        let _running: [Option<crate::zone::Holding<'z>>; MAX_ZONES] =
+            core::array::from_fn(|i| (i < self.len).then(|| self.zones[i].hold()));
         let locks: [Locked<'z, 'a, R>; MAX_ZONES] = core::array::from_fn(|i| Locked(self.zones[i]));
         let view: [NodeZone<'_, Locked<'z, 'a, R>>; MAX_ZONES] = core::array::from_fn(|i| {
             NodeZone::new(&locks[i], &self.zones[i].compact, self.marks[i])
@@ -94,29 +98,44 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
     }
 }
 
-/// Wraps the kernel's migrator for one compaction pass over the machine's
-/// zones: the ownership byte of a source goes to "isolated" by
-/// compare-and-swap before the kernel is asked (so a concurrent free gets
-/// `Busy`, and a block freed or cached meanwhile is refused), back to
-/// "allocated" if it does not move, and to the destination once moved; the
-/// destination is "isolated" from the move until then.
-pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, M: Migrator + ?Sized> {
+/// Wraps the kernel's [`crate::Migrator`] for one compaction pass over the
+/// machine's zones, as the compaction crate's migrator: the ownership
+/// byte of a source goes to "isolated" by compare-and-swap once the
+/// kernel has handed the block over (so a free by an `unsafe` copy of
+/// its number gets `Busy` from then on), back to "allocated" if
+/// the kernel keeps it or it does not move, and to the destination once
+/// moved; the destination is "isolated" from the move until then. The
+/// blocks the kernel hands over are held as numbers while they move and
+/// given back as blocks (`putback`, `migrated`). If the kernel's code
+/// panics, the marks it was called under are undone on the way out.
+pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> {
     pub inner: &'g mut M,
     pub machine: &'z Machine<'a, R>,
 }
 
-impl<R: RawMutex, M: Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
-    fn isolate(&mut self, pfn: Pfn, order: Order, tag: u32) -> bool {
+impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
+    fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
         let Some(z) = self.machine.zone_of(pfn) else {
             return false;
         };
-        if !z.states.isolate(pfn, order) {
+        // The kernel hands the block over first (it may make it from the
+        // number it keeps, which `block_from_raw` checks as allocated);
+        // then the byte goes to "isolated", so that a free by an `unsafe`
+        // copy of the number meanwhile gets `Busy`.
+        let Some(b) = self.inner.isolate(pfn, order) else {
             return false;
-        }
-        if self.inner.isolate(pfn, order, tag) {
+        };
+        if b.machine() == self.machine.id
+            && b.pfn() == pfn
+            && b.order() == order
+            && z.states.isolate(pfn, order)
+        {
+            // Held as the number from here on; `putback` or `migrated`
+            // makes the block again.
+            let _ = b.into_raw();
             true
         } else {
-            z.states.putback(pfn, order);
+            self.inner.putback(b);
             false
         }
     }
@@ -134,7 +153,15 @@ impl<R: RawMutex, M: Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
         if let Some(z) = z {
             z.states.set_isolated(dst, order);
         }
+        // A panic leaves the move undone: the compaction crate frees the
+        // destination and puts the source back.
+        let undo = OnUnwind::new(|| {
+            if let Some(z) = z {
+                z.states.set_free(dst);
+            }
+        });
         let r = self.inner.migrate(src, dst, order, mode);
+        undo.disarm();
         if let Some(z) = z {
             match r {
                 Ok(()) => z.states.moved_out(src, order),
@@ -145,17 +172,25 @@ impl<R: RawMutex, M: Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
     }
 
     fn putback(&mut self, src: Pfn, order: Order) {
-        self.inner.putback(src, order);
-        if let Some(z) = self.machine.zone_of(src) {
+        let Some(r) = self.machine.zone_ref_of(src) else {
+            return;
+        };
+        if let Some(z) = self.machine.zone(r) {
             z.states.putback(src, order);
         }
+        self.inner
+            .putback(Block::new(self.machine.id, r, src, order));
     }
 
     fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
+        let Some(r) = self.machine.zone_ref_of(dst) else {
+            return;
+        };
         if let Some(z) = self.machine.zone_of(src) {
             z.states.moved(src, dst, order);
         }
-        self.inner.migrated(src, dst, order)
+        self.inner
+            .migrated(Block::new(self.machine.id, r, dst, order), src)
     }
 
     fn checkpoint(&mut self, migrate_pfn: Pfn, free_pfn: Pfn) -> bool {

@@ -5,49 +5,48 @@
 //! of two, nor to the buddy core's largest order: a 1 GiB page is a range
 //! of 262,144 frames aligned to 1 GiB.
 //!
-//! The range is held as the largest aligned blocks that tile it, each an
-//! ordinary allocated block of the zone (so any piece can also be freed on
-//! its own with [`Machine::free`]); [`Machine::free_contig_range`] frees
-//! them all at once.
+//! The caller gets a [`Segment`] that owns the range; inside the zone the
+//! range is held as the largest aligned blocks that tile it, each an
+//! ordinary allocated block. [`Machine::free_segment`] gives it all back.
 
 use core::fmt;
 
 use pageframe_buddy::{BlockInfo, FreeError, MAX_PFN, Order, Pfn, PfnRange};
-use pageframe_compact::{EvacuateError, MigrateMode, Migrator, evacuate_range};
+use pageframe_compact::{EvacuateError, MigrateMode, evacuate_range};
 use pageframe_mobility::{BlockError, Blocker, MigrateType};
+use pageframe_types::unwind::OnUnwind;
 
+use crate::block::{RawError, Refused, Segment};
 use crate::compaction::{Guarded, Locked};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
+use crate::migrator::Migrator;
 use crate::topology::NodeId;
-use crate::zone::{Zone, ZoneKind};
-
-/// A contiguous range the machine handed out.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct ContigAllocation {
-    /// The frames.
-    pub range: PfnRange,
-    /// The node whose zone holds them.
-    pub node: NodeId,
-    /// The zone.
-    pub zone: ZoneKind,
-    /// Frames migrated out of the range to free it.
-    pub moved: u64,
-}
+use crate::zone::{Holding, Zone};
 
 /// Why a contiguous allocation failed. The machine is as it was, except
 /// that movable allocations may have moved out of the range (intact, with
 /// the kernel told through its [`Migrator`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ContigError {
-    /// No frames asked for, an alignment that is not a power of two, or a
-    /// size beyond the frame-number space.
+    /// No frames asked for, an alignment that is not a power of two, a
+    /// size beyond the frame-number space, or (offlining, CMA) a range
+    /// that is not whole pageblocks.
     Invalid,
-    /// The range is not wholly inside one zone, or its first or last
-    /// pageblock is not (a zone edge that is not pageblock-aligned).
-    OutOfRange,
+    /// The frame lies in no zone, or the range leaves its zone there.
+    OutOfRange {
+        /// The first frame outside.
+        pfn: Pfn,
+    },
+    /// The pageblock holding `pfn` reaches outside the zone (a zone edge
+    /// that is not pageblock-aligned): it cannot be isolated, so no range
+    /// that touches it can be taken.
+    PartialPageblock {
+        /// A frame of the range in that pageblock.
+        pfn: Pfn,
+    },
     /// Memory that cannot be migrated lies in the range.
     Blocked {
         /// The first frame of the blocking block.
@@ -55,9 +54,18 @@ pub enum ContigError {
         /// Unmovable, pinned, or a hole.
         why: Blocker,
     },
-    /// A pageblock of the range is isolated by another contiguous
+    /// The pageblock holding `pfn` is isolated by another contiguous
     /// allocation or an offline in progress.
-    Isolated,
+    Isolated {
+        /// A frame of that pageblock.
+        pfn: Pfn,
+    },
+    /// [`Machine::offline_range`]: the frame is not online (offline
+    /// already, or a hole that never was).
+    NotOnline {
+        /// The first such frame.
+        pfn: Pfn,
+    },
     /// The kernel's migrator refused to move the block at `pfn` (pinned,
     /// or not migratable).
     Refused {
@@ -84,15 +92,22 @@ impl fmt::Display for ContigError {
             ContigError::Invalid => {
                 f.write_str("zero frames, a bad alignment, or an impossible size")
             }
-            ContigError::OutOfRange => {
-                f.write_str("the range is not inside one zone's whole pageblocks")
+            ContigError::OutOfRange { pfn } => {
+                write!(f, "frame {pfn} lies outside the range's zone")
+            }
+            ContigError::PartialPageblock { pfn } => {
+                write!(f, "the pageblock of frame {pfn} reaches outside its zone")
             }
             ContigError::Blocked { pfn, why } => {
                 write!(f, "{why:?} memory at {pfn} blocks the range")
             }
-            ContigError::Isolated => {
-                f.write_str("a pageblock of the range is isolated by someone else")
+            ContigError::Isolated { pfn } => {
+                write!(
+                    f,
+                    "the pageblock of frame {pfn} is isolated by someone else"
+                )
             }
+            ContigError::NotOnline { pfn } => write!(f, "frame {pfn} is not online"),
             ContigError::Refused { pfn } => {
                 write!(f, "the kernel did not migrate the block at {pfn}")
             }
@@ -115,7 +130,7 @@ impl From<EvacuateError> for ContigError {
             EvacuateError::Busy { pfn } => ContigError::Busy { pfn },
             EvacuateError::NoMemory => ContigError::NoMemory,
             // The machine's zone lock always takes the closure.
-            EvacuateError::Contended => ContigError::Isolated,
+            EvacuateError::Contended => ContigError::NoMemory,
         }
     }
 }
@@ -137,8 +152,8 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         &self,
         range: PfnRange,
         migrator: &mut M,
-    ) -> Result<ContigAllocation, ContigError> {
-        let (z, moved) = self.empty_range(range, migrator)?;
+    ) -> Result<Segment, ContigError> {
+        let (z, moved, _running) = self.empty_range(range, migrator)?;
         z.with_zone(|m| {
             let taken = m.take_free_range(range, MigrateType::Unmovable);
             if taken.is_ok() {
@@ -153,12 +168,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             let _ = m.unisolate_range(range);
             taken.map_err(|e| busy_at(e, range))
         })?;
-        Ok(ContigAllocation {
-            range,
-            node: z.node(),
-            zone: z.kind(),
-            moved,
-        })
+        Ok(Segment::new(self.id, z.zone_ref(), range, moved))
     }
 
     /// Takes memory offline (Linux `offline_pages`): the range, whole
@@ -179,17 +189,26 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
     /// # m.add_free_range(span).unwrap();
-    /// struct Kernel; // copies frames and switches mappings
-    /// impl Migrator for Kernel {
-    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
-    ///         Ok(())
-    ///     }
-    /// }
+    /// # use std::collections::HashMap;
+    /// # #[derive(Default)]
+    /// # struct Kernel(HashMap<Pfn, pageframe::Block>);
+    /// # impl Migrator for Kernel {
+    /// #     fn isolate(&mut self, p: Pfn, _: Order) -> Option<pageframe::Block> { self.0.remove(&p) }
+    /// #     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> { Ok(()) }
+    /// #     fn putback(&mut self, b: pageframe::Block) { self.0.insert(b.pfn(), b); }
+    /// #     fn migrated(&mut self, b: pageframe::Block, _: Pfn) { self.0.insert(b.pfn(), b); }
+    /// # }
+    /// // The kernel keeps its user pages and moves them when asked (see
+    /// // [`Migrator`]: it copies frames and switches mappings).
+    /// let mut kernel = Kernel::default();
     /// let a = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::new(9).unwrap()).unwrap();
     /// // 128 MiB of whole pageblocks, the user block among them, go offline.
-    /// let range = PfnRange::new(a.pfn.align_down(Order::new(15).unwrap()), a.pfn.align_down(Order::new(15).unwrap()).checked_add(1 << 15).unwrap());
+    /// let start = a.pfn().align_down(Order::new(15).unwrap());
+    /// let range = PfnRange::new(start, start + (1 << 15));
+    /// kernel.0.insert(a.pfn(), a);
     /// let before = m.managed_pages();
-    /// assert_eq!(m.offline_range(range, &mut Kernel), Ok(512)); // the block moved out
+    /// assert_eq!(m.offline_range(range, &mut kernel), Ok(512)); // the block moved out
+    /// assert!(kernel.0.keys().all(|p| !range.contains(*p))); // and the kernel has its new place
     /// assert_eq!(m.managed_pages(), before - (1 << 15));
     /// m.add_free_range(range).unwrap(); // and back online
     /// assert_eq!(m.managed_pages(), before);
@@ -203,7 +222,17 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if range.is_empty() || !range.start.is_aligned(pb) || !range.end.is_aligned(pb) {
             return Err(ContigError::Invalid);
         }
-        let (z, moved) = self.empty_range(range, migrator)?;
+        let z = self
+            .zone_of(range.start)
+            .ok_or(ContigError::OutOfRange { pfn: range.start })?;
+        if let Some((pfn, _)) = z.inspect(|m| {
+            m.buddy()
+                .walk(range.intersect(&z.span()))
+                .find(|(_, i)| matches!(i, BlockInfo::Hole))
+        }) {
+            return Err(ContigError::NotOnline { pfn });
+        }
+        let (z, moved, _running) = self.empty_range(range, migrator)?;
         z.with_zone(|m| {
             let r = m
                 .take_free_range(range, MigrateType::Unmovable)
@@ -217,19 +246,25 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// Isolates the pageblocks of `range` and migrates its movable memory
     /// out; on success the range is wholly free, its pageblocks still
-    /// isolated. On error nothing stays isolated.
+    /// isolated, and the zone counts the operation until the returned guard
+    /// drops. On error (or a panic in the migrator) nothing stays isolated.
     fn empty_range<M: Migrator + ?Sized>(
         &self,
         range: PfnRange,
         migrator: &mut M,
-    ) -> Result<(&Zone<'a, R>, u64), ContigError> {
+    ) -> Result<(&Zone<'a, R>, u64, Holding<'_>), ContigError> {
         if range.is_empty() {
             return Err(ContigError::Invalid);
         }
-        let z = self.zone_of(range.start).ok_or(ContigError::OutOfRange)?;
+        let z = self
+            .zone_of(range.start)
+            .ok_or(ContigError::OutOfRange { pfn: range.start })?;
         if !z.span().contains_range(&range) {
-            return Err(ContigError::OutOfRange);
+            return Err(ContigError::OutOfRange {
+                pfn: z.span().end.max(range.start),
+            });
         }
+        let running = z.hold();
         // Chunks the order-0 stripes hold read as unmovable: give them back
         // first (once more if a stripe took one of the range meanwhile; once
         // isolated, the range's free memory is on no list a stripe takes).
@@ -242,12 +277,25 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                     return Err(ContigError::Blocked { pfn, why });
                 }
                 m.isolate_range(range).map_err(|e| match e {
-                    BlockError::AlreadyIsolated => ContigError::Isolated,
+                    BlockError::AlreadyIsolated => ContigError::Isolated {
+                        pfn: first_isolated(m, range),
+                    },
                     BlockError::Unmovable { pfn } => ContigError::Blocked {
                         pfn,
                         why: Blocker::Unmovable,
                     },
-                    _ => ContigError::OutOfRange,
+                    BlockError::PartialBlock => {
+                        let pb = m.pageblock_span(range);
+                        let span = m.span();
+                        ContigError::PartialPageblock {
+                            pfn: if pb.start < span.start {
+                                range.start
+                            } else {
+                                Pfn(range.end.get() - 1)
+                            },
+                        }
+                    }
+                    _ => ContigError::OutOfRange { pfn: range.start },
                 })
             });
             match r {
@@ -255,12 +303,19 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 r => break r,
             }
         }?;
+        // The range stays isolated until the caller takes it; a panic in
+        // the kernel's migrator gives it back.
+        let undo = OnUnwind::new(|| {
+            let _ = z.with_zone(|m| m.unisolate_range(range));
+        });
         let mut guarded = Guarded {
             inner: migrator,
             machine: self,
         };
-        match evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync) {
-            Ok(e) => Ok((z, e.moved)),
+        let r = evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync);
+        undo.disarm();
+        match r {
+            Ok(e) => Ok((z, e.moved, running)),
             Err(e) => {
                 let _ = z.with_zone(|m| m.unisolate_range(range));
                 Err(e.into())
@@ -284,20 +339,26 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
     /// # m.add_free_range(span).unwrap();
-    /// struct Kernel; // copies frames and switches mappings
-    /// impl Migrator for Kernel {
-    ///     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
-    ///         Ok(())
-    ///     }
-    /// }
+    /// # use std::collections::HashMap;
+    /// # #[derive(Default)]
+    /// # struct Kernel(HashMap<Pfn, pageframe::Block>);
+    /// # impl Migrator for Kernel {
+    /// #     fn isolate(&mut self, p: Pfn, _: Order) -> Option<pageframe::Block> { self.0.remove(&p) }
+    /// #     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> { Ok(()) }
+    /// #     fn putback(&mut self, b: pageframe::Block) { self.0.insert(b.pfn(), b); }
+    /// #     fn migrated(&mut self, b: pageframe::Block, _: Pfn) { self.0.insert(b.pfn(), b); }
+    /// # }
+    /// // The kernel keeps its user pages and moves them when asked (see
+    /// // [`Migrator`]: it copies frames and switches mappings).
+    /// let mut kernel = Kernel::default();
     /// // 3000 frames (12 MiB less 288 KiB) for a DMA buffer, 2 MiB aligned...
-    /// let buf = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 3000, 512, &mut Kernel).unwrap();
-    /// assert_eq!(buf.range.len(), 3000);
+    /// let buf = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 3000, 512, &mut kernel).unwrap();
+    /// assert_eq!(buf.len(), 3000);
     /// // ...and a 1 GiB page.
-    /// let giant = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 1 << 18, 1 << 18, &mut Kernel).unwrap();
-    /// assert_eq!(giant.range.start.get() % (1 << 18), 0);
-    /// m.free_contig_range(buf.range).unwrap();
-    /// m.free_contig_range(giant.range).unwrap();
+    /// let giant = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 1 << 18, 1 << 18, &mut kernel).unwrap();
+    /// assert_eq!(giant.start().get() % (1 << 18), 0);
+    /// m.free_segment(buf).unwrap();
+    /// m.free_segment(giant).unwrap();
     /// assert_eq!(m.free_pages(), m.managed_pages());
     /// ```
     pub fn alloc_contig<M: Migrator + ?Sized>(
@@ -307,7 +368,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         frames: u64,
         align: u64,
         migrator: &mut M,
-    ) -> Result<ContigAllocation, ContigError> {
+    ) -> Result<Segment, ContigError> {
         if frames == 0 || frames > MAX_PFN || !align.is_power_of_two() || align > MAX_PFN {
             return Err(ContigError::Invalid);
         }
@@ -336,7 +397,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         frames: u64,
         align: u64,
         migrator: &mut M,
-    ) -> Result<ContigAllocation, ContigError> {
+    ) -> Result<Segment, ContigError> {
         let span = z.span();
         let area = within.intersect(&span);
         if frames > area.len() {
@@ -411,31 +472,67 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         Err(ContigError::NotFound)
     }
 
-    /// Frees a range [`Machine::alloc_contig_range`] or
-    /// [`Machine::alloc_contig`] handed out (or any range tiled exactly by
-    /// live allocations). All or nothing: if a frame of the range is not
-    /// part of a live allocation wholly inside it, nothing is freed and the
-    /// error names that frame's problem.
-    pub fn free_contig_range(&self, range: PfnRange) -> Result<(), FreeError> {
-        if range.is_empty() {
-            return Err(FreeError::OutOfRange);
-        }
-        let z = self.zone_of(range.start).ok_or(FreeError::OutOfRange)?;
-        if !z.span().contains_range(&range) {
-            return Err(FreeError::OutOfRange);
-        }
+    /// Gives a segment back ([`Machine::alloc_contig`],
+    /// [`Machine::alloc_contig_range`], or one made from its range by
+    /// [`Machine::segment_from_raw`]). A segment of another machine is
+    /// refused and handed back.
+    pub fn free_segment(&self, segment: Segment) -> Result<(), Refused<Segment>> {
+        let range = segment.range();
+        let z = match self.zone_of(range.start) {
+            Some(z) if segment.machine() == self.id => z,
+            _ => return Err(Refused::new(segment, FreeError::Foreign)),
+        };
         z.free_range(range)
+            .map_err(|e| Refused::new(segment, e.why))
+    }
+
+    /// The range a kernel kept as numbers ([`Segment::into_raw`], a
+    /// page-table entry of a 1 GiB page) as a [`Segment`] again. A range
+    /// that is not tiled by live allocations wholly inside it (in one zone
+    /// of this machine) gets a [`RawError`] naming the first frame at
+    /// fault and why.
+    ///
+    /// # Safety
+    ///
+    /// If the range is tiled by live allocations (the call then succeeds),
+    /// they are the caller's: they came from this machine as allocations
+    /// the caller turned into this range, and from now on the caller
+    /// neither uses the range as its own nor makes a second segment or
+    /// block of any of it. Any other range is refused, with nothing
+    /// changed.
+    pub unsafe fn segment_from_raw(&self, range: PfnRange) -> Result<Segment, RawError> {
+        let err = |pfn, why| RawError { pfn, why };
+        if range.is_empty() {
+            return Err(err(range.start, FreeError::OutOfRange));
+        }
+        let r = self
+            .zone_ref_of(range.start)
+            .ok_or(err(range.start, FreeError::OutOfRange))?;
+        let z = self
+            .zone(r)
+            .ok_or(err(range.start, FreeError::OutOfRange))?;
+        if !z.span().contains_range(&range) {
+            return Err(err(z.span().end, FreeError::OutOfRange));
+        }
+        z.check_range(range)?;
+        Ok(Segment::new(self.id, r, range, 0))
     }
 }
 
 impl<R: RawMutex> Zone<'_, R> {
-    /// See [`Machine::free_contig_range`]: under the lock, every block of
-    /// `range` is checked to be a live allocation inside it, claimed in the
-    /// ownership bytes (a racing free through a per-CPU cache makes the
-    /// whole call fail, undone), then freed.
-    pub(crate) fn free_range(&self, range: PfnRange) -> Result<(), FreeError> {
-        let mut z = self.inner.lock();
-        // Check the tiling.
+    /// Whether `range` is tiled by live allocations wholly inside it: the
+    /// first frame at fault and why.
+    pub(crate) fn check_range(&self, range: PfnRange) -> Result<(), RawError> {
+        let z = self.inner.lock();
+        self.check_tiling(&z, range)
+    }
+
+    fn check_tiling(
+        &self,
+        z: &crate::zone::ZoneInner<'_>,
+        range: PfnRange,
+    ) -> Result<(), RawError> {
+        let err = |pfn, why| RawError { pfn, why };
         for (p, info) in z.buddy.buddy().walk(range) {
             match info {
                 BlockInfo::Allocated { head, order, .. }
@@ -444,17 +541,33 @@ impl<R: RawMutex> Zone<'_, R> {
                     match self.states.get(p) {
                         State::Allocated(o, _) if o == order => {}
                         State::Allocated(o, _) => {
-                            return Err(FreeError::WrongOrder { allocated: o });
+                            return Err(err(p, FreeError::WrongOrder { allocated: o }));
                         }
-                        State::Isolated(_) | State::MovedOut(_) => return Err(FreeError::Busy),
-                        State::Cached(_) | State::Free => return Err(FreeError::AlreadyFree),
+                        State::Isolated(_) | State::MovedOut(_) => {
+                            return Err(err(p, FreeError::Busy));
+                        }
+                        State::Cached(_) | State::Free => {
+                            return Err(err(p, FreeError::AlreadyFree));
+                        }
                     }
                 }
-                BlockInfo::Allocated { .. } => return Err(FreeError::Misaligned),
-                BlockInfo::Free { .. } => return Err(FreeError::AlreadyFree),
-                BlockInfo::Hole => return Err(FreeError::Hole),
+                BlockInfo::Allocated { head, order, .. } => {
+                    return Err(err(p, FreeError::NotBlockHead { head, order }));
+                }
+                BlockInfo::Free { .. } => return Err(err(p, FreeError::AlreadyFree)),
+                BlockInfo::Hole => return Err(err(p, FreeError::Hole)),
             }
         }
+        Ok(())
+    }
+
+    /// See [`Machine::free_segment`]: under the lock, every block of
+    /// `range` is checked to be a live allocation inside it, claimed in the
+    /// ownership bytes (a free racing it, which only an `unsafe` number can
+    /// make, makes the whole call fail, undone), then freed.
+    pub(crate) fn free_range(&self, range: PfnRange) -> Result<(), RawError> {
+        let mut z = self.inner.lock();
+        self.check_tiling(&z, range)?;
         // Claim every block (lock-free cache frees may race).
         let mut failed: Option<(Pfn, FreeError)> = None;
         for (p, info) in z.buddy.buddy().walk(range) {
@@ -472,7 +585,7 @@ impl<R: RawMutex> Zone<'_, R> {
                     self.states.set_allocated(p, order, mt);
                 }
             }
-            return Err(e);
+            return Err(RawError { pfn: at, why: e });
         }
         let mut p = range.start;
         while p < range.end {
@@ -488,6 +601,22 @@ impl<R: RawMutex> Zone<'_, R> {
         self.after_zone_op(&z);
         Ok(())
     }
+}
+
+/// The first frame of an isolated pageblock that `range` touches (`range`'s
+/// start if none is: a race that ended meanwhile).
+fn first_isolated(m: &pageframe_mobility::MobileZone<'_>, range: PfnRange) -> Pfn {
+    let blocks = m.mobility().pageblocks();
+    let span = m.pageblock_span(range);
+    let step = m.pageblock_order().pages();
+    let mut p = span.start;
+    while p < span.end {
+        if blocks.is_isolated(p) {
+            return p.max(range.start);
+        }
+        p = p + step;
+    }
+    range.start
 }
 
 /// The frame a failed take names (a frame still in use: `Busy`).

@@ -11,13 +11,14 @@
 
 use core::mem::MaybeUninit;
 
-use pageframe_buddy::{FreeError, Order, Pfn};
+use pageframe_buddy::{FreeError, Order};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
+use crate::block::{Block, Refused};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
-use crate::machine::{Allocation, Machine};
+use crate::machine::Machine;
 use crate::topology::{MAX_NUMNODES, NodeId};
 use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
 use crate::zonelist::ZoneRef;
@@ -247,7 +248,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     /// has them (refilled from the zone in batches); everything else goes
     /// to the zones. Never compacts.
     #[inline]
-    pub fn alloc(&mut self, gfp: Gfp, order: Order) -> Result<Allocation, AllocError> {
+    pub fn alloc(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
         // The common case first: a hit in this CPU's cache of the first zone
         // the request would try. Anything else walks the zonelist.
         if let Some((r, highest)) = self.machine.preferred(self.node, gfp)
@@ -255,11 +256,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
         {
             let flags = self.machine.fast_flags_at(self.node, gfp, r);
             if let Some(pfn) = z.cache_hit(local, gfp, order, flags, highest) {
-                return Ok(Allocation {
-                    node: r.node,
-                    zone: r.kind,
-                    pfn,
-                });
+                return Ok(Block::new(self.machine.id, r, pfn, order));
             }
         }
         self.machine
@@ -267,20 +264,18 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     }
 
     /// [`Machine::free`] through this CPU's cache of the block's zone
-    /// (spilled to the zone in batches). The same typed errors, checked by
-    /// compare-and-swap: of two CPUs freeing one frame at once, exactly one
-    /// succeeds.
+    /// (spilled to the zone in batches). A block of another machine is
+    /// refused and handed back.
     #[inline]
-    pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        let r = self.machine.zone_ref_of(pfn).ok_or(FreeError::OutOfRange)?;
-        match self.locals.entry(r) {
-            Some((z, local)) => z.free_cached(local, pfn, order),
-            None => self
-                .machine
-                .zone(r)
-                .ok_or(FreeError::OutOfRange)?
-                .free(pfn, order),
+    pub fn free(&mut self, block: Block) -> Result<(), Refused<Block>> {
+        if block.machine() != self.machine.id {
+            return Err(Refused::new(block, FreeError::Foreign));
         }
+        let r = match self.locals.entry(block.zone_ref()) {
+            Some((z, local)) => z.free_cached(local, block.pfn(), block.order()),
+            None => return self.machine.free(block),
+        };
+        r.map_err(|e| Refused::new(block, e))
     }
 
     /// Honours the requests other CPUs posted to this CPU's caches (a

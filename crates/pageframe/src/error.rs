@@ -8,6 +8,7 @@ pub use pageframe_pcp::PcpError;
 
 use crate::topology::{NodeId, TopologyError};
 use crate::zone::ZoneKind;
+use pageframe_buddy::Pfn;
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -75,6 +76,13 @@ pub enum SetupError {
     /// (none was declared with [`crate::Machine::declare_hotplug`], or the
     /// span reaches past it).
     NotHotpluggable(NodeId, ZoneKind),
+    /// Memory at or beyond the physical address width
+    /// ([`crate::MachineConfig::phys_bits`]): a frame there could not be
+    /// mapped by the kernel it is handed to.
+    AddressWidth {
+        /// The first frame beyond the width.
+        pfn: Pfn,
+    },
 }
 
 /// Why the per-CPU caches could not be set up.
@@ -111,6 +119,9 @@ impl fmt::Display for SetupError {
             SetupError::Pcp(e) => write!(f, "per-CPU caches: {e}"),
             SetupError::NotHotpluggable(n, k) => {
                 write!(f, "no hotpluggable {k} range of {n} holds the span")
+            }
+            SetupError::AddressWidth { pfn } => {
+                write!(f, "frame {pfn} lies beyond the physical address width")
             }
         }
     }

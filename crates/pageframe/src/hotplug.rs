@@ -75,6 +75,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if range.is_empty() {
             return Err(pageframe_buddy::RangeError::Empty.into());
         }
+        self.check_width(range)?;
         if self.hotplug[node.index()][kind.index()].is_some()
             || self.node(node).and_then(|n| n.zone(kind)).is_some()
         {
@@ -127,8 +128,8 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// assert_eq!(zone.managed_pages(), 0);
     /// m.add_free_range(plan.online).unwrap();
     /// let a = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::new(9).unwrap()).unwrap();
-    /// assert_eq!(a.zone, ZoneKind::Movable);
-    /// m.free(a.pfn, Order::new(9).unwrap()).unwrap();
+    /// assert_eq!(a.zone(), ZoneKind::Movable);
+    /// m.free(a).unwrap();
     /// ```
     pub fn hot_add_zone(
         &self,

@@ -9,11 +9,12 @@
 //! path records wake-ups with [`Machine::wakeup_kcompactd`] from any CPU.
 
 use pageframe_buddy::Order;
-use pageframe_compact::{CompactOutcome, Migrator, TickReport, compact_memory, node_score};
+use pageframe_compact::{CompactOutcome, TickReport, compact_memory, node_score};
 
 use crate::compaction::{Guarded, ZoneSet};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
+use crate::migrator::Migrator;
 use crate::numa_stats::NodeStats;
 use crate::topology::NodeId;
 use crate::zone::ZoneKind;

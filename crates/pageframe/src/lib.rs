@@ -12,9 +12,10 @@
 //!   usually carved from the RAM being managed (sizes below), and the
 //!   machine itself is written in place ([`Machine::new_in`]).
 //! * Sound from safe code: no sequence of safe calls hands a frame to two
-//!   owners or loses one. Frees are checked (a double free, a wrong order,
-//!   a frame in a per-CPU cache or being migrated gets a [`FreeError`]);
-//!   the checks that run without a lock are compare-and-swaps.
+//!   owners or loses one. An allocation returns a [`Block`] (or a
+//!   [`Segment`], a [`CmaBuffer`]) that owns its frames and is consumed by
+//!   the free that gives it back; freeing by number is `unsafe`
+//!   ([`Machine::block_from_raw`]), and checked even then.
 //! * Typed errors, no panics: bad input gets an error and changes nothing.
 //! * The lock is yours: [`Machine`] takes any [`lock::RawMutex`]; use one
 //!   that disables interrupts if you allocate in interrupt handlers.
@@ -77,12 +78,11 @@
 //! // Ordinary allocations come from Normal first, DMA32 ones from below 4 GiB.
 //! let mut cpu0 = machine.cpu(CpuId(0), node).unwrap(); // kept in CPU 0's per-CPU area
 //! let frame = cpu0.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
-//! assert!(frame.pfn >= four_gib && frame.zone == ZoneKind::Normal);
+//! assert!(frame.pfn() >= four_gib && frame.zone() == ZoneKind::Normal);
 //! let low = machine.alloc(node, Gfp::KERNEL | Gfp::DMA32, Order::new(9).unwrap()).unwrap();
-//! assert!(low.pfn < four_gib);
-//! cpu0.free(frame.pfn, Order::ZERO).unwrap();
-//! machine.free(low.pfn, Order::new(9).unwrap()).unwrap();
-//! assert!(machine.free(low.pfn, Order::new(9).unwrap()).is_err()); // double free: refused
+//! assert!(low.pfn() < four_gib);
+//! cpu0.free(frame).unwrap(); // the block is consumed: no double free compiles
+//! machine.free(low).unwrap();
 //! machine.validate().unwrap();
 //! print!("{}", machine.buddyinfo());
 //! ```
@@ -139,6 +139,7 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
+mod block;
 pub mod boot;
 mod cache;
 mod cma;
@@ -155,6 +156,7 @@ pub mod lock;
 #[cfg(all(test, loom))]
 mod loom_model;
 mod machine;
+mod migrator;
 #[cfg(feature = "std")]
 pub mod model;
 mod node;
@@ -172,8 +174,9 @@ mod zone;
 mod zone_layout;
 mod zonelist;
 
+pub use block::{Block, BlockGuard, CmaBuffer, RawError, Refused, Segment};
 pub use cma::{CmaId, CmaStats, MAX_CMA_AREAS};
-pub use contig::{ContigAllocation, ContigError, RANKED};
+pub use contig::{ContigError, RANKED};
 pub use cpu::{CacheInfo, CpuCache, MAX_CPUS};
 pub use error::{
     AllocError, BlockError, ConfigError, FreeError, InitError, PcpSetupError, PinError, RangeError,
@@ -182,13 +185,14 @@ pub use error::{
 pub use fragmap::{FragmentationMap, MAP_LEGEND, MAP_WIDTH};
 pub use gfp::{AllocFlags, Gfp};
 pub use hotplug::MemmapOnMemory;
-pub use machine::{Allocation, Machine, MachineBuddyInfo, MachineConfig};
+pub use machine::{Machine, MachineBuddyInfo, MachineConfig};
+pub use migrator::{Migrator, NoMigration};
 pub use node::{BuddyInfo, Node};
 pub use numa_stats::NodeStats;
 pub use pageframe_buddy::{self as buddy, BlockInfo, PAGE_SIZE, Stats};
 pub use pageframe_compact::{
     self as compact, CompactOutcome, CompactResult, CompactState, CompactStats, Deferral,
-    DeferralState, MigrateError, MigrateMode, Migrator, TickReport,
+    DeferralState, MigrateError, MigrateMode, TickReport,
 };
 pub use pageframe_mobility::{
     self as mobility, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse,

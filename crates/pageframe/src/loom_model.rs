@@ -15,6 +15,7 @@ use pageframe_buddy::{BuddyConfig, FreeError, Order, Pfn, PfnRange};
 use pageframe_mobility::MobilityConfig;
 use pageframe_pcp::CpuId;
 
+use crate::Block;
 use crate::lock::{GuardSend, RawMutex};
 use crate::{Gfp, Machine, MachineConfig, NodeId, ZoneKind};
 
@@ -119,28 +120,42 @@ fn settled(m: &LoomMachine) {
     m.validate().unwrap();
 }
 
-/// Two CPUs free the same frame at once, one through its cache and one
-/// through the zone: exactly one succeeds, the other gets a typed error,
-/// and the frame is in exactly one place afterwards.
+/// A second block of the same frames: what only a broken `unsafe` contract
+/// makes (a number turned into a block twice), to race two frees of one
+/// frame against the ownership byte.
+fn twin(m: &LoomMachine, b: &Block) -> Block {
+    Block::new(m.id, b.zone_ref(), b.pfn(), b.order())
+}
+
+/// The reason of a refused free (`None`: it went through).
+fn why(r: Result<(), crate::Refused<Block>>) -> Option<FreeError> {
+    r.err().map(|e| e.reason())
+}
+
+/// Two CPUs free the same frame at once (through twin blocks, as only an
+/// `unsafe` misuse can make), one through its cache and one through the
+/// zone: exactly one succeeds, the other gets a typed error, and the frame
+/// is in exactly one place afterwards.
 #[test]
 fn two_cpus_freeing_one_frame_have_one_winner() {
     RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
     builder().check(|| {
         let m = machine();
-        let p = {
+        let b = {
             let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
-            c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn
+            c.alloc(Gfp::KERNEL, Order::ZERO).unwrap()
         };
+        let b2 = twin(m, &b);
         let t = thread::spawn(move || {
             let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
-            c.free(p, Order::ZERO)
+            why(c.free(b2))
         });
         let mut c0 = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
-        let mine = c0.free(p, Order::ZERO);
+        let mine = why(c0.free(b));
         let theirs = t.join().unwrap();
-        assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} / {theirs:?}");
+        assert!(mine.is_none() != theirs.is_none(), "{mine:?} / {theirs:?}");
         for r in [mine, theirs] {
-            assert!(matches!(r, Ok(()) | Err(FreeError::AlreadyFree)));
+            assert!(matches!(r, None | Some(FreeError::AlreadyFree)));
         }
         drop(c0);
         settled(m);
@@ -157,14 +172,15 @@ fn cache_and_zone_freeing_one_frame_have_one_winner() {
     RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
     builder().check(|| {
         let m = machine();
-        let p = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-        let t = thread::spawn(move || m.free(p, Order::ZERO));
+        let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+        let b2 = twin(m, &b);
+        let t = thread::spawn(move || why(m.free(b2)));
         let mine = {
             let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
-            c.free(p, Order::ZERO)
+            why(c.free(b))
         };
         let theirs = t.join().unwrap();
-        assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} / {theirs:?}");
+        assert!(mine.is_none() != theirs.is_none(), "{mine:?} / {theirs:?}");
         settled(m);
     });
     std::println!(
@@ -181,11 +197,11 @@ fn a_free_racing_a_remote_drain() {
     RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
     builder().check(|| {
         let m = machine();
-        let p = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+        let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
         // A kernel claims each CPU's handle once and keeps it.
         let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
         let t = thread::spawn(move || {
-            c.free(p, Order::ZERO).unwrap();
+            c.free(b).unwrap();
             thread::yield_now();
             c.tick();
         });
@@ -209,11 +225,11 @@ fn drain_all_during_allocation() {
         let m = machine();
         let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
         let t = thread::spawn(move || {
-            let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-            let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-            assert_ne!(a, b);
-            c.free(a, Order::ZERO).unwrap();
-            c.free(b, Order::ZERO).unwrap();
+            let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+            let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+            assert_ne!(a.pfn(), b.pfn());
+            c.free(a).unwrap();
+            c.free(b).unwrap();
         });
         m.drain_pcp(None, |_| thread::yield_now());
         t.join().unwrap();
@@ -235,18 +251,18 @@ fn a_stripe_frame_freed_while_the_stripes_are_given_back() {
     builder().check(|| {
         let m = machine();
         // `Machine::alloc` of order 0 goes through a stripe's reservation.
-        let p = m
+        let b = m
             .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
-            .unwrap()
-            .pfn;
+            .unwrap();
         assert!(
             m.stripe_frames() > 0,
             "the stripe holds the rest of the chunk"
         );
-        let t = thread::spawn(move || m.free(p, Order::ZERO));
+        let stale = twin(m, &b);
+        let t = thread::spawn(move || why(m.free(b)));
         m.drain_stripes();
-        assert_eq!(t.join().unwrap(), Ok(()));
-        assert_eq!(m.free(p, Order::ZERO), Err(FreeError::AlreadyFree));
+        assert_eq!(t.join().unwrap(), None);
+        assert_eq!(why(m.free(stale)), Some(FreeError::AlreadyFree));
         settled(m);
     });
     std::println!(
@@ -266,20 +282,18 @@ fn two_cpus_allocating_through_the_stripes_get_distinct_frames() {
         let t = thread::spawn(move || {
             let a = m
                 .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
-                .unwrap()
-                .pfn;
+                .unwrap();
             thread::yield_now();
             a
         });
         let b = m
             .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
-            .unwrap()
-            .pfn;
+            .unwrap();
         let a = t.join().unwrap();
-        assert_ne!(a, b);
-        let t = thread::spawn(move || m.free(a, Order::ZERO));
-        m.free(b, Order::ZERO).unwrap();
-        t.join().unwrap().unwrap();
+        assert_ne!(a.pfn(), b.pfn());
+        let t = thread::spawn(move || why(m.free(a)));
+        m.free(b).unwrap();
+        assert_eq!(t.join().unwrap(), None);
         settled(m);
     });
     std::println!(
@@ -299,8 +313,8 @@ fn two_cpus_draining_two_zones_at_once() {
         let m = machine_of(&[(ZoneKind::Dma32, 0), (ZoneKind::Normal, 1 << 20)]);
         let fill = |c: &mut crate::CpuCache<'static, 'static, LoomLock>| {
             for gfp in [Gfp::KERNEL | Gfp::DMA32, Gfp::KERNEL] {
-                let p = c.alloc(gfp, Order::ZERO).unwrap().pfn;
-                c.free(p, Order::ZERO).unwrap();
+                let b = c.alloc(gfp, Order::ZERO).unwrap();
+                c.free(b).unwrap();
             }
         };
         let mut c1 = m.cpu(CpuId(1), NodeId::ZERO).unwrap();

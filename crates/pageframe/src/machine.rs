@@ -21,13 +21,14 @@ use core::sync::atomic::{
 
 use pageframe_types::atomic::AtomicU64;
 
-use pageframe_buddy::{FreeError, Order, PAGE_SIZE, Pfn, PfnRange, ValidateError};
+use pageframe_buddy::{FreeError, Order, PAGE_SHIFT, PAGE_SIZE, Pfn, PfnRange, ValidateError};
 use pageframe_compact::{DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, Deferral};
 use pageframe_mobility::{
     DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MAX_WATERMARK_SCALE_FACTOR,
     MobilityConfig, Watermarks, default_min_free_kbytes,
 };
 
+use crate::block::{Block, BlockGuard, MachineId, RawError, Refused};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{RawMutex, SpinLock};
@@ -38,18 +39,8 @@ use crate::topology::{MAX_NUMNODES, NodeId, Topology};
 use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
 
-/// Where an allocation came from.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct Allocation {
-    /// The node that served it.
-    pub node: NodeId,
-    /// The zone kind on that node.
-    pub zone: ZoneKind,
-    /// The first frame.
-    pub pfn: Pfn,
-}
-
-/// How a machine is built: its nodes and how its zones group memory.
+/// How a machine is built: its nodes, how its zones group memory, and how
+/// far physical addresses reach.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MachineConfig {
     /// The nodes and their distances.
@@ -57,20 +48,51 @@ pub struct MachineConfig {
     /// Every zone's mobility choices (maximum order, pageblock order,
     /// grouping).
     pub mobility: MobilityConfig,
+    /// Bits of a physical address: memory at or above `2^phys_bits` bytes
+    /// is refused ([`SetupError::AddressWidth`]), so every frame handed out
+    /// can be mapped. Default: the target's architectural limit
+    /// ([`MachineConfig::TARGET_PHYS_BITS`]).
+    pub phys_bits: u8,
 }
 
 impl MachineConfig {
-    /// One node, Linux's mobility defaults.
-    pub const SINGLE_NODE: MachineConfig = MachineConfig {
-        topology: Topology::SINGLE,
-        mobility: MobilityConfig::DEFAULT,
+    /// The largest physical address width of the target architecture: 52
+    /// bits on x86-64 and AArch64, 56 on RISC-V 64 (Sv57), 34 on RISC-V 32
+    /// (Sv32), 64 elsewhere.
+    pub const TARGET_PHYS_BITS: u8 = if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        52
+    } else if cfg!(target_arch = "riscv64") {
+        56
+    } else if cfg!(target_arch = "riscv32") {
+        34
+    } else {
+        64
     };
 
-    /// `topology` with Linux's mobility defaults.
+    /// One node, Linux's mobility defaults, the target's address width.
+    pub const SINGLE_NODE: MachineConfig = MachineConfig::new(Topology::SINGLE);
+
+    /// `topology` with Linux's mobility defaults and the target's address
+    /// width.
     pub const fn new(topology: Topology) -> MachineConfig {
         MachineConfig {
             topology,
             mobility: MobilityConfig::DEFAULT,
+            phys_bits: Self::TARGET_PHYS_BITS,
+        }
+    }
+
+    /// The first frame number beyond the address width.
+    pub const fn pfn_limit(&self) -> Pfn {
+        let bits = if self.phys_bits > 64 {
+            64
+        } else {
+            self.phys_bits
+        };
+        if bits <= PAGE_SHIFT as u8 {
+            Pfn(0)
+        } else {
+            Pfn(1 << (bits - PAGE_SHIFT as u8))
         }
     }
 }
@@ -97,6 +119,10 @@ struct Tunables {
 ///
 /// See the crate docs for which allocation path serves which need.
 pub struct Machine<'a, R: RawMutex = SpinLock> {
+    /// Which machine its blocks belong to.
+    pub(crate) id: MachineId,
+    /// The first frame beyond the physical address width.
+    pfn_limit: Pfn,
     topology: Topology,
     mobility: MobilityConfig,
     nodes: [Node<'a, R>; MAX_NUMNODES],
@@ -138,6 +164,8 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         // After the writes every field is initialised, so `assume_init_mut`
         // is sound.
         unsafe {
+            addr_of_mut!((*p).id).write(MachineId::next());
+            addr_of_mut!((*p).pfn_limit).write(config.pfn_limit());
             addr_of_mut!((*p).topology).write(config.topology);
             addr_of_mut!((*p).mobility).write(config.mobility);
             for i in 0..MAX_NUMNODES {
@@ -197,6 +225,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if !self.topology.contains(node) {
             return Err(SetupError::NoSuchNode(node));
         }
+        self.check_width(span)?;
         if self.nodes[node.index()].zone(kind).is_some()
             || self.hotplug[node.index()][kind.index()].is_some()
         {
@@ -245,6 +274,16 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             }
         }
         self.recompute_watermarks();
+        Ok(())
+    }
+
+    /// Whether `span` lies below the physical address width.
+    pub(crate) fn check_width(&self, span: PfnRange) -> Result<(), SetupError> {
+        if span.end > self.pfn_limit {
+            return Err(SetupError::AddressWidth {
+                pfn: span.start.max(self.pfn_limit),
+            });
+        }
         Ok(())
     }
 
@@ -562,7 +601,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// then against the min watermarks with the reserve access `gfp` grants
     /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
     /// node allocates from the nearest nodes with memory.
-    pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Allocation, AllocError> {
+    pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
         self.alloc_fast(node, gfp, order, None)
     }
 
@@ -573,7 +612,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         gfp: Gfp,
         order: Order,
         mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         // The common case first: the first zone of the zonelist serves at
         // the low watermark. (A cache hit was already tried by the caller.)
         if cpu.is_none()
@@ -581,11 +620,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             && let Some(z) = self.zone(r)
             && let Ok(pfn) = z.try_alloc(gfp, order, self.fast_flags_at(node, gfp, r), highest)
         {
-            return Ok(Allocation {
-                node: r.node,
-                zone: r.kind,
-                pfn,
-            });
+            return Ok(Block::new(self.id, r, pfn, order));
         }
         let (list, highest) = self.prepare(node, gfp)?;
         let fast = self.fast_flags(node, gfp);
@@ -669,7 +704,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         order: Order,
         mut flags: AllocFlags,
         mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::NoEligibleZone;
         let keep_nofragment = self.defrag_mode();
@@ -686,11 +721,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 };
                 match got {
                     Ok(pfn) => {
-                        return Ok(Allocation {
-                            node: r.node,
-                            zone: r.kind,
-                            pfn,
-                        });
+                        return Ok(Block::new(self.id, r, pfn, order));
                     }
                     Err(AllocError::OrderTooLarge) => return Err(AllocError::OrderTooLarge),
                     Err(e) => last = e,
@@ -704,23 +735,65 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
     }
 
-    /// Frees a block into the zone that holds it. Bad input (a frame in no
-    /// zone, misaligned, in a hole, inside a block, of the wrong order, not
-    /// allocated, already freed, sitting in a per-CPU cache, or being
-    /// migrated) gets a [`FreeError`] and changes nothing.
-    pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        // The zone checks its span (a declared hotplug range may reach past
-        // its zone), so the index's answer is enough here.
-        self.zone(self.zone_ref_of(pfn).ok_or(FreeError::OutOfRange)?)
-            .ok_or(FreeError::OutOfRange)?
-            .free(pfn, order)
+    /// Gives a block back. A block of another machine is refused and
+    /// handed back, still allocated there ([`FreeError::Foreign`]).
+    #[inline]
+    pub fn free(&self, block: Block) -> Result<(), Refused<Block>> {
+        let Some(z) = self.zone_of_block(&block) else {
+            return Err(Refused::new(block, FreeError::Foreign));
+        };
+        match z.free(block.pfn(), block.order()) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Refused::new(block, e)),
+        }
     }
 
-    /// Pins (or unpins) the allocated block headed by `pfn`: a pinned block
-    /// is treated as unmovable (compaction and isolation leave it alone),
-    /// e.g. while a device reads it by DMA.
-    pub fn set_pinned(&self, pfn: Pfn, pinned: bool) -> Result<(), PinError> {
-        let z = self.zone_of(pfn).ok_or(PinError::OutOfRange)?;
+    /// The zone holding `block`, if the block is this machine's.
+    #[inline]
+    pub(crate) fn zone_of_block(&self, block: &Block) -> Option<&Zone<'a, R>> {
+        if block.machine() != self.id {
+            return None;
+        }
+        self.zone(block.zone_ref())
+    }
+
+    /// A block that frees itself when dropped ([`BlockGuard`]); a block of
+    /// another machine is refused.
+    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R>, Refused<Block>> {
+        if block.machine() != self.id {
+            return Err(Refused::new(block, FreeError::Foreign));
+        }
+        Ok(BlockGuard::new(self, block))
+    }
+
+    /// The block `(pfn, order)` as a [`Block`] again, from the number a
+    /// kernel kept ([`Block::into_raw`], a page-table entry). A number
+    /// that is not the head of a live allocation of `order` in this
+    /// machine gets a [`RawError`] naming the frame and the problem.
+    ///
+    /// # Safety
+    ///
+    /// If `(pfn, order)` is a live allocation (the call then succeeds), it
+    /// is the caller's: it came from this machine as a block the caller
+    /// turned into this number, and from now on the caller neither uses
+    /// the number as its own nor makes a second block of it (two blocks of
+    /// one frame are two owners). A stale number, whose block was freed
+    /// and handed to someone else since, passes the check and takes that
+    /// owner's memory. Any other number is refused, with nothing changed.
+    pub unsafe fn block_from_raw(&self, pfn: Pfn, order: Order) -> Result<Block, RawError> {
+        let err = |why| RawError { pfn, why };
+        let r = self.zone_ref_of(pfn).ok_or(err(FreeError::OutOfRange))?;
+        let z = self.zone(r).ok_or(err(FreeError::OutOfRange))?;
+        z.check_live(pfn, order).map_err(err)?;
+        Ok(Block::new(self.id, r, pfn, order))
+    }
+
+    /// Pins (or unpins) `block`: a pinned block is treated as unmovable
+    /// (compaction and isolation leave it alone), e.g. while a device reads
+    /// it by DMA. `OutOfRange` for a block of another machine.
+    pub fn set_pinned(&self, block: &Block, pinned: bool) -> Result<(), PinError> {
+        let z = self.zone_of_block(block).ok_or(PinError::OutOfRange)?;
+        let pfn = block.pfn();
         if !z.states.is_live_allocation(pfn) {
             return Err(PinError::NotAllocated);
         }

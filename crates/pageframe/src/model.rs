@@ -6,15 +6,21 @@
 //!
 //! * no frame ever has two owners: every block handed out is disjoint from
 //!   every block still owned, lies in one zone, is aligned to its order;
+//!   the model holds every [`crate::Block`], [`crate::Segment`] and
+//!   [`crate::CmaBuffer`] it is given, and gives each back exactly once;
+//! * ownership moves with migration: the model's migrator hands a block
+//!   over only when asked for one it holds, and takes back the new block;
+//! * a migrator that panics leaves the machine as a refusal would;
 //! * no frame is lost: at every step, managed frames = free frames +
 //!   frames in per-CPU caches + frames owned, and everything comes back at
 //!   the end;
-//! * bad input gets the expected typed error and changes nothing;
+//! * bad numbers (the `unsafe` raw paths, used within their contract) get
+//!   the expected typed error and change nothing;
 //! * compaction moves owners' blocks with their contents, and only them;
 //! * `validate()` holds after every step.
 
 use std::boxed::Box;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::format;
 use std::string::String;
 use std::vec;
@@ -23,13 +29,14 @@ use std::vec::Vec;
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn, PfnRange};
-use pageframe_compact::{MigrateError, MigrateMode, Migrator};
+use pageframe_compact::{MigrateError, MigrateMode};
 use pageframe_pcp::CpuId;
 
 use crate::lock::SpinLock;
 use crate::{
-    AllocError, CmaId, ContigError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, SlowPathHooks,
-    ThpDefrag, ThpPolicy, Topology, Zone, ZoneKind,
+    AllocError, Block, CmaBuffer, CmaId, ContigError, Gfp, Machine, MachineConfig, Migrator,
+    NodeId, NodePolicy, RawError, Segment, SlowPathHooks, ThpDefrag, ThpPolicy, Topology, Zone,
+    ZoneKind,
 };
 
 /// A zone of the model machine: (node, kind, span, usable ranges).
@@ -105,8 +112,12 @@ pub enum Op {
         /// CPU handle, or none.
         cpu: u8,
     },
-    /// A bad free: `kind` picks double free, wrong order, tail, hole,
-    /// misaligned, out of range or an arbitrary frame `raw`.
+    /// A frame number turned back into a block (`block_from_raw`, within
+    /// its contract): `kind` picks a wrong order, a tail, a hole, a frame
+    /// out of range, a misaligned one or an arbitrary frame `raw` (each a
+    /// typed error, nothing changed), or an owned block's own number
+    /// (given up with `into_raw` first), freed through CPU `cpu` or the
+    /// machine and then tried again (refused: its block is gone).
     BadFree {
         /// What kind of bad.
         kind: u8,
@@ -151,14 +162,12 @@ pub enum Op {
         /// Node.
         node: u8,
     },
-    /// Pin or unpin the `index`-th owned block (or, `raw`, any frame).
+    /// Pin or unpin the `index`-th owned block.
     Pin {
         /// Which block.
         index: usize,
         /// Pin or unpin.
         pinned: bool,
-        /// Pin an arbitrary frame instead.
-        raw: Option<u64>,
     },
     /// Drain CPU `cpu`'s caches, or (2 and up) every CPU's.
     Drain {
@@ -183,9 +192,11 @@ pub enum Op {
         /// Migrations fail.
         refuse: bool,
     },
-    /// Free the `index`-th range taken (`free_contig_range`), or, `raw`,
-    /// an arbitrary range (zone, offset, len) as for `Contig`. Succeeds
-    /// exactly when owned blocks tile the range.
+    /// Free the `index`-th segment or CMA buffer held, or, `raw`, turn an
+    /// arbitrary range (zone, offset, len, as for `Contig`) into a segment
+    /// (`segment_from_raw`, within its contract: the model gives up the
+    /// plain blocks that tile it first) and free it. The raw range is
+    /// taken exactly when owned plain blocks tile it.
     FreeContig {
         /// Which range.
         index: usize,
@@ -241,6 +252,17 @@ pub enum Op {
         /// Try with too little metadata first.
         short: bool,
     },
+    /// A compaction of node `node` whose migrator panics at its `at`-th
+    /// call (caught): the machine must end as if the call had failed, and
+    /// every block handed over must come back.
+    Panic {
+        /// Node.
+        node: u8,
+        /// Which migrator call panics (from the first, modulo 8).
+        at: u8,
+        /// Through a contiguous range of the node's zone instead.
+        contig: bool,
+    },
     /// Set a tunable to an arbitrary value.
     Tunable {
         /// Which one.
@@ -250,16 +272,159 @@ pub enum Op {
     },
 }
 
-/// A migrator whose contents are one token per owned block head, moved
-/// with the block; records completed moves for the model.
-#[derive(Default)]
-struct Mover {
-    token: HashMap<u64, u64>,
-    refuse: bool,
-    moves: Vec<(Pfn, Pfn, Order)>,
+macro_rules! ensure {
+    ($c:expr, $($t:tt)*) => { if !$c { return Err(format!($($t)*)); } };
 }
 
-impl Migrator for Mover {
+/// An owned block: its order, its token (its contents, moved with it) and,
+/// for a plain block, the [`Block`] itself (`None` while it is handed over
+/// to the allocator for a move, and for the pieces of a segment, whose
+/// [`Segment`] or [`CmaBuffer`] is held whole).
+struct Owned {
+    order: Order,
+    token: u64,
+    block: Option<Block>,
+}
+
+/// The kernel of the model: it owns every block, segment and CMA buffer
+/// handed out, keeps one token of contents per block head, and is the
+/// migrator (blocks move with their tokens; `refuse` makes migrations
+/// fail, `panic_at` makes the given call panic).
+struct World {
+    blocks: BTreeMap<u64, Owned>,
+    next_token: u64,
+    segments: Vec<Segment>,
+    cmas: Vec<CmaBuffer>,
+    /// Ranges taken offline.
+    offline: Vec<PfnRange>,
+    stats: RunStats,
+    /// Managed frames, offline ranges included (grows by hot-adds).
+    managed: u64,
+    refuse: bool,
+    /// Migrator calls left before one panics (`Op::Panic`).
+    panic_at: Option<u32>,
+    /// Protocol breaches the migrator saw (it cannot return errors).
+    faults: Vec<String>,
+}
+
+impl World {
+    fn pages(&self) -> u64 {
+        self.blocks.values().map(|o| o.order.pages()).sum()
+    }
+
+    /// Records `2^order` frames at `pfn` handed out (a block, or a piece of
+    /// a segment); refuses them if they overlap an owned block.
+    fn take(&mut self, pfn: Pfn, order: Order, block: Option<Block>) -> Result<(), String> {
+        let (s, e) = (pfn.get(), pfn.get() + order.pages());
+        ensure!(pfn.is_aligned(order), "{pfn:?} is not aligned to {order:?}");
+        if let Some((&h, o)) = self.blocks.range(..e).next_back() {
+            ensure!(
+                h + o.order.pages() <= s,
+                "{pfn:?}/{order:?} overlaps the owned block at {h:#x}/{:?}",
+                o.order
+            );
+        }
+        self.next_token += 1;
+        let token = self.next_token;
+        self.blocks.insert(
+            s,
+            Owned {
+                order,
+                token,
+                block,
+            },
+        );
+        Ok(())
+    }
+
+    /// A block handed out: checked and kept.
+    fn take_block(&mut self, b: Block) -> Result<(), String> {
+        let (p, o) = (b.pfn(), b.order());
+        self.take(p, o, Some(b))
+    }
+
+    /// A segment handed out: its pieces recorded (they must tile it).
+    fn take_pieces(&mut self, m: &Machine<'_>, range: PfnRange) -> Result<(), String> {
+        let z = m.zone_of(range.start).ok_or("a segment in no zone")?;
+        let pieces: Vec<(Pfn, Order)> = z.inspect(|mz| {
+            mz.buddy()
+                .walk(range)
+                .filter_map(|(p, info)| match info {
+                    BlockInfo::Allocated { head, order, .. } if head == p => Some((p, order)),
+                    _ => None,
+                })
+                .collect()
+        });
+        for (p, o) in pieces {
+            self.take(p, o, None)?;
+        }
+        ensure!(self.tiles(range), "{range:?} not tiled by its blocks");
+        Ok(())
+    }
+
+    /// Forgets the pieces of `range` (a segment given back).
+    fn drop_pieces(&mut self, range: PfnRange) {
+        let heads: Vec<u64> = self
+            .blocks
+            .range(range.start.get()..range.end.get())
+            .map(|(&h, _)| h)
+            .collect();
+        for h in heads {
+            self.blocks.remove(&h);
+        }
+    }
+
+    /// Whether owned blocks tile `range` exactly.
+    fn tiles(&self, range: PfnRange) -> bool {
+        let mut at = range.start.get();
+        for (&h, o) in self.blocks.range(range.start.get()..range.end.get()) {
+            if h != at {
+                return false;
+            }
+            at = h + o.order.pages();
+        }
+        at == range.end.get() && !range.is_empty()
+    }
+
+    /// The `index`-th plain block held (not handed over).
+    fn nth_block(&self, index: usize) -> Option<(Pfn, Order)> {
+        let plain: Vec<(u64, Order)> = self
+            .blocks
+            .iter()
+            .filter(|(_, o)| o.block.is_some())
+            .map(|(&h, o)| (h, o.order))
+            .collect();
+        let &(h, o) = plain.get(index % plain.len().max(1))?;
+        Some((Pfn(h), o))
+    }
+
+    /// Takes the `index`-th plain block out of the records.
+    fn remove_block(&mut self, index: usize) -> Option<Block> {
+        let (p, _) = self.nth_block(index)?;
+        self.blocks.remove(&p.get())?.block
+    }
+
+    /// One migrator call: panics if this is the chosen one.
+    fn tick(&mut self) {
+        if let Some(n) = self.panic_at.as_mut() {
+            if *n == 0 {
+                self.panic_at = None;
+                panic!("the model's migrator panics on purpose");
+            }
+            *n -= 1;
+        }
+    }
+}
+
+impl Migrator for World {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        self.tick();
+        match self.blocks.get_mut(&pfn.get()) {
+            Some(o) if o.order == order => o.block.take(),
+            _ => None,
+        }
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -267,48 +432,71 @@ impl Migrator for Mover {
         order: Order,
         _: MigrateMode,
     ) -> Result<(), MigrateError> {
+        self.tick();
         if self.refuse {
             return Err(MigrateError::Again);
         }
-        let _ = order;
-        if let Some(t) = self.token.remove(&src.get()) {
-            self.token.insert(dst.get(), t);
+        match self.blocks.get(&src.get()) {
+            Some(o) if o.order == order && o.block.is_none() => Ok(()),
+            _ => {
+                self.faults.push(format!(
+                    "asked to move {src:?}/{order:?}, never handed over"
+                ));
+                Err(MigrateError::Busy)
+            }
         }
-        Ok(())
+        .map(|()| {
+            let _ = dst;
+        })
     }
 
-    fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
-        self.moves.push((src, dst, order));
+    fn putback(&mut self, block: Block) {
+        match self.blocks.get_mut(&block.pfn().get()) {
+            Some(o) if o.block.is_none() && o.order == block.order() => o.block = Some(block),
+            _ => self
+                .faults
+                .push(format!("{block:?} put back, never handed over")),
+        }
+    }
+
+    fn migrated(&mut self, block: Block, from: Pfn) {
+        let Some(o) = self.blocks.remove(&from.get()) else {
+            self.faults.push(format!("{from:?} moved, never owned"));
+            return;
+        };
+        if o.block.is_some() || o.order != block.order() {
+            self.faults.push(format!(
+                "{from:?} moved to {block:?}, not handed over as that"
+            ));
+        }
+        self.stats.moved += 1;
+        let (p, order, token) = (block.pfn().get(), o.order, o.token);
+        if let Some((&h, other)) = self.blocks.range(..p + order.pages()).next_back()
+            && h + other.order.pages() > p
+        {
+            self.faults.push(format!(
+                "{from:?} moved onto owned {h:#x}/{:?}",
+                other.order
+            ));
+        }
+        self.blocks.insert(
+            p,
+            Owned {
+                order,
+                token,
+                block: Some(block),
+            },
+        );
     }
 }
 
-impl SlowPathHooks for Mover {}
-
-macro_rules! ensure {
-    ($c:expr, $($t:tt)*) => { if !$c { return Err(format!($($t)*)); } };
-}
-
-/// The owners' view: live blocks by head, with their order and token.
-struct Owners {
-    blocks: BTreeMap<u64, (Order, u64)>,
-    next_token: u64,
-    /// Ranges taken by `Contig` (their blocks are in `blocks`).
-    contigs: Vec<PfnRange>,
-    /// Ranges taken offline.
-    offline: Vec<PfnRange>,
-    /// Heads of blocks `Contig` and `Cma` handed out and still owned (the
-    /// only non-movable blocks allowed in the CMA area).
-    contig_blocks: std::collections::BTreeSet<u64>,
-    stats: RunStats,
-    /// Managed frames, offline ranges included (grows by hot-adds).
-    managed: u64,
-}
+impl SlowPathHooks for World {}
 
 /// What a run did (so that tests can check their scripts reach the paths
 /// they mean to).
 #[derive(Clone, Copy, Default, Debug)]
 pub struct RunStats {
-    /// Ranges `Contig` took.
+    /// Ranges `Contig` and `Cma` took.
     pub contig_taken: u32,
     /// Ranges `FreeContig` freed.
     pub contig_freed: u32,
@@ -318,47 +506,8 @@ pub struct RunStats {
     pub offlined: u32,
     /// Frames onlined by a hot-add.
     pub hot_added: u64,
-}
-
-impl Owners {
-    fn pages(&self) -> u64 {
-        self.blocks.values().map(|(o, _)| o.pages()).sum()
-    }
-
-    /// Adds a block handed out; refuses one that overlaps an owned block.
-    fn take(&mut self, pfn: Pfn, order: Order) -> Result<u64, String> {
-        let (s, e) = (pfn.get(), pfn.get() + order.pages());
-        ensure!(pfn.is_aligned(order), "{pfn:?} is not aligned to {order:?}");
-        if let Some((&h, &(o, _))) = self.blocks.range(..e).next_back() {
-            ensure!(
-                h + o.pages() <= s,
-                "{pfn:?}/{order:?} overlaps the owned block at {h:#x}/{o:?}"
-            );
-        }
-        self.next_token += 1;
-        self.blocks.insert(s, (order, self.next_token));
-        Ok(self.next_token)
-    }
-
-    /// Whether owned blocks tile `range` exactly.
-    fn tiles(&self, range: PfnRange) -> bool {
-        let mut at = range.start.get();
-        for (&h, &(o, _)) in self.blocks.range(range.start.get()..range.end.get()) {
-            if h != at {
-                return false;
-            }
-            at = h + o.pages();
-        }
-        at == range.end.get() && !range.is_empty()
-    }
-
-    fn nth(&self, index: usize) -> Option<(Pfn, Order)> {
-        if self.blocks.is_empty() {
-            return None;
-        }
-        let (&h, &(o, _)) = self.blocks.iter().nth(index % self.blocks.len())?;
-        Some((Pfn(h), o))
-    }
+    /// Migrator panics caught.
+    pub panics: u32,
 }
 
 /// Runs `ops` on a fresh model machine and checks every promise after each
@@ -404,51 +553,58 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     let mut hot_meta = Some(hot_meta.as_mut_slice());
     let m: &Machine<'_> = m;
     let managed = m.managed_pages();
-    let mut owners = Owners {
+    let mut w = World {
         blocks: BTreeMap::new(),
         next_token: 0,
-        contigs: Vec::new(),
+        segments: Vec::new(),
+        cmas: Vec::new(),
         offline: Vec::new(),
-        contig_blocks: std::collections::BTreeSet::new(),
         stats: RunStats::default(),
         managed,
+        refuse: false,
+        panic_at: None,
+        faults: Vec::new(),
     };
-    let mut mover = Mover::default();
     for (step, op) in ops.iter().enumerate() {
         let r = match *op {
-            Op::HotAdd { blocks, short } => hot_add(m, blocks, short, &mut hot_meta, &mut owners),
-            _ => apply(m, op, &mut owners, &mut mover),
+            Op::HotAdd { blocks, short } => hot_add(m, blocks, short, &mut hot_meta, &mut w),
+            _ => apply(m, op, &mut w),
         };
         r.map_err(|e| format!("step {step} {op:?}: {e}"))?;
-        let offline: u64 = owners.offline.iter().map(|r| r.len()).sum();
-        check(m, &owners, &mover, owners.managed - offline)
-            .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
+        let offline: u64 = w.offline.iter().map(|r| r.len()).sum();
+        let managed = w.managed - offline;
+        check(m, &mut w, managed).map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
     // Everything comes back.
-    for r in owners.offline.drain(..) {
+    for r in w.offline.drain(..) {
         m.add_free_range(r)
             .map_err(|e| format!("onlining {r:?} at the end: {e}"))?;
     }
-    let all: Vec<(Pfn, Order)> = owners
-        .blocks
-        .iter()
-        .map(|(&h, &(o, _))| (Pfn(h), o))
+    let blocks: Vec<Block> = std::mem::take(&mut w.blocks)
+        .into_values()
+        .filter_map(|o| o.block)
         .collect();
-    for (p, o) in all {
-        let _ = m.set_pinned(p, false);
-        m.free(p, o)
-            .map_err(|e| format!("final free of {p:?}/{o:?}: {e}"))?;
+    for b in blocks {
+        let _ = m.set_pinned(&b, false);
+        m.free(b).map_err(|e| format!("final free: {e}"))?;
+    }
+    for s in w.segments.drain(..) {
+        m.free_segment(s).map_err(|e| format!("final free: {e}"))?;
+    }
+    for c in w.cmas.drain(..) {
+        m.cma_release(c)
+            .map_err(|e| format!("final release: {e}"))?;
     }
     m.drain_pcp(None, |_| {});
     m.drain_stripes();
     ensure!(
-        m.free_pages() == owners.managed,
+        m.free_pages() == w.managed,
         "{} of {} frames free at the end",
         m.free_pages(),
-        owners.managed
+        w.managed
     );
     m.validate().map_err(|e| format!("{e}"))?;
-    Ok(owners.stats)
+    Ok(w.stats)
 }
 
 /// [`Op::HotAdd`]: the metadata buffer can be lent once, so the first
@@ -458,7 +614,7 @@ fn hot_add<'a>(
     blocks: u8,
     short: bool,
     meta: &mut Option<&'a mut [MaybeUninit<u8>]>,
-    owners: &mut Owners,
+    owners: &mut World,
 ) -> Result<(), String> {
     let node = node_of(1);
     let span = PfnRange::new(
@@ -532,31 +688,29 @@ fn node_of(n: u8) -> NodeId {
     NodeId::new(usize::from(n)).unwrap_or(NodeId::ZERO)
 }
 
-/// Applies the moves compaction completed to the owners' view.
-fn settle(owners: &mut Owners, mover: &mut Mover) -> Result<(), String> {
-    for (src, dst, order) in mover.moves.drain(..) {
-        let (o, t) = owners
-            .blocks
-            .remove(&src.get())
-            .ok_or_else(|| format!("compaction moved {src:?}, which nobody owned"))?;
-        ensure!(o == order, "moved {src:?} as {order:?}, owned as {o:?}");
-        owners.stats.moved += 1;
-        ensure!(
-            mover.token.get(&dst.get()) == Some(&t),
-            "the contents of {src:?} did not reach {dst:?}"
-        );
-        owners.blocks.insert(dst.get(), (o, t));
+/// After a call that ran the migrator: the moves it saw broke nothing,
+/// and owned blocks are still disjoint.
+fn settle(w: &mut World) -> Result<(), String> {
+    if let Some(f) = w.faults.first() {
+        return Err(f.clone());
     }
-    // Re-check disjointness after the moves.
     let mut end = 0;
-    for (&h, &(o, _)) in &owners.blocks {
+    for (&h, o) in &w.blocks {
         ensure!(h >= end, "owned blocks overlap at {h:#x}");
-        end = h + o.pages();
+        end = h + o.order.pages();
+        // A block is held as a value, or is a piece of a held segment:
+        // anything handed over for a move came back.
+        let piece = w.segments.iter().any(|s| s.range().contains(Pfn(h)))
+            || w.cmas.iter().any(|c| c.range().contains(Pfn(h)));
+        ensure!(
+            o.block.is_some() || piece,
+            "block {h:#x} was not given back"
+        );
     }
     Ok(())
 }
 
-fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Result<(), String> {
+fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
     match *op {
         Op::Alloc {
             node,
@@ -583,23 +737,27 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                         "{g:?} order {order} node {node} succeeded"
                     );
                     ensure!(
-                        a.zone <= g.highest_zone().unwrap_or(ZoneKind::Normal),
+                        a.zone() <= g.highest_zone().unwrap_or(ZoneKind::Normal),
                         "{a:?} above the GFP's zones"
                     );
                     if g.contains(Gfp::THISNODE) {
-                        ensure!(a.node == node_of(node), "THISNODE served by {:?}", a.node);
+                        ensure!(
+                            a.node() == node_of(node),
+                            "THISNODE served by {:?}",
+                            a.node()
+                        );
                     }
-                    let z = m.zone_of(a.pfn).ok_or("allocation in no zone")?;
+                    ensure!(a.order() == o, "{a:?} is not of order {o:?}");
+                    let z = m.zone_of(a.pfn()).ok_or("allocation in no zone")?;
                     ensure!(
-                        z.node() == a.node && z.kind() == a.zone,
+                        z.node() == a.node() && z.kind() == a.zone(),
                         "{a:?} reported the wrong zone"
                     );
                     ensure!(
-                        z.span().contains(a.pfn + (o.pages() - 1)),
+                        z.span().contains(a.pfn() + (o.pages() - 1)),
                         "{a:?} crosses its zone"
                     );
-                    let t = owners.take(a.pfn, o)?;
-                    mover.token.insert(a.pfn.get(), t);
+                    w.take_block(a)?;
                 }
                 Err(e) => {
                     let want = if !g.is_valid() {
@@ -618,21 +776,18 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             }
         }
         Op::Free { index, cpu } => {
-            let Some((p, o)) = owners.nth(index) else {
+            let Some(b) = w.remove_block(index) else {
                 return Ok(());
             };
             let r = if cpu < 2 {
                 let mut c = m
                     .cpu(CpuId(u32::from(cpu)), NodeId::ZERO)
                     .map_err(|e| format!("{e}"))?;
-                c.free(p, o)
+                c.free(b)
             } else {
-                m.free(p, o)
+                m.free(b)
             };
-            r.map_err(|e| format!("free of owned {p:?}/{o:?}: {e}"))?;
-            owners.blocks.remove(&p.get());
-            owners.contig_blocks.remove(&p.get());
-            mover.token.remove(&p.get());
+            r.map_err(|e| format!("free of an owned block: {e}"))?;
         }
         Op::BadFree {
             kind,
@@ -641,7 +796,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             cpu,
         } => {
             let free_before = m.free_pages();
-            let target = owners.nth(index);
+            let target = w.nth_block(index);
             let (p, o, want): (Pfn, Order, Option<FreeError>) = match (kind % 7, target) {
                 // Wrong order of an owned block.
                 (0, Some((p, o))) => {
@@ -673,49 +828,72 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     }
                     (p, big, Some(FreeError::Misaligned))
                 }
-                // Anything at all: an error unless it names an owned block.
+                // Anything at all: an error unless it names an owned block
+                // (asking for that one would make a second owner).
                 (5, _) => {
                     let p = Pfn(raw % ((4 << 20) + 8192));
                     let o = Order::new_truncated((raw >> 60) as u8 % 11);
-                    if owners.blocks.get(&p.get()).is_some_and(|&(oo, _)| oo == o) {
+                    let owned = w.blocks.range(..p.get() + o.pages()).next_back();
+                    if owned.is_some_and(|(&h, x)| h + x.order.pages() > p.get()) {
                         return Ok(());
                     }
                     (p, o, None)
                 }
-                // A double free: free an owned block, then free it again.
-                (_, Some((p, o))) => {
-                    m.free(p, o).map_err(|e| format!("{e}"))?;
-                    owners.blocks.remove(&p.get());
-                    mover.token.remove(&p.get());
+                // An owned block given up as a number and made a block
+                // again, freed, then tried again.
+                (_, Some(_)) => {
+                    let b = w.remove_block(index).ok_or("the block went")?;
+                    let (p, o) = b.into_raw();
+                    // SAFETY: the model just gave up its only block of it.
+                    let back = unsafe { m.block_from_raw(p, o) }
+                        .map_err(|e| format!("the number of a block given up: {e}"))?;
+                    ensure!(
+                        (back.pfn(), back.order()) == (p, o),
+                        "{p:?}/{o:?} came back as {back:?}"
+                    );
+                    let r = if cpu < 2 {
+                        let mut c = m
+                            .cpu(CpuId(u32::from(cpu)), NodeId::ZERO)
+                            .map_err(|e| format!("{e}"))?;
+                        c.free(back)
+                    } else {
+                        m.free(back)
+                    };
+                    r.map_err(|e| format!("{e}"))?;
                     let free_mid = m.free_pages();
-                    let r = m.free(p, o);
-                    ensure!(r.is_err(), "double free of {p:?} accepted");
+                    // SAFETY: not an owner's block any more: the call must
+                    // refuse it (a stale number is the contract's business;
+                    // this one is freed and not handed out since).
+                    let again = unsafe { m.block_from_raw(p, o) };
+                    ensure!(again.is_err(), "a freed number made a block again");
                     ensure!(
                         m.free_pages() == free_mid,
-                        "a refused free changed the free count"
+                        "a refused number changed the free count"
                     );
                     return Ok(());
                 }
                 _ => return Ok(()),
             };
-            let r = if cpu < 2 {
-                let mut c = m
-                    .cpu(CpuId(u32::from(cpu)), NodeId::ZERO)
-                    .map_err(|e| format!("{e}"))?;
-                c.free(p, o)
-            } else {
-                m.free(p, o)
-            };
+            // SAFETY: `p` heads no block the model owns with order `o`
+            // (checked above for the arbitrary frame; the others are wrong
+            // on purpose), so no second owner can come of it.
+            let r = unsafe { m.block_from_raw(p, o) };
             match (r, want) {
-                (Ok(()), _) => return Err(format!("bad free of {p:?}/{o:?} accepted")),
-                (Err(e), Some(w)) => {
-                    ensure!(e == w, "bad free of {p:?}/{o:?}: {e:?}, expected {w:?}")
+                (Ok(b), _) => {
+                    let _ = b.into_raw();
+                    return Err(format!("bad number {p:?}/{o:?} made a block"));
+                }
+                (Err(RawError { pfn, why }), Some(want)) => {
+                    ensure!(
+                        pfn == p && why == want,
+                        "bad number {p:?}/{o:?}: {why:?} at {pfn:?}, expected {want:?}"
+                    )
                 }
                 (Err(_), None) => {}
             }
             ensure!(
                 m.free_pages() == free_before,
-                "a refused free changed the free count"
+                "a refused number changed the free count"
             );
         }
         Op::Slow {
@@ -724,14 +902,13 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             order,
             refuse,
         } => {
-            mover.refuse = refuse;
+            w.refuse = refuse;
             let g = GFPS[usize::from(gfp) % 9];
             let o = Order::new_truncated(order % 11);
-            let r = m.alloc_slow(node_of(node % 2), g, o, mover);
-            settle(owners, mover)?;
+            let r = m.alloc_slow(node_of(node % 2), g, o, w);
+            settle(w)?;
             if let Ok(a) = r {
-                let t = owners.take(a.pfn, o)?;
-                mover.token.insert(a.pfn.get(), t);
+                w.take_block(a)?;
             }
         }
         Op::Thp {
@@ -740,7 +917,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             policy,
             refuse,
         } => {
-            mover.refuse = refuse;
+            w.refuse = refuse;
             let nodes = [
                 NodePolicy::ThisNode,
                 NodePolicy::RemoteFallback,
@@ -752,47 +929,41 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 compact_only: policy & 0x80 != 0,
             };
             m.set_thp_policy(p);
-            let r = m.alloc_thp(node_of(node % 2), madvised, mover);
-            settle(owners, mover)?;
+            let r = m.alloc_thp(node_of(node % 2), madvised, w);
+            settle(w)?;
             if let Ok(a) = r {
                 if p.nodes == NodePolicy::ThisNode {
                     ensure!(
-                        a.node == node_of(node % 2),
+                        a.node() == node_of(node % 2),
                         "ThisNode policy served remotely"
                     );
                 }
-                let t = owners.take(a.pfn, Order::HUGE_2M)?;
-                mover.token.insert(a.pfn.get(), t);
+                ensure!(a.order() == Order::HUGE_2M, "{a:?} is no huge page");
+                w.take_block(a)?;
             }
         }
         Op::Kcompactd { node, now } => {
-            mover.refuse = false;
-            m.kcompactd_tick(node_of(node % 2), u64::from(now) * 1_000_000, mover);
-            settle(owners, mover)?;
+            w.refuse = false;
+            m.kcompactd_tick(node_of(node % 2), u64::from(now) * 1_000_000, w);
+            settle(w)?;
         }
         Op::CompactNode { node } => {
-            mover.refuse = false;
-            m.compact_node(node_of(node % 2), mover);
-            settle(owners, mover)?;
+            w.refuse = false;
+            m.compact_node(node_of(node % 2), w);
+            settle(w)?;
         }
-        Op::Pin { index, pinned, raw } => match raw {
-            Some(raw) => {
-                let p = Pfn(raw);
-                let owned = owners.blocks.contains_key(&raw);
-                let r = m.set_pinned(p, pinned);
-                ensure!(
-                    r.is_ok() == owned,
-                    "pinning {p:?} (owned: {owned}) gave {r:?}"
-                );
-            }
-            None => {
-                let Some((p, _)) = owners.nth(index) else {
-                    return Ok(());
-                };
-                m.set_pinned(p, pinned)
-                    .map_err(|e| format!("pinning owned {p:?}: {e}"))?;
-            }
-        },
+        Op::Pin { index, pinned } => {
+            let Some((p, _)) = w.nth_block(index) else {
+                return Ok(());
+            };
+            let b = w
+                .blocks
+                .get(&p.get())
+                .and_then(|o| o.block.as_ref())
+                .ok_or("the block went")?;
+            m.set_pinned(b, pinned)
+                .map_err(|e| format!("pinning owned {p:?}: {e}"))?;
+        }
         Op::Drain { cpu } => {
             if cpu < 2 {
                 let mut c = m
@@ -818,42 +989,34 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
             let start = a + u64::from(offset) % (b - a + 64);
             let range = PfnRange::new(Pfn(start), Pfn(start + u64::from(len) % 2048));
-            mover.refuse = refuse;
-            let r = m.alloc_contig_range(range, mover);
-            // Moves made before a failure are real: settle them first.
-            settle(owners, mover)?;
+            w.refuse = refuse;
+            let r = m.alloc_contig_range(range, w);
+            // Moves made before a failure are real: they are settled.
+            settle(w)?;
             match r {
                 Ok(got) => {
-                    ensure!(got.range == range, "took {:?} for {range:?}", got.range);
-                    let z = m.zone_of(range.start).ok_or("taken range in no zone")?;
-                    let blocks: Vec<(Pfn, Order)> = z.inspect(|mz| {
-                        mz.buddy()
-                            .walk(range)
-                            .filter_map(|(p, info)| match info {
-                                BlockInfo::Allocated { head, order, .. } if head == p => {
-                                    Some((p, order))
-                                }
-                                _ => None,
-                            })
-                            .collect()
-                    });
-                    for (p, o) in blocks {
-                        let t = owners.take(p, o)?;
-                        mover.token.insert(p.get(), t);
-                        owners.contig_blocks.insert(p.get());
-                    }
-                    ensure!(owners.tiles(range), "{range:?} not tiled by its blocks");
-                    owners.contigs.push(range);
-                    owners.stats.contig_taken += 1;
+                    ensure!(got.range() == range, "took {:?} for {range:?}", got.range());
+                    w.take_pieces(m, range)?;
+                    w.segments.push(got);
+                    w.stats.contig_taken += 1;
                 }
                 Err(ContigError::Invalid) => ensure!(range.is_empty(), "{range:?} is valid"),
-                Err(ContigError::OutOfRange) => {
+                Err(ContigError::OutOfRange { pfn }) => {
                     let z = m.zone_of(range.start);
-                    let inside = z.is_some_and(|z| {
-                        z.span().contains_range(&range)
-                            && z.inspect(|mz| z.span().contains_range(&mz.pageblock_span(range)))
-                    });
-                    ensure!(!inside, "{range:?} is inside a zone's whole pageblocks");
+                    ensure!(
+                        !z.is_some_and(|z| z.span().contains_range(&range)),
+                        "{range:?} is inside a zone"
+                    );
+                    ensure!(
+                        range.contains(pfn) || pfn == range.start,
+                        "{pfn:?} named for {range:?}"
+                    );
+                }
+                Err(ContigError::PartialPageblock { pfn }) => {
+                    let z = m.zone_of(range.start).ok_or("no zone")?;
+                    let whole = z.inspect(|mz| z.span().contains_range(&mz.pageblock_span(range)));
+                    ensure!(!whole, "{range:?} is inside its zone's whole pageblocks");
+                    ensure!(range.contains(pfn), "{pfn:?} named for {range:?}");
                 }
                 Err(ContigError::Blocked { pfn, .. })
                 | Err(ContigError::Refused { pfn })
@@ -863,72 +1026,106 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 Err(_) => {}
             }
         }
-        Op::FreeContig { index, raw } => {
-            let range = match raw {
-                Some((zone, offset, len)) => {
-                    let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
-                    let start = a + u64::from(offset) % (b - a + 64);
-                    PfnRange::new(Pfn(start), Pfn(start + u64::from(len) % 2048))
+        Op::FreeContig { index, raw } => match raw {
+            Some((zone, offset, len)) => {
+                let (_, _, (a, b), _) = ZONES[usize::from(zone) % ZONES.len()];
+                let start = a + u64::from(offset) % (b - a + 64);
+                let range = PfnRange::new(Pfn(start), Pfn(start + u64::from(len) % 2048));
+                let plain = w.tiles(range)
+                    && w.blocks
+                        .range(range.start.get()..range.end.get())
+                        .all(|(_, o)| o.block.is_some());
+                if plain {
+                    // Give the blocks up first: the segment is their one
+                    // owner from now on.
+                    let heads: Vec<u64> = w
+                        .blocks
+                        .range(range.start.get()..range.end.get())
+                        .map(|(&h, _)| h)
+                        .collect();
+                    for h in heads {
+                        if let Some(b) = w.blocks.remove(&h).and_then(|o| o.block) {
+                            let _ = m.set_pinned(&b, false);
+                            let _ = b.into_raw();
+                        }
+                    }
                 }
-                None if owners.contigs.is_empty() => return Ok(()),
-                None => owners.contigs.swap_remove(index % owners.contigs.len()),
-            };
-            let tiled = owners.tiles(range);
-            let r = if CMA_AREA.contains_range(&range) {
-                m.cma_release(CmaId(0), range)
-            } else {
-                m.free_contig_range(range)
-            };
-            ensure!(
-                r.is_ok() == tiled,
-                "free of {range:?} (owned blocks tile it: {tiled}) gave {r:?}"
-            );
-            if r.is_ok() {
-                owners.stats.contig_freed += 1;
-                let heads: Vec<u64> = owners
+                let pieces_owned = w
                     .blocks
-                    .range(range.start.get()..range.end.get())
-                    .map(|(&h, _)| h)
-                    .collect();
-                for h in heads {
-                    owners.blocks.remove(&h);
-                    owners.contig_blocks.remove(&h);
-                    mover.token.remove(&h);
+                    .range(..range.end.get())
+                    .next_back()
+                    .is_some_and(|(&h, o)| h + o.order.pages() > range.start.get());
+                if pieces_owned {
+                    // Owned by a block or segment the model keeps: asking
+                    // for it would make a second owner.
+                    return Ok(());
+                }
+                // SAFETY: no block or segment of the model covers the range
+                // (a tiling of plain blocks was given up just above).
+                let r = unsafe { m.segment_from_raw(range) };
+                ensure!(
+                    r.is_ok() == plain,
+                    "raw segment {range:?} (given up blocks tile it: {plain}) gave {:?}",
+                    r.as_ref().map(Segment::range)
+                );
+                if let Ok(seg) = r {
+                    m.free_segment(seg)
+                        .map_err(|e| format!("free of a raw segment: {e}"))?;
+                    w.stats.contig_freed += 1;
                 }
             }
-        }
+            None => {
+                let n = w.segments.len() + w.cmas.len();
+                if n == 0 {
+                    return Ok(());
+                }
+                let i = index % n;
+                let range = if i < w.segments.len() {
+                    let seg = w.segments.swap_remove(i);
+                    let range = seg.range();
+                    m.free_segment(seg)
+                        .map_err(|e| format!("free of a held segment: {e}"))?;
+                    range
+                } else {
+                    let c = w.cmas.swap_remove(i - w.segments.len());
+                    let range = c.range();
+                    m.cma_release(c)
+                        .map_err(|e| format!("release of a held CMA buffer: {e}"))?;
+                    range
+                };
+                w.drop_pieces(range);
+                w.stats.contig_freed += 1;
+            }
+        },
         Op::Cma { frames, refuse } => {
-            mover.refuse = refuse;
+            w.refuse = refuse;
             let want = 1 + u64::from(frames) % 1024;
-            let r = m.cma_alloc(CmaId(0), want, 1, mover);
-            settle(owners, mover)?;
+            let held_before = m.cma_stats(CmaId(0)).ok_or("no CMA area")?.held;
+            let r = m.cma_alloc(CmaId(0), want, 1, w);
+            settle(w)?;
             if let Ok(got) = r {
                 ensure!(
-                    CMA_AREA.contains_range(&got.range) && got.range.len() == want,
+                    CMA_AREA.contains_range(&got.range()) && got.range().len() == want,
                     "cma_alloc of {want} gave {:?}",
-                    got.range
+                    got.range()
                 );
-                let z = m.zone_of(got.range.start).ok_or("CMA range in no zone")?;
-                let blocks: Vec<(Pfn, Order)> = z.inspect(|mz| {
-                    mz.buddy()
-                        .walk(got.range)
-                        .filter_map(|(p, info)| match info {
-                            BlockInfo::Allocated { head, order, .. } if head == p => {
-                                Some((p, order))
-                            }
-                            _ => None,
-                        })
-                        .collect()
-                });
-                for (p, o) in blocks {
-                    let t = owners.take(p, o)?;
-                    mover.token.insert(p.get(), t);
-                    owners.contig_blocks.insert(p.get());
-                }
-                owners.contigs.push(got.range);
-                owners.stats.contig_taken += 1;
+                ensure!(
+                    m.cma_stats(CmaId(0)).ok_or("no CMA area")?.held == held_before + want,
+                    "the area's held count missed {want} frames"
+                );
+                w.take_pieces(m, got.range())?;
+                w.cmas.push(got);
+                w.stats.contig_taken += 1;
             }
             // Only movable memory, and ranges taken whole, are in the area.
+            let ranges = w
+                .cmas
+                .iter()
+                .map(CmaBuffer::range)
+                .chain(w.segments.iter().map(Segment::range));
+            let pieces: std::collections::BTreeSet<u64> = ranges
+                .flat_map(|r| w.blocks.range(r.start.get()..r.end.get()).map(|(&h, _)| h))
+                .collect();
             let z = m.zone_of(CMA_AREA.start).ok_or("CMA area in no zone")?;
             let bad = z.inspect(|mz| {
                 mz.buddy().walk(CMA_AREA).find_map(|(p, info)| match info {
@@ -936,7 +1133,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                         if head == p
                             && tag & pageframe_mobility::tag::MT_MASK
                                 != pageframe_mobility::MigrateType::Movable as u32
-                            && !owners.contig_blocks.contains(&p.get()) =>
+                            && !pieces.contains(&p.get()) =>
                     {
                         Some(p)
                     }
@@ -957,40 +1154,53 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
             let n = (b - first) / pb;
             let start = first + u64::from(block) % n.max(1) * pb;
             let range = PfnRange::new(Pfn(start), Pfn(start + (1 + u64::from(blocks) % 4) * pb));
-            mover.refuse = refuse;
+            w.refuse = refuse;
             let before = m.managed_pages();
-            let r = m.offline_range(range, mover);
-            settle(owners, mover)?;
+            let was_offline = w
+                .offline
+                .iter()
+                .find(|r| !r.intersect(&range).is_empty())
+                .copied();
+            let r = m.offline_range(range, w);
+            settle(w)?;
             match r {
                 Ok(_) => {
+                    ensure!(was_offline.is_none(), "{range:?} went offline twice");
                     ensure!(
                         m.managed_pages() == before - range.len(),
                         "offline of {range:?}: managed {before} -> {}",
                         m.managed_pages()
                     );
                     ensure!(
-                        owners
-                            .blocks
+                        w.blocks
                             .range(..range.end.get())
                             .next_back()
-                            .is_none_or(|(&h, &(o, _))| h + o.pages() <= range.start.get()
+                            .is_none_or(|(&h, o)| h + o.order.pages() <= range.start.get()
                                 || h >= range.end.get()),
                         "an owned block is inside offlined {range:?}"
                     );
-                    owners.offline.push(range);
-                    owners.stats.offlined += 1;
+                    w.offline.push(range);
+                    w.stats.offlined += 1;
                 }
-                Err(_) => ensure!(
-                    m.managed_pages() == before,
-                    "a failed offline changed managed"
-                ),
+                Err(e) => {
+                    ensure!(
+                        m.managed_pages() == before,
+                        "a failed offline changed managed"
+                    );
+                    if let Some(off) = was_offline {
+                        ensure!(
+                            matches!(e, ContigError::NotOnline { pfn } if range.contains(pfn)),
+                            "offline of {range:?} over offline {off:?}: {e:?}"
+                        );
+                    }
+                }
             }
         }
         Op::Online { index } => {
-            if owners.offline.is_empty() {
+            if w.offline.is_empty() {
                 return Ok(());
             }
-            let r = owners.offline.swap_remove(index % owners.offline.len());
+            let r = w.offline.swap_remove(index % w.offline.len());
             m.add_free_range(r)
                 .map_err(|e| format!("online of offlined {r:?}: {e}"))?;
         }
@@ -1006,8 +1216,8 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                     if o < min || !p.is_aligned(o) {
                         bad = Some(format!("offered {p:?}/{o:?} below {min:?} or misaligned"));
                     }
-                    if let Some((&h, &(ho, _))) = owners.blocks.range(..end).next_back()
-                        && h + ho.pages() > p.get()
+                    if let Some((&h, x)) = w.blocks.range(..end).next_back()
+                        && h + x.order.pages() > p.get()
                     {
                         bad = Some(format!("offered {p:?}/{o:?}, which overlaps owned {h:#x}"));
                     }
@@ -1021,18 +1231,18 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                         gfp: 0,
                         order: 0,
                     };
-                    if let Err(e) = apply(m, &alloc, owners, mover) {
+                    if let Err(e) = apply(m, &alloc, w) {
                         bad.get_or_insert(format!("in the callback: {e}"));
                     }
                 }
                 if churn >= 4
-                    && let Some((_, o)) = owners.nth(batches)
+                    && let Some((_, o)) = w.nth_block(batches)
                 {
                     let free = Op::Free {
                         index: batches,
                         cpu: 2,
                     };
-                    match apply(m, &free, owners, mover) {
+                    match apply(m, &free, w) {
                         Ok(()) => freed += o.pages(),
                         Err(e) => {
                             bad.get_or_insert(format!("in the callback: {e}"));
@@ -1053,6 +1263,40 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
                 offered <= free_before,
                 "a pass offered {offered} frames, {free_before} free when it began ({freed} freed since)"
             );
+        }
+        Op::Panic { node, at, contig } => {
+            if !cfg!(panic = "unwind") {
+                return Ok(());
+            }
+            w.refuse = false;
+            w.panic_at = Some(u32::from(at % 8));
+            let node = node_of(node % 2);
+            let hold = std::panic::take_hook();
+            std::panic::set_hook(Box::new(|_| {}));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if contig {
+                    let z = m.node(node).and_then(|n| n.zones().next_back());
+                    if let Some(z) = z {
+                        let pb = 512;
+                        let s = z.span().start.get().next_multiple_of(pb);
+                        let range = PfnRange::new(Pfn(s), Pfn(s + pb));
+                        if let Ok(seg) = m.alloc_contig_range(range, &mut *w) {
+                            w.take_pieces(m, range).unwrap_or(());
+                            w.segments.push(seg);
+                        }
+                    }
+                } else {
+                    m.compact_node(node, &mut *w);
+                }
+            }));
+            std::panic::set_hook(hold);
+            if r.is_err() {
+                w.stats.panics += 1;
+            }
+            w.panic_at = None;
+            // Every block handed over came back (`settle`), and `check`
+            // finds the machine whole.
+            settle(w)?;
         }
         // Needs the run's metadata buffer: `run` calls `hot_add`.
         Op::HotAdd { .. } => {}
@@ -1081,7 +1325,7 @@ fn apply(m: &Machine<'_>, op: &Op, owners: &mut Owners, mover: &mut Mover) -> Re
     Ok(())
 }
 
-fn check(m: &Machine<'_>, owners: &Owners, mover: &Mover, managed: u64) -> Result<(), String> {
+fn check(m: &Machine<'_>, w: &mut World, managed: u64) -> Result<(), String> {
     m.validate().map_err(|e| format!("{e}"))?;
     let mut cached = 0u64;
     for cpu in 0..2 {
@@ -1095,18 +1339,24 @@ fn check(m: &Machine<'_>, owners: &Owners, mover: &Mover, managed: u64) -> Resul
     }
     let free = m.free_pages();
     ensure!(
-        free + cached + owners.pages() == managed,
+        free + cached + w.pages() == managed,
         "{free} free (stripes' included) + {cached} cached + {} owned != {managed} managed",
-        owners.pages()
+        w.pages()
     );
-    for (&h, &(o, _)) in &owners.blocks {
+    for (&h, o) in &w.blocks {
         let z = m.zone_of(Pfn(h)).ok_or("owned block in no zone")?;
         let info = z.inspect(|mz| mz.buddy().block_at(Pfn(h)));
         ensure!(
-            matches!(info, Some(BlockInfo::Allocated { head, order, .. }) if head == Pfn(h) && order == o),
-            "owned {h:#x}/{o:?} is {info:?} in the core"
+            matches!(info, Some(BlockInfo::Allocated { head, order, .. }) if head == Pfn(h) && order == o.order),
+            "owned {h:#x}/{:?} is {info:?} in the core",
+            o.order
+        );
+        ensure!(
+            o.block
+                .as_ref()
+                .is_none_or(|b| b.pfn() == Pfn(h) && b.order() == o.order),
+            "block record of {h:#x} disagrees"
         );
     }
-    ensure!(mover.moves.is_empty(), "moves not settled");
-    Ok(())
+    settle(w)
 }

@@ -10,6 +10,7 @@
 //! block clears its mark (one store on a line the free path writes anyway).
 
 use pageframe_buddy::{Order, Pfn};
+use pageframe_types::unwind::OnUnwind;
 
 use crate::lock::RawMutex;
 use crate::machine::Machine;
@@ -95,6 +96,7 @@ impl<R: RawMutex> Zone<'_, R> {
         report: &mut impl FnMut(&[(Pfn, Order)]) -> bool,
         stats: &mut ReportStats,
     ) {
+        let _running = self.hold();
         loop {
             let mut batch = [(Pfn(0), Order::ZERO); REPORTING_CAPACITY];
             let n = {
@@ -111,13 +113,23 @@ impl<R: RawMutex> Zone<'_, R> {
             if n == 0 {
                 return;
             }
+            let give_back = |ok: bool| {
+                let mut z = self.inner.lock();
+                for &(p, o) in &batch[..n] {
+                    self.states.set_free(p);
+                    let r = z.buddy.return_reported(p, o, ok);
+                    debug_assert!(r.is_ok(), "the reporter held the block");
+                }
+                self.after_zone_op(&z);
+            };
+            // A callback that panics gets nothing reported: the batch goes
+            // back unmarked.
+            let undo = OnUnwind::new(|| give_back(false));
             let ok = report(&batch[..n]);
+            undo.disarm();
             stats.batches += 1;
-            let mut z = self.inner.lock();
-            for &(p, o) in &batch[..n] {
-                self.states.set_free(p);
-                let r = z.buddy.return_reported(p, o, ok);
-                debug_assert!(r.is_ok(), "the reporter held the block");
+            give_back(ok);
+            for &(_, o) in &batch[..n] {
                 if ok {
                     stats.blocks += 1;
                     stats.pages += o.pages();
@@ -125,7 +137,6 @@ impl<R: RawMutex> Zone<'_, R> {
                     stats.refused += 1;
                 }
             }
-            self.after_zone_op(&z);
             if !ok {
                 // Offered again next pass, not in a loop now.
                 return;

@@ -20,15 +20,17 @@
 
 use pageframe_buddy::Order;
 use pageframe_compact::{
-    CompactResult, CompactRetry, Migrator, Priority, reset_isolation_suitable, try_to_compact_pages,
+    CompactResult, CompactRetry, Priority, reset_isolation_suitable, try_to_compact_pages,
 };
 use pageframe_mobility::MigrateType;
 
+use crate::block::Block;
 use crate::compaction::{Guarded, Locked, ZoneSet};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
-use crate::machine::{Allocation, Machine};
+use crate::machine::Machine;
+use crate::migrator::Migrator;
 use crate::numa_stats::NodeStats;
 use crate::thp::{NodePolicy, ThpPolicy};
 use crate::topology::NodeId;
@@ -97,7 +99,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         gfp: Gfp,
         order: Order,
         hooks: &mut H,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         let nodes = if gfp.contains(Gfp::THISNODE) {
             NodePolicy::ThisNode
         } else {
@@ -125,7 +127,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         node: NodeId,
         madvised: bool,
         hooks: &mut H,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         let policy: ThpPolicy = self.thp_policy();
         let order = self.mobility_config().pageblock_order;
         let r = self.slow(
@@ -143,7 +145,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             ..NodeStats::default()
         };
         match &r {
-            Ok(a) if a.node == node => s.thp_success_local = 1,
+            Ok(a) if a.node() == node => s.thp_success_local = 1,
             Ok(_) => s.thp_success_remote = 1,
             Err(_) => s.thp_failed = 1,
         }
@@ -155,7 +157,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         &self,
         mut req: Request,
         hooks: &mut H,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         // Both spellings of "this node only" mean the same.
         if req.nodes == NodePolicy::ThisNode {
             req.gfp |= Gfp::THISNODE;
@@ -211,7 +213,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         list: &Zonelist,
         hooks: &mut H,
         stall: &mut Stall,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
         let refs = list.as_slice().iter().copied();
         let fast = self.fast_flags(local, gfp);
@@ -336,7 +338,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         gfp: Gfp,
         order: Order,
         slow: AllocFlags,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         if !slow.contains(AllocFlags::NOFRAGMENT) {
             return Err(AllocError::OutOfMemory);
         }
@@ -396,7 +398,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         prio: Priority,
         hooks: &mut H,
         stall: &mut Stall,
-    ) -> (CompactResult, Option<Allocation>) {
+    ) -> (CompactResult, Option<Block>) {
         let Some(highest) = gfp.highest_zone() else {
             return (CompactResult::Skipped, None);
         };
@@ -417,33 +419,20 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 let z = set.zone(i);
                 z.states.set_allocated(pfn, order, mt);
                 let r = set.zone_ref(i);
-                Some((
-                    i,
-                    Allocation {
-                        node: r.node,
-                        zone: r.kind,
-                        pfn,
-                    },
-                ))
+                Some((i, Block::new(self.id, r, pfn, order)))
             }
             None if out.result > CompactResult::Deferred => self
                 .freelist(local, refs, gfp, order, self.slow_flags(gfp, order), None)
                 .ok()
                 .map(|a| {
                     let i = (0..set.len())
-                        .find(|&i| {
-                            set.zone_ref(i)
-                                == ZoneRef {
-                                    node: a.node,
-                                    kind: a.zone,
-                                }
-                        })
+                        .find(|&i| set.zone_ref(i) == a.zone_ref())
                         .unwrap_or(usize::MAX);
                     (i, a)
                 }),
             None => None,
         };
-        let page_zone = page.map(|(i, _)| i).filter(|&i| i < set.len());
+        let page_zone = page.as_ref().map(|&(i, _)| i).filter(|&i| i < set.len());
         set.with(|zones| out.finish(zones, page_zone));
         (out.result, page.map(|(_, a)| a))
     }
@@ -463,7 +452,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         list: &Zonelist,
         hooks: &mut H,
         stall: &mut Stall,
-    ) -> Result<Allocation, AllocError> {
+    ) -> Result<Block, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
         let nodes = list.nodes();
         let slow = self.slow_flags(gfp, order);

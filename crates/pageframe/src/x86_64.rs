@@ -45,28 +45,44 @@ impl<'m, 'a, R: RawMutex> FrameAdapter<'m, 'a, R> {
         }
     }
 
-    /// Frees the traits could not report as errors (frame not allocated, or
-    /// of another size): counted here, state unchanged.
+    /// Frees the traits could not report as errors (a frame not allocated,
+    /// or of another size): counted here, state unchanged.
     pub fn rejected_frees(&self) -> u64 {
         self.rejected_frees
     }
 
     fn alloc<S: PageSize>(&mut self, order: Order) -> Option<PhysFrame<S>> {
-        let a = self.machine.alloc(self.node, self.gfp, order).ok()?;
-        match PhysFrame::from_start_address(X86PhysAddr::new(a.pfn.addr().get())) {
-            Ok(f) => Some(f),
-            Err(_) => {
-                // Not reachable (blocks are naturally aligned), but a frame
-                // the trait cannot express goes back rather than leaking.
-                let _ = self.machine.free(a.pfn, order);
+        let block = self.machine.alloc(self.node, self.gfp, order).ok()?;
+        // A frame the `x86_64` crate cannot express (at or above 2^52
+        // bytes) goes back to the machine rather than leaking or panicking.
+        match X86PhysAddr::try_new(block.addr().get())
+            .ok()
+            .and_then(|a| PhysFrame::from_start_address(a).ok())
+        {
+            Some(f) => {
+                // Page-table code keeps the frame as a number from here on.
+                let _ = block.into_raw();
+                Some(f)
+            }
+            None => {
+                let _ = self.machine.free(block);
                 None
             }
         }
     }
 
-    fn free<S: PageSize>(&mut self, frame: PhysFrame<S>, order: Order) {
+    /// # Safety
+    ///
+    /// `frame` is a frame this adapter handed out, unused from now on.
+    unsafe fn free<S: PageSize>(&mut self, frame: PhysFrame<S>, order: Order) {
         let pfn = Pfn::new(frame.start_address().as_u64() >> PAGE_SHIFT);
-        if self.machine.free(pfn, order).is_err() {
+        // SAFETY: the caller's promise (the trait's): the frame came from
+        // this adapter's machine and nothing uses it any more.
+        let freed = match unsafe { self.machine.block_from_raw(pfn, order) } {
+            Ok(b) => self.machine.free(b).is_ok(),
+            Err(_) => false,
+        };
+        if !freed {
             self.rejected_frees += 1;
         }
     }
@@ -90,12 +106,15 @@ unsafe impl<R: RawMutex> FrameAllocator<Size2MiB> for FrameAdapter<'_, '_, R> {
 
 impl<R: RawMutex> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, R> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size4KiB>) {
-        self.free(frame, Order::ZERO);
+        // SAFETY: the trait's contract: an unused frame this allocator
+        // handed out.
+        unsafe { self.free(frame, Order::ZERO) };
     }
 }
 
 impl<R: RawMutex> FrameDeallocator<Size2MiB> for FrameAdapter<'_, '_, R> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size2MiB>) {
-        self.free(frame, Order::HUGE_2M);
+        // SAFETY: as for 4 KiB frames.
+        unsafe { self.free(frame, Order::HUGE_2M) };
     }
 }

@@ -10,7 +10,7 @@
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 
 use pageframe_types::atomic::AtomicU64;
 
@@ -112,6 +112,10 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     threshold_hint: [[AtomicU64; NR_ZONE_KINDS]; 3],
     /// Zone flags the per-CPU caches read without the lock.
     pcp_flags: AtomicU8,
+    /// Operations in progress that may hold isolation marks or busy frames
+    /// in the zone (compaction, contiguous ranges, reporting): while none
+    /// is, [`Zone::validate`] finds none.
+    busy: AtomicU32,
     /// Per-zone compaction state (cached scanners, deferral, counters).
     pub(crate) compact: CompactState,
     /// The smallest range holding every CMA area inside the span (empty:
@@ -205,10 +209,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             addr_of_mut!((*p).threshold_hint)
                 .write([const { [const { AtomicU64::new(0) }; NR_ZONE_KINDS] }; 3]);
             addr_of_mut!((*p).pcp_flags).write(AtomicU8::new(0));
+            addr_of_mut!((*p).busy).write(AtomicU32::new(0));
             addr_of_mut!((*p).compact).write(CompactState::new());
             addr_of_mut!((*p).cma_span).write(PfnRange::new(Pfn(0), Pfn(0)));
         }
         Ok(())
+    }
+
+    /// Counts an operation that may leave isolation marks or busy frames in
+    /// the zone while it runs, until the guard drops (on unwinding too).
+    pub(crate) fn hold(&self) -> Holding<'_> {
+        self.busy.fetch_add(1, Relaxed);
+        Holding(&self.busy)
     }
 
     /// Records a CMA area inside the span (set-up).
@@ -415,24 +427,43 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 self.after_zone_op(&z);
                 Ok(())
             }
-            Err(e) => {
-                // Name the problem: the core's structural errors (order,
-                // alignment, hole, tail, wrong order, free) come first; a
-                // block the core holds allocated but nobody owns here is
-                // the allocator's, mid-operation.
-                // A frame a stripe holds is free or allocated as its byte
-                // says (the core cannot tell: busy).
-                let striped = self.stripes.holds(pfn);
-                match z.buddy.buddy().would_free(pfn, order) {
-                    Err(FreeError::Busy) if striped => {}
-                    r => r?,
-                }
-                match (e, self.states.get(pfn)) {
-                    (FreeError::AlreadyFree, State::Free) if !striped => Err(FreeError::Busy),
-                    (e, _) => Err(e),
-                }
-            }
+            Err(e) => Err(self.refusal(&z, pfn, order, e)),
         }
+    }
+
+    /// Why `(pfn, order)` is not a live allocation, given the ownership
+    /// byte's answer `e`: the core's structural errors (order, alignment,
+    /// hole, tail, wrong order, free) come first; a block the core holds
+    /// allocated but nobody owns here is the allocator's, mid-operation. A
+    /// frame a stripe holds is free or allocated as its byte says (the core
+    /// cannot tell: busy).
+    fn refusal(&self, z: &ZoneInner<'_>, pfn: Pfn, order: Order, e: FreeError) -> FreeError {
+        let striped = self.stripes.holds(pfn);
+        match z.buddy.buddy().would_free(pfn, order) {
+            Err(FreeError::Busy) if striped => {}
+            Err(core) => return core,
+            Ok(()) => {}
+        }
+        match (e, self.states.get(pfn)) {
+            (FreeError::AlreadyFree, State::Free) if !striped => FreeError::Busy,
+            (e, _) => e,
+        }
+    }
+
+    /// Whether `pfn` heads a live allocation of `order` (for a kernel's
+    /// number turned back into a block): the reason it does not.
+    pub(crate) fn check_live(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if !self.span.contains(pfn) {
+            return Err(FreeError::OutOfRange);
+        }
+        let e = match self.states.get(pfn) {
+            State::Allocated(o, _) if o == order => return Ok(()),
+            State::Allocated(o, _) => FreeError::WrongOrder { allocated: o },
+            State::Isolated(_) | State::MovedOut(_) => FreeError::Busy,
+            State::Cached(_) | State::Free => FreeError::AlreadyFree,
+        };
+        let z = self.inner.lock();
+        Err(self.refusal(&z, pfn, order, e))
     }
 
     /// Gives every stripe's reservation back to the zone (before a range is
@@ -574,7 +605,34 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             rule,
             pfn: Some(pfn),
         };
+        // Read under the lock: an operation counted after this takes the
+        // lock after it too, before it marks anything.
+        let at_rest = self.busy.load(Relaxed) == 0;
+        if at_rest {
+            let blocks = z.buddy.mobility().pageblocks();
+            let step = z.buddy.pageblock_order().pages();
+            let mut p = self.span.start.align_down(z.buddy.pageblock_order());
+            while p < self.span.end {
+                if blocks.is_isolated(p) {
+                    return Err(bad(
+                        "pageblock left isolated by no operation",
+                        p.max(self.span.start),
+                    ));
+                }
+                p = p + step;
+            }
+        }
         for (p, info) in z.buddy.buddy().walk(self.span) {
+            if at_rest
+                && let BlockInfo::Allocated { head, tag, .. } = info
+                && head == p
+                && tag & pageframe_compact::tag::MASK != 0
+            {
+                return Err(bad("block left marked by a compactor that is gone", p));
+            }
+            if at_rest && matches!(self.states.get(p), State::Isolated(_) | State::MovedOut(_)) {
+                return Err(bad("frame left busy by no operation", p));
+            }
             let (first_free, end) = match info {
                 BlockInfo::Hole => (p, p + 1),
                 BlockInfo::Free { head, order, .. } => (p, head + order.pages()),
@@ -603,6 +661,15 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             }
         }
         Ok(())
+    }
+}
+
+/// See [`Zone::hold`].
+pub(crate) struct Holding<'z>(&'z AtomicU32);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
@@ -639,5 +706,68 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// Free blocks per order per migratetype and pageblocks per type.
     pub fn pagetypeinfo(&self) -> PageTypeInfo<'_, 'a, R> {
         PageTypeInfo(self)
+    }
+}
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests {
+    use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+
+    fn machine() -> &'static Machine<'static> {
+        let m: &'static mut Machine<'static> =
+            std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 8192));
+        let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(
+            m.zone_metadata_bytes(span),
+        ));
+        m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+            .unwrap();
+        m.add_free_range(span).unwrap();
+        m
+    }
+
+    /// What an operation leaves behind when the kernel code it called
+    /// panics and nothing gives it back: `validate` names it, and accepts
+    /// it while an operation is counted in progress.
+    #[test]
+    fn validate_reports_isolation_and_busy_frames_no_operation_holds() {
+        let m = machine();
+        let z = m.zone_of(Pfn(1 << 20)).unwrap();
+        let range = PfnRange::new(Pfn((1 << 20) + 512), Pfn((1 << 20) + 1024));
+        z.with_zone(|mz| mz.isolate_range(range)).unwrap();
+        let e = m.validate().unwrap_err();
+        assert_eq!(e.rule, "pageblock left isolated by no operation");
+        {
+            let _running = z.hold();
+            m.validate().unwrap();
+        }
+        z.with_zone(|mz| mz.unisolate_range(range)).unwrap();
+        m.validate().unwrap();
+
+        let b = m
+            .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+            .unwrap();
+        // Out of the order-0 stripe's reservation, so that the core shows
+        // the block with its tag (a reserved chunk reads as untagged).
+        m.drain_stripes();
+        assert!(z.states.isolate(b.pfn(), Order::ZERO));
+        let e = m.validate().unwrap_err();
+        assert_eq!(
+            (e.rule, e.pfn),
+            ("frame left busy by no operation", Some(b.pfn()))
+        );
+        z.states.putback(b.pfn(), Order::ZERO);
+        z.with_zone(|mz| {
+            mz.set_tag_bits(
+                b.pfn(),
+                pageframe_compact::tag::ISOLATED,
+                pageframe_compact::tag::ISOLATED,
+            )
+        });
+        let e = m.validate().unwrap_err();
+        assert_eq!(e.rule, "block left marked by a compactor that is gone");
+        z.with_zone(|mz| mz.set_tag_bits(b.pfn(), pageframe_compact::tag::ISOLATED, 0));
+        m.validate().unwrap();
+        m.free(b).unwrap();
     }
 }

@@ -8,7 +8,8 @@ use std::collections::{HashMap, HashSet};
 use common::*;
 use pageframe::pcp::{CpuId, PcpError};
 use pageframe::{
-    FreeError, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, ZoneKind,
+    Block, FreeError, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
+    ZoneKind,
 };
 
 const FRAMES: u64 = if cfg!(miri) { 8 << 10 } else { 64 << 10 }; // 256 MiB (32 MiB under Miri)
@@ -59,12 +60,9 @@ fn cached_paths_serve_and_check_frees() {
     let mut live = Vec::new();
     for i in 0..2000u32 {
         let order = o((i % 4) as u8);
-        live.push((
-            cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap().pfn,
-            order,
-        ));
+        live.push(cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap());
     }
-    let held: HashSet<Pfn> = live.iter().map(|l| l.0).collect();
+    let held: HashSet<Pfn> = live.iter().map(Block::pfn).collect();
     assert_eq!(held.len(), live.len(), "a frame was handed out twice");
     let zone = m
         .node(NodeId::ZERO)
@@ -73,8 +71,8 @@ fn cached_paths_serve_and_check_frees() {
         .unwrap();
     let zone_allocs = zone.stats().allocs;
     for _ in 0..10_000 {
-        let p = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-        cpu.free(p, Order::ZERO).unwrap();
+        let b = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+        cpu.free(b).unwrap();
     }
     let from_zone = zone.stats().allocs - zone_allocs;
     assert!(
@@ -93,32 +91,39 @@ fn cached_paths_serve_and_check_frees() {
         "cached frames are not free"
     );
 
-    // Bad frees through the cache: typed errors, nothing changes.
-    let (p, order) = live[1];
+    // Numbers that are not the caller's block, through the raw path: a
+    // typed error naming the frame, nothing changes.
+    let raw = |p: Pfn, o: Order| {
+        // SAFETY: none of these is a live allocation of that order: the
+        // call must refuse it.
+        unsafe { m.block_from_raw(p, o) }
+            .map(Block::into_raw)
+            .map_err(|e| {
+                assert_eq!(e.pfn, p);
+                e.why
+            })
+    };
+    let b = live.remove(1);
+    let (p, order) = (b.pfn(), b.order());
     let zone_free = zone.free_pages();
     assert_eq!(
-        cpu.free(p, Order::ZERO),
+        raw(p, Order::ZERO),
         Err(FreeError::WrongOrder { allocated: order })
     );
-    cpu.free(p, order).unwrap();
+    cpu.free(b).unwrap();
     assert_eq!(
-        cpu.free(p, order),
+        raw(p, order),
         Err(FreeError::AlreadyFree),
-        "double free of a cached frame"
+        "a cached frame is nobody's block"
     );
     assert_eq!(
-        m.free(p, order),
-        Err(FreeError::AlreadyFree),
-        "nor through the machine"
-    );
-    assert_eq!(
-        cpu.free(Pfn(4 * GIB + FRAMES - 50), Order::ZERO),
+        raw(Pfn(4 * GIB + FRAMES - 50), Order::ZERO),
         Err(FreeError::Hole)
     );
-    assert_eq!(cpu.free(Pfn(0x10), Order::ZERO), Err(FreeError::OutOfRange));
-    let tail = live.iter().find(|l| l.1 == o(3)).unwrap().0 + 1;
+    assert_eq!(raw(Pfn(0x10), Order::ZERO), Err(FreeError::OutOfRange));
+    let tail = live.iter().find(|b| b.order() == o(3)).unwrap().pfn() + 1;
     assert!(matches!(
-        cpu.free(tail, Order::ZERO),
+        raw(tail, Order::ZERO),
         Err(FreeError::NotBlockHead { .. })
     ));
     let span = zone.span();
@@ -129,15 +134,11 @@ fn cached_paths_serve_and_check_frees() {
                 .find_map(|(p, b)| matches!(b, pageframe::BlockInfo::Free { .. }).then_some(p))
         })
         .unwrap();
-    assert_eq!(
-        cpu.free(free_frame, Order::ZERO),
-        Err(FreeError::AlreadyFree)
-    );
+    assert_eq!(raw(free_frame, Order::ZERO), Err(FreeError::AlreadyFree));
     assert_eq!(zone.free_pages(), zone_free);
-    live.remove(1);
 
-    for (p, order) in live {
-        cpu.free(p, order).unwrap();
+    for b in live {
+        cpu.free(b).unwrap();
     }
     cpu.drain();
     assert_eq!(m.free_pages(), before, "every frame back in the zone");
@@ -148,7 +149,7 @@ fn cached_paths_serve_and_check_frees() {
 fn frames_freed_on_another_cpu_are_conserved() {
     let m = cached_machine(2);
     let before = m.free_pages();
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(Pfn, Order)>(1024);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(1024);
     // Fewer under Miri, which runs the same interleaving checks slowly.
     let n: u32 = if cfg!(miri) { 300 } else { 50_000 };
     std::thread::scope(|s| {
@@ -156,16 +157,16 @@ fn frames_freed_on_another_cpu_are_conserved() {
             let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
             for i in 0..n {
                 let order = o((i % 2) as u8);
-                let p = cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap().pfn;
-                tx.send((p, order)).unwrap();
+                let b = cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, order).unwrap();
+                tx.send(b).unwrap();
             }
             cpu.drain();
         });
         s.spawn(move || {
             let mut cpu = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
             let mut seen = 0u32;
-            for (p, order) in rx {
-                cpu.free(p, order).unwrap();
+            for b in rx {
+                cpu.free(b).unwrap();
                 seen += 1;
             }
             assert_eq!(seen, n);
@@ -181,8 +182,8 @@ fn drain_all_reaches_caches_held_by_others() {
     let m = cached_machine(2);
     let before = m.free_pages();
     let mut c1 = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
-    let p = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-    c1.free(p, Order::ZERO).unwrap();
+    let b = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    c1.free(b).unwrap();
     assert!(m.free_pages() < before, "CPU 1's cache holds frames");
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -190,8 +191,8 @@ fn drain_all_reaches_caches_held_by_others() {
         s.spawn(move || {
             // CPU 1 keeps working and honours the request at its next call.
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let q = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-                c1.free(q, Order::ZERO).unwrap();
+                let q = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+                c1.free(q).unwrap();
             }
             c1.drain();
         });
@@ -203,14 +204,24 @@ fn drain_all_reaches_caches_held_by_others() {
     m.validate().unwrap();
 }
 
-/// A migrator over one word per frame that records what it moved.
+/// A kernel with one word per frame that records what it moved.
 #[derive(Default)]
 struct Recorder {
+    blocks: HashMap<Pfn, Block>,
     data: HashMap<u64, u64>,
     sources: HashSet<u64>,
 }
 
 impl Migrator for Recorder {
+    fn isolate(&mut self, pfn: Pfn, _: Order) -> Option<Block> {
+        self.blocks.remove(&pfn)
+    }
+    fn putback(&mut self, b: Block) {
+        self.blocks.insert(b.pfn(), b);
+    }
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        self.blocks.insert(b.pfn(), b);
+    }
     fn migrate(
         &mut self,
         src: Pfn,
@@ -237,21 +248,23 @@ fn compaction_keeps_the_cache_path_states() {
     // Fill with movable frames through the cache, then free 3 of every 4.
     let mut mig = Recorder::default();
     let mut live = HashSet::new();
+    let mut all = Vec::new();
     while let Ok(a) = cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO) {
-        live.insert(a.pfn);
-        mig.data.insert(a.pfn.get(), a.pfn.get() ^ 0x5a5a);
+        live.insert(a.pfn());
+        mig.data.insert(a.pfn().get(), a.pfn().get() ^ 0x5a5a);
+        all.push(a);
     }
     // Free from the top down: the frames freed last, the lowest, are the
     // ones still cached, right where the migrate scanner starts.
-    let mut all: Vec<Pfn> = live.iter().copied().collect();
-    all.sort_unstable_by(|a, b| b.cmp(a));
-    let mut cached = HashSet::new();
-    for p in all {
+    all.sort_unstable_by_key(|b| std::cmp::Reverse(b.pfn()));
+    for b in all {
+        let p = b.pfn();
         if p.get() % 4 != 0 {
-            cpu.free(p, Order::ZERO).unwrap();
+            cpu.free(b).unwrap();
             mig.data.remove(&p.get());
             live.remove(&p);
-            cached.insert(p.get());
+        } else {
+            mig.blocks.insert(p, b);
         }
     }
     let count = cpu
@@ -265,19 +278,24 @@ fn compaction_keeps_the_cache_path_states() {
         mig.sources.iter().all(|s| live.contains(&Pfn(*s))),
         "only live allocations move"
     );
-    // Every owner finds its word at the frame's new place; frees follow the
-    // moves: the new place frees, the old one is refused.
+    // Every owner finds its word at the frame's new place, and holds the
+    // block of the new place; the old number is nobody's block.
     let now_live: HashSet<Pfn> = mig.data.keys().map(|&k| Pfn(k)).collect();
     let owners: HashSet<Pfn> = mig.data.values().map(|&w| Pfn(w ^ 0x5a5a)).collect();
     assert_eq!(owners, live, "every owner's word survived, once");
     assert_eq!(now_live.len(), live.len(), "no frame lost or duplicated");
+    assert_eq!(
+        mig.blocks.keys().copied().collect::<HashSet<Pfn>>(),
+        now_live,
+        "the kernel holds the blocks where the words are"
+    );
     m.validate().unwrap();
     for &src in &mig.sources {
         if !now_live.contains(&Pfn(src)) {
-            assert!(
-                cpu.free(Pfn(src), Order::ZERO).is_err(),
-                "old place of a moved block"
-            );
+            // SAFETY: the old place of a moved block is no live
+            // allocation: the call must refuse it.
+            let r = unsafe { m.block_from_raw(Pfn(src), Order::ZERO) };
+            assert!(r.is_err(), "old place of a moved block");
         }
     }
     // A 2 MiB block through the slow path, then everything back.
@@ -289,32 +307,45 @@ fn compaction_keeps_the_cache_path_states() {
             &mut mig,
         )
         .unwrap();
-    for p in now_live {
-        cpu.free(p, Order::ZERO).unwrap();
+    for (_, b) in mig.blocks.drain() {
+        cpu.free(b).unwrap();
     }
-    cpu.free(huge.pfn, Order::HUGE_2M).unwrap();
+    cpu.free(huge).unwrap();
     cpu.drain();
     assert_eq!(m.free_pages(), m.managed_pages());
     m.validate().unwrap();
 }
 
-/// A migrator that frees every source it is asked to isolate, through the
-/// machine (a kernel breaking the protocol): the free is refused while the
-/// block is isolated, so no frame gets two owners.
+/// A kernel that, asked to move a block it handed over, first tries to
+/// take the source and the destination back by their numbers (breaking
+/// the raw path's contract): both numbers are refused while the move is
+/// under way, so no frame gets two owners.
 struct Rogue<'m> {
     machine: &'m Machine<'static>,
+    words: Words,
     refused: u64,
 }
 
 impl Migrator for Rogue<'_> {
-    fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
-        if self.machine.free(pfn, order) == Err(FreeError::Busy) {
-            self.refused += 1;
-        }
-        true
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        self.words.isolate(pfn, order)
     }
-    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
-        Ok(())
+    fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, mode: MigrateMode) -> Result<(), MigrateError> {
+        for p in [s, d] {
+            // SAFETY: deliberately not: the machine holds both frames for
+            // the move and must refuse the numbers.
+            match unsafe { self.machine.block_from_raw(p, o) } {
+                Err(e) if e.why == FreeError::Busy => self.refused += 1,
+                r => panic!("{p:?}: {r:?}"),
+            }
+        }
+        self.words.migrate(s, d, o, mode)
+    }
+    fn putback(&mut self, b: Block) {
+        self.words.putback(b)
+    }
+    fn migrated(&mut self, b: Block, from: Pfn) {
+        self.words.migrated(b, from)
     }
 }
 
@@ -325,13 +356,15 @@ fn a_block_being_migrated_cannot_be_freed() {
     let kept = fragment(m, 0, &mut w);
     let mut rogue = Rogue {
         machine: m,
+        words: w,
         refused: 0,
     };
     let out = m.compact_node(NodeId::ZERO, &mut rogue).unwrap();
     assert!(out.stats.migrated > 0);
     assert_eq!(
-        rogue.refused, out.stats.isolated_source,
-        "every isolated source refused its free"
+        rogue.refused,
+        2 * rogue.words.moves,
+        "every source and destination refused its number"
     );
     m.validate().unwrap();
     // The owners still own exactly one block each (moved or not).
@@ -356,18 +389,21 @@ fn memalloc_reaches_the_frames_in_its_own_cache() {
     let before = m.free_pages();
     let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let mut held = HashSet::new();
+    let mut blocks = Vec::new();
     while let Ok(a) = cpu.alloc(Gfp::KERNEL, Order::ZERO) {
-        assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);
+        assert!(held.insert(a.pfn()), "{a:?} handed out twice");
+        blocks.push(a);
     }
     let cached = cpu.cache_info(NodeId::ZERO, ZoneKind::Dma32).unwrap().count;
     assert!(cached > 0, "the ordinary requests left frames in the cache");
     while let Ok(a) = cpu.alloc(Gfp::KERNEL | Gfp::MEMALLOC, Order::ZERO) {
-        assert!(held.insert(a.pfn), "{:?} handed out twice", a.pfn);
+        assert!(held.insert(a.pfn()), "{a:?} handed out twice");
+        blocks.push(a);
     }
     assert_eq!(held.len() as u64, before, "every free frame handed out");
     assert_eq!(m.free_pages(), 0);
-    for p in held {
-        cpu.free(p, Order::ZERO).unwrap();
+    for b in blocks {
+        cpu.free(b).unwrap();
     }
     cpu.drain();
     assert_eq!(m.free_pages(), before);

@@ -6,9 +6,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use pageframe::{
-    CmaId, ContigError, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, ZoneKind,
-};
+use pageframe::{CmaId, ContigError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, ZoneKind};
 
 /// One Normal zone of `blocks` pageblocks at 4 GiB, all free, and a CMA
 /// area of `cma` pageblocks starting `at` pageblocks in.
@@ -33,51 +31,49 @@ fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back(
     let mut kernel = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
         assert!(
-            !area.contains(a.pfn),
-            "unmovable frame {:?} in the CMA area",
-            a.pfn
+            !area.contains(a.pfn()),
+            "unmovable frame {a:?} in the CMA area"
         );
-        kernel.push(a.pfn);
+        kernel.push(a);
     }
     assert!(kernel.len() as u64 >= (256 - 32) * PB - 2048);
-    for p in kernel {
-        m.free(p, Order::ZERO).unwrap();
+    for b in kernel {
+        m.free(b).unwrap();
     }
     // Movable memory uses it.
     let mut w = Words::default();
     let mut movable = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
-        w.word.insert(a.pfn.get(), a.pfn.get() ^ 0x77);
-        movable.push(a.pfn);
+        movable.push(a);
     }
     let s = m.cma_stats(id).unwrap();
     assert_eq!(s.movable + s.free, area.len());
     assert!(s.movable > area.len() / 2, "{s:?}");
     // Keep one frame in four: the area's movable frames must move out.
     let mut kept = HashSet::new();
-    for p in movable {
-        if p.get() % 4 == 0 {
-            kept.insert(p.get());
+    for b in movable {
+        if b.pfn().get() % 4 == 0 {
+            kept.insert(b.pfn().get());
+            w.word.insert(b.pfn().get(), b.pfn().get() ^ 0x77);
+            w.blocks.insert(b.pfn(), b);
         } else {
-            w.word.remove(&p.get());
-            m.free(p, Order::ZERO).unwrap();
+            m.free(b).unwrap();
         }
     }
     let c = m.cma_alloc(id, area.len() / 2 + 100, 512, &mut w).unwrap();
-    assert!(area.contains_range(&c.range));
-    assert!(c.moved > 0);
+    assert!(area.contains_range(&c.range()));
+    assert!(c.moved() > 0);
     let owners: HashSet<u64> = w.word.values().map(|v| v ^ 0x77).collect();
     assert_eq!(owners, kept, "every owner's word survived");
-    assert!(w.word.keys().all(|&k| !c.range.contains(Pfn(k))));
+    assert!(w.word.keys().all(|&k| !c.range().contains(Pfn(k))));
+    assert!(w.blocks.keys().all(|&p| !c.range().contains(p)));
     let s = m.cma_stats(id).unwrap();
-    assert_eq!((s.held, s.allocs, s.moved), (c.range.len(), 1, c.moved));
+    assert_eq!((s.held, s.allocs, s.moved), (c.range().len(), 1, c.moved()));
+    assert_eq!(c.area(), id);
     m.validate().unwrap();
-    assert_eq!(
-        m.cma_release(id, r(area.start.get() - 10, area.start.get())),
-        Err(FreeError::OutOfRange)
-    );
-    m.cma_release(id, c.range).unwrap();
+    m.cma_release(c).unwrap();
     assert_eq!(m.cma_stats(id).unwrap().held, 0);
+    w.free_all(m);
     m.validate().unwrap();
 }
 
@@ -89,7 +85,7 @@ fn movable_requests_prefer_the_area_while_it_holds_most_free_memory() {
     let a = m
         .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
         .unwrap();
-    assert!(area.contains(a.pfn));
+    assert!(area.contains(a.pfn()));
     let z = m
         .node(NodeId::ZERO)
         .unwrap()
@@ -102,7 +98,7 @@ fn movable_requests_prefer_the_area_while_it_holds_most_free_memory() {
     let b = m2
         .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
         .unwrap();
-    assert!(!area2.contains(b.pfn));
+    assert!(!area2.contains(b.pfn()));
 }
 
 #[test]
@@ -122,13 +118,16 @@ fn bad_areas_and_requests_get_typed_errors() {
         Err(ContigError::Invalid)
     );
     assert_eq!(m.add_cma_area(r(base, base)), Err(ContigError::Invalid));
-    assert_eq!(m.add_cma_area(r(0, PB)), Err(ContigError::OutOfRange));
+    assert_eq!(
+        m.add_cma_area(r(0, PB)),
+        Err(ContigError::OutOfRange { pfn: Pfn(0) })
+    );
     assert!(matches!(
         m.add_cma_area(r(base + 59 * PB, base + 61 * PB)),
         Err(ContigError::Blocked { .. })
     ));
-    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
-    let kb = k.get() / PB * PB;
+    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let kb = k.pfn().get() / PB * PB;
     assert!(matches!(
         m.add_cma_area(r(kb, kb + PB)),
         Err(ContigError::Busy { .. })
@@ -136,28 +135,27 @@ fn bad_areas_and_requests_get_typed_errors() {
     let id = m.add_cma_area(r(base + 40 * PB, base + 48 * PB)).unwrap();
     assert_eq!(
         m.add_cma_area(r(base + 47 * PB, base + 50 * PB)),
-        Err(ContigError::Isolated),
+        Err(ContigError::Isolated {
+            pfn: Pfn(base + 47 * PB)
+        }),
         "overlapping areas"
     );
     let m: &Machine<'static> = m;
     let mut w = Words::default();
-    assert_eq!(
-        m.cma_alloc(CmaId(5), 1, 1, &mut w),
-        Err(ContigError::Invalid)
-    );
-    assert_eq!(m.cma_alloc(id, 0, 1, &mut w), Err(ContigError::Invalid));
-    assert_eq!(
-        m.cma_alloc(id, 9 * PB, 1, &mut w),
-        Err(ContigError::NotFound)
-    );
+    let mut cma = |id, frames| m.cma_alloc(id, frames, 1, &mut w).map(|c| c.range());
+    assert_eq!(cma(CmaId(5), 1), Err(ContigError::Invalid));
+    assert_eq!(cma(id, 0), Err(ContigError::Invalid));
+    assert_eq!(cma(id, 9 * PB), Err(ContigError::NotFound));
+    m.free(k).unwrap();
     assert_eq!(m.cma_stats(id).unwrap().failures, 1);
     assert!(m.cma_stats(CmaId(5)).is_none());
     m.validate().unwrap();
 }
 
-/// A piece of a CMA range freed through a CPU's cache bypasses the cache:
-/// the cache's lists serve non-movable requests, and this frame must only
-/// ever serve movable ones.
+/// A piece of a range taken in a CMA area, freed through a CPU's cache
+/// (the range given up as numbers, a piece made a block again), bypasses
+/// the cache: the cache's lists serve non-movable requests, and this frame
+/// must only ever serve movable ones.
 #[test]
 fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
     let m = machine_with(MachineConfig::SINGLE_NODE);
@@ -168,16 +166,22 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
     m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
     let m: &'static Machine<'static> = m;
     let mut w = Words::default();
-    let c = m.cma_alloc(id, 1, 1, &mut w).unwrap();
+    let area = m.cma_stats(id).unwrap().range;
+    let seg = m
+        .alloc_contig_range(r(area.start.get(), area.start.get() + 1), &mut w)
+        .unwrap();
+    let start = seg.into_raw().start;
+    // SAFETY: the segment was given up just above; its one frame is ours.
+    let piece = unsafe { m.block_from_raw(start, Order::ZERO) }.unwrap();
     let mut cpu = m.cpu(pageframe::pcp::CpuId(0), NodeId::ZERO).unwrap();
     let free = m.free_pages();
-    cpu.free(c.range.start, Order::ZERO).unwrap();
+    cpu.free(piece).unwrap();
     assert_eq!(m.free_pages(), free + 1, "back in the zone, not the cache");
     // Unmovable requests through the cache never get a CMA frame.
-    let area = m.cma_stats(id).unwrap().range;
     for _ in 0..2000 {
         let a = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
-        assert!(!area.contains(a.pfn));
+        assert!(!area.contains(a.pfn()));
+        let _ = a.into_raw(); // kept to the end of the test
     }
     drop(cpu);
     m.validate().unwrap();

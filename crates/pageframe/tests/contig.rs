@@ -17,8 +17,8 @@ use rand::{Rng, SeedableRng};
 
 const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
 
-/// Allocates movable frames until `frac` of the machine is in use, each
-/// with a word; returns them.
+/// Allocates movable blocks until `frac` of the machine is in use, each
+/// kept by the kernel `w` with a word a frame; returns where they are.
 fn fill_movable(m: &Machine<'static>, w: &mut Words, frac: f64, seed: u64) -> Vec<(Pfn, Order)> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let target = (m.managed_pages() as f64 * frac) as u64;
@@ -29,13 +29,28 @@ fn fill_movable(m: &Machine<'static>, w: &mut Words, frac: f64, seed: u64) -> Ve
         let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE, order) else {
             break;
         };
-        for i in 0..order.pages() {
-            w.word.insert(a.pfn.get() + i, (a.pfn.get() + i) ^ 0x77);
-        }
         used += order.pages();
-        live.push((a.pfn, order));
+        live.push((a.pfn(), order));
+        keep_words(w, a);
     }
     live
+}
+
+/// `w` keeps `b`, with a word in each of its frames.
+fn keep_words(w: &mut Words, b: pageframe::Block) {
+    let (p, order) = (b.pfn(), b.order());
+    w.blocks.insert(p, b);
+    for i in 0..order.pages() {
+        w.word.insert(p.get() + i, (p.get() + i) ^ 0x77);
+    }
+}
+
+/// The range's number turned back into a segment, for a range no owner
+/// holds: the error.
+fn raw_range(m: &Machine<'static>, range: PfnRange) -> Result<PfnRange, pageframe::RawError> {
+    // SAFETY: the callers pass ranges that are not tiled by live
+    // allocations: the call must refuse them.
+    unsafe { m.segment_from_raw(range) }.map(pageframe::Segment::into_raw)
 }
 
 /// Mostly small blocks, a few 2 MiB ones.
@@ -63,41 +78,44 @@ fn an_odd_sized_range_on_free_memory() {
     let range = r(base + 700, base + 3700);
     let mut w = Words::default();
     let a = m.alloc_contig_range(range, &mut w).unwrap();
-    assert_eq!(a.range, range);
-    assert_eq!(a.moved, 0);
-    assert_eq!((a.node, a.zone), (NodeId::ZERO, ZoneKind::Normal));
+    assert_eq!(a.range(), range);
+    assert_eq!(a.moved(), 0);
+    assert_eq!((a.node(), a.zone()), (NodeId::ZERO, ZoneKind::Normal));
     assert_eq!(m.free_pages(), managed - 3000, "exactly the range is taken");
     m.validate().unwrap();
     // The rest of the edge pageblocks serves ordinary requests again.
-    let mut got = HashSet::new();
+    let mut got = Vec::new();
     while let Ok(x) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
         assert!(
-            !in_range(x.pfn, range),
+            !in_range(x.pfn(), range),
             "a frame of the range handed out twice"
         );
-        got.insert(x.pfn);
+        got.push(x);
     }
     assert_eq!(got.len() as u64, managed - 3000 - min_reserve(m));
-    for p in got {
-        m.free(p, Order::ZERO).unwrap();
+    for b in got {
+        m.free(b).unwrap();
     }
-    // A range that is not tiled by live allocations: refused, unchanged.
+    // A range that is not tiled by live allocations: refused, naming the
+    // first frame at fault, unchanged.
     let before = m.free_pages();
+    let err = |p: u64, why| Err(pageframe::RawError { pfn: Pfn(p), why });
     assert_eq!(
-        m.free_contig_range(r(base + 600, base + 3700)),
-        Err(FreeError::AlreadyFree)
+        raw_range(m, r(base + 600, base + 3700)),
+        err(base + 600, FreeError::AlreadyFree)
     );
-    assert_eq!(
-        m.free_contig_range(r(base + 701, base + 3700)),
-        Err(FreeError::Misaligned)
-    );
+    assert!(matches!(
+        raw_range(m, r(base + 701, base + 3700)),
+        Err(pageframe::RawError { pfn, why: FreeError::NotBlockHead { head, .. } })
+            if pfn == Pfn(base + 701) && head == Pfn(base + 700)
+    ));
     assert_eq!(m.free_pages(), before);
-    m.free_contig_range(range).unwrap();
+    m.free_segment(a).unwrap();
     assert_eq!(m.free_pages(), managed);
     assert_eq!(
-        m.free_contig_range(range),
-        Err(FreeError::AlreadyFree),
-        "double free"
+        raw_range(m, range),
+        err(base + 700, FreeError::AlreadyFree),
+        "a freed segment's range is nobody's"
     );
     m.validate().unwrap();
 }
@@ -128,15 +146,19 @@ fn movable_memory_moves_out_and_keeps_its_data() {
     assert!(inside > 10_000, "the test needs allocations in the range");
     let free_before = m.free_pages();
     let a = m.alloc_contig_range(range, &mut w).unwrap();
-    assert_eq!(a.moved, inside, "each allocation in the range moved once");
+    assert_eq!(a.moved(), inside, "each allocation in the range moved once");
     assert_eq!(m.free_pages(), free_before - range.len());
     words_intact(&w, frames);
     assert!(
         w.word.keys().all(|&k| !range.contains(Pfn(k))),
         "nobody's data is left in the range"
     );
+    assert!(
+        w.blocks.keys().all(|&p| !range.contains(p)),
+        "the kernel holds the moved blocks' new places"
+    );
     m.validate().unwrap();
-    m.free_contig_range(range).unwrap();
+    m.free_segment(a).unwrap();
     assert_eq!(m.free_pages(), free_before);
     m.validate().unwrap();
 }
@@ -146,7 +168,8 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
     let m = one_zone(64 * PB);
     let mut w = Words::default();
     let base = 4 * GIB;
-    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+    let kb = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let k = kb.pfn();
     let around = r(k.get().saturating_sub(100).max(base), k.get() + 100);
     let before = m.free_pages();
     assert_eq!(
@@ -159,8 +182,9 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
     assert_eq!(m.free_pages(), before, "nothing changed");
     m.validate().unwrap();
     // Pinned movable memory blocks too, and so does a refusing migrator.
-    let mv = m.alloc(NodeId::ZERO, MOVABLE, o(2)).unwrap().pfn;
-    m.set_pinned(mv, true).unwrap();
+    let mvb = m.alloc(NodeId::ZERO, MOVABLE, o(2)).unwrap();
+    let mv = mvb.pfn();
+    m.set_pinned(&mvb, true).unwrap();
     let around = r(mv.get() - 50, mv.get() + 60);
     assert_eq!(
         m.alloc_contig_range(around, &mut w),
@@ -169,7 +193,9 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
             why: Blocker::Pinned
         })
     );
-    m.set_pinned(mv, false).unwrap();
+    m.set_pinned(&mvb, false).unwrap();
+    // The kernel keeps it from now on, and lets it move.
+    w.keep(mvb);
     w.refuse = true;
     let before = m.free_pages();
     assert_eq!(
@@ -181,12 +207,17 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
     // The same range works once the migrator cooperates.
     w.refuse = false;
     let a = m.alloc_contig_range(around, &mut w).unwrap();
-    assert_eq!(a.moved, 4);
-    assert!(
-        matches!(m.free(mv, o(2)), Err(FreeError::WrongOrder { .. })),
-        "the old place belongs to the range now"
-    );
-    m.free_contig_range(around).unwrap();
+    assert_eq!(a.moved(), 4);
+    // The kernel's record followed the move: it holds the new block, and
+    // the old number belongs to the range.
+    let (&now, b) = w.blocks.iter().next().unwrap();
+    assert!(!around.contains(now) && b.order() == o(2));
+    // SAFETY: the old number is a piece of the segment, not the caller's
+    // block of order 2: the call must refuse it.
+    assert!(unsafe { m.block_from_raw(mv, o(2)) }.is_err());
+    m.free_segment(a).unwrap();
+    m.free(kb).unwrap();
+    w.free_all(m);
     m.validate().unwrap();
 }
 
@@ -195,51 +226,54 @@ fn bad_requests_get_typed_errors() {
     let m = two_zones(8 * PB, 8 * PB);
     let mut w = Words::default();
     let before = m.free_pages();
+    let out = |p: u64| ContigError::OutOfRange { pfn: Pfn(p) };
     let cases = [
         (r(4 * GIB, 4 * GIB), ContigError::Invalid),
-        (r(10, 20), ContigError::OutOfRange),
-        (r(4 * GIB - 10, 4 * GIB + 10), ContigError::OutOfRange),
-        (r(100 * GIB, 100 * GIB + 1), ContigError::OutOfRange),
-        (r(u64::MAX - 1, u64::MAX), ContigError::OutOfRange),
+        (r(10, 20), out(10)),
+        (r(4 * GIB - 10, 4 * GIB + 10), out(4 * GIB)),
+        (r(100 * GIB, 100 * GIB + 1), out(100 * GIB)),
+        (r(u64::MAX - 1, u64::MAX), out(u64::MAX - 1)),
     ];
     for (range, e) in cases {
-        assert_eq!(m.alloc_contig_range(range, &mut w), Err(e), "{range:?}");
+        assert_eq!(
+            m.alloc_contig_range(range, &mut w).map(|s| s.range()),
+            Err(e),
+            "{range:?}"
+        );
     }
     // A range reaching into the hole past the handed-over memory.
     let hole = r(4 * GIB + 8 * PB - 10, 4 * GIB + 8 * PB + 10);
     assert_eq!(
-        m.alloc_contig_range(hole, &mut w),
+        m.alloc_contig_range(hole, &mut w).map(|s| s.range()),
         Err(ContigError::Blocked {
             pfn: Pfn(4 * GIB + 8 * PB),
             why: Blocker::Hole
         })
     );
     let g = Gfp::KERNEL;
+    let contig = |node, frames, align, w: &mut Words| {
+        m.alloc_contig(node, g, frames, align, w).map(|s| s.range())
+    };
+    for (frames, align) in [(0, 1), (1, 3), (u64::MAX, 1), (1, 1 << 63)] {
+        assert_eq!(
+            contig(NodeId::ZERO, frames, align, &mut w),
+            Err(ContigError::Invalid),
+            "{frames} aligned to {align}"
+        );
+    }
+    assert_eq!(contig(n(7), 1, 1, &mut w), Err(ContigError::Invalid));
     assert_eq!(
-        m.alloc_contig(NodeId::ZERO, g, 0, 1, &mut w),
-        Err(ContigError::Invalid)
-    );
-    assert_eq!(
-        m.alloc_contig(NodeId::ZERO, g, 1, 3, &mut w),
-        Err(ContigError::Invalid)
-    );
-    assert_eq!(
-        m.alloc_contig(n(7), g, 1, 1, &mut w),
-        Err(ContigError::Invalid)
-    );
-    assert_eq!(
-        m.alloc_contig(NodeId::ZERO, g, u64::MAX, 1, &mut w),
+        contig(NodeId::ZERO, 100 * GIB, 1, &mut w),
         Err(ContigError::NotFound)
     );
-    assert_eq!(
-        m.alloc_contig(NodeId::ZERO, g, 1, 1 << 63, &mut w),
-        Err(ContigError::NotFound)
-    );
-    assert_eq!(m.free_contig_range(r(5, 5)), Err(FreeError::OutOfRange));
-    assert_eq!(
-        m.free_contig_range(r(u64::MAX - 2, u64::MAX)),
-        Err(FreeError::OutOfRange)
-    );
+    let err = |p: u64| {
+        Err(pageframe::RawError {
+            pfn: Pfn(p),
+            why: FreeError::OutOfRange,
+        })
+    };
+    assert_eq!(raw_range(m, r(5, 5)), err(5));
+    assert_eq!(raw_range(m, r(u64::MAX - 2, u64::MAX)), err(u64::MAX - 2));
     assert_eq!(m.free_pages(), before);
     m.validate().unwrap();
 }
@@ -254,10 +288,10 @@ fn overlapping_requests_exclude_each_other() {
         .unwrap();
     // Overlapping: the frames are taken (unmovable now).
     assert!(matches!(
-        m.alloc_contig_range(r(base + 800, base + 1000), &mut w),
+        m.alloc_contig_range(r(base + 800, base + 1000), &mut w).map(|s| s.range()),
         Err(ContigError::Blocked { pfn, why: Blocker::Unmovable }) if pfn.get() >= base + 800
     ));
-    m.free_contig_range(a.range).unwrap();
+    m.free_segment(a).unwrap();
     m.validate().unwrap();
 }
 
@@ -269,8 +303,17 @@ struct Draining<'m> {
 }
 
 impl Migrator for Draining<'_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<pageframe::Block> {
+        self.words.isolate(pfn, order)
+    }
     fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, m: MigrateMode) -> Result<(), MigrateError> {
         self.words.migrate(s, d, o, m)
+    }
+    fn putback(&mut self, b: pageframe::Block) {
+        self.words.putback(b)
+    }
+    fn migrated(&mut self, b: pageframe::Block, from: Pfn) {
+        self.words.migrated(b, from)
     }
     fn drain_caches(&mut self) {
         self.drains += 1;
@@ -288,12 +331,12 @@ fn frames_in_per_cpu_caches_come_back_through_the_migrators_drain() {
     let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let mut held = Vec::new();
     for _ in 0..600 {
-        held.push(cpu.alloc(MOVABLE, Order::ZERO).unwrap().pfn);
+        held.push(cpu.alloc(MOVABLE, Order::ZERO).unwrap());
     }
-    let lo = held.iter().min().unwrap().get();
-    let hi = held.iter().max().unwrap().get() + 1;
-    for p in held {
-        cpu.free(p, Order::ZERO).unwrap();
+    let lo = held.iter().map(|b| b.pfn()).min().unwrap().get();
+    let hi = held.iter().map(|b| b.pfn()).max().unwrap().get() + 1;
+    for b in held {
+        cpu.free(b).unwrap();
     }
     assert!(
         cpu.cache_info(NodeId::ZERO, ZoneKind::Normal)
@@ -306,7 +349,7 @@ fn frames_in_per_cpu_caches_come_back_through_the_migrators_drain() {
     // A migrator that does not drain: the cached frames stay busy.
     let mut plain = Words::default();
     assert!(matches!(
-        m.alloc_contig_range(range, &mut plain),
+        m.alloc_contig_range(range, &mut plain).map(|s| s.range()),
         Err(ContigError::Busy { .. })
     ));
     m.validate().unwrap();
@@ -315,9 +358,9 @@ fn frames_in_per_cpu_caches_come_back_through_the_migrators_drain() {
         machine: m,
         drains: 0,
     };
-    m.alloc_contig_range(range, &mut d).unwrap();
+    let seg = m.alloc_contig_range(range, &mut d).unwrap();
     assert!(d.drains > 0);
-    m.free_contig_range(range).unwrap();
+    m.free_segment(seg).unwrap();
     m.drain_pcp(None, |_| {});
     assert_eq!(m.free_pages(), m.managed_pages());
     m.validate().unwrap();
@@ -345,18 +388,16 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
             for k in 0..order.pages() {
                 w.word.remove(&(p.get() + k));
             }
-            m.free(p, order).unwrap();
+            m.free(w.blocks.remove(&p).unwrap()).unwrap();
         } else if rng.gen_bool(0.02) {
             if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
-                kernel.push(a.pfn);
+                kernel.push(a);
             }
         } else {
             let order = mixed_order(&mut rng);
             if let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE, order) {
-                for k in 0..order.pages() {
-                    w.word.insert(a.pfn.get() + k, (a.pfn.get() + k) ^ 0x77);
-                }
-                live.push((a.pfn, order));
+                live.push((a.pfn(), order));
+                keep_words(&mut w, a);
             }
         }
     }
@@ -367,13 +408,19 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
     let a = m
         .alloc_contig(NodeId::ZERO, MOVABLE, giant, giant, &mut w)
         .unwrap();
-    assert_eq!(a.range.len(), giant);
-    assert_eq!(a.range.start.get() % giant, 0, "aligned");
+    assert_eq!(a.len(), giant);
+    assert_eq!(a.start().get() % giant, 0, "aligned");
     words_intact(&w, live_frames);
-    assert!(w.word.keys().all(|&k| !a.range.contains(Pfn(k))));
-    assert!(kernel.iter().all(|p| !a.range.contains(*p)));
+    assert!(w.word.keys().all(|&k| !a.range().contains(Pfn(k))));
+    assert!(w.blocks.keys().all(|&p| !a.range().contains(p)));
+    assert!(kernel.iter().all(|b| !a.range().contains(b.pfn())));
     m.validate().unwrap();
-    m.free_contig_range(a.range).unwrap();
+    m.free_segment(a).unwrap();
+    for b in kernel {
+        m.free(b).unwrap();
+    }
+    w.free_all(m);
+    assert_eq!(m.free_pages(), managed);
     m.validate().unwrap();
 }
 
@@ -405,22 +452,30 @@ fn offline_and_online_256_mib_with_movable_memory() {
     words_intact(&w, words);
     assert!(w.word.keys().all(|&k| !range.contains(Pfn(k))));
     m.validate().unwrap();
-    // Offline memory is nobody's: not allocatable, not freeable, not
+    // Offline memory is nobody's: not allocatable, no block's, not
     // offlined twice.
-    assert_eq!(m.free(range.start, Order::ZERO), Err(FreeError::Hole));
-    assert!(matches!(
-        m.offline_range(range, &mut w),
-        Err(ContigError::Blocked {
-            why: Blocker::Hole,
-            ..
+    // SAFETY: offline memory is no live allocation: refused.
+    let r0 = unsafe { m.block_from_raw(range.start, Order::ZERO) };
+    assert_eq!(
+        r0.map(pageframe::Block::into_raw),
+        Err(pageframe::RawError {
+            pfn: range.start,
+            why: FreeError::Hole
         })
-    ));
-    let mut got = 0u64;
+    );
+    assert_eq!(
+        m.offline_range(range, &mut w),
+        Err(ContigError::NotOnline { pfn: range.start })
+    );
+    let mut got = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE, Order::ZERO) {
-        assert!(!range.contains(a.pfn));
-        got += 1;
+        assert!(!range.contains(a.pfn()));
+        got.push(a);
     }
-    assert!(got > 0);
+    assert!(!got.is_empty());
+    for b in got {
+        m.free(b).unwrap();
+    }
     // Online again: every frame back, the zone as before.
     let full = m.free_pages();
     m.add_free_range(range).unwrap();
@@ -431,7 +486,8 @@ fn offline_and_online_256_mib_with_movable_memory() {
     let mut served = 0;
     // MEMALLOC: past the watermarks, every frame.
     while let Ok(a) = m.alloc(NodeId::ZERO, MOVABLE | Gfp::MEMALLOC, Order::ZERO) {
-        served += u64::from(range.contains(a.pfn));
+        served += u64::from(range.contains(a.pfn()));
+        let _ = a.into_raw(); // kept to the end of the test
     }
     assert_eq!(served, range.len(), "the onlined memory serves, all of it");
     m.validate().unwrap();
@@ -448,7 +504,8 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
         Err(ContigError::Invalid),
         "not whole pageblocks"
     );
-    let k = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn;
+    let kblock = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let k = kblock.pfn();
     let kb = k.get() / PB * PB;
     let free = m.free_pages();
     assert_eq!(
@@ -458,7 +515,9 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
             why: Blocker::Unmovable
         })
     );
-    let mv = m.alloc(NodeId::ZERO, MOVABLE, o(3)).unwrap().pfn;
+    let mvb = m.alloc(NodeId::ZERO, MOVABLE, o(3)).unwrap();
+    let mv = mvb.pfn();
+    w.keep(mvb);
     let mb = mv.get() / PB * PB;
     w.refuse = true;
     if !r(mb, mb + PB).contains(k) {
@@ -470,4 +529,7 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
     assert_eq!(m.managed_pages(), managed);
     assert_eq!(m.free_pages(), free - 8);
     m.validate().unwrap();
+    m.free(kblock).unwrap();
+    w.free_all(m);
+    assert_eq!(m.free_pages(), managed);
 }

@@ -3,22 +3,35 @@
 
 mod common;
 
+use std::collections::HashMap;
+
 use common::*;
 use pageframe::{
-    Gfp, Machine, MigrateError, MigrateMode, MigrateType, Migrator, NodeId, Order, Pfn,
+    Block, Gfp, Machine, MigrateError, MigrateMode, MigrateType, Migrator, NodeId, Order, Pfn,
     SlowPathHooks, ZoneKind,
 };
 
-/// Reclaim that frees the movable frames of one pageblock, counting calls.
+/// A kernel holding movable frames, whose reclaim frees those of one
+/// pageblock, counting calls; nothing migrates.
 struct Reclaim<'m> {
     m: &'m Machine<'static>,
+    held: HashMap<Pfn, Block>,
     block: Pfn,
     calls: u32,
 }
 
 impl Migrator for Reclaim<'_> {
+    fn isolate(&mut self, _: Pfn, _: Order) -> Option<Block> {
+        None
+    }
     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
         Err(MigrateError::Busy)
+    }
+    fn putback(&mut self, b: Block) {
+        self.held.insert(b.pfn(), b);
+    }
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        self.held.insert(b.pfn(), b);
     }
 }
 
@@ -27,7 +40,8 @@ impl SlowPathHooks for Reclaim<'_> {
         self.calls += 1;
         let mut freed = 0;
         for i in 0..PB {
-            if self.m.free(self.block + i, Order::ZERO).is_ok() {
+            if let Some(b) = self.held.remove(&(self.block + i)) {
+                self.m.free(b).unwrap();
                 freed += 1;
             }
         }
@@ -37,20 +51,30 @@ impl SlowPathHooks for Reclaim<'_> {
 
 /// Eight pageblocks, every frame allocated movable, then ten frames of
 /// pageblock 3 freed: an unmovable request has no pageblock to claim and
-/// can only steal, or wait for reclaim.
-fn full_machine() -> &'static Machine<'static> {
+/// can only steal, or wait for reclaim. The kernel reclaiming pageblock
+/// `block` holds the rest.
+fn full_machine(block: u64) -> Reclaim<'static> {
     let m = one_zone(8 * PB);
     m.set_min_free_kbytes(0);
     let m: &'static Machine<'static> = m;
     let base = 4 * GIB;
+    let mut held = HashMap::new();
     for _ in 0..8 * PB {
-        m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+        let b = m
+            .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
             .unwrap();
+        held.insert(b.pfn(), b);
     }
     for i in 0..10 {
-        m.free(Pfn(base + 3 * PB + 2 * i), Order::ZERO).unwrap();
+        m.free(held.remove(&Pfn(base + 3 * PB + 2 * i)).unwrap())
+            .unwrap();
     }
-    m
+    Reclaim {
+        m,
+        held,
+        block: Pfn(base + block * PB),
+        calls: 0,
+    }
 }
 
 fn block_of(p: Pfn) -> u64 {
@@ -59,23 +83,19 @@ fn block_of(p: Pfn) -> u64 {
 
 #[test]
 fn unmovable_requests_reclaim_before_they_fragment_by_default() {
-    let m = full_machine();
+    let mut r = full_machine(5);
+    let m = r.m;
     assert!(m.defrag_mode(), "on by default");
     let z = m
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
         .unwrap();
-    let mut r = Reclaim {
-        m,
-        block: Pfn(4 * GIB + 5 * PB),
-        calls: 0,
-    };
     let a = m
         .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
         .unwrap();
     assert!(r.calls > 0, "reclaim ran first");
-    assert_eq!(block_of(a.pfn), 5, "served from the reclaimed pageblock");
+    assert_eq!(block_of(a.pfn()), 5, "served from the reclaimed pageblock");
     assert_eq!(
         z.inspect(|z| z.block_type(Pfn(4 * GIB + 5 * PB))),
         Some(MigrateType::Unmovable)
@@ -90,23 +110,19 @@ fn unmovable_requests_reclaim_before_they_fragment_by_default() {
 
 #[test]
 fn without_defrag_mode_unmovable_requests_steal_first() {
-    let m = full_machine();
+    let mut r = full_machine(5);
+    let m = r.m;
     m.set_defrag_mode(false);
     let z = m
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
         .unwrap();
-    let mut r = Reclaim {
-        m,
-        block: Pfn(4 * GIB + 5 * PB),
-        calls: 0,
-    };
     let a = m
         .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
         .unwrap();
     assert_eq!(r.calls, 0, "no reclaim: the fast path stole");
-    assert_eq!(block_of(a.pfn), 3);
+    assert_eq!(block_of(a.pfn()), 3);
     assert_eq!(z.fallback_stats().steals, 1);
     m.validate().unwrap();
 }
@@ -115,9 +131,9 @@ fn without_defrag_mode_unmovable_requests_steal_first() {
 fn without_hooks_the_last_pass_still_serves_the_request() {
     // `Machine::alloc` has no reclaim to wait for: under defrag_mode its
     // last pass may fragment, so the request is served as without it.
-    let m = full_machine();
+    let m = full_machine(5).m;
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-    assert_eq!(block_of(a.pfn), 3);
+    assert_eq!(block_of(a.pfn()), 3);
     m.validate().unwrap();
 }
 
@@ -127,18 +143,16 @@ fn order_zero_requests_reclaim_when_memory_is_full() {
     // a full zone serves an order-0 request once reclaim freed a frame,
     // and a request that may not reclaim fails.
     for defrag in [true, false] {
-        let m = full_machine();
+        let mut r = full_machine(6);
+        let m = r.m;
         m.set_defrag_mode(defrag);
         for i in 0..10 {
-            m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
+            let b = m
+                .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
                 .unwrap_or_else(|e| panic!("refill {i}: {e:?}"));
+            r.held.insert(b.pfn(), b);
         }
         assert_eq!(m.free_pages(), 0);
-        let mut r = Reclaim {
-            m,
-            block: Pfn(4 * GIB + 6 * PB),
-            calls: 0,
-        };
         assert!(
             m.alloc_slow(NodeId::ZERO, Gfp::ATOMIC, Order::ZERO, &mut r)
                 .is_err()
@@ -148,7 +162,7 @@ fn order_zero_requests_reclaim_when_memory_is_full() {
             .alloc_slow(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO, &mut r)
             .unwrap();
         assert_eq!(r.calls, 1, "defrag_mode {defrag}");
-        assert_eq!(block_of(a.pfn), 6);
+        assert_eq!(block_of(a.pfn()), 6);
         m.validate().unwrap();
     }
 }

@@ -32,9 +32,9 @@ fn each_pageblock_shows_its_type_and_fill() {
     let line = map.split_whitespace().nth(1).unwrap();
     assert_eq!(line.len(), 8);
     let at = |p: pageframe::Pfn| line.as_bytes()[((p.get() - 4 * GIB) / PB) as usize] as char;
-    assert_eq!(at(big.pfn), 'M');
-    assert_eq!(at(small.pfn), 'm');
-    assert_eq!(at(k.pfn), 'u');
+    assert_eq!(at(big.pfn()), 'M');
+    assert_eq!(at(small.pfn()), 'm');
+    assert_eq!(at(k.pfn()), 'u');
     assert_eq!(line.matches('.').count(), 3);
     assert!(line.ends_with("__"));
     let blocks: Vec<_> = z.pageblocks().collect();
@@ -44,14 +44,14 @@ fn each_pageblock_shows_its_type_and_fill() {
         blocks.iter().map(|b| b.managed).sum::<u64>(),
         z.managed_pages()
     );
-    let kb = blocks.iter().find(|b| b.range.contains(k.pfn)).unwrap();
+    let kb = blocks.iter().find(|b| b.range.contains(k.pfn())).unwrap();
     assert_eq!(
         (kb.migratetype, kb.managed, kb.free),
         (Some(MigrateType::Unmovable), PB, PB - 1)
     );
-    m.free(big.pfn, o(9)).unwrap();
-    m.free(small.pfn, o(3)).unwrap();
-    m.free(k.pfn, o(0)).unwrap();
+    m.free(big).unwrap();
+    m.free(small).unwrap();
+    m.free(k).unwrap();
     assert!(!z.fragmentation_map().to_string().contains('M'));
 }
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::*;
 use pageframe::pcp::CpuId;
 use pageframe::{
-    FreeError, Gfp, InitError, Machine, MachineConfig, Order, Pfn, RangeError, SetupError,
-    Topology, ZoneKind,
+    FreeError, Gfp, InitError, Machine, MachineConfig, Pfn, RangeError, SetupError, Topology,
+    ZoneKind,
 };
 
 const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
@@ -28,9 +28,9 @@ fn hotpluggable() -> &'static mut Machine<'static> {
 }
 
 /// Frees every block and checks that every frame came back.
-fn free_all(m: &Machine<'static>, live: Vec<(Pfn, Order)>) {
-    for (p, k) in live {
-        m.free(p, k).unwrap();
+fn free_all(m: &Machine<'static>, live: Vec<pageframe::Block>) {
+    for b in live {
+        m.free(b).unwrap();
     }
     assert_eq!(m.free_pages(), m.managed_pages(), "no frame lost");
     m.validate().unwrap();
@@ -43,10 +43,15 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
     // Nothing there yet: movable requests are served by Normal, and the
     // declared range is no zone's.
     let a = m.alloc(n(0), MOVABLE, o(0)).unwrap();
-    assert_eq!(a.zone, ZoneKind::Normal);
-    m.free(a.pfn, o(0)).unwrap();
+    assert_eq!(a.zone(), ZoneKind::Normal);
+    m.free(a).unwrap();
     assert!(m.zone_of(Pfn(8 * GIB)).is_none());
-    assert_eq!(m.free(Pfn(8 * GIB), o(0)), Err(FreeError::OutOfRange));
+    // SAFETY: no block lives there: refused.
+    let r0 = unsafe { m.block_from_raw(Pfn(8 * GIB), o(0)) };
+    assert_eq!(
+        r0.map(pageframe::Block::into_raw).map_err(|e| e.why),
+        Err(FreeError::OutOfRange)
+    );
 
     let dimm = r(8 * GIB, 8 * GIB + GIB / 4);
     let plan = m.memmap_on_memory(dimm).unwrap();
@@ -83,23 +88,24 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
         m.zone_of(Pfn(9 * GIB - 1)).is_none(),
         "declared but not added"
     );
-    // The metadata frames are holes of the zone: not allocatable, not freeable.
-    assert!(m.free(plan.metadata.start, o(0)).is_err());
+    // The metadata frames are holes of the zone: not allocatable, no block.
+    // SAFETY: no block lives there: refused.
+    assert!(unsafe { m.block_from_raw(plan.metadata.start, o(0)) }.is_err());
 
     // Movable requests now prefer the Movable zone; others never use it.
     let mut live = Vec::new();
     for _ in 0..64 {
         let a = m.alloc(n(0), MOVABLE, o(9)).unwrap();
-        assert_eq!(a.zone, ZoneKind::Movable);
-        assert!(plan.online.contains(a.pfn));
-        live.push((a.pfn, o(9)));
+        assert_eq!(a.zone(), ZoneKind::Movable);
+        assert!(plan.online.contains(a.pfn()));
+        live.push(a);
     }
     for _ in 0..256 {
         let a = m.alloc(n(0), Gfp::KERNEL, o(0)).unwrap();
-        assert_eq!(a.zone, ZoneKind::Normal);
-        live.push((a.pfn, o(0)));
+        assert_eq!(a.zone(), ZoneKind::Normal);
+        live.push(a);
     }
-    assert!(m.zone_of(live[0].0).unwrap().watermarks().min > 0);
+    assert!(m.zone_of(live[0].pfn()).unwrap().watermarks().min > 0);
     free_all(m, live);
 }
 
@@ -245,19 +251,21 @@ fn hot_added_memory_goes_offline_again_and_the_data_moves_with_it() {
     let before = m.managed_pages();
     let mut w = Words::default();
     let mut live = Vec::new();
-    let all: Vec<Pfn> = (0..40_000)
+    let all: Vec<pageframe::Block> = (0..40_000)
         .map(|_| {
             let a = m.alloc(n(0), MOVABLE, o(0)).unwrap();
-            assert_eq!(a.zone, ZoneKind::Movable);
-            a.pfn
+            assert_eq!(a.zone(), ZoneKind::Movable);
+            a
         })
         .collect();
-    for (i, p) in all.into_iter().enumerate() {
+    for (i, b) in all.into_iter().enumerate() {
         if i % 2 == 0 {
+            let p = b.pfn();
             w.word.insert(p.get(), i as u64 / 2);
+            w.blocks.insert(p, b);
             live.push(p);
         } else {
-            m.free(p, o(0)).unwrap();
+            m.free(b).unwrap();
         }
     }
     // Half of the new memory goes out again; its data moves to the other
@@ -273,9 +281,8 @@ fn hot_added_memory_goes_offline_again_and_the_data_moves_with_it() {
     seen.sort_unstable();
     assert!(seen.iter().copied().eq(0..20_000), "every word once");
     assert!(w.word.keys().all(|&p| !half.contains(Pfn(p))));
-    for &p in w.word.keys() {
-        m.free(Pfn(p), o(0)).unwrap();
-    }
+    assert!(w.blocks.keys().all(|&p| w.word.contains_key(&p.get())));
+    w.free_all(m);
     assert_eq!(m.free_pages(), m.managed_pages());
     // And back online.
     m.add_free_range(half).unwrap();
@@ -292,9 +299,9 @@ fn memory_for_a_memoryless_node_arrives() {
     m.declare_hotplug(n(1), ZoneKind::Normal, later).unwrap();
     assert_eq!(m.node_order(n(1)), &[n(1), n(0)]);
     let a = m.alloc(n(1), Gfp::KERNEL, o(0)).unwrap();
-    assert_eq!(a.node, n(0), "node 1 has nothing yet");
+    assert_eq!(a.node(), n(0), "node 1 has nothing yet");
     assert!(m.alloc(n(1), Gfp::KERNEL | Gfp::THISNODE, o(0)).is_err());
-    m.free(a.pfn, o(0)).unwrap();
+    m.free(a).unwrap();
 
     m.hot_add_zone(
         n(1),
@@ -305,10 +312,10 @@ fn memory_for_a_memoryless_node_arrives() {
     .unwrap();
     m.add_free_range(later).unwrap();
     let b = m.alloc(n(1), Gfp::KERNEL | Gfp::THISNODE, o(0)).unwrap();
-    assert_eq!((b.node, m.node_of(b.pfn)), (n(1), Some(n(1))));
+    assert_eq!((b.node(), m.node_of(b.pfn())), (n(1), Some(n(1))));
     let c = m.alloc(n(1), Gfp::KERNEL, o(3)).unwrap();
-    assert_eq!(c.node, n(1), "the local node first now");
-    free_all(m, vec![(b.pfn, o(0)), (c.pfn, o(3))]);
+    assert_eq!(c.node(), n(1), "the local node first now");
+    free_all(m, vec![b, c]);
 }
 
 #[test]
@@ -335,11 +342,11 @@ fn a_zone_hot_added_while_other_cpus_allocate() {
                         }
                         for _ in 0..16 {
                             let a = cpu.alloc(MOVABLE, o(0)).unwrap();
-                            in_movable += u64::from(a.zone == ZoneKind::Movable);
-                            held.push(a.pfn);
+                            in_movable += u64::from(a.zone() == ZoneKind::Movable);
+                            held.push(a);
                         }
-                        for p in held.drain(..) {
-                            cpu.free(p, o(0)).unwrap();
+                        for b in held.drain(..) {
+                            cpu.free(b).unwrap();
                         }
                     }
                     (in_movable, rounds)
@@ -397,7 +404,7 @@ fn miri_a_reader_sees_all_of_a_zone_or_none() {
     });
     m.add_free_range(later).unwrap();
     let a = m.alloc(n(0), MOVABLE, o(2)).unwrap();
-    assert_eq!(a.zone, ZoneKind::Movable);
-    m.free(a.pfn, o(2)).unwrap();
+    assert_eq!(a.zone(), ZoneKind::Movable);
+    m.free(a).unwrap();
     m.validate().unwrap();
 }

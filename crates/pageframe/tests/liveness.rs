@@ -12,7 +12,8 @@ use common::watchdog::{PollBarrier, Watchdog};
 use common::*;
 use pageframe::pcp::CpuId;
 use pageframe::{
-    CpuCache, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, ZoneKind,
+    Block, CpuCache, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
+    ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -52,7 +53,7 @@ fn two_cpus_draining_two_zones_at_once_finish() {
                 for _ in 0..rounds {
                     for gfp in [Gfp::KERNEL | Gfp::DMA32, Gfp::KERNEL] {
                         let a = c.alloc(gfp, Order::ZERO).unwrap();
-                        c.free(a.pfn, Order::ZERO).unwrap();
+                        c.free(a).unwrap();
                     }
                     barrier.wait(|| c.poll());
                     dog.call(cpu as usize, 0, || {
@@ -78,10 +79,19 @@ struct Draining<'c, 'm> {
 }
 
 impl Migrator for Draining<'_, '_> {
+    // Nothing here keeps movable blocks: nothing moves, so only free memory
+    // and cached frames (after the drain) make a range.
+    fn isolate(&mut self, _: Pfn, _: Order) -> Option<Block> {
+        None
+    }
     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
-        // Nothing here tracks movable blocks: refuse, so only free memory
-        // and cached frames (after the drain) make a range.
         Err(MigrateError::Busy)
+    }
+    fn putback(&mut self, b: Block) {
+        unreachable!("{b:?} was never handed over")
+    }
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        unreachable!("{b:?} was never handed over")
     }
 
     fn drain_caches(&mut self) {
@@ -131,7 +141,7 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
                 let i = cpu as usize;
                 let mut c = m.cpu(CpuId(cpu), n(i % 2)).unwrap();
                 let mut rng = SmallRng::seed_from_u64(0x11fe + u64::from(cpu));
-                let mut held: Vec<(Pfn, Order)> = Vec::new();
+                let mut held: Vec<Block> = Vec::new();
                 let gfps = [Gfp::KERNEL, Gfp::KERNEL | Gfp::DMA32, Gfp::HIGHUSER_MOVABLE];
                 for _ in 0..steps {
                     match rng.gen_range(0..100) {
@@ -139,12 +149,12 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
                             let gfp = gfps[rng.gen_range(0..gfps.len())];
                             let o = Order::new(rng.gen_range(0..4)).unwrap();
                             if let Ok(a) = dog.call(i, 0, || c.alloc(gfp, o)) {
-                                held.push((a.pfn, o));
+                                held.push(a);
                             }
                         }
                         40..=79 if !held.is_empty() => {
-                            let (p, o) = held.swap_remove(rng.gen_range(0..held.len()));
-                            dog.call(i, 1, || c.free(p, o)).unwrap();
+                            let b = held.swap_remove(rng.gen_range(0..held.len()));
+                            dog.call(i, 1, || c.free(b)).unwrap();
                         }
                         80..=87 => dog.call(i, 2, || {
                             m.drain_pcp(Some(&mut c), |_| std::thread::yield_now())
@@ -161,7 +171,7 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
                             });
                             if let Ok(a) = r {
                                 contig.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                m.free_contig_range(a.range).unwrap();
+                                m.free_segment(a).unwrap();
                             }
                         }
                         94..=97 => {
@@ -172,23 +182,23 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
                                     // Traffic in the callback: a balloon
                                     // driver allocating and handing back.
                                     if let Ok(a) = m.alloc(n(i % 2), Gfp::KERNEL, Order::ZERO) {
-                                        got.push(a.pfn);
+                                        got.push(a);
                                     }
                                     if got.len() > 1 {
-                                        m.free(got.swap_remove(0), Order::ZERO).unwrap();
+                                        m.free(got.swap_remove(0)).unwrap();
                                     }
                                     true
                                 })
                             });
-                            for p in got {
-                                m.free(p, Order::ZERO).unwrap();
+                            for b in got {
+                                m.free(b).unwrap();
                             }
                         }
                         _ => dog.call(i, 5, || c.tick()),
                     }
                 }
-                for (p, o) in held.drain(..) {
-                    c.free(p, o).unwrap();
+                for b in held.drain(..) {
+                    c.free(b).unwrap();
                 }
                 // Everyone done before anyone drops its handle: a drain
                 // still running elsewhere is served meanwhile.

@@ -3,8 +3,10 @@
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
 //! taken and freed (a CMA area among them), memory offline and online,
-//! and free page reporting. After every step no
-//! frame has two owners, none is lost, and `validate()` holds.
+//! free page reporting, and migrators that panic. The model owns every
+//! block it is given and hands it to the migrator only when asked; after
+//! every step no frame has two owners, none is lost, and `validate()`
+//! holds.
 
 use pageframe::model::{GFPS, Op, run};
 use proptest::prelude::*;
@@ -23,8 +25,9 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(node, madvised, policy, refuse)| Op::Thp { node, madvised, policy, refuse }),
         1 => (0u8..2, any::<u32>()).prop_map(|(node, now)| Op::Kcompactd { node, now }),
         2 => (0u8..2).prop_map(|node| Op::CompactNode { node }),
-        1 => (any::<usize>(), any::<bool>(), proptest::option::weighted(0.2, any::<u64>()))
-            .prop_map(|(index, pinned, raw)| Op::Pin { index, pinned, raw }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(index, pinned)| Op::Pin { index, pinned }),
+        1 => (0u8..2, 0u8..8, proptest::bool::weighted(0.3))
+            .prop_map(|(node, at, contig)| Op::Panic { node, at, contig }),
         1 => (0u8..3).prop_map(|cpu| Op::Drain { cpu }),
         1 => (0u8..2).prop_map(|cpu| Op::Tick { cpu }),
         1 => (any::<u8>(), prop_oneof![0u32..5000, any::<u32>()])
@@ -136,6 +139,16 @@ fn a_long_scripted_run() {
         });
     }
     ops.push(Op::Online { index: 1 });
+    // Migrators that panic at their first calls, in compaction and in a
+    // contiguous range of each node: the machine ends as if they had
+    // refused, and every block they were handed comes back.
+    for at in 0..6u8 {
+        ops.push(Op::Panic {
+            node: at % 2,
+            at,
+            contig: at % 3 == 0,
+        });
+    }
     ops.push(Op::Cma {
         frames: 700,
         refuse: false,
@@ -184,4 +197,5 @@ fn a_long_scripted_run() {
     assert!(stats.contig_freed >= 2, "{stats:?}");
     assert!(stats.moved > 0, "{stats:?}");
     assert!(stats.offlined >= 2, "{stats:?}");
+    assert!(stats.panics >= 3, "{stats:?}");
 }

@@ -82,8 +82,8 @@ fn one_node_from_map_to_first_frame() {
     assert_eq!(m.managed_pages(), plan.free().frames());
     let m: &Machine<'static> = m;
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-    assert_eq!(a.zone, ZoneKind::Normal);
-    assert!(plan.free().contains(a.pfn));
+    assert_eq!(a.zone(), ZoneKind::Normal);
+    assert!(plan.free().contains(a.pfn()));
     let low = m
         .alloc(
             NodeId::ZERO,
@@ -91,9 +91,9 @@ fn one_node_from_map_to_first_frame() {
             Order::new(9).unwrap(),
         )
         .unwrap();
-    assert!(low.pfn < Pfn::new(4 * GIB));
-    m.free(a.pfn, Order::ZERO).unwrap();
-    m.free(low.pfn, Order::new(9).unwrap()).unwrap();
+    assert!(low.pfn() < Pfn::new(4 * GIB));
+    m.free(a).unwrap();
+    m.free(low).unwrap();
     m.validate().unwrap();
 }
 
@@ -130,9 +130,9 @@ fn two_nodes_get_their_own_zones_and_metadata() {
     let a = m
         .alloc(one, Gfp::KERNEL | Gfp::THISNODE, Order::ZERO)
         .unwrap();
-    assert!(r(5 * GIB, 7 * GIB).contains(a.pfn));
-    assert_eq!(m.node_of(a.pfn), Some(one));
-    m.free(a.pfn, Order::ZERO).unwrap();
+    assert!(r(5 * GIB, 7 * GIB).contains(a.pfn()));
+    assert_eq!(m.node_of(a.pfn()), Some(one));
+    m.free(a).unwrap();
     m.validate().unwrap();
 }
 
@@ -213,8 +213,8 @@ fn miri_a_plan_builds_its_machine_in_place() {
     let a = m
         .alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(3).unwrap())
         .unwrap();
-    assert!(plan.free().contains(a.pfn));
-    m.free(a.pfn, Order::new(3).unwrap()).unwrap();
+    assert!(plan.free().contains(a.pfn()));
+    m.free(a).unwrap();
     assert_eq!(m.free_pages(), plan.free().frames());
     m.validate().unwrap();
 }

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use pageframe::{FreeError, Gfp, NodeId, Order, Pfn, REPORTING_CAPACITY};
+use pageframe::{Block, FreeError, Gfp, NodeId, Order, Pfn, REPORTING_CAPACITY, RawError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -45,8 +45,9 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
     assert_eq!(again.batches, 0);
     // A block allocated and freed is offered again, and only it (merged
     // with its buddies into whatever it joins).
-    let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, HUGE).unwrap().pfn;
-    m.free(a, HUGE).unwrap();
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, HUGE).unwrap();
+    let a = b.pfn();
+    m.free(b).unwrap();
     let mut offered = Vec::new();
     m.report_free_pages(HUGE, |b| {
         offered.extend_from_slice(b);
@@ -67,21 +68,27 @@ fn a_refused_batch_comes_back_unmarked_and_nothing_leaks_meanwhile() {
         // While a block is reported it is nobody's: its frees are refused,
         // nothing hands it out, and the books still add up.
         let (p, o) = batch[0];
-        assert_eq!(m.free(p, o), Err(FreeError::Busy));
-        m.validate().unwrap();
-        let got: Vec<Pfn> = (0..8)
-            .filter_map(|_| {
-                m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
-                    .ok()
-                    .map(|a| a.pfn)
+        // SAFETY: the block is the reporter's, not a live allocation: the
+        // call must refuse it.
+        let r = unsafe { m.block_from_raw(p, o) };
+        assert_eq!(
+            r.map(Block::into_raw),
+            Err(RawError {
+                pfn: p,
+                why: FreeError::Busy
             })
-            .collect();
-        assert!(
-            got.iter()
-                .all(|g| batch.iter().all(|&(b, o)| !(b <= *g && *g < b + o.pages())))
         );
+        m.validate().unwrap();
+        let got: Vec<Block> = (0..8)
+            .filter_map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).ok())
+            .collect();
+        assert!(got.iter().all(|g| {
+            batch
+                .iter()
+                .all(|&(b, o)| !(b <= g.pfn() && g.pfn() < b + o.pages()))
+        }));
         for g in got {
-            m.free(g, Order::ZERO).unwrap();
+            m.free(g).unwrap();
         }
         during = Some(m.free_pages());
         false
@@ -107,11 +114,11 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
         if rng.gen_bool(0.55) || live.is_empty() {
             let o = Order::new([0, 0, 0, 1, 3, 9][rng.gen_range(0..6)]).unwrap();
             if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o) {
-                live.push((a.pfn, o));
+                live.push(a);
             }
         } else {
-            let (p, o) = live.swap_remove(rng.gen_range(0..live.len()));
-            m.free(p, o).unwrap();
+            let b = live.swap_remove(rng.gen_range(0..live.len()));
+            m.free(b).unwrap();
         }
         if step % 50_000 == 0 {
             let _ = m.report_free_pages(HUGE, |_| true);
@@ -119,8 +126,8 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
     }
     // Settle: free half of what is held.
     for _ in 0..live.len() / 2 {
-        let (p, o) = live.swap_remove(rng.gen_range(0..live.len()));
-        m.free(p, o).unwrap();
+        let b = live.swap_remove(rng.gen_range(0..live.len()));
+        m.free(b).unwrap();
     }
     for _ in 0..2 {
         let _ = m.report_free_pages(HUGE, |_| true);
@@ -129,28 +136,28 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
     assert!(big > 0);
     assert!(reported * 100 >= big * 95, "{reported} of {big} reported");
     m.validate().unwrap();
-    for (p, o) in live {
-        m.free(p, o).unwrap();
+    for b in live {
+        m.free(b).unwrap();
     }
     assert_eq!(m.free_pages(), m.managed_pages());
 }
 
 /// Every frame of the zone allocated, then every other one freed: free
 /// memory in order-0 blocks only. Returns the frames still held.
-fn checkerboard(frames: u64) -> (&'static pageframe::Machine<'static>, Vec<Pfn>) {
+fn checkerboard(frames: u64) -> (&'static pageframe::Machine<'static>, Vec<Block>) {
     let m = one_zone(frames);
     m.set_min_free_kbytes(0);
     let mut all = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
-        all.push(a.pfn);
+        all.push(a);
     }
-    all.sort();
+    all.sort_by_key(Block::pfn);
     let mut held = Vec::new();
-    for (i, p) in all.into_iter().enumerate() {
+    for (i, b) in all.into_iter().enumerate() {
         if i % 2 == 0 {
-            m.free(p, Order::ZERO).unwrap();
+            m.free(b).unwrap();
         } else {
-            held.push(p);
+            held.push(b);
         }
     }
     (m, held)
@@ -166,8 +173,8 @@ fn a_pass_whose_callback_frees_a_frame_every_batch_ends() {
     let mut offered = 0;
     let s = m.report_free_pages(Order::ZERO, |batch| {
         offered += batch.iter().map(|(_, o)| o.pages()).sum::<u64>();
-        if let Some(p) = held.pop() {
-            m.free(p, Order::ZERO).unwrap();
+        if let Some(b) = held.pop() {
+            m.free(b).unwrap();
         }
         true
     });
@@ -181,8 +188,8 @@ fn a_pass_whose_callback_frees_a_frame_every_batch_ends() {
         "the pass stopped by itself"
     );
     m.validate().unwrap();
-    for p in held {
-        m.free(p, Order::ZERO).unwrap();
+    for b in held {
+        m.free(b).unwrap();
     }
     m.drain_stripes();
     assert_eq!(m.free_pages(), m.managed_pages());
@@ -193,26 +200,24 @@ fn a_pass_whose_callback_frees_a_frame_every_batch_ends() {
 /// reservation's keeping, unmarked, and every invariant holds.
 #[test]
 fn blocks_given_back_into_a_chunk_reserved_meanwhile_stay_unmarked() {
-    let (m, held) = checkerboard(8192);
+    let (m, mut held) = checkerboard(8192);
     // The first 512 frames: half free, in order-0 blocks.
-    for &p in held.iter().skip(256) {
-        m.free(p, Order::ZERO).unwrap();
+    for b in held.split_off(256) {
+        m.free(b).unwrap();
     }
     let mut got = Vec::new();
     m.report_free_pages(Order::ZERO, |_| {
         if got.is_empty() {
             // Past the stripes' rest after the machine was filled.
-            got.extend(
-                (0..100).map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap().pfn),
-            );
+            got.extend((0..100).map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap()));
             assert!(m.stripe_frames() > 0, "a stripe reserved a chunk");
         }
         m.validate().unwrap();
         true
     });
     m.validate().unwrap();
-    for p in got.into_iter().chain(held.into_iter().take(256)) {
-        m.free(p, Order::ZERO).unwrap();
+    for b in got.into_iter().chain(held) {
+        m.free(b).unwrap();
     }
     m.drain_stripes();
     m.validate().unwrap();
@@ -230,7 +235,7 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
         m.set_min_free_kbytes(0);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let mut rng = SmallRng::seed_from_u64(seed);
-        let mut mine: Vec<Pfn> = Vec::new();
+        let mut mine: Vec<Block> = Vec::new();
         /// Stops the other thread however this one leaves the scope (a
         /// failed check would otherwise wait for it forever).
         struct StopOnDrop<'s>(&'s std::sync::atomic::AtomicBool);
@@ -244,15 +249,15 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
             let _stop = StopOnDrop(stop);
             let other = s.spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(!seed);
-                let mut held: Vec<Pfn> = Vec::new();
+                let mut held: Vec<Block> = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     if rng.gen_bool(0.55) {
                         if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
-                            held.push(a.pfn);
+                            held.push(a);
                         }
                     } else if !held.is_empty() {
-                        let p = held.swap_remove(rng.gen_range(0..held.len()));
-                        m.free(p, Order::ZERO).unwrap();
+                        let b = held.swap_remove(rng.gen_range(0..held.len()));
+                        m.free(b).unwrap();
                     }
                 }
                 held
@@ -261,11 +266,11 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
                 for _ in 0..rng.gen_range(0..400) {
                     if rng.gen_bool(0.6) {
                         if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
-                            mine.push(a.pfn);
+                            mine.push(a);
                         }
                     } else if !mine.is_empty() {
-                        let p = mine.swap_remove(rng.gen_range(0..mine.len()));
-                        m.free(p, Order::ZERO).unwrap();
+                        let b = mine.swap_remove(rng.gen_range(0..mine.len()));
+                        m.free(b).unwrap();
                     }
                 }
                 let min = Order::new(rng.gen_range(0..3)).unwrap();
@@ -273,12 +278,12 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
                 m.report_free_pages(min, |_| {
                     for _ in 0..rng.gen_range(0..4) {
                         if let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
-                            mine.push(a.pfn);
+                            mine.push(a);
                         }
                     }
                     if !mine.is_empty() && rng.gen_bool(0.5) {
-                        let p = mine.swap_remove(rng.gen_range(0..mine.len()));
-                        m.free(p, Order::ZERO).unwrap();
+                        let b = mine.swap_remove(rng.gen_range(0..mine.len()));
+                        m.free(b).unwrap();
                     }
                     m.validate()
                         .unwrap_or_else(|e| panic!("seed {seed}, in a batch: {e}"));
@@ -289,14 +294,14 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let theirs = other.join().unwrap();
-            let all: HashSet<Pfn> = mine.iter().chain(&theirs).copied().collect();
+            let all: HashSet<Pfn> = mine.iter().chain(&theirs).map(Block::pfn).collect();
             assert_eq!(
                 all.len(),
                 mine.len() + theirs.len(),
                 "seed {seed}: a frame twice"
             );
-            for p in mine.drain(..).chain(theirs) {
-                m.free(p, Order::ZERO).unwrap();
+            for b in mine.drain(..).chain(theirs) {
+                m.free(b).unwrap();
             }
         });
         m.drain_stripes();

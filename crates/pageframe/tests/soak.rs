@@ -25,8 +25,8 @@ use common::watchdog::{PollBarrier, Watchdog};
 use common::*;
 use pageframe::pcp::CpuId;
 use pageframe::{
-    CpuCache, FreeError, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, Order,
-    Pfn, PfnRange, SlowPathHooks, Topology, ZoneKind,
+    Block, CpuCache, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, Order, Pfn,
+    Segment, SlowPathHooks, Topology, ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -38,8 +38,6 @@ const BASE: u64 = 0x100000 - ZONE;
 const FRAMES: u64 = ZONE * 3;
 /// Block ids each worker starts with (live blocks a worker may hold).
 const IDS: u32 = 1024;
-/// A handle being freed or moved.
-const LOCK: u64 = 1 << 63;
 
 /// Frame -> id of the block that owns it (0: none).
 struct Owners(Vec<AtomicU32>);
@@ -67,31 +65,45 @@ impl Owners {
     }
 }
 
-/// The shared books: owners by frame, and where each block id is.
+/// What a block id holds.
+enum Thing {
+    Block(Block),
+    Segment(Segment),
+}
+
+impl Thing {
+    fn start(&self) -> u64 {
+        match self {
+            Thing::Block(b) => b.pfn().get(),
+            Thing::Segment(s) => s.start().get(),
+        }
+    }
+}
+
+/// The shared books: owners by frame, and each block id's memory (empty
+/// while the compactor holds it for a move, or while the id is free).
 struct Books {
     owners: Owners,
-    /// Block id -> its first frame (`LOCK` set while its owner frees it or
-    /// the compactor moves it).
-    at: Vec<AtomicU64>,
+    slots: Vec<Mutex<Option<Thing>>>,
 }
 
 impl Books {
-    /// Locks block `id`'s handle; `None` if someone else holds it.
-    fn lock(&self, id: u32) -> Option<u64> {
-        let h = &self.at[id as usize];
-        let v = h.load(Relaxed);
-        (v & LOCK == 0 && h.compare_exchange(v, v | LOCK, Relaxed, Relaxed).is_ok()).then_some(v)
+    /// Takes what id `id` holds, if it holds it now.
+    fn take(&self, id: u32) -> Option<Thing> {
+        self.slots[id as usize].lock().unwrap().take()
     }
 
-    fn unlock(&self, id: u32, pfn: u64) {
-        self.at[id as usize].store(pfn, Relaxed);
+    /// Puts `t` back as id `id`'s.
+    fn put(&self, id: u32, t: Thing) {
+        let old = self.slots[id as usize].lock().unwrap().replace(t);
+        assert!(old.is_none(), "id {id} held two things");
     }
 }
 
-/// The kernel side of compaction: a block moves with its owner's id, under
-/// its handle's lock (an owner freeing it meanwhile gets `Busy` from the
-/// machine, which isolated it first). A worker's mover drains every CPU's
-/// caches with that worker's handle when asked.
+/// The kernel side of compaction: a block is handed over only by the id
+/// holding it (an owner freeing it meanwhile finds its slot empty and
+/// retries), moves with its id, and comes back into its slot. A worker's
+/// mover drains every CPU's caches with that worker's handle when asked.
 struct Mover<'b, 'c, 'm> {
     books: &'b Books,
     moves: u64,
@@ -116,27 +128,38 @@ impl Migrator for Mover<'_, '_, '_> {
         }
     }
 
-    fn migrate(
-        &mut self,
-        src: Pfn,
-        dst: Pfn,
-        order: Order,
-        _: MigrateMode,
-    ) -> Result<(), MigrateError> {
-        let id = self.books.owners.slot(src.get()).load(Relaxed);
-        // No owner: its owner is giving it up right now; leave it.
-        let Some(at) = (id != 0).then(|| self.books.lock(id)).flatten() else {
-            return Err(MigrateError::Busy);
-        };
-        if at != src.get() {
-            self.books.unlock(id, at);
-            return Err(MigrateError::Busy);
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        let id = self.books.owners.slot(pfn.get()).load(Relaxed);
+        // No owner: it is being freed right now; leave it.
+        if id == 0 {
+            return None;
         }
-        self.books.owners.release(src.get(), order, id);
-        self.books.owners.claim(dst.get(), order, id);
-        self.books.unlock(id, dst.get());
-        self.moves += 1;
+        let mut slot = self.books.slots[id as usize].lock().unwrap();
+        match slot.take() {
+            Some(Thing::Block(b)) if b.pfn() == pfn && b.order() == order => Some(b),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
         Ok(())
+    }
+
+    fn putback(&mut self, b: Block) {
+        let id = self.books.owners.slot(b.pfn().get()).load(Relaxed);
+        self.books.put(id, Thing::Block(b));
+    }
+
+    fn migrated(&mut self, b: Block, from: Pfn) {
+        let order = b.order();
+        let id = self.books.owners.slot(from.get()).load(Relaxed);
+        self.books.owners.release(from.get(), order, id);
+        self.books.owners.claim(b.pfn().get(), order, id);
+        self.books.put(id, Thing::Block(b));
+        self.moves += 1;
     }
 }
 
@@ -206,8 +229,8 @@ impl Worker<'_, '_> {
         };
         if let Ok(a) = got {
             self.ids.pop();
-            self.books.owners.claim(a.pfn.get(), order, id);
-            self.books.unlock(id, a.pfn.get());
+            self.books.owners.claim(a.pfn().get(), order, id);
+            self.books.put(id, Thing::Block(a));
             self.held.push((id, order, false));
             self.done += 1;
         }
@@ -229,10 +252,10 @@ impl Worker<'_, '_> {
             .m
             .alloc_contig(node, Gfp::KERNEL, pages, pages, &mut mover)
         {
-            assert_eq!(a.range.len(), pages);
+            assert_eq!(a.len(), pages);
             self.ids.pop();
-            self.books.owners.claim(a.range.start.get(), order, id);
-            self.books.unlock(id, a.range.start.get());
+            self.books.owners.claim(a.start().get(), order, id);
+            self.books.put(id, Thing::Segment(a));
             self.held.push((id, order, true));
             self.done += 1;
         }
@@ -245,71 +268,57 @@ impl Worker<'_, '_> {
         let (m, node) = (self.m, self.cpu.node());
         m.report_free_pages(min, |_| {
             if let Ok(a) = m.alloc(node, Gfp::KERNEL, Order::ZERO) {
-                m.free(a.pfn, Order::ZERO).unwrap();
+                m.free(a).unwrap();
             }
             true
         });
     }
 
     /// Frees block `i` of `held` through the cache or the zone path; false
-    /// if it is being moved (the machine says `Busy`: retry later).
+    /// if the compactor holds it for a move (retry later).
     fn free(&mut self, i: usize) -> bool {
-        let (id, order, contig) = self.held[i];
-        let Some(pfn) = self.books.lock(id) else {
+        let (id, order, _) = self.held[i];
+        let Some(thing) = self.books.take(id) else {
             return false;
         };
-        if contig {
-            self.books.owners.release(pfn, order, id);
-            let range = PfnRange::new(Pfn(pfn), Pfn(pfn + order.pages()));
-            self.m.free_contig_range(range).unwrap();
-            self.held.swap_remove(i);
-            self.ids.push(id);
-            self.done += 1;
-            return true;
-        }
-        let core = self
-            .m
-            .zone_of(Pfn(pfn))
-            .unwrap()
-            .inspect(|z| z.buddy().block_at(Pfn(pfn)));
-        match core {
-            Some(pageframe::BlockInfo::Allocated { head, order: o, .. })
-                if head == Pfn(pfn) && o == order => {}
-            other => panic!(
-                "held block {pfn:#x}/{} (id {id}) is {other:?} in the core",
-                order.get()
-            ),
-        }
+        let pfn = thing.start();
         self.books.owners.release(pfn, order, id);
-        let r = if self.rng.gen_bool(0.7) {
-            self.cpu.free(Pfn(pfn), order)
-        } else {
-            self.m.free(Pfn(pfn), order)
-        };
-        match r {
-            Ok(()) => {
-                self.held.swap_remove(i);
-                self.ids.push(id);
-                self.done += 1;
-                true
+        match thing {
+            Thing::Segment(s) => {
+                assert_eq!(s.len(), order.pages());
+                self.m.free_segment(s).unwrap();
             }
-            Err(FreeError::Busy) => {
-                // Isolated by the compactor, which could not lock the
-                // handle and will put it back: still ours.
-                self.books.owners.claim(pfn, order, id);
-                self.books.unlock(id, pfn);
-                false
+            Thing::Block(b) => {
+                let core = self
+                    .m
+                    .zone_of(b.pfn())
+                    .unwrap()
+                    .inspect(|z| z.buddy().block_at(b.pfn()));
+                match core {
+                    Some(pageframe::BlockInfo::Allocated { head, order: o, .. })
+                        if head == b.pfn() && o == order => {}
+                    other => panic!(
+                        "held block {pfn:#x}/{} (id {id}) is {other:?} in the core",
+                        order.get()
+                    ),
+                }
+                let r = if self.rng.gen_bool(0.7) {
+                    self.cpu.free(b)
+                } else {
+                    self.m.free(b)
+                };
+                r.unwrap();
             }
-            Err(e) => panic!("free of held block {pfn:#x} order {}: {e}", order.get()),
         }
+        self.held.swap_remove(i);
+        self.ids.push(id);
+        self.done += 1;
+        true
     }
 
-    /// Bad frees of a block this worker holds (under its handle's lock, so
-    /// it cannot change meanwhile): of a frame inside it, and of its head
-    /// with the wrong order, through the cache or the zone path. Refused,
-    /// and the block stays ours. (A true double free races with other CPUs
-    /// that may get the frame again at once; the unit and loom tests cover
-    /// it.)
+    /// Numbers that are not a block, of a block this worker holds (its
+    /// slot held meanwhile, so it cannot change): a frame inside it, and
+    /// its head with the wrong order. Refused, and the block stays ours.
     fn bad_free(&mut self) {
         if self.held.is_empty() {
             return;
@@ -318,28 +327,27 @@ impl Worker<'_, '_> {
         if contig {
             return;
         }
-        let Some(pfn) = self.books.lock(id) else {
+        let slot = self.books.slots[id as usize].lock().unwrap();
+        let Some(Thing::Block(b)) = slot.as_ref() else {
             return;
         };
+        let pfn = b.pfn().get();
         let wrong = Order::new(order.get() ^ 1).unwrap();
         let mut tries = vec![(pfn, wrong)];
         if order.get() > 0 {
             tries.push((pfn + 1, Order::ZERO));
         }
         for (p, o) in tries {
-            let r = if self.rng.gen_bool(0.5) {
-                self.cpu.free(Pfn(p), o)
-            } else {
-                self.m.free(Pfn(p), o)
-            };
+            // SAFETY: not a live allocation of that order (the block is
+            // held with another): the call must refuse it.
+            let r = unsafe { self.m.block_from_raw(Pfn(p), o) };
             assert!(
                 r.is_err(),
-                "bad free {p:#x}/{} of block {pfn:#x}/{} accepted",
+                "bad number {p:#x}/{} of block {pfn:#x}/{} accepted",
                 o.get(),
                 order.get()
             );
         }
-        self.books.unlock(id, pfn);
     }
 
     /// Base pages this worker holds, and those in its caches.
@@ -373,7 +381,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let managed = m.managed_pages();
     let books = Books {
         owners: Owners((0..FRAMES).map(|_| AtomicU32::new(0)).collect()),
-        at: (0..=workers * IDS).map(|_| AtomicU64::new(0)).collect(),
+        slots: (0..=workers * IDS).map(|_| Mutex::new(None)).collect(),
     };
     let books = &books;
     let stop = AtomicBool::new(false);

@@ -35,6 +35,7 @@ pub mod carve;
 mod migratetype;
 mod order;
 mod pfn;
+pub mod unwind;
 
 pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES};
 pub use order::{COSTLY_ORDER, DEFAULT_MAX_ORDER, ORDER_LIMIT, Order};

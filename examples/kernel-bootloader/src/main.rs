@@ -9,10 +9,13 @@
 //! 2. a per-CPU cache in memory the machine gives itself;
 //! 3. every free frame allocated once through the cache (no frame twice,
 //!    none lost), each written and read back, all freed;
-//! 4. movable pages scattered over memory, then a 2 MiB range taken with
+//! 4. movable pages scattered over memory (kept as frame numbers in a
+//!    table, as page tables keep them), then a 2 MiB range taken with
 //!    [`Machine::alloc_contig_range`]: the pages inside move out through a
-//!    [`Migrator`] that copies them, and every page's data is checked;
-//! 5. bad input (double free, a frame out of range, a wrong order) refused;
+//!    [`Migrator`] that hands them over, copies them and repoints the
+//!    table, and every page's data is checked;
+//! 5. numbers that are not the caller's (a double free, a frame out of
+//!    range, a wrong order) refused by the `unsafe` raw path;
 //! 6. the fragmentation map of each zone, the machine's invariants.
 //!
 //! It prints `RESULT: PASS` and leaves QEMU with status 33 (the
@@ -26,9 +29,11 @@ use bootloader_api::{BootInfo, BootloaderConfig, entry_point};
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
 use pageframe::boot::{FrameRanges, Plan};
-use pageframe::compact::{MigrateError, MigrateMode, Migrator};
 use pageframe::pcp::CpuId;
-use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr};
+use pageframe::{
+    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NoMigration, NodeId,
+    Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr,
+};
 use qemu_exit::QEMUExit;
 use spin::Mutex;
 use uart_16550::backend::PioBackend;
@@ -153,16 +158,42 @@ fn tag(pfn: Pfn, index: u64) -> u64 {
     pfn.get().wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ index
 }
 
-/// Moves movable pages for compaction and contiguous ranges: copies each
-/// page through the direct map, then repoints the table entry named by the
-/// page's index word (the kernel's "page tables" of this example).
+/// Moves movable pages for compaction and contiguous ranges. The pages
+/// live in a table of frame numbers (this example's page tables): asked for
+/// a page, the mover finds its entry through the page's index word and
+/// makes the number a block again; it copies the page through the direct
+/// map and, once moved, repoints the entry at the new frame's number.
 struct Mover {
+    machine: &'static Machine<'static>,
     map: DirectMap,
     table: &'static mut [u64],
     frames_moved: u64,
 }
 
+impl Mover {
+    /// The table entry of the page at `pfn`, if it is a page of the table.
+    fn entry(&mut self, pfn: Pfn) -> Option<&mut u64> {
+        // SAFETY: the frame is allocated (the allocator asks about its own
+        // allocations only); mapped at the direct map.
+        let index = unsafe { self.map.words(pfn).add(2).read() };
+        let e = self.table.get_mut(usize::try_from(index).ok()?)?;
+        (*e == pfn.get()).then_some(e)
+    }
+}
+
 impl Migrator for Mover {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        self.entry(pfn)?;
+        // SAFETY: the table holds this page's number: the page is this
+        // kernel's, and the block goes back to a number in `putback` or
+        // `migrated`.
+        unsafe { self.machine.block_from_raw(pfn, order) }.ok()
+    }
+
+    fn putback(&mut self, block: Block) {
+        let _ = block.into_raw(); // the table still names it
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -183,13 +214,9 @@ impl Migrator for Mover {
         Ok(())
     }
 
-    fn migrated(&mut self, _src: Pfn, dst: Pfn, order: Order) {
-        // SAFETY: `dst` now holds the page's copy; mapped at the direct map.
-        let index = unsafe { self.map.words(dst).add(2).read() };
-        if let Some(e) = usize::try_from(index)
-            .ok()
-            .and_then(|i| self.table.get_mut(i))
-        {
+    fn migrated(&mut self, block: Block, from: Pfn) {
+        let (dst, order) = block.into_raw();
+        if let Some(e) = self.entry(from) {
             *e = dst.get();
         }
         self.frames_moved += order.pages();
@@ -250,13 +277,9 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         "every usable frame is managed or carved",
     )?;
 
-    // 2. A per-CPU cache, in frames the machine gives itself.
+    // 2. A per-CPU cache, in frames the machine gives itself (kept for
+    // good: nothing has moved yet, nothing needs to).
     let pcp_bytes = step("pcp size", machine.pcp_bytes(1))?;
-    let mut mover = Mover {
-        map,
-        table: &mut [],
-        frames_moved: 0,
-    };
     let pcp = step(
         "pcp memory",
         machine.alloc_contig(
@@ -264,24 +287,31 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
             Gfp::KERNEL,
             frames_for(pcp_bytes),
             1,
-            &mut mover,
+            &mut NoMigration,
         ),
-    )?;
+    )?
+    .into_raw();
     // SAFETY: those frames are allocated to this kernel for good and mapped
     // at the direct map; nothing else refers to them.
     let pcp_mem = unsafe {
         core::slice::from_raw_parts_mut(
-            map.ptr(pcp.range.start.addr()).cast::<MaybeUninit<u8>>(),
+            map.ptr(pcp.start.addr()).cast::<MaybeUninit<u8>>(),
             pcp_bytes,
         )
     };
     step("enable pcp", machine.enable_pcp(1, pcp_mem))?;
     let machine: &'static Machine<'static> = machine;
+    let mut mover = Mover {
+        machine,
+        map,
+        table: &mut [],
+        frames_moved: 0,
+    };
     let mut cpu = step("cpu handle", machine.cpu(CpuId(0), NodeId::ZERO))?;
     println!(
         "per-CPU cache: 1 CPU, {} KiB at pfn {:#x}",
         pcp_bytes >> 10,
-        pcp.range.start.get()
+        pcp.start.get()
     );
 
     // 3. Every free frame once, through the cache: a bitmap of the frames
@@ -302,10 +332,10 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
             &mut mover,
         ),
     )?;
-    // SAFETY: as for the cache's memory; zeroed here before use.
-    let seen = unsafe {
-        core::slice::from_raw_parts_mut(map.ptr(seen_mem.range.start.addr()), seen_bytes)
-    };
+    // SAFETY: as for the cache's memory (`seen_mem` is held until the end);
+    // zeroed here before use.
+    let seen =
+        unsafe { core::slice::from_raw_parts_mut(map.ptr(seen_mem.start().addr()), seen_bytes) };
     seen.fill(0);
     let free_before = machine.free_pages();
     // Below the watermarks, and DMA32 last (its lowmem reserve keeps
@@ -320,13 +350,16 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         .iter()
         .find_map(|&gfp| cpu.alloc(gfp, Order::ZERO).ok())
     {
-        let w = map.words(a.pfn);
+        // Linked through their first words, as numbers: the list is this
+        // kernel's record of them.
+        let (pfn, _) = a.into_raw();
+        let w = map.words(pfn);
         // SAFETY: the frame was just allocated to this kernel; mapped.
         unsafe {
             w.write(head);
-            w.add(1).write(tag(a.pfn, 0));
+            w.add(1).write(tag(pfn, 0));
         }
-        head = a.pfn.get();
+        head = pfn.get();
         count += 1;
     }
     println!(
@@ -348,7 +381,11 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         // SAFETY: still allocated to this kernel; mapped.
         let (next, word) = unsafe { (w.read(), w.add(1).read()) };
         check(word == tag(pfn, 0), "every frame kept what was written")?;
-        step("free", cpu.free(pfn, Order::ZERO))?;
+        // SAFETY: the list held the number; it leaves the list here.
+        let block = step("a listed frame", unsafe {
+            machine.block_from_raw(pfn, Order::ZERO)
+        })?;
+        step("free", cpu.free(block))?;
         head = next;
         freed += 1;
     }
@@ -376,27 +413,33 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         ),
     )?;
     // SAFETY: as above; every entry is written before it is read.
-    let table = unsafe { core::slice::from_raw_parts_mut(map.words(table_mem.range.start), pages) };
+    let table = unsafe { core::slice::from_raw_parts_mut(map.words(table_mem.start()), pages) };
     let user = Gfp::HIGHUSER_MOVABLE;
     for (i, entry) in table.iter_mut().enumerate() {
         // Pages alternate with spares, freed once all are allocated: the
         // kept pages end up spread out, half of each pageblock free.
-        let a = step("movable page", cpu.alloc(user, Order::ZERO))?;
-        let spare = step("spare page", cpu.alloc(user, Order::ZERO))?;
-        let w = map.words(a.pfn);
+        // Both kept as numbers: the page in the table, the spare in the
+        // page's fourth word.
+        let (a, _) = step("movable page", cpu.alloc(user, Order::ZERO))?.into_raw();
+        let (spare, _) = step("spare page", cpu.alloc(user, Order::ZERO))?.into_raw();
+        let w = map.words(a);
         // SAFETY: allocated to this kernel; mapped.
         unsafe {
-            w.add(1).write(tag(a.pfn, i as u64));
+            w.add(1).write(tag(a, i as u64));
             w.add(2).write(i as u64);
-            w.add(3).write(a.pfn.get());
-            w.add(4).write(spare.pfn.get());
+            w.add(3).write(a.get());
+            w.add(4).write(spare.get());
         }
-        *entry = a.pfn.get();
+        *entry = a.get();
     }
     for &p in table.iter() {
         // SAFETY: as above.
-        let spare = unsafe { map.words(Pfn::new(p)).add(4).read() };
-        step("free spare", cpu.free(Pfn::new(spare), Order::ZERO))?;
+        let spare = Pfn::new(unsafe { map.words(Pfn::new(p)).add(4).read() });
+        // SAFETY: the page's word held the spare's number, used only here.
+        let block = step("a spare's number", unsafe {
+            machine.block_from_raw(spare, Order::ZERO)
+        })?;
+        step("free spare", cpu.free(block))?;
     }
     cpu.drain();
     mover.table = table;
@@ -415,17 +458,17 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     let taken = taken.ok_or(Failure::Check("a 2 MiB range with movable pages taken"))?;
     println!(
         "contig: 2 MiB at pfn {:#x} taken, {} frames migrated out of it ({} moves seen by the migrator)",
-        taken.range.start.get(),
-        taken.moved,
+        taken.start().get(),
+        taken.moved(),
         mover.frames_moved
     );
     check(
-        taken.moved > 0 && taken.moved == mover.frames_moved,
+        taken.moved() > 0 && taken.moved() == mover.frames_moved,
         "pages moved out of the range",
     )?;
     for (i, &p) in mover.table.iter().enumerate() {
         let pfn = Pfn::new(p);
-        check(!taken.range.contains(pfn), "no page left in the range")?;
+        check(!taken.range().contains(pfn), "no page left in the range")?;
         let w = map.words(pfn);
         // SAFETY: allocated to this kernel (moved or not); mapped.
         let (word, index, orig) = unsafe { (w.add(1).read(), w.add(2).read(), w.add(3).read()) };
@@ -436,24 +479,24 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     }
     println!("contig: all {pages} pages verified after the move");
 
-    // 5. Bad input: refused, nothing changed.
+    // 5. Numbers that are not the caller's block: refused, nothing changed.
+    // (Safe code cannot free twice: a block is consumed by its free.)
     let free_now = machine.free_pages();
-    let some = mover.table[0];
-    check(
-        machine.free(Pfn::new(end + 10), Order::ZERO).is_err(),
-        "a frame out of range is refused",
-    )?;
-    check(
-        machine
-            .free(Pfn::new(some), Order::new(3).unwrap_or(Order::ZERO))
-            .is_err(),
-        "a wrong order is refused",
-    )?;
-    step("free", machine.free(Pfn::new(some), Order::ZERO))?;
-    check(
-        machine.free(Pfn::new(some), Order::ZERO).is_err(),
-        "a double free is refused",
-    )?;
+    let some = Pfn::new(mover.table[0]);
+    // SAFETY: no block lives there: refused.
+    let out = unsafe { machine.block_from_raw(Pfn::new(end + 10), Order::ZERO) };
+    check(out.is_err(), "a frame out of range is refused")?;
+    // SAFETY: not a live allocation of order 3 (it is of order 0): refused.
+    let wrong = unsafe { machine.block_from_raw(some, Order::new(3).unwrap_or(Order::ZERO)) };
+    check(wrong.is_err(), "a wrong order is refused")?;
+    // SAFETY: the table's entry 0, taken out of the table here for good.
+    let first = step("the first page's number", unsafe {
+        machine.block_from_raw(some, Order::ZERO)
+    })?;
+    step("free", machine.free(first))?;
+    // SAFETY: freed just above and not handed out since: refused.
+    let twice = unsafe { machine.block_from_raw(some, Order::ZERO) };
+    check(twice.is_err(), "a double free is refused")?;
     check(
         machine.free_pages() == free_now + 1,
         "refusals changed nothing",
@@ -470,15 +513,19 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         serial(format_args!("{}", z.fragmentation_map()));
     }
     for &p in &mover.table[1..] {
-        step("free", cpu.free(Pfn::new(p), Order::ZERO))?;
+        // SAFETY: the table held the page's number; nothing uses it after.
+        let block = step("a page's number", unsafe {
+            machine.block_from_raw(Pfn::new(p), Order::ZERO)
+        })?;
+        step("free", cpu.free(block))?;
     }
-    step("free range", machine.free_contig_range(taken.range))?;
-    step("free table", machine.free_contig_range(table_mem.range))?;
-    step("free bitmap", machine.free_contig_range(seen_mem.range))?;
+    step("free range", machine.free_segment(taken))?;
+    step("free table", machine.free_segment(table_mem))?;
+    step("free bitmap", machine.free_segment(seen_mem))?;
     cpu.drain();
     serial(format_args!("{}", machine.buddyinfo()));
     check(
-        machine.free_pages() + pcp.range.len() == machine.managed_pages(),
+        machine.free_pages() + pcp.len() == machine.managed_pages(),
         "all memory back but the cache's own",
     )?;
     step("validate", machine.validate())?;

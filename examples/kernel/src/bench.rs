@@ -8,7 +8,7 @@ use crate::time::Instant;
 use alloc::vec::Vec;
 use core::fmt;
 use pageframe::pcp::CpuId;
-use pageframe::{AllocError, FreeError, Gfp, Order, Pfn};
+use pageframe::{AllocError, Block, FreeError, Gfp, Order, Pfn};
 
 /// Rounds per measurement; the median is reported.
 const ROUNDS: usize = 9;
@@ -89,8 +89,9 @@ pub fn run(
     if batch == 0 {
         return Err(BenchError::NoMemory(order));
     }
-    let mut pfns: Vec<Pfn> = Vec::new();
-    pfns.try_reserve_exact(batch)
+    let mut blocks: Vec<Block> = Vec::new();
+    blocks
+        .try_reserve_exact(batch)
         .map_err(|_| BenchError::NoBuffer)?;
     let mut alloc = [0u64; ROUNDS];
     let mut free = [0u64; ROUNDS];
@@ -102,16 +103,16 @@ pub fn run(
                 Some(c) => c.alloc(Gfp::KERNEL, order),
                 None => machine.alloc(NODE, Gfp::KERNEL, order),
             };
-            pfns.push(a.map_err(BenchError::Alloc)?.pfn);
+            blocks.push(a.map_err(BenchError::Alloc)?);
         }
         alloc[round] = start.elapsed().0 / batch as u64;
         let start = Instant::now();
-        while let Some(pfn) = pfns.pop() {
+        while let Some(b) = blocks.pop() {
             match cpu.as_mut() {
-                Some(c) => c.free(pfn, order),
-                None => machine.free(pfn, order),
+                Some(c) => c.free(b),
+                None => machine.free(b),
             }
-            .map_err(|e| BenchError::Free(pfn, e))?;
+            .map_err(|e| BenchError::Free(e.into_inner().pfn(), FreeError::Foreign))?;
         }
         free[round] = start.elapsed().0 / batch as u64;
     }

@@ -132,22 +132,6 @@ const MAX_ZONES: usize = 2 * crate::acpi::MAX_NODES;
 /// kernel's direct map, whose page tables then come from it.
 const BOOT_MAPPED: PfnRange = PfnRange::new(Pfn::new(0), Pfn::new(1 << 20));
 
-/// Migrates nothing: the per-CPU caches' memory is taken from a machine
-/// that has handed out only page tables, which stay put.
-struct Unmoving;
-
-impl pageframe::Migrator for Unmoving {
-    fn migrate(
-        &mut self,
-        _: Pfn,
-        _: Pfn,
-        _: pageframe::Order,
-        _: pageframe::MigrateMode,
-    ) -> Result<(), pageframe::MigrateError> {
-        Err(pageframe::MigrateError::Busy)
-    }
-}
-
 /// Brings the memory system up from the boot information, through the
 /// allocator's planner (`pageframe::boot::Plan`). With `hotplug`, the top
 /// 256 MiB of RAM above 4.5 GiB are kept out of the zones and declared
@@ -233,10 +217,13 @@ pub fn bring_up(
             Gfp::KERNEL | Gfp::DMA32,
             (needed as u64).div_ceil(PAGE_SIZE),
             1,
-            &mut Unmoving,
+            // The machine has handed out only page tables, which stay put.
+            &mut pageframe::NoMigration,
         )
         .map_err(|_| BringUpError::PcpMemory { needed })?;
-    let at = region.range.start.addr().get();
+    // Never freed: the caches live as long as the kernel.
+    let range = region.into_raw();
+    let at = range.start.addr().get();
     // SAFETY: the frames were just allocated for this and are never freed;
     // the direct map (identity) covers them.
     let pcp_mem: &'static mut [MaybeUninit<u8>] =
@@ -244,7 +231,7 @@ pub fn bring_up(
     machine
         .enable_pcp(cpus, pcp_mem)
         .map_err(BringUpError::Pcp)?;
-    let pcp = (needed, PhysRange::new(at, region.range.end.addr().get()));
+    let pcp = (needed, PhysRange::new(at, range.end.addr().get()));
 
     if let Some(r) = later {
         machine

@@ -23,7 +23,7 @@ use crate::user_pages::{GIANT_BASE, Tables, UserMigrator, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use pageframe::{
-    ContigError, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, PfnRange, ZoneKind,
+    Block, ContigError, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, PfnRange, ZoneKind,
 };
 
 /// Frames in 1 GiB.
@@ -101,11 +101,17 @@ struct Draining<'m, 't> {
 }
 
 impl Migrator for Draining<'_, '_> {
-    fn isolate(&mut self, pfn: Pfn, order: Order, tag: u32) -> bool {
-        self.inner.isolate(pfn, order, tag)
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        self.inner.isolate(pfn, order)
     }
     fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, m: MigrateMode) -> Result<(), MigrateError> {
         self.inner.migrate(s, d, o, m)
+    }
+    fn putback(&mut self, b: Block) {
+        self.inner.putback(b)
+    }
+    fn migrated(&mut self, b: Block, from: Pfn) {
+        self.inner.migrated(b, from)
     }
     fn drain_caches(&mut self) {
         self.machine.drain_pcp(None, |_| core::hint::spin_loop());
@@ -150,10 +156,11 @@ pub fn run(
         .map_err(|_| GiantError::NoMemory("reverse map"))?;
     rmap.resize(pfn_end as usize, 0u32);
     let mut tables = Tables::current();
+    // Table frames stay in the tables (as numbers) for the kernel's life.
     let mut take = || {
         machine
             .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .map(|a| a.pfn.get() * 4096)
+            .map(|a| a.into_raw().0.get() * 4096)
             .ok()
     };
     for vpn in (0..cap).step_by(512) {
@@ -176,16 +183,16 @@ pub fn run(
         let Ok(a) = machine.alloc(NODE, Gfp::HIGHUSER_MOVABLE, Order::ZERO) else {
             break;
         };
-        if a.zone != ZoneKind::Normal {
-            machine
-                .free(a.pfn, Order::ZERO)
-                .map_err(|_| GiantError::Allocator("free"))?;
+        if a.zone() != ZoneKind::Normal {
+            machine.free(a).map_err(|_| GiantError::Allocator("free"))?;
             break;
         }
-        if !tables.map_user(vpn, a.pfn) {
+        // Mapped: the page-table entry keeps the block as its number.
+        let (pfn, _) = a.into_raw();
+        if !tables.map_user(vpn, pfn) {
             return Err(GiantError::NoMemory("user page table"));
         }
-        rmap[a.pfn.get() as usize] = vpn as u32 + 1;
+        rmap[pfn.get() as usize] = vpn as u32 + 1;
         let page = user_addr(vpn);
         for w in CHECKED {
             // SAFETY: `page` maps a frame just allocated for this page.
@@ -199,40 +206,40 @@ pub fn run(
         if pfn.get() % 4 != 0 {
             tables.unmap_user(v);
             rmap[pfn.get() as usize] = 0;
-            machine
-                .free(pfn, Order::ZERO)
-                .map_err(|_| GiantError::Allocator("free of a user page"))?;
+            free_user_page(machine, pfn)?;
         } else {
             rep.kept += 1;
         }
     }
 
     let mut mig = UserMigrator {
+        machine,
         tables: &mut tables,
         rmap,
         moved: 0,
         refused: 0,
         on_checkpoint: None,
     };
-    let range = match target {
-        Target::Giant => giant_page(machine, &mut mig, &mut rep)?,
-        Target::Hotplug => hotplug(machine, &mut mig, &mut rep)?,
+    let (range, giant) = match target {
+        Target::Giant => {
+            let g = giant_page(machine, &mut mig, &mut rep)?;
+            (g.range(), Some(g))
+        }
+        Target::Hotplug => (hotplug(machine, &mut mig, &mut rep)?, None),
     };
     let tables = mig.tables;
     check_user_pages(tables, rep.filled, range)?;
 
     // Everything back.
-    if target == Target::Giant {
+    if let Some(g) = giant {
         machine
-            .free_contig_range(range)
-            .map_err(|_| GiantError::Allocator("free_contig_range"))?;
+            .free_segment(g)
+            .map_err(|_| GiantError::Allocator("free_segment"))?;
     }
     for v in 0..rep.filled {
         if let Some(pfn) = tables.user_frame(v) {
             tables.unmap_user(v);
-            machine
-                .free(pfn, Order::ZERO)
-                .map_err(|_| GiantError::Allocator("free of a user page"))?;
+            free_user_page(machine, pfn)?;
         }
     }
     machine.drain_pcp(None, |_| core::hint::spin_loop());
@@ -247,6 +254,18 @@ pub fn run(
         });
     }
     Ok(rep)
+}
+
+/// Frees a user page this kernel has just unmapped (its number was the
+/// page-table entry's).
+fn free_user_page(machine: &'static KernelMachine, pfn: Pfn) -> Result<(), GiantError> {
+    // SAFETY: the entry held the page's number and is gone: the block is
+    // this kernel's, used by nothing else.
+    let b = unsafe { machine.block_from_raw(pfn, Order::ZERO) }
+        .map_err(|_| GiantError::Allocator("a user page's number"))?;
+    machine
+        .free(b)
+        .map_err(|_| GiantError::Allocator("free of a user page"))
 }
 
 /// Every user page kept its data, and none maps into `range`.
@@ -269,12 +288,12 @@ fn check_user_pages(tables: &mut Tables, filled: u64, range: PfnRange) -> Result
 }
 
 /// The 1 GiB page: taken, mapped with one level-3 entry, written through
-/// it and read back through the direct map. Returns its range (held).
+/// it and read back through the direct map. Returns it (held).
 fn giant_page(
     machine: &'static KernelMachine,
     mig: &mut UserMigrator<'_>,
     rep: &mut GiantReport,
-) -> Result<PfnRange, GiantError> {
+) -> Result<pageframe::Segment, GiantError> {
     // The 1 GiB page.
     let t0 = Instant::now();
     let got = machine.alloc_contig(
@@ -305,11 +324,11 @@ fn giant_page(
             return Err(GiantError::Contig(e));
         }
     };
-    rep.range = Some(got.range);
-    rep.zone = Some(got.zone);
-    rep.moved = got.moved;
+    rep.range = Some(got.range());
+    rep.zone = Some(got.zone());
+    rep.moved = got.moved();
     let tables = &mut *mig.tables;
-    if !tables.map_giant(got.range.start) {
+    if !tables.map_giant(got.start()) {
         return Err(GiantError::NoMemory("1 GiB entry in use"));
     }
     // A word in every 4 KiB, through the 1 GiB mapping...
@@ -323,7 +342,7 @@ fn giant_page(
         };
     }
     // ...read back through the direct map (physical address).
-    let phys = got.range.start.addr().get() as *const u64;
+    let phys = got.start().addr().get() as *const u64;
     for i in 0..GIANT {
         // SAFETY: the direct map covers all RAM; the range is ours.
         let v = unsafe { phys.add((i * 512 + i % 512) as usize).read_volatile() };
@@ -332,7 +351,7 @@ fn giant_page(
         }
     }
     tables.unmap_giant();
-    Ok(got.range)
+    Ok(got)
 }
 
 /// 256 MiB of the Normal zone, holding user pages, offline (they migrate
@@ -388,14 +407,14 @@ fn hotplug(
         let Ok(a) = machine.alloc(NODE, Gfp::HIGHUSER_MOVABLE, Order::ZERO) else {
             break;
         };
-        if range.contains(a.pfn) {
-            return Err(GiantError::LeftInRange(a.pfn.get()));
+        if range.contains(a.pfn()) {
+            return Err(GiantError::LeftInRange(a.pfn().get()));
         }
-        probe.push(a.pfn);
+        probe.push(a);
     }
-    for p in probe {
+    for b in probe.drain(..) {
         machine
-            .free(p, Order::ZERO)
+            .free(b)
             .map_err(|_| GiantError::Allocator("free of a probe frame"))?;
     }
     machine

@@ -12,7 +12,7 @@ use crate::memmap::PAGE_SIZE;
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::null_mut;
 use linked_list_allocator::Heap;
-use pageframe::{Gfp, Order, Pfn};
+use pageframe::{Gfp, NoMigration, Order, Pfn};
 use spin::{Mutex, Once};
 
 /// Order of the block behind the small-object heap (64 KiB).
@@ -43,10 +43,11 @@ impl core::fmt::Display for HeapInitError {
 /// Starts the heap over `machine`; returns the small heap's size in bytes.
 pub fn init(machine: &'static KernelMachine) -> Result<usize, HeapInitError> {
     let order = Order::new(SMALL_HEAP_ORDER).expect("order 4 is valid");
-    let pfn = machine
+    // Never freed: the heap lives as long as the kernel.
+    let (pfn, _) = machine
         .alloc(NODE, Gfp::KERNEL, order)
-        .map(|a| a.pfn)
-        .map_err(HeapInitError)?;
+        .map_err(HeapInitError)?
+        .into_raw();
     let bytes = (order.pages() * PAGE_SIZE) as usize;
     // SAFETY: a block just allocated for the heap alone, mapped at its
     // physical address (the direct map covers all RAM), never freed.
@@ -80,37 +81,24 @@ fn route(layout: Layout) -> Route {
     }
 }
 
-/// The heap's ranges hold no movable memory to move: candidates with
-/// movable pages are passed over.
-struct NoMoves;
-
-impl pageframe::Migrator for NoMoves {
-    fn migrate(
-        &mut self,
-        _: Pfn,
-        _: Pfn,
-        _: Order,
-        _: pageframe::MigrateMode,
-    ) -> Result<(), pageframe::MigrateError> {
-        Err(pageframe::MigrateError::Busy)
-    }
-}
-
 // SAFETY: blocks are exclusive to their requester until freed; the small
 // heap is behind a lock; alignment is met (see the module comment).
 unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match route(layout) {
             Route::Range(frames, align) => match self.machine.get() {
+                // The heap moves nothing: candidates with movable pages are
+                // passed over. The range is kept as its address until
+                // `dealloc` (a pointer is all `GlobalAlloc` keeps).
                 Some(machine) => machine
-                    .alloc_contig(NODE, Gfp::KERNEL, frames, align, &mut NoMoves)
-                    .map_or(null_mut(), |a| a.range.start.addr().get() as *mut u8),
+                    .alloc_contig(NODE, Gfp::KERNEL, frames, align, &mut NoMigration)
+                    .map_or(null_mut(), |a| a.into_raw().start.addr().get() as *mut u8),
                 None => null_mut(),
             },
             Route::Pages(order) => match self.machine.get() {
                 Some(machine) => machine
                     .alloc(NODE, Gfp::KERNEL, order)
-                    .map_or(null_mut(), |a| a.pfn.addr().get() as *mut u8),
+                    .map_or(null_mut(), |a| a.into_raw().0.addr().get() as *mut u8),
                 None => null_mut(),
             },
             Route::Small => self
@@ -130,7 +118,13 @@ unsafe impl GlobalAlloc for KernelHeap {
                     .expect("a range was allocated, so init ran");
                 let start = Pfn::new(ptr as u64 / PAGE_SIZE);
                 let range = pageframe::PfnRange::new(start, start + frames);
-                if let Err(e) = machine.free_contig_range(range) {
+                // SAFETY: `GlobalAlloc::dealloc`'s contract: `ptr` came from
+                // `alloc` with this layout, i.e. this range, and is not used
+                // again.
+                let freed = unsafe { machine.segment_from_raw(range) }
+                    .map_err(|e| e.why)
+                    .and_then(|s| machine.free_segment(s).map_err(|e| e.reason()));
+                if let Err(e) = freed {
                     panic!("heap: freeing range {range:?}: {e:?}");
                 }
             }
@@ -140,7 +134,11 @@ unsafe impl GlobalAlloc for KernelHeap {
                     .get()
                     .expect("a page block was allocated, so init ran");
                 let pfn = Pfn::new(ptr as u64 / PAGE_SIZE);
-                if let Err(e) = machine.free(pfn, order) {
+                // SAFETY: as for ranges: this block came from `alloc`.
+                let freed = unsafe { machine.block_from_raw(pfn, order) }
+                    .map_err(|e| e.why)
+                    .and_then(|b| machine.free(b).map_err(|e| e.reason()));
+                if let Err(e) = freed {
                     panic!("heap: freeing block {pfn:?} order {order:?}: {e:?}");
                 }
             }

@@ -13,7 +13,7 @@ use crate::time::{Cycles, Instant};
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 use pageframe::{
-    Gfp, MigrateError, MigrateMode, Migrator, Order, PAGE_SIZE, Pfn, PfnRange, ZoneKind,
+    Block, Gfp, MigrateError, MigrateMode, Migrator, Order, PAGE_SIZE, Pfn, PfnRange, ZoneKind,
 };
 
 /// What went wrong.
@@ -87,11 +87,33 @@ impl Owners {
 }
 
 /// Copies frames through the direct map and keeps the index up to date.
+/// The workload's pages are kept as numbers in the index: a page is made a
+/// block again when the allocator asks to move it, and given up as a
+/// number once it is back or moved.
 struct Copier<'i> {
+    machine: &'static KernelMachine,
     owner: &'i mut Owners,
 }
 
 impl Migrator for Copier<'_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        if self.owner.slot(pfn).is_none_or(|id| *id == 0) {
+            return None;
+        }
+        // SAFETY: a workload page: the index holds its number, and the
+        // block goes back to a number in `putback` or `migrated`.
+        unsafe { self.machine.block_from_raw(pfn, order) }.ok()
+    }
+
+    fn putback(&mut self, b: Block) {
+        let _ = b.into_raw();
+    }
+
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        // `migrate` moved the page's id in the index already.
+        let _ = b.into_raw();
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -190,23 +212,25 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
         let a = machine
             .alloc(NODE, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
             .map_err(|_| HotAddError::Allocator("workload page"))?;
-        if a.zone != ZoneKind::Movable {
+        if a.zone() != ZoneKind::Movable {
             machine
-                .free(a.pfn, Order::ZERO)
+                .free(a)
                 .map_err(|_| HotAddError::Allocator("free"))?;
             break;
         }
-        all.push(a.pfn);
+        all.push(a);
     }
-    for (i, p) in all.iter().enumerate() {
+    for (i, b) in all.drain(..).enumerate() {
         if i % 2 == 0 {
-            write_page(*p, i as u64);
+            // Kept as its number in the index from here on.
+            let (p, _) = b.into_raw();
+            write_page(p, i as u64);
             *owner
-                .slot(*p)
+                .slot(p)
                 .ok_or(HotAddError::Allocator("page outside the range"))? = i as u64 + 1;
         } else {
             machine
-                .free(*p, Order::ZERO)
+                .free(b)
                 .map_err(|_| HotAddError::Allocator("free"))?;
         }
     }
@@ -218,7 +242,13 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
     let half = PfnRange::new(Pfn::new(mid), plan.online.end);
     let t1 = Instant::now();
     let moved = machine
-        .offline_range(half, &mut Copier { owner: &mut owner })
+        .offline_range(
+            half,
+            &mut Copier {
+                machine,
+                owner: &mut owner,
+            },
+        )
         .map_err(|_| HotAddError::Allocator("offline half"))?;
     let offline_cycles = t1.elapsed();
     if owner.pages().count() as u64 != pages {
@@ -230,8 +260,11 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
         }
     }
     for (pfn, _) in owner.pages() {
+        // SAFETY: the index held the page's number; nothing uses it after.
+        let b = unsafe { machine.block_from_raw(pfn, Order::ZERO) }
+            .map_err(|_| HotAddError::Allocator("a workload page's number"))?;
         machine
-            .free(pfn, Order::ZERO)
+            .free(b)
             .map_err(|_| HotAddError::Allocator("free of a workload page"))?;
     }
     machine

@@ -23,7 +23,7 @@ use crate::user_pages::{Tables, UserMigrator, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use pageframe::{FallbackStats, Gfp, MigrateType, Order, Pfn};
+use pageframe::{Block, FallbackStats, Gfp, MigrateType, Order, Pfn};
 
 /// Words per 4 KiB page.
 const WORDS: usize = 512;
@@ -201,9 +201,9 @@ pub fn run(
     rmap.try_reserve_exact(pfn_end as usize)
         .map_err(|_| MigrateModeError::NoMemory("reverse map"))?;
     rmap.resize(pfn_end as usize, 0u32);
-    let mut blocks: Vec<Pfn> = Vec::new();
+    let mut blocks: Vec<Block> = Vec::new();
     let mut lat: Vec<u64> = Vec::new();
-    let mut unmovable: Vec<Pfn> = Vec::new();
+    let mut unmovable: Vec<Block> = Vec::new();
     let unmov_cap =
         cap.checked_div(p.unmovable_every).unwrap_or(0) + huge_cap * p.unmovable_per_block + 1;
     blocks
@@ -222,12 +222,12 @@ pub fn run(
     // Page tables of both regions, also before the fill. They stay mapped
     // (empty) after the run and are reused by the next one.
     let mut tables = Tables::current();
+    // Table frames stay in the tables (as numbers) for the kernel's life.
     let mut take = || {
         machine
             .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .map(|a| a.pfn)
             .ok()
-            .map(|p| p.get() * 4096)
+            .map(|a| a.into_raw().0.get() * 4096)
     };
     for vpn in (0..cap).step_by(512) {
         tables
@@ -254,12 +254,16 @@ pub fn run(
     let mut vpn = 0u64;
     while vpn < cap {
         if p.unmovable_every > 0 && vpn.is_multiple_of(p.unmovable_every) {
-            match machine.alloc(NODE, Gfp::KERNEL, Order::ZERO).map(|a| a.pfn) {
+            match machine.alloc(NODE, Gfp::KERNEL, Order::ZERO) {
                 Ok(f) => unmovable.push(f),
                 Err(_) => break,
             }
         }
-        let Ok(pfn) = machine.alloc(NODE, movable, Order::ZERO).map(|a| a.pfn) else {
+        // Mapped: the page-table entry keeps the block as its number.
+        let Ok((pfn, _)) = machine
+            .alloc(NODE, movable, Order::ZERO)
+            .map(Block::into_raw)
+        else {
             break;
         };
         if !tables.map_user(vpn, pfn) {
@@ -281,15 +285,14 @@ pub fn run(
         if pfn.get() % 4 != 0 {
             tables.unmap_user(v);
             rmap[pfn.get() as usize] = 0;
-            machine
-                .free(pfn, Order::ZERO)
-                .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
+            free_user_page(machine, pfn)?;
         } else {
             rep.kept += 1;
         }
     }
 
     let mut mig = UserMigrator {
+        machine,
         tables: &mut tables,
         rmap,
         moved: 0,
@@ -328,7 +331,6 @@ pub fn run(
         }
         crate::smp::leave_user_regions();
     };
-    let thp = Order::HUGE_2M;
     let shoot0 = crate::smp::shootdowns();
     let mut middle = || -> Result<(), MigrateModeError> {
         // Proactive phase: the machine's kcompactd is ticked by the timer
@@ -368,22 +370,22 @@ pub fn run(
         rep.free_before = machine.free_pages();
         loop {
             for _ in 0..p.unmovable_per_block {
-                if let Ok(f) = machine.alloc(NODE, Gfp::KERNEL, Order::ZERO).map(|a| a.pfn) {
+                if let Ok(f) = machine.alloc(NODE, Gfp::KERNEL, Order::ZERO) {
                     unmovable.push(f);
                 }
             }
             let t = Instant::now();
             let got = alloc_huge(machine, &mut mig);
             let dt = t.elapsed().0;
-            let Some(pfn) = got else { break };
+            let Some(b) = got else { break };
             lat.push(dt);
             if blocks.len() == blocks.capacity() {
                 machine
-                    .free(pfn, thp)
+                    .free(b)
                     .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
                 break;
             }
-            blocks.push(pfn);
+            blocks.push(b);
         }
         Ok(())
     };
@@ -412,7 +414,8 @@ pub fn run(
     rep.polluted_peak = polluted(machine);
     rep.unmovable_in_movable = unmovable
         .iter()
-        .filter(|&&f| {
+        .map(Block::pfn)
+        .filter(|&f| {
             machine
                 .zone_of(f)
                 .and_then(|z| z.inspect(|m| m.block_type(f)))
@@ -432,8 +435,8 @@ pub fn run(
 
     // Map each block with one 2 MiB entry, write through it, read back
     // through the direct map.
-    for (i, &pfn) in blocks.iter().enumerate() {
-        let i = i as u64;
+    for (i, b) in blocks.iter().enumerate() {
+        let (i, pfn) = (i as u64, b.pfn());
         if !mig.tables.map_huge(i, pfn) {
             return Err(MigrateModeError::NoMemory("huge page table"));
         }
@@ -482,24 +485,23 @@ pub fn run(
     rep.fallback.highatomic_used -= fallback0.highatomic_used;
     rep.fallback.failures -= fallback0.failures;
 
-    // Tear down and check conservation.
-    for (i, &pfn) in blocks.iter().enumerate() {
+    // Tear down and check conservation (draining: the lists' own heap
+    // blocks stay until after the count).
+    for (i, b) in blocks.drain(..).enumerate() {
         mig.tables.unmap_huge(i as u64);
         machine
-            .free(pfn, thp)
+            .free(b)
             .map_err(|_| MigrateModeError::Allocator("free of a 2 MiB block"))?;
     }
     for v in 0..rep.filled {
         if let Some(pfn) = mig.tables.user_frame(v) {
             mig.tables.unmap_user(v);
-            machine
-                .free(pfn, Order::ZERO)
-                .map_err(|_| MigrateModeError::Allocator("free of a user page"))?;
+            free_user_page(machine, pfn)?;
         }
     }
-    for &f in &unmovable {
+    for f in unmovable.drain(..) {
         machine
-            .free(f, Order::ZERO)
+            .free(f)
             .map_err(|_| MigrateModeError::Allocator("free of an unmovable frame"))?;
     }
     let after = machine.free_pages();
@@ -525,13 +527,25 @@ pub fn run(
 /// A 2 MiB block for a movable request that may retry: the free lists
 /// first, then the machine's slow path, whose direct compaction moves user
 /// pages through `mig` (async, then sync-light, with capture).
-fn alloc_huge(machine: &KernelMachine, mig: &mut UserMigrator<'_>) -> Option<Pfn> {
+fn alloc_huge(machine: &KernelMachine, mig: &mut UserMigrator<'_>) -> Option<Block> {
     let gfp = Gfp::TRANSHUGE | Gfp::RETRY_MAYFAIL;
     let thp = Order::HUGE_2M;
     if let Ok(a) = machine.alloc(NODE, gfp, thp) {
-        return Some(a.pfn);
+        return Some(a);
     }
-    machine.alloc_slow(NODE, gfp, thp, mig).ok().map(|a| a.pfn)
+    machine.alloc_slow(NODE, gfp, thp, mig).ok()
+}
+
+/// Frees a user page this kernel has just unmapped (its number was the
+/// page-table entry's).
+fn free_user_page(machine: &KernelMachine, pfn: Pfn) -> Result<(), MigrateModeError> {
+    // SAFETY: the entry held the page's number and is gone: the block is
+    // this kernel's, used by nothing else.
+    let b = unsafe { machine.block_from_raw(pfn, Order::ZERO) }
+        .map_err(|_| MigrateModeError::Allocator("a user page's number"))?;
+    machine
+        .free(b)
+        .map_err(|_| MigrateModeError::Allocator("free of a user page"))
 }
 
 /// Prints the side-by-side table of runs.

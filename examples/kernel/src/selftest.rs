@@ -199,7 +199,12 @@ pub fn run(
         (0u64, 0u64, Pfn::new(u64::MAX), Pfn::new(0));
     let start = Instant::now();
     loop {
-        let pfn = match machine.alloc(NODE, TAKE_ALL, order0).map(|a| a.pfn) {
+        // Each frame is kept as its number in the bitmap (as a page table
+        // would keep it): the block is given up here, made again to free.
+        let pfn = match machine
+            .alloc(NODE, TAKE_ALL, order0)
+            .map(|a| a.into_raw().0)
+        {
             Ok(pfn) => pfn,
             Err(AllocError::OutOfMemory) => break,
             Err(e) => return Err(SelftestError::Alloc(e)),
@@ -226,8 +231,8 @@ pub fn run(
     if left != 0 {
         return Err(SelftestError::Leftover(left));
     }
-    if let Ok(pfn) = machine.alloc(NODE, TAKE_ALL, order0).map(|a| a.pfn) {
-        return Err(SelftestError::AllocWhenEmpty(pfn));
+    if let Ok(b) = machine.alloc(NODE, TAKE_ALL, order0) {
+        return Err(SelftestError::AllocWhenEmpty(b.into_raw().0));
     }
 
     // 2. Write each frame's number into its first word (and a variant into
@@ -254,8 +259,9 @@ pub fn run(
     }
     let verify = start.elapsed();
 
-    // 4. Free in random order; the first free is repeated to check that a
-    //    double free is refused and changes nothing.
+    // 4. Free in random order; the first free is repeated (its number made
+    //    a block again) to check that a double free is refused and changes
+    //    nothing.
     let permutation = Permutation::new(pfn_end, seed);
     let mut checked_double = false;
     let start = Instant::now();
@@ -263,13 +269,20 @@ pub fn run(
         if !taken.clear(pfn) {
             continue;
         }
+        // SAFETY: the bitmap held the frame as this test's alone, and the
+        // bit is clear now: the number is used for nothing else.
+        let block = unsafe { machine.block_from_raw(pfn, order0) }
+            .map_err(|e| SelftestError::Free(pfn, e.why))?;
         machine
-            .free(pfn, order0)
-            .map_err(|e| SelftestError::Free(pfn, e))?;
+            .free(block)
+            .map_err(|e| SelftestError::Free(pfn, e.reason()))?;
         if !checked_double {
             checked_double = true;
             let mid = Snapshot::take(machine);
-            if machine.free(pfn, order0).is_ok() {
+            // SAFETY: a number freed just above and not handed out since:
+            // the call must refuse it (the double free this checks).
+            if let Ok(twice) = unsafe { machine.block_from_raw(pfn, order0) } {
+                let _ = twice.into_raw();
                 return Err(SelftestError::DoubleFreeAccepted(pfn));
             }
             if let Some((zone, order, a, b)) = mid.first_difference(&Snapshot::take(machine)) {

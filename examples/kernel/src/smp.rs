@@ -354,12 +354,12 @@ pub fn start_aps(
 /// on the trampoline page.
 fn map_apic_and_trampoline(machine: &KernelMachine) -> Result<(), SmpError> {
     let mut tables = Tables::current();
+    // Table frames stay in the tables (as numbers) for the kernel's life.
     let mut take = || {
         machine
             .alloc(NODE, Gfp::KERNEL | Gfp::DMA32 | Gfp::ZERO, Order::ZERO)
-            .map(|a| a.pfn)
             .ok()
-            .map(|p| p.get() * 4096)
+            .map(|a| a.into_raw().0.get() * 4096)
     };
     // The APIC page: identity, uncached, not executable.
     let e = tables
@@ -385,10 +385,11 @@ fn map_apic_and_trampoline(machine: &KernelMachine) -> Result<(), SmpError> {
 /// Starts CPU `i` (APIC id `apic`) and waits until it runs Rust code.
 fn start_one(machine: &KernelMachine, rate: &TscRate, i: usize, apic: u32) -> Result<(), SmpError> {
     let stack_order = Order::new(3).expect("order 3 exists");
-    let stack = machine
+    // The CPU's stack for the kernel's life: kept as its address.
+    let (stack, _) = machine
         .alloc(NODE, Gfp::KERNEL, stack_order)
         .map_err(|_| SmpError::NoMemory)?
-        .pfn;
+        .into_raw();
     let stack_top = (stack.get() + stack_order.pages()) * 4096;
 
     // SAFETY: the trampoline's bytes are a static blob between the two

@@ -26,7 +26,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicU32, Ordering};
 use pageframe::pcp::{CpuId, PcpStats};
 use pageframe::{
-    ContigError, CpuCache, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, ZoneKind,
+    Block, ContigError, CpuCache, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, ZoneKind,
 };
 use spin::Mutex;
 
@@ -138,9 +138,9 @@ pub struct SmpReport {
 struct Shared {
     machine: &'static KernelMachine,
     n: usize,
-    outbox: [Mutex<Vec<(Pfn, Order)>>; CPUS],
-    inbox_scratch: [Mutex<Vec<(Pfn, Order)>>; CPUS],
-    mine: [Mutex<Vec<(Pfn, Order)>>; CPUS],
+    outbox: [Mutex<Vec<Block>>; CPUS],
+    inbox_scratch: [Mutex<Vec<Block>>; CPUS],
+    mine: [Mutex<Vec<Block>>; CPUS],
     finished: AtomicU32,
     /// The zone of the first allocation (both CPUs prefer the same one).
     zone: Mutex<Option<ZoneKind>>,
@@ -149,18 +149,30 @@ struct Shared {
 
 type Handle = CpuCache<'static, 'static, IrqLock>;
 
-/// The migrator of the stress's contiguous ranges: the stress keeps its
-/// frames by number, so nothing moves (the range comes from free memory
-/// and what the caches give back); before a range is taken, every CPU's
-/// caches are drained through this CPU's handle, which it serves while it
-/// waits.
+/// The migrator of the stress's contiguous ranges: the stress's blocks
+/// are in flight between CPUs, so nothing moves (the range comes from free
+/// memory and what the caches give back); before a range is taken, every
+/// CPU's caches are drained through this CPU's handle, which it serves
+/// while it waits.
 struct Draining<'h> {
     handle: &'h mut Handle,
 }
 
 impl Migrator for Draining<'_> {
+    fn isolate(&mut self, _: Pfn, _: Order) -> Option<Block> {
+        None
+    }
+
     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
         Err(MigrateError::Busy)
+    }
+
+    fn putback(&mut self, b: Block) {
+        let _ = b.into_raw(); // never handed over
+    }
+
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        let _ = b.into_raw(); // never handed over
     }
 
     fn drain_caches(&mut self) {
@@ -182,16 +194,15 @@ impl Shared {
         &self,
         handle: &mut Handle,
         owner: usize,
-        (pfn, order): (Pfn, Order),
+        block: Block,
     ) -> Result<(), SmpStressError> {
+        let pfn = block.pfn();
         // SAFETY: the frame is allocated to this stress and handed to this
         // CPU (by itself or through an outbox); identity-mapped RAM.
         if unsafe { frame_word(pfn).read_volatile() } != tag(owner, pfn) {
             return Err(SmpStressError::Corrupt(pfn));
         }
-        handle
-            .free(pfn, order)
-            .map_err(|_| SmpStressError::Free(pfn))
+        handle.free(block).map_err(|_| SmpStressError::Free(pfn))
     }
 
     fn work(&self, cpu: usize) -> Result<CpuReport, SmpStressError> {
@@ -228,11 +239,11 @@ impl Shared {
                 let range = self
                     .machine
                     .alloc_contig(node, Gfp::KERNEL, CONTIG_FRAMES, 1, &mut mig)
-                    .map_err(SmpStressError::Contig)?
-                    .range;
+                    .map_err(SmpStressError::Contig)?;
+                let start = range.start();
                 self.machine
-                    .free_contig_range(range)
-                    .map_err(|_| SmpStressError::Free(range.start))?;
+                    .free_segment(range)
+                    .map_err(|_| SmpStressError::Free(start))?;
                 rep.contig += 1;
             }
             for i in 0..BATCH {
@@ -240,11 +251,11 @@ impl Shared {
                 let a = handle
                     .alloc(movable, order)
                     .map_err(|_| SmpStressError::Alloc)?;
-                self.zone.lock().get_or_insert(a.zone);
-                rep.local += u64::from(a.node == node);
+                self.zone.lock().get_or_insert(a.zone());
+                rep.local += u64::from(a.node() == node);
                 // SAFETY: just allocated to this CPU; identity-mapped.
-                unsafe { frame_word(a.pfn).write_volatile(tag(cpu, a.pfn)) };
-                mine.push((a.pfn, order));
+                unsafe { frame_word(a.pfn()).write_volatile(tag(cpu, a.pfn())) };
+                mine.push(a);
                 rep.allocated += 1;
             }
             // Half to the other CPU (while its outbox has room).
@@ -297,7 +308,7 @@ impl Shared {
 }
 
 /// One buffer of held blocks per CPU.
-type Buffers = [Mutex<Vec<(Pfn, Order)>>; CPUS];
+type Buffers = [Mutex<Vec<Block>>; CPUS];
 
 fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), SmpStressError> {
     v.try_reserve_exact(n)

@@ -20,7 +20,7 @@ use crate::user_pages::{HUGE_BASE, Tables, USER_BASE, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::mem::MaybeUninit;
-use pageframe::{Gfp, Order, Pfn};
+use pageframe::{Gfp, Order};
 use pageframe_swap::{
     Order as SwapOrder, Slot, SwapConfig, SwapCpu, SwapDevice, SwapinDecision, SwapinPolicy,
     VmaFlags,
@@ -93,13 +93,13 @@ fn word(seed: u64, i: usize) -> u64 {
 
 /// The RAM disk: one 2 MiB block per cluster, reserved from the allocator.
 struct RamDisk {
-    blocks: Vec<Pfn>,
+    blocks: Vec<pageframe::Block>,
 }
 
 impl RamDisk {
     fn slot_addr(&self, s: Slot) -> *mut u8 {
         let s = u64::from(s.get());
-        ((self.blocks[(s / 512) as usize].get() + s % 512) * PAGE) as *mut u8
+        ((self.blocks[(s / 512) as usize].pfn().get() + s % 512) * PAGE) as *mut u8
     }
 
     /// Copies `pages` pages at physical `from` to the slots from `s`.
@@ -166,22 +166,21 @@ fn run_inner(machine: &'static KernelMachine) -> Result<(ThpSwapReport, u64), Th
     for _ in 0..CLUSTERS {
         let b = machine
             .alloc(NODE, Gfp::KERNEL, Order::HUGE_2M)
-            .map_err(|_| ThpSwapError::NoMemory("RAM disk"))?
-            .pfn;
+            .map_err(|_| ThpSwapError::NoMemory("RAM disk"))?;
         // Touched once now, so the host's first-touch faults on the disk
         // are not part of any timed trip.
         // SAFETY: the block was just reserved for the disk; RAM reachable
         // through the identity direct map.
-        unsafe { core::ptr::write_bytes((b.get() * PAGE) as *mut u8, 0, 512 * PAGE as usize) };
+        unsafe { core::ptr::write_bytes(b.addr().get() as *mut u8, 0, 512 * PAGE as usize) };
         disk.blocks.push(b);
     }
     let mut tables = Tables::current();
+    // Table frames stay in the tables (as numbers) for the kernel's life.
     let mut take = || {
         machine
             .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .map(|a| a.pfn)
             .ok()
-            .map(|p| p.get() * PAGE)
+            .map(|a| a.into_raw().0.get() * PAGE)
     };
     tables
         .entry(HUGE_BASE, 2, Some(&mut take))
@@ -238,9 +237,9 @@ fn run_inner(machine: &'static KernelMachine) -> Result<(ThpSwapReport, u64), Th
         return Err(ThpSwapError::Leak("swap slots"));
     }
     dev.validate().map_err(|_| ThpSwapError::Swap("validate"))?;
-    for &b in &disk.blocks {
+    for b in disk.blocks.drain(..) {
         machine
-            .free(b, Order::HUGE_2M)
+            .free(b)
             .map_err(|_| ThpSwapError::Leak("RAM disk free refused"))?;
     }
     Ok((rep, tables.table_frames))
@@ -266,10 +265,10 @@ fn one_trip(
     let name = ["whole", "split in", "split out"][path];
 
     // The page, mapped with one 2 MiB entry and filled through it.
-    let blk = machine
+    let block = machine
         .alloc(NODE, movable, thp)
-        .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?
-        .pfn;
+        .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?;
+    let blk = block.pfn();
     if !tables.map_huge(0, blk) {
         return Err(ThpSwapError::NoMemory("2 MiB mapping"));
     }
@@ -314,7 +313,7 @@ fn one_trip(
         }
     }
     machine
-        .free(blk, thp)
+        .free(block)
         .map_err(|_| ThpSwapError::Leak("free of the swapped-out page"))?;
     let out = t.elapsed().0;
 
@@ -328,10 +327,10 @@ fn one_trip(
         if d != SwapinDecision::Whole {
             return Err(ThpSwapError::Decision(d));
         }
-        let nb = machine
+        let new_block = machine
             .alloc(NODE, movable, thp)
-            .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?
-            .pfn;
+            .map_err(|_| ThpSwapError::NoMemory("the 2 MiB page"))?;
+        let nb = new_block.pfn();
         dev.swapcache_prepare(s, k)
             .map_err(|_| ThpSwapError::Swap("swap cache"))?;
         disk.read(s, nb.get() * PAGE, 512);
@@ -353,7 +352,7 @@ fn one_trip(
         }
         tables.unmap_huge(0);
         machine
-            .free(nb, thp)
+            .free(new_block)
             .map_err(|_| ThpSwapError::Leak("free of the swapped-in page"))?;
         return Ok((out, inn));
     }
@@ -369,10 +368,11 @@ fn one_trip(
         slots.extend((0..512).map(|i| Slot::new(first + i)));
     }
     for (i, &s) in slots.iter().enumerate() {
-        let f = machine
+        // Mapped: the page-table entry keeps the block as its number.
+        let (f, _) = machine
             .alloc(NODE, movable, Order::ZERO)
             .map_err(|_| ThpSwapError::NoMemory("a base page"))?
-            .pfn;
+            .into_raw();
         dev.swapcache_prepare(s, base)
             .map_err(|_| ThpSwapError::Swap("swap cache"))?;
         disk.read(s, f.get() * PAGE, 1);
@@ -399,8 +399,11 @@ fn one_trip(
             .user_frame(p as u64)
             .ok_or(ThpSwapError::Leak("mapping"))?;
         tables.unmap_user(p as u64);
+        // SAFETY: the entry held the page's number and is gone.
+        let b = unsafe { machine.block_from_raw(f, Order::ZERO) }
+            .map_err(|_| ThpSwapError::Leak("a base page's number"))?;
         machine
-            .free(f, Order::ZERO)
+            .free(b)
             .map_err(|_| ThpSwapError::Leak("free of a base page"))?;
     }
     Ok((out, inn))

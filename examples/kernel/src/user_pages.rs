@@ -3,6 +3,12 @@
 //! frame to virtual page, and the [`Migrator`] that moves them (copy the
 //! frame, switch the PTE, `invlpg`), as compaction asks (spec 03 §12).
 //!
+//! A mapped page's block lives in its page-table entry as a frame number
+//! (`Block::into_raw`): when the allocator asks to move it, the reverse map
+//! says whose it is and the number becomes a block again
+//! (`Machine::block_from_raw`), handed over; the block that comes back
+//! (the old one, or the new frame's) goes into the entry as a number.
+//!
 //! A second region holds 2 MiB mappings of blocks the allocator hands out
 //! whole (transparent huge pages in a real kernel).
 //!
@@ -11,9 +17,9 @@
 //! physical address.
 
 use alloc::vec::Vec;
-use pageframe::SlowPathHooks;
-use pageframe::compact::{MigrateError, MigrateMode, Migrator};
-use pageframe::{Order, Pfn};
+use pageframe::{Block, MigrateError, MigrateMode, Migrator, Order, Pfn, SlowPathHooks};
+
+use crate::bringup::KernelMachine;
 use x86_64::instructions::tlb;
 use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::page_table::PageTableEntry;
@@ -206,6 +212,8 @@ pub fn huge_addr(i: u64) -> *mut u64 {
 /// Moves user pages for compaction: the reverse map says which virtual
 /// page maps a frame; only frames of the user region move.
 pub struct UserMigrator<'t> {
+    /// The machine the pages came from.
+    pub machine: &'static KernelMachine,
     /// The page tables holding the user region.
     pub tables: &'t mut Tables,
     /// Frame number -> user page number + 1 (0: not a user page).
@@ -228,8 +236,25 @@ impl UserMigrator<'_> {
 }
 
 impl Migrator for UserMigrator<'_> {
-    fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
-        order == Order::ZERO && self.user_page(pfn).is_some()
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        let vpn = self.user_page(pfn).filter(|_| order == Order::ZERO)?;
+        if self.tables.user_frame(vpn) != Some(pfn) {
+            return None;
+        }
+        // SAFETY: a user page this kernel maps: the page-table entry holds
+        // its number, and the block goes back into the entry (`putback`,
+        // `migrated`) before anything else uses it.
+        unsafe { self.machine.block_from_raw(pfn, order) }.ok()
+    }
+
+    fn putback(&mut self, block: Block) {
+        // Still mapped where it was: the entry keeps the number.
+        let _ = block.into_raw();
+    }
+
+    fn migrated(&mut self, block: Block, _from: Pfn) {
+        // `migrate` pointed the entry at the new frame already.
+        let _ = block.into_raw();
     }
 
     fn migrate(

@@ -8,7 +8,7 @@
 use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Bsa;
-use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+use pageframe::{Block, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
 /// Frames in a 2 MiB block.
 pub const HUGE: u64 = 512;
@@ -38,9 +38,11 @@ pub fn all(frames: u64) -> Vec<Box<dyn Churn>> {
 
 /// A one-node `Machine` with one Normal zone, default configuration,
 /// allocating movable frames through `Machine::alloc`/`free`. Its
-/// watermarks are zero (`min_free_kbytes` 0) so that it may be filled.
+/// watermarks are zero (`min_free_kbytes` 0) so that it may be filled. The
+/// blocks it holds are kept by frame number (a kernel's page array).
 pub struct MachineZone {
     m: &'static Machine<'static>,
+    held: Vec<Option<Block>>,
 }
 
 impl MachineZone {
@@ -56,7 +58,10 @@ impl MachineZone {
             .expect("zone");
         m.add_free_range(span).expect("memory");
         m.set_min_free_kbytes(0);
-        MachineZone { m }
+        MachineZone {
+            m,
+            held: (0..frames).map(|_| None).collect(),
+        }
     }
 }
 
@@ -65,13 +70,17 @@ impl Churn for MachineZone {
         "pageframe Machine (default)"
     }
     fn alloc(&mut self) -> Option<u64> {
-        self.m
+        let b = self
+            .m
             .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
-            .ok()
-            .map(|a| a.pfn.get())
+            .ok()?;
+        let p = b.pfn().get();
+        self.held[p as usize] = Some(b);
+        Some(p)
     }
     fn free(&mut self, pfn: u64) {
-        self.m.free(Pfn(pfn), Order::ZERO).expect("free");
+        let b = self.held[pfn as usize].take().expect("a held frame");
+        self.m.free(b).expect("free");
     }
     fn huge_free(&mut self) -> u64 {
         let z = self

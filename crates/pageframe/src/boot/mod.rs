@@ -42,7 +42,8 @@
 //! let machine: &Machine<'static> =
 //!     unsafe { plan.build(|pa: PhysAddr| (phys_offset + pa.get()) as *mut u8) }?;
 //! let frame = machine.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO)?;
-//! assert!(usable.contains(frame.pfn));
+//! assert!(usable.contains(frame.pfn()));
+//! machine.free(frame)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -98,9 +99,9 @@
 //!    interrupt handlers picks an interrupt-disabling lock
 //!    (`Machine<'static, YourIrqLock>`, any `lock_api::RawMutex`).
 //! 6. **Let it move pages** (optional): compaction, contiguous ranges and
-//!    memory offline call the kernel's [`crate::Migrator`] to copy a page
-//!    and fix its mappings; `examples/kernel-bootloader/src/main.rs` has a
-//!    20-line one.
+//!    memory offline ask the kernel's [`crate::Migrator`] for the blocks
+//!    they would move, then to copy them and fix their mappings;
+//!    `examples/kernel-bootloader/src/main.rs` has a short one.
 
 #[cfg(feature = "bootloader_api")]
 mod bootloader_api;

@@ -160,6 +160,13 @@ impl<const N: usize> Plan<N> {
         if free.frames() == 0 {
             return Err(PlanError::NoMemory);
         }
+        // Memory the kernel could not map is refused, not planned.
+        let limit = config.pfn_limit();
+        if let Some(beyond) = free.ranges().iter().find(|r| r.end > limit) {
+            return Err(PlanError::Setup(SetupError::AddressWidth {
+                pfn: beyond.start.max(limit),
+            }));
+        }
         // Zone spans come from the frames before anything is carved.
         let all = free.clone();
         let node_frames = |node: NodeId| -> Result<FrameRanges<N>, PlanError> {
@@ -233,6 +240,13 @@ impl<const N: usize> Plan<N> {
             .ok_or(PlanError::NoRoom { bytes })?;
         if free.frames() == 0 {
             return Err(PlanError::NoMemory);
+        }
+        // Memory the kernel could not map is refused, not planned.
+        let limit = config.pfn_limit();
+        if let Some(beyond) = free.ranges().iter().find(|r| r.end > limit) {
+            return Err(PlanError::Setup(SetupError::AddressWidth {
+                pfn: beyond.start.max(limit),
+            }));
         }
         Ok(Plan {
             config,

@@ -7,8 +7,8 @@ use std::mem::MaybeUninit;
 pub mod watchdog;
 
 use pageframe::{
-    Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, PfnRange,
-    SlowPathHooks, Topology, ZoneKind,
+    Block, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
+    PfnRange, SlowPathHooks, Topology, ZoneKind,
 };
 
 /// Frames per GiB.
@@ -98,16 +98,42 @@ pub fn base(i: usize) -> u64 {
     (4 + 64 * i as u64) * GIB
 }
 
-/// A migrator over simulated contents: one word per frame, moved with it.
-/// `refuse` makes every migration fail (pinned memory).
+/// A kernel over simulated contents: the movable blocks it owns (by first
+/// frame) and one word per frame, moved with its block. It is the
+/// migrator: it hands over a block only when it holds it, and keeps the
+/// new block after a move. `refuse` makes every migration fail (pinned
+/// memory).
 #[derive(Default)]
 pub struct Words {
+    pub blocks: std::collections::HashMap<Pfn, Block>,
     pub word: std::collections::HashMap<u64, u64>,
     pub refuse: bool,
     pub moves: u64,
 }
 
+impl Words {
+    /// Keeps `b` (movable from now on), with a word in its first frame.
+    pub fn keep(&mut self, b: Block) -> Pfn {
+        let p = b.pfn();
+        self.word.insert(p.get(), p.get() ^ 0xabcd);
+        self.blocks.insert(p, b);
+        p
+    }
+
+    /// Gives back every block it holds to `m`.
+    pub fn free_all(&mut self, m: &Machine<'static>) {
+        for (_, b) in self.blocks.drain() {
+            m.free(b).unwrap();
+        }
+        self.word.clear();
+    }
+}
+
 impl Migrator for Words {
+    fn isolate(&mut self, pfn: Pfn, _: Order) -> Option<Block> {
+        self.blocks.remove(&pfn)
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -126,13 +152,21 @@ impl Migrator for Words {
         self.moves += 1;
         Ok(())
     }
+
+    fn putback(&mut self, block: Block) {
+        self.blocks.insert(block.pfn(), block);
+    }
+
+    fn migrated(&mut self, block: Block, _from: Pfn) {
+        self.blocks.insert(block.pfn(), block);
+    }
 }
 
 impl SlowPathHooks for Words {}
 
 /// Fills node `i`'s Normal zone with movable frames and frees 3 of every 4
 /// in each pageblock: free memory is plentiful but no free pageblock is
-/// left. Returns the frames kept (each with its word in `w`).
+/// left. The frames kept go to `w` (each with its word); returns them.
 pub fn fragment(m: &Machine<'static>, i: usize, w: &mut Words) -> Vec<Pfn> {
     let mut all = Vec::new();
     while let Ok(a) = m.alloc(
@@ -140,15 +174,14 @@ pub fn fragment(m: &Machine<'static>, i: usize, w: &mut Words) -> Vec<Pfn> {
         pageframe::Gfp::HIGHUSER_MOVABLE | pageframe::Gfp::THISNODE | pageframe::Gfp::MEMALLOC,
         Order::ZERO,
     ) {
-        all.push(a.pfn);
+        all.push(a);
     }
     let mut kept = Vec::new();
-    for p in all {
-        if p.get() % 4 == 0 {
-            w.word.insert(p.get(), p.get() ^ 0xabcd);
-            kept.push(p);
+    for b in all {
+        if b.pfn().get() % 4 == 0 {
+            kept.push(w.keep(b));
         } else {
-            m.free(p, Order::ZERO).unwrap();
+            m.free(b).unwrap();
         }
     }
     kept

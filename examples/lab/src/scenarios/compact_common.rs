@@ -113,9 +113,11 @@ impl Drop for Memory {
 }
 
 /// The owners' view: where each owner's page is (the page table of the
-/// simulated processes). The owner's identity is also in its page (the
-/// tag), so a migration reads it from the copy it just made, as a kernel
-/// finds the mapping to update through the page it moves.
+/// simulated processes, which keeps frame numbers: each allocated block was
+/// given up with `Block::into_raw` when it was mapped). The owner's
+/// identity is also in its page (the tag), so a migration reads it from the
+/// copy it just made, as a kernel finds the mapping to update through the
+/// page it moves.
 pub struct Owners {
     pfn_of: Vec<AtomicU64>,
 }
@@ -199,20 +201,22 @@ impl World {
         let mut all = Vec::with_capacity(self.frames as usize);
         // MEMALLOC: take every frame, the watermark reserve included.
         while let Ok(a) = m.alloc(NODE, Gfp::HIGHUSER_MOVABLE | Gfp::MEMALLOC, Order::ZERO) {
-            all.push(a.pfn.get());
+            all.push(a);
         }
-        all.sort_unstable();
+        all.sort_unstable_by_key(|b| b.pfn());
+        let all: Vec<(u64, pageframe::Block)> =
+            all.into_iter().map(|b| (b.pfn().get(), b)).collect();
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut keep = vec![false; self.frames as usize];
         for block in all.chunks(PB as usize) {
             match pattern {
                 Pattern::Stride => {
-                    for &p in block {
+                    for &(p, _) in block {
                         keep[p as usize] = p % 4 == 0;
                     }
                 }
                 Pattern::Random => {
-                    let mut b = block.to_vec();
+                    let mut b: Vec<u64> = block.iter().map(|&(p, _)| p).collect();
                     b.shuffle(&mut rng);
                     for &p in b.iter().take(block.len() / 4) {
                         keep[p as usize] = true;
@@ -220,13 +224,15 @@ impl World {
                 }
             }
         }
-        for &p in &all {
+        for (p, b) in all {
             if keep[p as usize] {
+                // Mapped: the page table keeps the number.
+                let _ = b.into_raw();
                 let id = self.owners.pfn_of.len() as u64;
                 self.owners.pfn_of.push(AtomicU64::new(p));
                 self.mem.write_tag(p, id + 1);
             } else {
-                let _ = m.free(Pfn(p), Order::ZERO);
+                let _ = m.free(b);
             }
         }
         m.free_pages()
@@ -237,8 +243,15 @@ impl World {
     pub fn set_pins(&self, on: bool) -> u64 {
         let mut n = 0;
         for p in &self.owners.pfn_of {
-            if self.machine.set_pinned(Pfn(p.load(Relaxed)), on).is_ok() {
-                n += 1;
+            // SAFETY: the owner's page: its number is this page table's, and
+            // the block made of it goes back to a number at once.
+            let b = unsafe {
+                self.machine
+                    .block_from_raw(Pfn(p.load(Relaxed)), Order::ZERO)
+            };
+            if let Ok(b) = b {
+                n += u64::from(self.machine.set_pinned(&b, on).is_ok());
+                let _ = b.into_raw();
             }
         }
         n
@@ -276,19 +289,22 @@ impl World {
     /// (`__GFP_RETRY_MAYFAIL`, spec 01 §10) through the machine: its free
     /// lists first ([`Machine::alloc`]), then its slow path with direct
     /// compaction ([`Machine::alloc_slow`]), moving pages with `mig`.
-    pub fn alloc_huge(&self, mig: &mut LabMigrator<'_>) -> Option<(Pfn, Served)> {
+    pub fn alloc_huge(&self, mig: &mut LabMigrator<'_>) -> Option<(pageframe::Block, Served)> {
         let gfp = Gfp::TRANSHUGE | Gfp::RETRY_MAYFAIL;
         if let Ok(a) = self.machine.alloc(NODE, gfp, HUGE) {
-            return Some((a.pfn, Served::Fast));
+            return Some((a, Served::Fast));
         }
         let a = self.machine.alloc_slow(NODE, gfp, HUGE, mig).ok()?;
-        Some((a.pfn, Served::Compacted))
+        Some((a, Served::Compacted))
     }
 }
 
-/// The kernel side of migration in the lab: copies the pages, updates the
-/// owner's mapping. Optionally records every move and honours a stop flag.
+/// The kernel side of migration in the lab: hands over the owner's page
+/// (made a block again from its page-table number), copies it, updates the
+/// owner's mapping, and keeps the new page as a number. Optionally records
+/// every move and honours a stop flag.
 pub struct LabMigrator<'m> {
+    machine: &'m Machine<'static>,
     mem: &'m Memory,
     owners: &'m Owners,
     stop: Option<&'m AtomicBool>,
@@ -301,6 +317,7 @@ pub struct LabMigrator<'m> {
 impl<'m> LabMigrator<'m> {
     pub fn new(m: &'m World) -> Self {
         LabMigrator {
+            machine: m.machine,
             mem: &m.mem,
             owners: &m.owners,
             stop: None,
@@ -317,6 +334,29 @@ impl<'m> LabMigrator<'m> {
 }
 
 impl Migrator for LabMigrator<'_> {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<pageframe::Block> {
+        // Only an owner's mapped page moves: the tag names the owner, whose
+        // page table must point here.
+        let id = self.mem.tag(pfn.get()).checked_sub(1)?;
+        let at = self.owners.pfn_of.get(id as usize)?.load(Relaxed);
+        if at != pfn.get() {
+            return None;
+        }
+        // SAFETY: the owner's page table holds this number; the block made
+        // of it is handed to the allocator and comes back through
+        // `putback` or `migrated`, which turn it into a number again.
+        unsafe { self.machine.block_from_raw(pfn, order) }.ok()
+    }
+
+    fn putback(&mut self, block: pageframe::Block) {
+        let _ = block.into_raw();
+    }
+
+    fn migrated(&mut self, block: pageframe::Block, _from: Pfn) {
+        // `migrate` already pointed the owner's page table at the new page.
+        let _ = block.into_raw();
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,

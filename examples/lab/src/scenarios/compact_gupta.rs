@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::compact_common::{HUGE, LabMigrator, NODE, PB, Pattern, Served, World, quantile};
+use super::compact_common::{LabMigrator, NODE, PB, Pattern, Served, World, quantile};
 use crate::args::Opts;
 use crate::plot::{self, Series};
 use crate::table::{Table, f, pct};
@@ -264,8 +264,8 @@ fn fast_path(
             let t = Instant::now();
             let got = m.alloc_huge(&mut mig);
             lat.push(t.elapsed().as_secs_f64() * 1e6);
-            let Some((p, _)) = got else { break };
-            let _ = m.machine.free(p, HUGE);
+            let Some((b, _)) = got else { break };
+            let _ = m.machine.free(b);
         }
         lat.sort_by(f64::total_cmp);
         out.push((gap, pick(&lat, 50.0), pick(&lat, 99.0)));

@@ -28,8 +28,8 @@ use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use pageframe::{
-    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn, PfnRange,
-    ZoneKind,
+    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
+    PfnRange, ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -41,13 +41,22 @@ const NODE: NodeId = NodeId::ZERO;
 const GIANT: u64 = 1 << 18;
 const RANGE: u64 = 3000;
 
-/// Owner ids per frame, moved with the frames.
+/// The kernel: owner ids per frame, moved with the frames, and each
+/// owner's block (handed over for a move, back when it is done).
 struct Ids {
     owner: Vec<u32>,
+    blocks: HashMap<u32, Block>,
     moved: u64,
 }
 
 impl Migrator for Ids {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        let id = self.owner[pfn.get() as usize];
+        match self.blocks.get(&id) {
+            Some(b) if b.pfn() == pfn && b.order() == order => self.blocks.remove(&id),
+            _ => None,
+        }
+    }
     fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, _: MigrateMode) -> Result<(), MigrateError> {
         for i in 0..o.pages() {
             let (s, d) = ((s.get() + i) as usize, (d.get() + i) as usize);
@@ -56,13 +65,18 @@ impl Migrator for Ids {
         self.moved += o.pages();
         Ok(())
     }
+    fn putback(&mut self, b: Block) {
+        self.blocks.insert(self.owner[b.pfn().get() as usize], b);
+    }
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        // `migrate` moved the owner's id with the frames.
+        self.blocks.insert(self.owner[b.pfn().get() as usize], b);
+    }
 }
 
 struct World {
     m: &'static Machine<'static>,
     ids: Ids,
-    /// Held blocks: owner id -> (head, order).
-    held: HashMap<u32, (u64, Order)>,
     keys: Vec<u32>,
     next: u32,
     used: u64,
@@ -83,9 +97,9 @@ impl World {
             m,
             ids: Ids {
                 owner: vec![0; frames as usize],
+                blocks: HashMap::new(),
                 moved: 0,
             },
-            held: HashMap::new(),
             keys: Vec::new(),
             next: 1,
             used: 0,
@@ -109,9 +123,9 @@ impl World {
         let id = self.next;
         self.next += 1;
         for i in 0..order.pages() {
-            self.ids.owner[(a.pfn.get() + i) as usize] = id;
+            self.ids.owner[(a.pfn().get() + i) as usize] = id;
         }
-        self.held.insert(id, (a.pfn.get(), order));
+        self.ids.blocks.insert(id, a);
         self.keys.push(id);
         self.used += order.pages();
         true
@@ -123,11 +137,12 @@ impl World {
         }
         let k = self.rng.gen_range(0..self.keys.len());
         let id = self.keys.swap_remove(k);
-        let (head, order) = self.held.remove(&id).expect("held");
+        let b = self.ids.blocks.remove(&id).expect("held");
+        let (head, order) = (b.pfn().get(), b.order());
         for i in 0..order.pages() {
             self.ids.owner[(head + i) as usize] = 0;
         }
-        self.m.free(Pfn(head), order).expect("a held block frees");
+        self.m.free(b).expect("a held block frees");
         self.used -= order.pages();
     }
 
@@ -141,19 +156,6 @@ impl World {
             } else {
                 self.free_one();
             }
-        }
-    }
-
-    /// Follows the moves: every held block's head is where its id is now.
-    fn settle_moves(&mut self) {
-        let mut at: HashMap<u32, u64> = HashMap::with_capacity(self.held.len());
-        for (p, &id) in self.ids.owner.iter().enumerate() {
-            if id != 0 {
-                at.entry(id).or_insert(p as u64);
-            }
-        }
-        for (id, blk) in self.held.iter_mut() {
-            blk.0 = at[id];
         }
     }
 
@@ -195,7 +197,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         "contig: {gib} GiB zone, filled to {}, churned at {} in use ({} held blocks) in {:.1} s; seed {}",
         pct(peak as f64 / frames as f64, 1),
         pct(w.used as f64 / frames as f64, 1),
-        w.held.len(),
+        w.ids.blocks.len(),
         t0.elapsed().as_secs_f64(),
         opts.seed
     );
@@ -227,7 +229,6 @@ pub fn run(opts: &Opts) -> Result<(), String> {
             let r =
                 w.m.alloc_contig(NODE, Gfp::HIGHUSER_MOVABLE, want, align, &mut w.ids);
             ms.push(t.elapsed().as_secs_f64() * 1e3);
-            w.settle_moves();
             if let Ok(a) = r {
                 ok += 1;
                 moved += w.ids.moved - before;
@@ -238,13 +239,15 @@ pub fn run(opts: &Opts) -> Result<(), String> {
                         None => format!("{} / -", w.ids.moved - before),
                     };
                 }
-                if w.held
+                let range = a.range();
+                if w.ids
+                    .blocks
                     .values()
-                    .any(|&(h, o)| h < a.range.end.get() && h + o.pages() > a.range.start.get())
+                    .any(|b| b.pfn() < range.end && b.pfn() + b.order().pages() > range.start)
                 {
-                    return Err(format!("an owner's block is inside {:?}", a.range));
+                    return Err(format!("an owner's block is inside {range:?}"));
                 }
-                w.m.free_contig_range(a.range).map_err(|e| e.to_string())?;
+                w.m.free_segment(a).map_err(|e| e.to_string())?;
             }
             w.churn(frames / 50, target);
         }
@@ -295,7 +298,6 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         let t = Instant::now();
         let r = w.m.offline_range(range, &mut w.ids);
         ms.push(t.elapsed().as_secs_f64() * 1e3);
-        w.settle_moves();
         if r.is_ok() {
             ok += 1;
             moved += w.ids.moved - before;
@@ -328,7 +330,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     // Reporting after the workload settles.
     let _ = w.m.report_free_pages(Order::HUGE_2M, |_| true);
     w.churn(frames / 4, target);
-    let n = w.held.len() / 2;
+    let n = w.ids.blocks.len() / 2;
     for _ in 0..n {
         w.free_one();
     }

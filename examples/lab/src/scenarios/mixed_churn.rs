@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::mem::MaybeUninit;
 
 use pageframe::{
-    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, MigrateType, Migrator, MobilityConfig,
-    NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
+    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, MigrateType, Migrator,
+    MobilityConfig, NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -112,8 +112,9 @@ fn lifetime(rng: &mut SmallRng, p: &Params) -> u64 {
 /// objects: see the module docs. Migrations are refused (no compaction).
 struct Reclaim<'m> {
     machine: &'m Machine<'static>,
-    live: BTreeMap<u64, (Order, MigrateType)>,
-    huge: Vec<(u64, Pfn)>,
+    live: BTreeMap<u64, (Block, MigrateType)>,
+    /// Huge blocks held, with the step they are given back at.
+    huge: Vec<(u64, Block)>,
     rng: SmallRng,
     /// Serving an order-10 request: evict whole regions.
     regions: bool,
@@ -124,20 +125,31 @@ struct Reclaim<'m> {
 
 impl Reclaim<'_> {
     fn evict(&mut self, pfn: u64) -> u64 {
-        let Some((o, _)) = self.live.remove(&pfn) else {
+        let Some((b, _)) = self.live.remove(&pfn) else {
             return 0;
         };
-        if self.machine.free(Pfn(pfn), o).is_err() {
+        let pages = b.order().pages();
+        if self.machine.free(b).is_err() {
             return 0;
         }
-        self.reclaimed += o.pages();
-        o.pages()
+        self.reclaimed += pages;
+        pages
     }
 }
 
 impl Migrator for Reclaim<'_> {
+    // Nothing moves: the lab's reclaim frees instead.
+    fn isolate(&mut self, _: Pfn, _: Order) -> Option<Block> {
+        None
+    }
     fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
         Err(MigrateError::Busy)
+    }
+    fn putback(&mut self, b: Block) {
+        let _ = b.into_raw();
+    }
+    fn migrated(&mut self, b: Block, _: Pfn) {
+        let _ = b.into_raw();
     }
 }
 
@@ -152,7 +164,10 @@ impl SlowPathHooks for Reclaim<'_> {
                     .live
                     .range(range.clone())
                     .any(|(_, (_, mt))| *mt == MigrateType::Unmovable)
-                    || self.huge.iter().any(|(_, h)| range.contains(&h.get()));
+                    || self
+                        .huge
+                        .iter()
+                        .any(|(_, h)| range.contains(&h.pfn().get()));
                 if pinned {
                     continue;
                 }
@@ -236,24 +251,26 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
                 break;
             }
             expiry.pop();
-            if let Some((o, _)) = r.live.remove(&pfn) {
-                m.free(Pfn(pfn), o).map_err(|e| e.to_string())?;
+            if let Some((b, _)) = r.live.remove(&pfn) {
+                m.free(b).map_err(|e| e.to_string())?;
             }
         }
-        r.huge.retain(|&(t, pfn)| {
-            if t <= step && t != u64::MAX {
-                m.free(pfn, Order::DEFAULT_MAX).is_err()
-            } else {
-                true
-            }
-        });
+        let due: Vec<usize> = (0..r.huge.len())
+            .rev()
+            .filter(|&i| r.huge[i].0 <= step && r.huge[i].0 != u64::MAX)
+            .collect();
+        for i in due {
+            let (_, b) = r.huge.swap_remove(i);
+            m.free(b).map_err(|e| e.to_string())?;
+        }
         let (mt, order) = (pick_type(&mut r.rng), pick_order(&mut r.rng));
         r.regions = false;
         match m.alloc_slow(node, gfp_of(mt), order, &mut r) {
             Ok(a) => {
-                r.live.insert(a.pfn.get(), (order, mt));
+                let pfn = a.pfn().get();
+                r.live.insert(pfn, (a, mt));
                 let life = lifetime(&mut r.rng, p);
-                expiry.push(Reverse((step + life, a.pfn.get())));
+                expiry.push(Reverse((step + life, pfn)));
             }
             Err(_) => small_failed += 1,
         }
@@ -262,7 +279,7 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
             r.regions = true;
             if let Ok(a) = m.alloc_slow(node, huge_gfp, Order::DEFAULT_MAX, &mut r) {
                 ok += 1;
-                r.huge.push((step.saturating_add(p.huge_hold), a.pfn));
+                r.huge.push((step.saturating_add(p.huge_hold), a));
             }
         }
         if step % 4096 == 0 {
@@ -271,28 +288,26 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
     }
     bar.finish_and_clear();
     let map_load: Vec<_> = zone.pageblocks().collect();
-    let used: u64 =
-        r.live.values().map(|(o, _)| o.pages()).sum::<u64>() + r.huge.len() as u64 * MAX_BLOCK;
+    let used: u64 = r.live.values().map(|(b, _)| b.order().pages()).sum::<u64>()
+        + r.huge.len() as u64 * MAX_BLOCK;
     let occupancy = used as f64 / frames as f64;
     // At rest: reclaim frees all movable and reclaimable memory.
-    for (pfn, o) in r.huge.drain(..) {
-        m.free(o, Order::DEFAULT_MAX)
-            .map_err(|e| format!("huge free {pfn}: {e}"))?;
+    for (t, b) in r.huge.drain(..) {
+        m.free(b).map_err(|e| format!("huge free (due {t}): {e}"))?;
     }
-    let keep: Vec<(u64, (Order, MigrateType))> = std::mem::take(&mut r.live)
-        .into_iter()
-        .filter(|(pfn, (o, mt))| {
-            if *mt == MigrateType::Unmovable {
-                true
-            } else {
-                m.free(Pfn(*pfn), *o).is_err()
-            }
-        })
-        .collect();
+    let mut keep: Vec<(u64, Order)> = Vec::new();
+    for (pfn, (b, mt)) in std::mem::take(&mut r.live) {
+        if mt == MigrateType::Unmovable {
+            keep.push((pfn, b.order()));
+            let _ = b.into_raw(); // held to the end of the run
+        } else {
+            m.free(b).map_err(|e| e.to_string())?;
+        }
+    }
     let map_rest: Vec<_> = zone.pageblocks().collect();
     let mut polluted_blocks = vec![false; (frames / PB) as usize];
     let mut unmovable_frames = 0u64;
-    for &(pfn, (o, _)) in &keep {
+    for &(pfn, o) in &keep {
         polluted_blocks[(pfn / PB) as usize] = true;
         unmovable_frames += o.pages();
     }

@@ -55,7 +55,7 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
     let rounds = (total / burst).max(20);
     let warm = rounds / 10;
     let every = (rounds / 100).max(1);
-    let (tx, rx) = mpsc::sync_channel::<Vec<Pfn>>(2);
+    let (tx, rx) = mpsc::sync_channel::<Vec<pageframe::Block>>(2);
     let stats = |c: &mut pageframe::CpuCache<'_, 'static>| {
         c.cache_info(NodeId::ZERO, ZoneKind::Normal)
             .map(|s| s.stats)
@@ -78,8 +78,7 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
                 for _ in 0..burst {
                     v.push(
                         cpu.alloc(Gfp::KERNEL | Gfp::MOVABLE, Order::ZERO)
-                            .map_err(|e| e.to_string())?
-                            .pfn,
+                            .map_err(|e| e.to_string())?,
                     );
                 }
                 if r % every == 0 {
@@ -99,8 +98,8 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
                 if r == warm {
                     base = stats(&mut cpu);
                 }
-                for p in v {
-                    cpu.free(p, Order::ZERO).map_err(|e| e.to_string())?;
+                for b in v {
+                    cpu.free(b).map_err(|e| e.to_string())?;
                 }
                 if r % every == 0 {
                     series.push((r as f64, f64::from(high(&mut cpu))));

@@ -30,8 +30,8 @@ use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use pageframe::{
-    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, NodeStats, Order,
-    PAGE_SIZE, Pfn, PfnRange, SlowPathHooks, ThpPolicy, Topology, ZoneKind,
+    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, NodeStats,
+    Order, PAGE_SIZE, Pfn, PfnRange, SlowPathHooks, ThpPolicy, Topology, ZoneKind,
 };
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -76,7 +76,25 @@ impl Kernel {
     }
 }
 
+/// The kernel keeps its frames as numbers (the `owner` array is its page
+/// table): a block is made again from the number when the allocator asks
+/// to move it, and given up once it is back or moved.
 impl Migrator for Kernel {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        let p = pfn.get() as usize;
+        if order != Order::ZERO || self.owner[p] != Owner::Anon {
+            return None;
+        }
+        // SAFETY: an anonymous page this kernel maps: its number is the
+        // page table's, and the block goes back to a number in `putback`
+        // or `migrated`.
+        unsafe { self.machine.block_from_raw(pfn, order) }.ok()
+    }
+
+    fn putback(&mut self, b: Block) {
+        let _ = b.into_raw();
+    }
+
     fn migrate(
         &mut self,
         src: Pfn,
@@ -90,7 +108,8 @@ impl Migrator for Kernel {
         Ok(())
     }
 
-    fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
+    fn migrated(&mut self, b: Block, src: Pfn) {
+        let (dst, order) = b.into_raw();
         for i in 0..order.pages() as usize {
             let (s, d) = (src.get() as usize + i, dst.get() as usize + i);
             self.owner[d] = self.owner[s];
@@ -131,7 +150,13 @@ impl SlowPathHooks for Kernel {
             let src = p as usize * PAGE;
             let (mem, swap) = (&self.mem, &mut self.swap);
             swap[slot * PAGE..(slot + 1) * PAGE].copy_from_slice(&mem[src..src + PAGE]);
-            if self.machine.free(Pfn(p), Order::ZERO).is_ok() {
+            // SAFETY: an anonymous page this kernel maps: its number is
+            // the page table's, swapped out and unmapped here.
+            let gone = match unsafe { self.machine.block_from_raw(Pfn(p), Order::ZERO) } {
+                Ok(b) => self.machine.free(b).is_ok(),
+                Err(_) => false,
+            };
+            if gone {
                 self.owner[p as usize] = Owner::Free;
                 self.swapped += 1;
                 freed += 1;
@@ -233,8 +258,7 @@ fn populate(
     }
     let mut anon = Vec::new();
     let gfp = Gfp::HIGHUSER_MOVABLE | Gfp::THISNODE | Gfp::MEMALLOC;
-    let frames: Vec<Pfn> =
-        std::iter::from_fn(|| m.alloc(node, gfp, Order::ZERO).ok().map(|a| a.pfn)).collect();
+    let frames: Vec<Block> = std::iter::from_fn(|| m.alloc(node, gfp, Order::ZERO).ok()).collect();
     if frames.len() as u64 != span.len() {
         return Err(format!(
             "populate: got {} of {} frames",
@@ -253,6 +277,16 @@ fn populate(
     if state == State::Partly {
         pinned_blocks.shuffle(rng);
     }
+    let mut held: Vec<Option<Block>> = (0..span.len()).map(|_| None).collect();
+    for f in frames {
+        let i = (f.pfn().get() - span.start.get()) as usize;
+        held[i] = Some(f);
+    }
+    let mut take = |p: u64| {
+        held[(p - span.start.get()) as usize]
+            .take()
+            .ok_or("a frame twice")
+    };
     for b in 0..blocks {
         let start = span.start.get() + b * PB;
         let pin = pinned_blocks[b as usize].then(|| start + rng.gen_range(0..PB));
@@ -260,13 +294,16 @@ fn populate(
         others.shuffle(rng);
         let (free, keep) = others.split_at(others.len() / 2);
         for &p in free {
-            m.free(Pfn(p), Order::ZERO).map_err(|e| e.to_string())?;
+            m.free(take(p)?).map_err(|e| e.to_string())?;
         }
         if let Some(p) = pin {
-            m.set_pinned(Pfn(p), true).map_err(|e| e.to_string())?;
+            let b = take(p)?;
+            m.set_pinned(&b, true).map_err(|e| e.to_string())?;
+            let _ = b.into_raw(); // mapped: the page table keeps the number
             owner[p as usize] = Owner::Pinned;
         }
         for &p in keep {
+            let _ = take(p)?.into_raw(); // mapped: the page table keeps the number
             owner[p as usize] = Owner::Anon;
             anon.push(p);
         }
@@ -354,10 +391,12 @@ fn run_one(
         }
         if let Ok(a) = r {
             let k = &mut kernel;
-            for p in a.pfn.get()..a.pfn.get() + PB {
+            let node = a.node();
+            let (head, _) = a.into_raw(); // mapped: the page table keeps the number
+            for p in head.get()..head.get() + PB {
                 k.owner[p as usize] = Owner::Huge;
             }
-            if a.node == local {
+            if node == local {
                 out.local += 1;
             } else {
                 out.remote += 1;

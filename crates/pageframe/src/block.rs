@@ -1,0 +1,436 @@
+//! Owned memory: what an allocation hands out and a free takes back.
+//!
+//! A [`Block`] (2^order frames), a [`Segment`] (a contiguous run of any
+//! length) and a [`CmaBuffer`] (a segment of a CMA area) each own their
+//! frames: they are neither `Copy` nor `Clone`, and the call that gives
+//! them back consumes them. So a frame freed twice, freed through a stale
+//! or copied handle, or freed by someone who only knows its number, does
+//! not compile:
+//!
+//! ```compile_fail,E0382
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! # use pageframe::{Gfp, NodeId, Order};
+//! let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+//! m.free(a).unwrap();
+//! m.free(a).unwrap(); // double free: `a` moved into the first free
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0382
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! # use pageframe::{Gfp, NodeId, Order};
+//! let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+//! m.free(a).unwrap();
+//! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap(); // may be a's frame
+//! m.free(a).unwrap(); // a stale free of b's frame: `a` is gone
+//! # let _ = b;
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0382
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! # use pageframe::{Gfp, NodeId, Order};
+//! let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+//! let copy = a; // a move, not a copy: one owner
+//! m.free(copy).unwrap();
+//! m.free(a).unwrap();
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # fn f(m: &pageframe::Machine<'static>) {
+//! # use pageframe::{Gfp, NodeId, Order};
+//! let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+//! let copy = a.clone(); // blocks are not `Clone`
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0061
+//! # fn f(m: &pageframe::Machine<'static>, p: pageframe::Pfn) {
+//! m.free(p, pageframe::Order::ZERO).unwrap(); // free by number: not in the safe API
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0308
+//! # fn f(m: &pageframe::Machine<'static>, range: pageframe::PfnRange) {
+//! m.cma_release(range).unwrap(); // only a `CmaBuffer` its area handed out
+//! # }
+//! ```
+//!
+//! A kernel that must keep a frame as a number (a page-table entry, a
+//! reverse map) turns a block into its number with [`Block::into_raw`] and
+//! back with the `unsafe` [`crate::Machine::block_from_raw`], whose contract
+//! is that the number is its to give back. Blocks are tied to the machine
+//! that made them: a free into another machine is refused and the block
+//! handed back ([`Refused`]).
+//!
+//! A dropped block stays allocated (leaked, as with `mem::forget`): give it
+//! back with [`crate::Machine::free`], or hold it in a [`BlockGuard`],
+//! which frees it when dropped.
+
+use core::fmt;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, PhysAddr};
+
+use crate::cma::CmaId;
+use crate::lock::RawMutex;
+use crate::machine::Machine;
+use crate::topology::NodeId;
+use crate::zone::ZoneKind;
+use crate::zonelist::ZoneRef;
+
+/// Which machine a block belongs to: a number no other machine of this
+/// program has (counted from 1).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct MachineId(u32);
+
+static NEXT_MACHINE: AtomicU32 = AtomicU32::new(1);
+
+impl MachineId {
+    /// A new machine's identity.
+    pub(crate) fn next() -> MachineId {
+        MachineId(NEXT_MACHINE.fetch_add(1, Relaxed))
+    }
+}
+
+/// `2^order` naturally aligned frames of one machine, owned: handed out by
+/// an allocation, consumed by [`crate::Machine::free`] (or a CPU's
+/// [`crate::CpuCache::free`]).
+#[must_use = "a block dropped without being freed stays allocated"]
+#[derive(PartialEq, Eq, Hash)]
+pub struct Block {
+    pfn: Pfn,
+    machine: MachineId,
+    order: Order,
+    node: NodeId,
+    zone: ZoneKind,
+}
+
+impl Block {
+    /// Made by the machine only: for a block it just handed out, or one
+    /// whose owner vouched for it (`unsafe` paths).
+    #[inline]
+    pub(crate) fn new(machine: MachineId, r: ZoneRef, pfn: Pfn, order: Order) -> Block {
+        Block {
+            pfn,
+            machine,
+            order,
+            node: r.node,
+            zone: r.kind,
+        }
+    }
+
+    /// The first frame.
+    #[inline]
+    pub fn pfn(&self) -> Pfn {
+        self.pfn
+    }
+
+    /// The first byte.
+    #[inline]
+    pub fn addr(&self) -> PhysAddr {
+        self.pfn.addr()
+    }
+
+    /// The block's order: it holds `2^order` frames.
+    #[inline]
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Its frames.
+    #[inline]
+    pub fn range(&self) -> PfnRange {
+        PfnRange::new(self.pfn, self.pfn + self.order.pages())
+    }
+
+    /// The node whose memory it is.
+    #[inline]
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The zone it came from.
+    #[inline]
+    pub fn zone(&self) -> ZoneKind {
+        self.zone
+    }
+
+    #[inline]
+    pub(crate) fn zone_ref(&self) -> ZoneRef {
+        ZoneRef {
+            node: self.node,
+            kind: self.zone,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn machine(&self) -> MachineId {
+        self.machine
+    }
+
+    /// Gives up the typed ownership: the block's first frame and order. It
+    /// stays allocated; the number is the only record of it, and
+    /// [`crate::Machine::block_from_raw`] makes it a block again.
+    #[inline]
+    pub fn into_raw(self) -> (Pfn, Order) {
+        (self.pfn, self.order)
+    }
+}
+
+impl fmt::Debug for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Block({}, order {}, {} {})",
+            self.pfn,
+            self.order.get(),
+            self.node,
+            self.zone
+        )
+    }
+}
+
+/// A contiguous run of frames of one zone, owned: handed out by
+/// [`crate::Machine::alloc_contig`] and
+/// [`crate::Machine::alloc_contig_range`], consumed by
+/// [`crate::Machine::free_segment`].
+#[must_use = "a segment dropped without being freed stays allocated"]
+#[derive(PartialEq, Eq, Hash)]
+pub struct Segment {
+    range: PfnRange,
+    machine: MachineId,
+    node: NodeId,
+    zone: ZoneKind,
+    moved: u64,
+}
+
+impl Segment {
+    pub(crate) fn new(machine: MachineId, r: ZoneRef, range: PfnRange, moved: u64) -> Segment {
+        Segment {
+            range,
+            machine,
+            node: r.node,
+            zone: r.kind,
+            moved,
+        }
+    }
+
+    /// Its frames.
+    #[inline]
+    pub fn range(&self) -> PfnRange {
+        self.range
+    }
+
+    /// The first frame.
+    #[inline]
+    pub fn start(&self) -> Pfn {
+        self.range.start
+    }
+
+    /// How many frames.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.range.len()
+    }
+
+    /// Never: a segment holds at least one frame (for clippy's sake).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+
+    /// The node whose memory it is.
+    #[inline]
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The zone it lies in.
+    #[inline]
+    pub fn zone(&self) -> ZoneKind {
+        self.zone
+    }
+
+    /// Frames migrated out of the range to make it (0 when it was free).
+    #[inline]
+    pub fn moved(&self) -> u64 {
+        self.moved
+    }
+
+    #[inline]
+    pub(crate) fn machine(&self) -> MachineId {
+        self.machine
+    }
+
+    /// Gives up the typed ownership: the range. It stays allocated;
+    /// [`crate::Machine::segment_from_raw`] makes it a segment again.
+    #[inline]
+    pub fn into_raw(self) -> PfnRange {
+        self.range
+    }
+}
+
+impl fmt::Debug for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Segment({}..{}, {} {})",
+            self.range.start, self.range.end, self.node, self.zone
+        )
+    }
+}
+
+/// A segment of a CMA area, owned: handed out by
+/// [`crate::Machine::cma_alloc`], consumed by
+/// [`crate::Machine::cma_release`], and by nothing else (a range the area
+/// never handed out cannot be released).
+#[must_use = "a CMA buffer dropped without being released stays allocated"]
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CmaBuffer {
+    area: CmaId,
+    segment: Segment,
+}
+
+impl CmaBuffer {
+    pub(crate) fn new(area: CmaId, segment: Segment) -> CmaBuffer {
+        CmaBuffer { area, segment }
+    }
+
+    /// The area it came from.
+    #[inline]
+    pub fn area(&self) -> CmaId {
+        self.area
+    }
+
+    /// Its frames.
+    #[inline]
+    pub fn range(&self) -> PfnRange {
+        self.segment.range
+    }
+
+    /// Frames migrated out of the area to make it.
+    #[inline]
+    pub fn moved(&self) -> u64 {
+        self.segment.moved
+    }
+
+    pub(crate) fn into_parts(self) -> (CmaId, Segment) {
+        (self.area, self.segment)
+    }
+}
+
+/// A free the machine would not do: the memory handed back to the caller,
+/// still allocated and still the caller's, with the reason. From safe code
+/// the one reason is [`FreeError::Foreign`]: it belongs to another machine.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refused<T> {
+    held: T,
+    reason: FreeError,
+}
+
+impl<T> Refused<T> {
+    pub(crate) fn new(held: T, reason: FreeError) -> Self {
+        Refused { held, reason }
+    }
+
+    /// Why.
+    pub fn reason(&self) -> FreeError {
+        self.reason
+    }
+
+    /// The memory, back with its owner.
+    pub fn into_inner(self) -> T {
+        self.held
+    }
+}
+
+impl<T: fmt::Debug> fmt::Display for Refused<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "free of {:?} refused: {}", self.held, self.reason)
+    }
+}
+
+impl<T: fmt::Debug> core::error::Error for Refused<T> {}
+
+/// A frame number that is not an allocation its caller may take back
+/// ([`crate::Machine::block_from_raw`], [`crate::Machine::segment_from_raw`]):
+/// the frame at fault and why.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RawError {
+    /// The frame.
+    pub pfn: Pfn,
+    /// What is wrong with it.
+    pub why: FreeError,
+}
+
+impl fmt::Display for RawError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "frame {}: {}", self.pfn, self.why)
+    }
+}
+
+impl core::error::Error for RawError {}
+
+/// A block that frees itself when dropped, for code that wants RAII:
+/// scratch buffers, memory held for the length of a call. A kernel's
+/// long-lived records keep plain [`Block`]s (they move into and out of its
+/// data structures and its migrator); a guard borrows the machine.
+///
+/// ```
+/// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Order};
+/// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+/// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 4096));
+/// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+/// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+/// # m.add_free_range(span).unwrap();
+/// let free = m.free_pages();
+/// {
+///     let scratch = m.guard(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap()).unwrap()).unwrap();
+///     assert_eq!(scratch.order().pages(), 4);
+/// } // freed here
+/// assert_eq!(m.free_pages(), free);
+/// ```
+pub struct BlockGuard<'m, 'a, R: RawMutex> {
+    machine: &'m Machine<'a, R>,
+    block: Option<Block>,
+}
+
+impl<'m, 'a, R: RawMutex> BlockGuard<'m, 'a, R> {
+    /// Made by [`crate::Machine::guard`], for a block of that machine.
+    pub(crate) fn new(machine: &'m Machine<'a, R>, block: Block) -> Self {
+        BlockGuard {
+            machine,
+            block: Some(block),
+        }
+    }
+
+    /// The block back, no longer freed on drop.
+    pub fn into_inner(mut self) -> Block {
+        self.block.take().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<R: RawMutex> core::ops::Deref for BlockGuard<'_, '_, R> {
+    type Target = Block;
+    fn deref(&self) -> &Block {
+        self.block.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<R: RawMutex> Drop for BlockGuard<'_, '_, R> {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            // The guard was made for a block of this machine: the free
+            // cannot be refused.
+            let _ = self.machine.free(b);
+        }
+    }
+}
+
+impl<R: RawMutex> fmt::Debug for BlockGuard<'_, '_, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("BlockGuard").field(&self.block).finish()
+    }
+}

@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use pageframe::pcp::{CpuId, PcpStats};
-use pageframe::{Block, CpuCache, Gfp, Machine, MobilityConfig, NodeId, Order, ZoneKind};
+use pageframe::{Block, CpuCache, Gfp, Machine, NodeId, Order, ZoneKind, zone::MobilityConfig};
+use pageframe::{CpuId, pcp::PcpStats};
 use pageframe_benches::{machine, span};
 
 /// 1 GiB of 4 KiB frames: batch 63, high_max 16384 per CPU with 2 CPUs.
@@ -68,13 +68,15 @@ fn order0_pair(c: &mut Criterion) {
     g.bench_function("pcp", |b| {
         b.iter(|| {
             let f = local.alloc(GFP, O0).unwrap();
-            local.free(black_box(f)).unwrap();
+            black_box(f.pfn());
+            local.free(f).unwrap();
         })
     });
     g.bench_function("zone_no_pcp", |b| {
         b.iter(|| {
             let f = m.alloc(NodeId::ZERO, GFP, O0).unwrap();
-            m.free(black_box(f)).unwrap();
+            black_box(f.pfn());
+            m.free(f).unwrap();
         })
     });
     let mut bsa = peer(PAGES);

@@ -3,12 +3,15 @@
 //! every scenario runs the same code against each allocator. The rows that
 //! stand for what users get go through [`Machine`]'s public API: its zone
 //! path ([`Machine::alloc`]) and a CPU's cached path ([`CpuCache`]).
+#![forbid(unsafe_code)]
 
 use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Peer;
-use pageframe::pcp::CpuId;
-use pageframe::{Block, CpuCache, Gfp, Machine, MachineConfig, MobilityConfig, NodeId, ZoneKind};
+use pageframe::CpuId;
+use pageframe::{
+    Block, CpuCache, Gfp, Machine, MachineConfig, NodeId, ZoneKind, zone::MobilityConfig,
+};
 use pageframe_buddy::{BuddyConfig, BuddyZone, ListId, Order, Pfn, PfnRange, SingleList};
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone};
 

@@ -8,7 +8,7 @@ fn main() {
     // must not receive these arguments.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("none") {
         // The 32-bit boot stub holds absolute 32-bit addresses, which lld
-        // refuses in the target's default static-PIE output (BOOT.md).
+        // refuses in the target's default static-PIE output.
         println!("cargo:rustc-link-arg-bins=--no-pie");
         println!("cargo:rustc-link-arg-bins=-T{dir}/linker.ld");
     }

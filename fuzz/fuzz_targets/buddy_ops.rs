@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use pageframe_buddy::model::{Model, Op};
+use pageframe_models::buddy::{Model, Op};
 use pageframe_buddy::{BuddyConfig, BuddyZone, Order, Pfn, PfnRange, SingleList};
 
 fn op(u: &mut Unstructured<'_>, start: u64, len: u64, max: u8) -> Result<Op> {

@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
-use pageframe_compact::model::{Op, World};
+use pageframe_models::compact::{Op, World};
 use pageframe_mobility::{MobileZone, MobilityConfig};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {

@@ -4,14 +4,14 @@
 //! kcompactd, pinning, drains, tunables, contiguous ranges, a CMA area,
 //! memory offline/online, a zone hot-added at run time, free page
 //! reporting, and the `unsafe` raw paths within their contract. The reference model
-//! (`pageframe::model`) checks after every step that no frame has two
+//! (`pageframe_models::machine`) checks after every step that no frame has two
 //! owners, none is lost, every bad input got its typed error and changed
 //! nothing, and `validate()` holds.
 #![no_main]
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use pageframe::model::{GFPS, Op, run};
+use pageframe_models::machine::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;

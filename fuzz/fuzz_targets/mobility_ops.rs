@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use pageframe_buddy::{Pfn, PfnRange};
-use pageframe_mobility::model::{Model, Op};
+use pageframe_models::mobility::{Model, Op};
 use pageframe_mobility::{MobileZone, MobilityConfig};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     AllocMiss, CpuId, LocalPcp, MigrateType, Order, Pfn, PcpConfig, PcpError, PcpSet, PcpSizing,
     PcpSlot, PerCpuPages, Slot, ZoneFlags,

@@ -9,17 +9,22 @@
 //!   ranges, reporting and compaction for M minutes
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
-//! * `lint`            rustfmt check and clippy with warnings denied
+//! * `lint`            rustfmt, clippy with warnings denied, `surface`
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
 //! * `bench-table`     only the table, from the last bench run
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
+//! * `surface`         the facade's root budget, one path per item, cited
+//!   paths, links and issue numbers in every text (part of `lint`)
 //! * `portability`     the library crates on every bare-metal target, on
 //!   the declared MSRV, and packaged for crates.io (`publish --dry-run`)
+#![forbid(unsafe_code)]
 
 mod citations;
+mod docs_check;
+mod surface;
 
 use std::env;
 use std::fs;
@@ -400,6 +405,7 @@ fn portability() -> Result<(), String> {
     cmd.args(["publish", "--dry-run", "--allow-dirty", "--workspace"]);
     cmd.arg("--target-dir").arg(built);
     for other in [
+        "pageframe-models",
         "pageframe-lab",
         "pageframe-boot-test",
         "pageframe-benches",
@@ -665,6 +671,41 @@ const KERNELS: &[&str] = &["examples/kernel", "examples/kernel-bootloader"];
 
 /// rustfmt and clippy (warnings denied) on the workspace and on the
 /// example kernels; the fuzz targets must build against the current API.
+/// The facade's root within its budget and each item under one path; every
+/// cited path and relative link present; no issue numbers in the tree.
+fn surface_and_docs() -> Result<(), String> {
+    let s = surface::check(&root())?;
+    println!(
+        "surface: the root of pageframe exports {} items (budget {}): {}",
+        s.root.len(),
+        surface::ROOT_BUDGET,
+        s.root.join(", ")
+    );
+    let mut bad = Vec::new();
+    if s.root.len() > surface::ROOT_BUDGET {
+        bad.push(format!(
+            "the root exports {} items, over the budget of {}",
+            s.root.len(),
+            surface::ROOT_BUDGET
+        ));
+    }
+    for p in &s.twice {
+        bad.push(format!("one item under several paths: {}", p.join(", ")));
+    }
+    for o in &s.opaque {
+        bad.push(format!(
+            "a whole-module re-export hides what it exports: {o}"
+        ));
+    }
+    bad.extend(docs_check::problems(&root())?);
+    if bad.is_empty() {
+        println!("docs: every cited path and link resolves, no issue numbers");
+        Ok(())
+    } else {
+        Err(format!("{} problems:\n{}", bad.len(), bad.join("\n")))
+    }
+}
+
 fn lint() -> Result<(), String> {
     run(Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
     run(Command::new("cargo").args([
@@ -701,6 +742,7 @@ fn lint() -> Result<(), String> {
             }
         }
     }
+    surface_and_docs()?;
     run(Command::new("rustfmt").args([
         "--check",
         "--edition",
@@ -752,6 +794,7 @@ fn main() -> ExitCode {
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),
         Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
+        Some("surface") => surface_and_docs(),
         Some("citations") => citations::unresolved(&root()).and_then(|bad| match bad.len() {
             0 => {
                 println!("every rule citation resolves to docs/rules/");
@@ -761,7 +804,7 @@ fn main() -> ExitCode {
         }),
         Some("portability") => portability(),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
+        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,7 @@
 //! The policy hook: which free list a block belongs to and whether blocks on
 //! different lists may merge. The buddy core is mechanism only; the mobility
-//! layer (migratetypes, pageblocks) supplies the policy (ARCHITECTURE
-//! "mechanism below, policy above").
+//! layer (migratetypes, pageblocks) supplies the policy: mechanism below,
+//! policy above.
 
 use crate::{Order, Pfn};
 

@@ -1,11 +1,11 @@
 //! Property tests: random operation sequences against the reference model
-//! of `pageframe_buddy::model` (frame by frame: hole, free or allocated).
+//! of `pageframe_models::buddy` (frame by frame: hole, free or allocated).
 
 mod common;
 
 use common::o;
-use pageframe_buddy::model::{Model, Op};
 use pageframe_buddy::{BuddyConfig, BuddyZone, Order, Pfn, PfnRange, SingleList};
+use pageframe_models::buddy::{Model, Op};
 use proptest::prelude::*;
 
 /// Span lengths; small under Miri, where every step's `validate()` is slow.

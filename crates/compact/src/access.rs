@@ -1,6 +1,7 @@
 //! How compaction reaches a zone: under its lock, one short critical
 //! section at a time (a pageblock's scan, one migration's bookkeeping), never
-//! across a [`crate::Migrator`] call (ARCHITECTURE principle 5).
+//! across a [`crate::Migrator`] call, which runs kernel code that may take
+//! its own locks or call back into the allocator.
 
 use core::cell::RefCell;
 

@@ -1,6 +1,6 @@
 //! The blocks a run holds isolated: migration sources and free destination
-//! blocks. Fixed-capacity arrays, since the crate has no heap (ARCHITECTURE
-//! principle 1); the scanners stop isolating when they are full.
+//! blocks. Fixed-capacity arrays, since the crate has no heap; the scanners
+//! stop isolating when they are full.
 
 use pageframe_buddy::{Order, Pfn};
 

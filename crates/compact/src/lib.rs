@@ -1,87 +1,9 @@
-//! # pageframe-compact
-//!
-//! Memory compaction for the pageframe allocator (spec 03): it builds
-//! high-order free blocks by moving movable allocations out of the low end
-//! of a zone into free frames at the high end. Two scanners walk a zone
-//! pageblock by pageblock, the migrate scanner upward isolating movable
-//! in-use blocks and the free scanner downward isolating free blocks as
-//! destinations, until they meet.
-//!
-//! The allocator never touches frame contents: moving a block (copying its
-//! bytes, switching the page tables that map it) is the kernel's job, asked
-//! through the [`Migrator`] trait, which may refuse (pinned, busy). The
-//! crate drives the zone only through the public operations of
-//! [`pageframe_mobility::MobileZone`], taken under the zone's lock through
-//! [`ZoneLock`]; the lock is never held across a [`Migrator`] call.
-//!
-//! * [`compact_zone`]: one run on one zone (direct, kcompactd, proactive,
-//!   whole-zone), with skip hints, cached scanner positions, async /
-//!   sync-light / sync modes, ordered [`CompactResult`]s and capture of the
-//!   requested block for a direct compactor.
-//! * [`compaction_suitable`] and friends: whether a run is worth it.
-//! * [`CompactState`]: the per-zone state (cached positions, deferral,
-//!   counters), shareable between concurrent compactors.
-//! * [`try_to_compact_pages`] and [`CompactRetry`]: the allocation slow
-//!   path's direct compaction and its retry policy.
-//! * [`evacuate_range`]: empties an isolated range for a contiguous
-//!   allocation or an offline, with the same migration protocol.
-//! * [`Kcompactd`]: the per-node background compactor, with proactive
-//!   compaction driven by a `tick(now)` the kernel calls from a timer, and
-//!   [`compact_memory`] for whole-node compaction on demand.
-//!
-//! ```
-//! use core::cell::RefCell;
-//! use core::mem::MaybeUninit;
-//! use pageframe_buddy::{Order, Pfn, PfnRange};
-//! use pageframe_compact::{compact_memory, CompactState, MigrateError, MigrateMode, Migrator, NodeZone, Watermarks, ZoneMarks};
-//! use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
-//!
-//! // A kernel-side migrator: here the "contents" are one word per frame.
-//! struct Words(Vec<u64>);
-//! impl Migrator for Words {
-//!     fn migrate(&mut self, src: Pfn, dst: Pfn, order: Order, _: MigrateMode) -> Result<(), MigrateError> {
-//!         for i in 0..order.pages() as usize {
-//!             self.0[dst.get() as usize + i] = core::mem::take(&mut self.0[src.get() as usize + i]);
-//!         }
-//!         Ok(())
-//!     }
-//! }
-//!
-//! let span = PfnRange::new(Pfn::new(0), Pfn::new(8 * 512));
-//! let config = MobilityConfig::default();
-//! let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, config)];
-//! let mut zone = MobileZone::new(span, config, &mut meta).unwrap();
-//! zone.add_free_range(span).unwrap();
-//! // Fill with movable frames, then free three of every four.
-//! let mut mem = Words(vec![0; 8 * 512]);
-//! let frames: Vec<Pfn> = (0..8 * 512)
-//!     .map(|_| zone.alloc(Order::ZERO, MigrateType::Movable, AllocMode::empty()).unwrap())
-//!     .collect();
-//! for &p in &frames {
-//!     if p.get() % 4 != 0 {
-//!         zone.free(p, Order::ZERO).unwrap();
-//!     } else {
-//!         mem.0[p.get() as usize] = p.get() + 1000; // the owner's data
-//!     }
-//! }
-//! assert_eq!(zone.buddy().free_blocks(Order::HUGE_2M), 0);
-//!
-//! let zone = RefCell::new(zone);
-//! let state = CompactState::new();
-//! let marks = ZoneMarks { wmark: Watermarks::with_gap(16, 4), reserve: 0 };
-//! compact_memory(&[NodeZone::new(&zone, &state, marks)], &mut mem);
-//! let zone = zone.into_inner();
-//! // Three quarters of the zone is free again, all in whole 2 MiB blocks...
-//! assert_eq!(zone.free_pages(), 6 * 512);
-//! assert_eq!(zone.extfrag_percent(Order::HUGE_2M), 0);
-//! zone.validate().unwrap();
-//! // ...and every owner's word moved with its frame.
-//! assert_eq!(mem.0.iter().filter(|&&w| w >= 1000).count(), 8 * 128);
-//! ```
+#![doc = include_str!("../README.md")]
 #![no_std]
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
-#[cfg(any(feature = "std", loom))]
+#[cfg(any(test, loom))]
 extern crate std;
 
 mod access;
@@ -96,8 +18,6 @@ mod kcompactd;
 mod migrate;
 mod migrate_scan;
 mod migrator;
-#[cfg(feature = "std")]
-pub mod model;
 mod proactive;
 mod result;
 mod skip;
@@ -138,8 +58,9 @@ pub const DEFAULT_PROACTIVENESS: u8 = 20;
 pub const MAX_COMPACT_RETRIES: u32 = 16;
 
 /// The tag bits this crate keeps on allocated blocks (on top of
-/// [`pageframe_mobility::tag`], whose low byte it leaves alone). Bits from
-/// 10 up belong to the kernel: they travel with a block when it moves.
+/// [`pageframe_mobility::tag`], whose low byte it leaves alone). Bits 10 up
+/// to those the buddy core keeps ([`pageframe_mobility::tag::KEPT`]) belong
+/// to the kernel: they travel with a block when it moves.
 pub mod tag {
     /// The block was isolated by a compactor as a migration source: other
     /// compactors leave it alone until it is migrated or put back.
@@ -150,7 +71,8 @@ pub mod tag {
     pub const TARGET: u32 = 1 << 9;
     /// Both bits.
     pub const MASK: u32 = ISOLATED | TARGET;
-    /// The bits a migration copies from source to destination: everything
-    /// above the mobility byte except this crate's own bits.
-    pub const CARRIED: u32 = !(pageframe_mobility::tag::RESERVED | MASK);
+    /// The bits a migration copies from source to destination: every kept
+    /// bit above the mobility byte except this crate's own bits.
+    pub const CARRIED: u32 =
+        pageframe_mobility::tag::KEPT & !(pageframe_mobility::tag::RESERVED | MASK);
 }

@@ -5,13 +5,13 @@
 use std::cell::RefCell;
 
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
-use pageframe_compact::model::{Op, World};
 use pageframe_compact::{
     CompactRequest, CompactResult, CompactRetry, CompactState, DeferralState, MigrateMode,
     NodeZone, Priority, ZoneMarks, compact_zone, compaction_suitable, reset_isolation_suitable,
     suit_allocation_order, try_to_compact_pages,
 };
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig, Watermarks};
+use pageframe_models::compact::{Op, World};
 
 fn small() -> MobilityConfig {
     MobilityConfig {
@@ -388,7 +388,7 @@ fn a_lock_that_refuses_ends_the_run_contended() {
     let cell = RefCell::new(z);
     let st = CompactState::new();
     let guard = cell.borrow_mut();
-    let mut mig = pageframe_compact::model::TagMigrator::new(PfnRange::new(Pfn(0), Pfn(64)), 1);
+    let mut mig = pageframe_models::compact::TagMigrator::new(PfnRange::new(Pfn(0), Pfn(64)), 1);
     let req = CompactRequest::full(ZoneMarks::default());
     assert_eq!(
         compact_zone(&cell, &st, &mut mig, &req).result,
@@ -470,5 +470,38 @@ proptest::proptest! {
             let s = d.state();
             proptest::prop_assert_eq!((s.considered, s.shift, s.order_failed), (m.considered, m.shift, m.order_failed));
         }
+    }
+}
+
+/// The kernel's tag bits (10 up to the highest the core keeps) travel
+/// with a block when it moves, and none of the bits that travel is one the
+/// core drops.
+#[test]
+fn kernel_tag_bits_travel_with_a_moved_block() {
+    use pageframe_compact::tag;
+    use pageframe_mobility::tag::KEPT;
+    assert_eq!(tag::CARRIED & !KEPT, 0, "only kept bits travel");
+    let high = 1u32 << (pageframe_buddy::TAG_BITS - 1);
+    let bits = |id: u64| if id % 2 == 1 { high | 1 << 10 } else { 1 << 17 };
+    let mut w = gupta(16, 7);
+    let owners: Vec<(u64, u64)> = w.mig.owners.iter().map(|(&h, o)| (h, o.id)).collect();
+    for &(h, id) in &owners {
+        assert!(
+            w.zone
+                .borrow_mut()
+                .set_tag_bits(Pfn(h), tag::CARRIED, bits(id))
+        );
+    }
+    w.step(&Op::Full).unwrap();
+    let moved: std::collections::BTreeSet<u64> = w.mig.moves.iter().map(|m| m.dst).collect();
+    assert!(!moved.is_empty(), "compaction moved blocks");
+    for (&h, o) in &w.mig.owners {
+        let t = w.zone.borrow().tag(Pfn(h)).unwrap();
+        assert_eq!(
+            t & tag::CARRIED,
+            bits(o.id),
+            "block {h} (moved: {})",
+            moved.contains(&h)
+        );
     }
 }

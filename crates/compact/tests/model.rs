@@ -7,8 +7,8 @@
 use std::mem::MaybeUninit;
 
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
-use pageframe_compact::model::{Op, World};
 use pageframe_mobility::{MobileZone, MobilityConfig};
+use pageframe_models::compact::{Op, World};
 use proptest::prelude::*;
 
 fn cases(n: u32) -> ProptestConfig {

@@ -4,12 +4,12 @@
 use std::cell::RefCell;
 
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
-use pageframe_compact::model::{Op, World};
 use pageframe_compact::{
     CompactState, Kcompactd, KcompactdWake, NodeZone, ZoneMarks, fragmentation_score, node_score,
     thresholds,
 };
 use pageframe_mobility::{MobileZone, MobilityConfig};
+use pageframe_models::compact::{Op, World};
 
 const MS: u64 = 1_000_000;
 

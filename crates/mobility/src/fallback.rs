@@ -156,9 +156,8 @@ impl MobileZone<'_> {
     /// pageblock's movable frames are still movable, and as they are freed
     /// its memory serves the request's type. Neither NOFRAGMENT nor the
     /// half rule (spec 02 §5.3) holds this claim back: both guard regions
-    /// that are not pinned yet. Measured on the mixed-churn lab (seeds
-    /// 1-5, defrag_mode on): 99.3-100% of the possible 4 MiB blocks free at
-    /// rest, against 98.6-99.3% when the half rule applied.
+    /// that are not pinned yet (the lab's `mixed-churn` scenario compares
+    /// the two: `docs/results.md`).
     fn claim_pinned_neighbour(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
         let (head, cur, fb) = self.pinned_neighbour(order, mt)?;
         if cur >= self.pageblock_order() {

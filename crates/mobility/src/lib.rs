@@ -1,47 +1,8 @@
-//! # pageframe-mobility
-//!
-//! Grouping pages by mobility on top of the [`pageframe_buddy`] core, as
-//! Linux does to fight external fragmentation (spec 02): memory is tagged in
-//! pageblocks (2 MiB by default) with a migratetype, each type has its own
-//! free lists, and when a type runs dry it falls back to another, preferably
-//! by claiming a whole pageblock so types stay apart. One rule is ours,
-//! not Linux's: an unmovable or reclaimable request that falls back looks
-//! first beside a pageblock of its type, in the same maximum-order block
-//! (4 MiB by default), so what cannot move gathers in blocks that are
-//! pinned already (`fallback.rs`). Also here: the
-//! highatomic reserve, pageblock isolation (of single blocks and of ranges,
-//! for contiguous allocation), and the fragmentation indices.
-//!
-//! The buddy core stays mechanism only: [`Mobility`] is the policy it asks
-//! which list a freed block goes to and whether blocks of two types merge.
-//!
-//! ```
-//! use core::mem::MaybeUninit;
-//! use pageframe_buddy::{Order, Pfn, PfnRange};
-//! use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig};
-//!
-//! let span = PfnRange::new(Pfn::new(0), Pfn::new(16 * 512)); // 16 pageblocks
-//! let config = MobilityConfig::default();
-//! let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, config)];
-//! let mut zone = MobileZone::new(span, config, &mut meta).unwrap();
-//! zone.add_free_range(span).unwrap();                 // every block starts Movable
-//!
-//! // An unmovable request claims a whole pageblock rather than polluting one.
-//! let k = zone.alloc(Order::ZERO, MigrateType::Unmovable, AllocMode::empty()).unwrap();
-//! assert_eq!(zone.block_type(k), Some(MigrateType::Unmovable));
-//! assert_eq!(zone.stats().claims_whole, 1);
-//! // Further unmovable requests come from that block.
-//! let k2 = zone.alloc(Order::ZERO, MigrateType::Unmovable, AllocMode::empty()).unwrap();
-//! assert_eq!(zone.block_type(k2), Some(MigrateType::Unmovable));
-//! zone.free(k, Order::ZERO).unwrap();
-//! zone.free(k2, Order::ZERO).unwrap();
-//! zone.validate().unwrap();
-//! print!("{}", zone.pagetypeinfo(&"zone Normal"));
-//! ```
+#![doc = include_str!("../README.md")]
 #![no_std]
 #![deny(missing_docs)]
 
-#[cfg(feature = "std")]
+#[cfg(test)]
 extern crate std;
 
 mod contig;
@@ -52,8 +13,6 @@ mod fragmap;
 mod highatomic;
 mod isolate;
 mod migratetype;
-#[cfg(feature = "std")]
-pub mod model;
 mod pageblock;
 mod policy;
 mod report;
@@ -88,4 +47,7 @@ pub mod tag {
     pub const PINNED: u32 = 1 << 3;
     /// The bits this layer owns; `MobileZone::set_tag_bits` leaves them alone.
     pub const RESERVED: u32 = 0xff;
+    /// The bits the buddy core keeps (below `pageframe_buddy::TAG_BITS`);
+    /// `MobileZone::set_tag_bits` refuses a value with a bit above them.
+    pub const KEPT: u32 = (1 << pageframe_buddy::TAG_BITS) - 1;
 }

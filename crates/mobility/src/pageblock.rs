@@ -65,13 +65,7 @@ impl<'a> Pageblocks<'a> {
         if mem.len() < n || region < order {
             return None;
         }
-        let (mem, rest) = mem.split_at_mut(n);
-        for b in mem.iter_mut() {
-            b.write(initial as u8);
-        }
-        // SAFETY: every one of the `n` bytes was written just above, and
-        // `MaybeUninit<u8>` has the layout of `u8`.
-        let bits = unsafe { &mut *(mem as *mut [MaybeUninit<u8>] as *mut [u8]) };
+        let (bits, rest) = carve::carve_init(mem, n, |_| initial as u8)?;
         let (mixed, _) = carve::carve_init(rest, Self::mixed_words(span, region), |_| 0u64)?;
         Some(Pageblocks {
             first: span.start.align_down(order),

@@ -405,16 +405,22 @@ impl<'a> MobileZone<'a> {
     }
 
     /// The tag word of an allocated block (see [`tag`] for the bits this
-    /// layer uses; bits from 8 up are free for layers above).
+    /// layer uses; bits 8 up to [`tag::KEPT`] are free for layers above).
     pub fn tag(&self, head: Pfn) -> Option<u32> {
         self.buddy.tag(head)
     }
 
-    /// Sets the bits of an allocated block's tag selected by `mask` (bits
-    /// 0..=3 belong to this layer: change them through its operations).
-    /// `false`, changing nothing, if `head` is not an allocated block's head.
+    /// Sets the bits of an allocated block's tag selected by `mask` (the
+    /// low byte belongs to this layer: change it through its operations;
+    /// bits above [`tag::KEPT`] are not kept). `false`, changing nothing,
+    /// if `head` is not an allocated block's head or `value` sets a bit of
+    /// `mask` above [`tag::KEPT`].
     pub fn set_tag_bits(&mut self, head: Pfn, mask: u32, value: u32) -> bool {
         let mask = mask & !tag::RESERVED;
+        if value & mask & !tag::KEPT != 0 {
+            return false;
+        }
+        let mask = mask & tag::KEPT;
         match self.buddy.tag(head) {
             Some(t) => self.buddy.set_tag(head, (t & !mask) | (value & mask)),
             None => false,

@@ -573,3 +573,24 @@ fn unmovable_fallbacks_go_beside_unmovable_pageblocks_first() {
     assert_eq!(types(&z), want);
     z.validate().unwrap();
 }
+
+/// The tag bits a layer above may set are those the buddy core keeps: a
+/// value with a bit above them is refused whole, not cut short; the low
+/// byte stays this layer's whatever the mask says.
+#[test]
+fn tag_bits_above_the_kept_ones_are_refused_not_dropped() {
+    zone!(m, z, 2);
+    let a = z.alloc(o(0), M::Movable, AllocMode::empty()).unwrap();
+    let before = z.tag(a).unwrap();
+    let top = 1u32 << pageframe_buddy::TAG_BITS;
+    assert_eq!(tag::KEPT, top - 1);
+    assert!(!z.set_tag_bits(a, !tag::RESERVED, top | 1 << 12));
+    assert_eq!(z.tag(a), Some(before), "nothing written");
+    assert!(z.set_tag_bits(a, !0, 1 << 12 | 0xff));
+    assert_eq!(z.tag(a), Some(before | 1 << 12), "the low byte kept");
+    assert!(z.set_tag_bits(a, 1 << 12, 0));
+    assert_eq!(z.tag(a), Some(before));
+    // A wide mask with a value inside the kept bits is fine.
+    assert!(z.set_tag_bits(a, !tag::RESERVED, tag::KEPT & !tag::RESERVED));
+    assert_eq!(z.tag(a), Some(before | (tag::KEPT & !tag::RESERVED)));
+}

@@ -3,8 +3,8 @@
 use std::mem::MaybeUninit;
 
 use pageframe_buddy::{Pfn, PfnRange};
-use pageframe_mobility::model::{Model, Op};
 use pageframe_mobility::{MobileZone, MobilityConfig};
+use pageframe_models::mobility::{Model, Op};
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {

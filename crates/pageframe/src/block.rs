@@ -76,8 +76,8 @@ use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, PhysAddr};
 use crate::cma::CmaId;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::topology::NodeId;
-use crate::zone::ZoneKind;
+use crate::node_id::NodeId;
+use crate::zone_kind::ZoneKind;
 use crate::zonelist::ZoneRef;
 
 /// Which machine a block belongs to: a number no other machine of this
@@ -101,24 +101,44 @@ impl MachineId {
 #[derive(PartialEq, Eq, Hash)]
 pub struct Block {
     pfn: Pfn,
-    machine: MachineId,
-    order: Order,
-    node: NodeId,
-    zone: ZoneKind,
+    /// The machine's identity (bits 0..32), the order (32..40) and the
+    /// zone's index, `node * NR_ZONE_KINDS + kind` (40..48). Two words, so
+    /// that a block moves in two registers and through memory as two whole
+    /// words (a struct of five fields goes through the stack field by
+    /// field).
+    meta: u64,
 }
+
+const ORDER_SHIFT: u32 = 32;
+const ZONE_SHIFT: u32 = 40;
 
 impl Block {
     /// Made by the machine only: for a block it just handed out, or one
     /// whose owner vouched for it (`unsafe` paths).
     #[inline]
     pub(crate) fn new(machine: MachineId, r: ZoneRef, pfn: Pfn, order: Order) -> Block {
+        Self::with_zone_meta(Self::zone_meta(machine, r), pfn, order)
+    }
+
+    /// What every block of zone `r` of `machine` carries besides its frame
+    /// and order (computed once, where blocks of one zone are made often).
+    #[inline]
+    pub(crate) fn zone_meta(machine: MachineId, r: ZoneRef) -> u64 {
+        u64::from(machine.0) | (r.index() as u64) << ZONE_SHIFT
+    }
+
+    /// A block of the zone whose [`Block::zone_meta`] is `meta`.
+    #[inline]
+    pub(crate) fn with_zone_meta(meta: u64, pfn: Pfn, order: Order) -> Block {
         Block {
             pfn,
-            machine,
-            order,
-            node: r.node,
-            zone: r.kind,
+            meta: meta | u64::from(order.get()) << ORDER_SHIFT,
         }
+    }
+
+    #[inline]
+    fn byte(&self, shift: u32) -> u8 {
+        (self.meta >> shift) as u8
     }
 
     /// The first frame.
@@ -136,38 +156,35 @@ impl Block {
     /// The block's order: it holds `2^order` frames.
     #[inline]
     pub fn order(&self) -> Order {
-        self.order
+        Order::new_truncated(self.byte(ORDER_SHIFT))
     }
 
     /// Its frames.
     #[inline]
     pub fn range(&self) -> PfnRange {
-        PfnRange::new(self.pfn, self.pfn + self.order.pages())
+        PfnRange::new(self.pfn, self.pfn + self.order().pages())
     }
 
     /// The node whose memory it is.
     #[inline]
     pub fn node(&self) -> NodeId {
-        self.node
+        self.zone_ref().node
     }
 
     /// The zone it came from.
     #[inline]
     pub fn zone(&self) -> ZoneKind {
-        self.zone
+        self.zone_ref().kind
     }
 
     #[inline]
     pub(crate) fn zone_ref(&self) -> ZoneRef {
-        ZoneRef {
-            node: self.node,
-            kind: self.zone,
-        }
+        ZoneRef::from_index(self.byte(ZONE_SHIFT))
     }
 
     #[inline]
     pub(crate) fn machine(&self) -> MachineId {
-        self.machine
+        MachineId(self.meta as u32)
     }
 
     /// Gives up the typed ownership: the block's first frame and order. It
@@ -175,7 +192,7 @@ impl Block {
     /// [`crate::Machine::block_from_raw`] makes it a block again.
     #[inline]
     pub fn into_raw(self) -> (Pfn, Order) {
-        (self.pfn, self.order)
+        (self.pfn, self.order())
     }
 }
 
@@ -185,9 +202,9 @@ impl fmt::Debug for Block {
             f,
             "Block({}, order {}, {} {})",
             self.pfn,
-            self.order.get(),
-            self.node,
-            self.zone
+            self.order().get(),
+            self.node(),
+            self.zone()
         )
     }
 }
@@ -331,6 +348,7 @@ pub struct Refused<T> {
 }
 
 impl<T> Refused<T> {
+    #[cold]
     pub(crate) fn new(held: T, reason: FreeError) -> Self {
         Refused { held, reason }
     }
@@ -379,7 +397,7 @@ impl core::error::Error for RawError {}
 /// data structures and its migrator); a guard borrows the machine.
 ///
 /// ```
-/// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Order};
+/// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
 /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 4096));
 /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());

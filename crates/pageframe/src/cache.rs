@@ -24,7 +24,8 @@ use pageframe_pcp::{
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
-use crate::zone::{Zone, ZoneKind};
+use crate::zone::Zone;
+use crate::zone_kind::ZoneKind;
 use pageframe_types::carve;
 
 /// Orders the per-CPU caches hold: 0..=3 and the pageblock order (spec 04
@@ -221,8 +222,8 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
     /// frames of a chunk, so the next frames are that line's): otherwise
     /// the next CPU's refill starts on that line, and the two CPUs' allocs
     /// and frees, each writing its frame's byte, make it bounce between
-    /// them (measured: two CPUs' cached order-0 pairs scaled 1.1x, 2x with
-    /// their frames lines apart).
+    /// them (the two-CPU rows of `cargo bench -p pageframe-benches --bench
+    /// machine` show the difference).
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let mut z = self.inner.lock();
         // The movable list holds CMA frames too (Linux's pcp lists do).
@@ -287,8 +288,9 @@ mod tests {
     use std::collections::HashSet;
     use std::vec::Vec;
 
-    use crate::pcp::CpuId;
-    use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind, ZoneRef};
+    use crate::CpuId;
+    use crate::topology::ZoneRef;
+    use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
     /// The frames of `cpu`'s first refill: one allocation, then as many as
     /// the cache then held.

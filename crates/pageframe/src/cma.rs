@@ -15,7 +15,7 @@ use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
 use crate::block::{CmaBuffer, Refused};
-use crate::contig::ContigError;
+use crate::error::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
@@ -55,6 +55,10 @@ pub struct CmaStats {
     pub moved: u64,
 }
 
+/// # CMA areas
+///
+/// Areas reserved for drivers' contiguous buffers that serve movable
+/// allocations meanwhile (spec 03 §1(d)).
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// Sets `range` aside as a CMA area (at set-up, after the memory was
     /// handed over): whole pageblocks of one zone, every frame free. Its
@@ -62,7 +66,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// else does.
     ///
     /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
     /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());

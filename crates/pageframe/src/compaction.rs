@@ -14,7 +14,8 @@ use crate::block::Block;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::topology::MAX_NUMNODES;
-use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+use crate::zone::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::ZoneRef;
 
 /// A machine's zone as the compaction crate reaches it: under the zone's

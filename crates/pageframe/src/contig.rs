@@ -9,136 +9,37 @@
 //! range is held as the largest aligned blocks that tile it, each an
 //! ordinary allocated block. [`Machine::free_segment`] gives it all back.
 
-use core::fmt;
-
 use pageframe_buddy::{BlockInfo, FreeError, MAX_PFN, Order, Pfn, PfnRange};
-use pageframe_compact::{EvacuateError, MigrateMode, evacuate_range};
+use pageframe_compact::{MigrateMode, evacuate_range};
 use pageframe_mobility::{BlockError, Blocker, MigrateType};
 use pageframe_types::unwind::OnUnwind;
 
 use crate::block::{RawError, Refused, Segment};
+use crate::error::ContigError;
+
+// The other calls beyond power-of-two blocks: CMA areas, memory hotplug,
+// free page reporting.
+pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
+pub use crate::hotplug::MemmapOnMemory;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
-use crate::topology::NodeId;
+use crate::node_id::NodeId;
+pub use crate::reporting::{REPORTING_CAPACITY, ReportStats};
 use crate::zone::{Holding, Zone};
-
-/// Why a contiguous allocation failed. The machine is as it was, except
-/// that movable allocations may have moved out of the range (intact, with
-/// the kernel told through its [`Migrator`]).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ContigError {
-    /// No frames asked for, an alignment that is not a power of two, a
-    /// size beyond the frame-number space, or (offlining, CMA) a range
-    /// that is not whole pageblocks.
-    Invalid,
-    /// The frame lies in no zone, or the range leaves its zone there.
-    OutOfRange {
-        /// The first frame outside.
-        pfn: Pfn,
-    },
-    /// The pageblock holding `pfn` reaches outside the zone (a zone edge
-    /// that is not pageblock-aligned): it cannot be isolated, so no range
-    /// that touches it can be taken.
-    PartialPageblock {
-        /// A frame of the range in that pageblock.
-        pfn: Pfn,
-    },
-    /// Memory that cannot be migrated lies in the range.
-    Blocked {
-        /// The first frame of the blocking block.
-        pfn: Pfn,
-        /// Unmovable, pinned, or a hole.
-        why: Blocker,
-    },
-    /// The pageblock holding `pfn` is isolated by another contiguous
-    /// allocation or an offline in progress.
-    Isolated {
-        /// A frame of that pageblock.
-        pfn: Pfn,
-    },
-    /// [`Machine::offline_range`]: the frame is not online (offline
-    /// already, or a hole that never was).
-    NotOnline {
-        /// The first such frame.
-        pfn: Pfn,
-    },
-    /// The kernel's migrator refused to move the block at `pfn` (pinned,
-    /// or not migratable).
-    Refused {
-        /// The block's first frame.
-        pfn: Pfn,
-    },
-    /// The block at `pfn` stayed busy through every pass (held by a
-    /// compactor, a per-CPU cache the migrator did not drain, or the
-    /// migrator kept answering `Again`).
-    Busy {
-        /// The block's first frame.
-        pfn: Pfn,
-    },
-    /// No free memory outside the range to migrate into.
-    NoMemory,
-    /// [`Machine::alloc_contig`]: no range of the allowed zones could be
-    /// taken.
-    NotFound,
-}
-
-impl fmt::Display for ContigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ContigError::Invalid => {
-                f.write_str("zero frames, a bad alignment, or an impossible size")
-            }
-            ContigError::OutOfRange { pfn } => {
-                write!(f, "frame {pfn} lies outside the range's zone")
-            }
-            ContigError::PartialPageblock { pfn } => {
-                write!(f, "the pageblock of frame {pfn} reaches outside its zone")
-            }
-            ContigError::Blocked { pfn, why } => {
-                write!(f, "{why:?} memory at {pfn} blocks the range")
-            }
-            ContigError::Isolated { pfn } => {
-                write!(
-                    f,
-                    "the pageblock of frame {pfn} is isolated by someone else"
-                )
-            }
-            ContigError::NotOnline { pfn } => write!(f, "frame {pfn} is not online"),
-            ContigError::Refused { pfn } => {
-                write!(f, "the kernel did not migrate the block at {pfn}")
-            }
-            ContigError::Busy { pfn } => write!(f, "the block at {pfn} stayed busy"),
-            ContigError::NoMemory => {
-                f.write_str("no free memory to migrate the range's frames into")
-            }
-            ContigError::NotFound => f.write_str("no range of the allowed zones could be taken"),
-        }
-    }
-}
-
-impl core::error::Error for ContigError {}
-
-impl From<EvacuateError> for ContigError {
-    fn from(e: EvacuateError) -> Self {
-        match e {
-            EvacuateError::Blocked { pfn, why } => ContigError::Blocked { pfn, why },
-            EvacuateError::Refused { pfn } => ContigError::Refused { pfn },
-            EvacuateError::Busy { pfn } => ContigError::Busy { pfn },
-            EvacuateError::NoMemory => ContigError::NoMemory,
-            // The machine's zone lock always takes the closure.
-            EvacuateError::Contended => ContigError::NoMemory,
-        }
-    }
-}
 
 /// Zones with at most this many aligned candidates have them all costed
 /// (see [`Machine::alloc_contig`]).
-pub const RANKED: usize = 64;
+pub(crate) const RANKED: usize = 64;
 
+/// # Contiguous ranges
+///
+/// Any number of contiguous frames, a given range, or a 1 GiB page:
+/// movable memory in the way migrates out through the kernel's
+/// [`crate::Migrator`].
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// Allocates exactly the frames of `range` (`alloc_contig_range`): every
     /// pageblock it touches is isolated, the movable allocations inside it
@@ -183,7 +84,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// ([`ContigError::NoMemory`]).
     ///
     /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
     /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
@@ -328,12 +229,12 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// `gfp` allows are searched in zonelist order, low to high inside each,
     /// for a range holding only free and movable memory, which
     /// [`Machine::alloc_contig_range`] then takes: in a zone of at most
-    /// [`RANKED`] aligned candidates, the candidate with the fewest movable
+    /// 64 aligned candidates, the candidate with the fewest movable
     /// frames first; otherwise the first that works. A 1 GiB page on
     /// x86-64 is `alloc_contig(node, gfp, 1 << 18, 1 << 18, migrator)`.
     ///
     /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Migrator, MigrateMode, MigrateError, Order};
+    /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
     /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn(2 << 20));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());

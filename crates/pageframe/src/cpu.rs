@@ -1,5 +1,5 @@
 //! A CPU's handle on the machine: its per-CPU cache of every zone, claimed
-//! together (spec 04, docs/rules/04-pcp.md; ARCHITECTURE principle 5).
+//! together (spec 04).
 //!
 //! Holding the handle is the proof that nothing else uses this CPU's
 //! caches: it is handed out once per CPU ([`Machine::cpu`], one
@@ -14,24 +14,27 @@ use core::mem::MaybeUninit;
 use pageframe_buddy::{FreeError, Order};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
-use crate::block::{Block, Refused};
+use crate::block::{Block, MachineId, Refused};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
 use crate::machine::Machine;
-use crate::topology::{MAX_NUMNODES, NodeId};
-use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
-use crate::zonelist::ZoneRef;
+use crate::node_id::NodeId;
+use crate::zone::Zone;
+use crate::zone_kind::ZoneKind;
+use crate::zonelist::{MAX_ZONES, ZoneRef};
 
 /// Most CPUs a machine's per-CPU caches can be set up for.
 pub const MAX_CPUS: usize = 4096;
 
-/// A zone and this CPU's claimed cache of it.
-type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>);
+/// A zone, this CPU's claimed cache of it, and what every block of the
+/// zone carries ([`Block::zone_meta`]).
+type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, u64);
 
-/// One CPU's claimed caches, by node and zone kind, each with its zone.
+/// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
+/// its zone.
 pub(crate) struct Locals<'m, 'a, R: RawMutex> {
-    by_zone: [[Option<Claimed<'m, 'a, R>>; NR_ZONE_KINDS]; MAX_NUMNODES],
+    by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
 }
 
 impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
@@ -42,10 +45,7 @@ impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
 
     #[inline]
     fn entry(&mut self, r: ZoneRef) -> Option<&mut Claimed<'m, 'a, R>> {
-        self.by_zone
-            .get_mut(r.node.index())?
-            .get_mut(r.kind.index())?
-            .as_mut()
+        self.by_zone[r.index()].as_mut()
     }
 }
 
@@ -69,11 +69,16 @@ pub struct CacheInfo {
 /// ([`Machine::enable_pcp`] not called) it allocates from the zones.
 pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock> {
     machine: &'m Machine<'a, R>,
+    /// The machine's identity, kept here for the blocks' checks.
+    id: MachineId,
     cpu: CpuId,
     node: NodeId,
     locals: Locals<'m, 'a, R>,
 }
 
+/// # Per-CPU caches
+///
+/// Memory for the caches, each CPU's handle, and draining them.
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
     /// memory handed over so far (the caches are sized from it: a CPU's
@@ -170,16 +175,18 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             return Err(PcpError::NoSuchCpu);
         }
         let mut locals = Locals {
-            by_zone: Default::default(),
+            by_zone: core::array::from_fn(|_| None),
         };
         for z in self.all_zones() {
             if let Some(set) = &z.pcp {
                 // An error drops the caches claimed so far: all or nothing.
-                locals.by_zone[z.node().index()][z.kind().index()] = Some((z, set.claim(cpu)?));
+                let meta = Block::zone_meta(self.id, z.zone_ref());
+                locals.by_zone[z.zone_ref().index()] = Some((z, set.claim(cpu)?, meta));
             }
         }
         Ok(CpuCache {
             machine: self,
+            id: self.id,
             cpu,
             node,
             locals,
@@ -252,11 +259,11 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
         // The common case first: a hit in this CPU's cache of the first zone
         // the request would try. Anything else walks the zonelist.
         if let Some((r, highest)) = self.machine.preferred(self.node, gfp)
-            && let Some((z, local)) = self.locals.entry(r)
+            && let Some((z, local, meta)) = self.locals.entry(r)
         {
             let flags = self.machine.fast_flags_at(self.node, gfp, r);
             if let Some(pfn) = z.cache_hit(local, gfp, order, flags, highest) {
-                return Ok(Block::new(self.machine.id, r, pfn, order));
+                return Ok(Block::with_zone_meta(*meta, pfn, order));
             }
         }
         self.machine
@@ -268,14 +275,16 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     /// refused and handed back.
     #[inline]
     pub fn free(&mut self, block: Block) -> Result<(), Refused<Block>> {
-        if block.machine() != self.machine.id {
+        if block.machine() != self.id {
             return Err(Refused::new(block, FreeError::Foreign));
         }
-        let r = match self.locals.entry(block.zone_ref()) {
-            Some((z, local)) => z.free_cached(local, block.pfn(), block.order()),
-            None => return self.machine.free(block),
-        };
-        r.map_err(|e| Refused::new(block, e))
+        match self.locals.entry(block.zone_ref()) {
+            Some((z, local, _)) => match z.free_cached(local, block.pfn(), block.order()) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(Refused::new(block, e)),
+            },
+            None => self.machine.free(block),
+        }
     }
 
     /// Honours the requests other CPUs posted to this CPU's caches (a

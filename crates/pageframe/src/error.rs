@@ -2,13 +2,17 @@
 
 use core::fmt;
 
-pub use pageframe_buddy::{FreeError, InitError, RangeError, ValidateError};
-pub use pageframe_mobility::BlockError;
-pub use pageframe_pcp::PcpError;
+pub use pageframe_buddy::FreeError;
+use pageframe_buddy::{InitError, RangeError};
+use pageframe_pcp::PcpError;
 
-use crate::topology::{NodeId, TopologyError};
-use crate::zone::ZoneKind;
 use pageframe_buddy::Pfn;
+use pageframe_compact::EvacuateError;
+use pageframe_mobility::Blocker;
+
+use crate::node_id::NodeId;
+use crate::topology::TopologyError;
+use crate::zone_kind::ZoneKind;
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -69,7 +73,7 @@ pub enum SetupError {
     /// Memory could not be handed over (outside every zone, already handed
     /// over, empty).
     Range(RangeError),
-    /// Per-CPU caches: no CPU, more than [`crate::MAX_CPUS`], already
+    /// Per-CPU caches: no CPU, more than [`crate::pcp::MAX_CPUS`], already
     /// enabled, or no zone with memory to size them for.
     Pcp(PcpSetupError),
     /// A hot-add outside the node's hotpluggable range for that zone kind
@@ -88,7 +92,7 @@ pub enum SetupError {
 /// Why the per-CPU caches could not be set up.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PcpSetupError {
-    /// Zero CPUs, or more than [`crate::MAX_CPUS`].
+    /// Zero CPUs, or more than [`crate::pcp::MAX_CPUS`].
     CpuCount,
     /// The caches are already set up.
     AlreadyEnabled,
@@ -130,7 +134,9 @@ impl fmt::Display for SetupError {
 impl fmt::Display for PcpSetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PcpSetupError::CpuCount => write!(f, "the CPU count must be 1..={}", crate::MAX_CPUS),
+            PcpSetupError::CpuCount => {
+                write!(f, "the CPU count must be 1..={}", crate::pcp::MAX_CPUS)
+            }
             PcpSetupError::AlreadyEnabled => f.write_str("already enabled"),
             PcpSetupError::NoMemory => f.write_str("no memory handed over yet to size them from"),
             PcpSetupError::MemoryTooSmall { needed, given } => {
@@ -230,3 +236,112 @@ impl fmt::Display for PinError {
 }
 
 impl core::error::Error for PinError {}
+
+/// Why a contiguous allocation failed. The machine is as it was, except
+/// that movable allocations may have moved out of the range (intact, with
+/// the kernel told through its [`Migrator`](crate::Migrator)).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ContigError {
+    /// No frames asked for, an alignment that is not a power of two, a
+    /// size beyond the frame-number space, or (offlining, CMA) a range
+    /// that is not whole pageblocks.
+    Invalid,
+    /// The frame lies in no zone, or the range leaves its zone there.
+    OutOfRange {
+        /// The first frame outside.
+        pfn: Pfn,
+    },
+    /// The pageblock holding `pfn` reaches outside the zone (a zone edge
+    /// that is not pageblock-aligned): it cannot be isolated, so no range
+    /// that touches it can be taken.
+    PartialPageblock {
+        /// A frame of the range in that pageblock.
+        pfn: Pfn,
+    },
+    /// Memory that cannot be migrated lies in the range.
+    Blocked {
+        /// The first frame of the blocking block.
+        pfn: Pfn,
+        /// Unmovable, pinned, or a hole.
+        why: Blocker,
+    },
+    /// The pageblock holding `pfn` is isolated by another contiguous
+    /// allocation or an offline in progress.
+    Isolated {
+        /// A frame of that pageblock.
+        pfn: Pfn,
+    },
+    /// [`Machine::offline_range`](crate::Machine::offline_range): the frame is not online (offline
+    /// already, or a hole that never was).
+    NotOnline {
+        /// The first such frame.
+        pfn: Pfn,
+    },
+    /// The kernel's migrator refused to move the block at `pfn` (pinned,
+    /// or not migratable).
+    Refused {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// The block at `pfn` stayed busy through every pass (held by a
+    /// compactor, a per-CPU cache the migrator did not drain, or the
+    /// migrator kept answering `Again`).
+    Busy {
+        /// The block's first frame.
+        pfn: Pfn,
+    },
+    /// No free memory outside the range to migrate into.
+    NoMemory,
+    /// [`Machine::alloc_contig`](crate::Machine::alloc_contig): no range of the allowed zones could be
+    /// taken.
+    NotFound,
+}
+
+impl fmt::Display for ContigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContigError::Invalid => {
+                f.write_str("zero frames, a bad alignment, or an impossible size")
+            }
+            ContigError::OutOfRange { pfn } => {
+                write!(f, "frame {pfn} lies outside the range's zone")
+            }
+            ContigError::PartialPageblock { pfn } => {
+                write!(f, "the pageblock of frame {pfn} reaches outside its zone")
+            }
+            ContigError::Blocked { pfn, why } => {
+                write!(f, "{why:?} memory at {pfn} blocks the range")
+            }
+            ContigError::Isolated { pfn } => {
+                write!(
+                    f,
+                    "the pageblock of frame {pfn} is isolated by someone else"
+                )
+            }
+            ContigError::NotOnline { pfn } => write!(f, "frame {pfn} is not online"),
+            ContigError::Refused { pfn } => {
+                write!(f, "the kernel did not migrate the block at {pfn}")
+            }
+            ContigError::Busy { pfn } => write!(f, "the block at {pfn} stayed busy"),
+            ContigError::NoMemory => {
+                f.write_str("no free memory to migrate the range's frames into")
+            }
+            ContigError::NotFound => f.write_str("no range of the allowed zones could be taken"),
+        }
+    }
+}
+
+impl core::error::Error for ContigError {}
+
+impl From<EvacuateError> for ContigError {
+    fn from(e: EvacuateError) -> Self {
+        match e {
+            EvacuateError::Blocked { pfn, why } => ContigError::Blocked { pfn, why },
+            EvacuateError::Refused { pfn } => ContigError::Refused { pfn },
+            EvacuateError::Busy { pfn } => ContigError::Busy { pfn },
+            EvacuateError::NoMemory => ContigError::NoMemory,
+            // The machine's zone lock always takes the closure.
+            EvacuateError::Contended => ContigError::NoMemory,
+        }
+    }
+}

@@ -230,7 +230,7 @@ impl<'a> FrameStates<'a> {
         self.take(pfn, order, encode(CACHED, order))
     }
 
-    /// A free of a whole range ([`crate::Machine::free_contig_range`]): the
+    /// A free of a whole range ([`crate::Machine::free_segment`]): the
     /// block is held as "isolated" until the range's books settle (a racing
     /// free of it gets `Busy`), or given back with `set_allocated`.
     #[inline]

@@ -34,8 +34,9 @@ use pageframe_buddy::{PAGE_SIZE, PfnRange};
 use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::topology::NodeId;
-use crate::zone::{Zone, ZoneKind};
+use crate::node_id::NodeId;
+use crate::zone::Zone;
+use crate::zone_kind::ZoneKind;
 
 /// How a hot-added range holds its own metadata
 /// ([`Machine::memmap_on_memory`]).
@@ -56,6 +57,10 @@ impl MemmapOnMemory {
     }
 }
 
+/// # Memory hotplug
+///
+/// Ranges taken offline and brought online, and zones that arrive at run
+/// time.
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// Declares, at set-up, that node `node` may get a zone of `kind` over
     /// (part of) `range` at run time. Checked before anything changes: the
@@ -108,7 +113,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// slot wins a race).
     ///
     /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Gfp, Pfn, PfnRange, Order};
+    /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
     /// let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
     /// let boot = PfnRange::new(Pfn(0x1000), Pfn(0x20000));

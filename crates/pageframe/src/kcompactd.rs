@@ -15,10 +15,14 @@ use crate::compaction::{Guarded, ZoneSet};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
+use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
-use crate::topology::NodeId;
-use crate::zone::ZoneKind;
+use crate::zone_kind::ZoneKind;
 
+/// # Background compaction
+///
+/// What a kernel's kcompactd thread or timer calls, and whole-node
+/// compaction (spec 03 §11).
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// The zones of node `id`, low to high, for a requester of `highest`.
     fn node_zones(&self, id: NodeId, highest: ZoneKind) -> Option<ZoneSet<'_, 'a, R>> {

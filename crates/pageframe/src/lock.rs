@@ -1,4 +1,5 @@
-//! The zone lock is the kernel's choice (ARCHITECTURE principle 10): every
+//! The zone lock is the kernel's choice, since only the kernel knows
+//! whether it allocates from interrupt handlers: every
 //! lock the allocator takes is a [`lock_api::RawMutex`], the convention of
 //! the Rust ecosystem (`spin`, `parking_lot`), given as a type parameter of
 //! [`crate::Machine`].
@@ -53,6 +54,63 @@
 //! type KernelMachine<'a> = pageframe::Machine<'a, IrqSafe>;
 //! # let _ = core::mem::size_of::<KernelMachine<'static>>();
 //! ```
+//!
+//! ## Every wait between CPUs
+//!
+//! Every place where one CPU waits for another, and why the wait ends.
+//!
+//! A kernel that hangs loses everything it holds, so this is the whole
+//! list; a wait not named here is a bug. "CPU" means any thread of
+//! execution that calls the library.
+//!
+//! ### Locks held for a bounded critical section
+//!
+//! | lock | taken by | why the wait ends |
+//! |---|---|---|
+//! | a zone's lock (the kernel's [`crate::lock::RawMutex`]) | the zone path, refills and spills of per-CPU caches, compaction's steps, contiguous ranges, reporting, validation | its holder runs library code only, with no other wait inside (no kernel callback runs under it, except the closure given to [`crate::zone::Zone::inspect`], which must not call the machine) |
+//! | an order-0 stripe's lock | an order-0 free of a frame that stripe holds; giving the stripes back | as above; allocations take a stripe with `try_lock` and go elsewhere when it is busy; lock order is stripe, then zone |
+//! | the per-CPU sizing update flag | [`crate::Machine::set_pcp_high_fraction`] and watermark changes | its holder writes each CPU's mailbox and releases it, without waiting for anyone |
+//! | swap's list lock and cluster locks (`pageframe-swap`) | slot allocation and free | scanning takes cluster locks with `try_lock` while it holds the list lock; a cluster's holder takes the list lock only after its own work, so no cycle |
+//!
+//! ### Lock-free retries
+//!
+//! The ownership byte of a frame, the kcompactd wake-up word and the
+//! per-CPU handles' claim flags change by compare-and-swap. A retry happens
+//! only because another CPU's swap succeeded: the system as a whole always
+//! progresses.
+//!
+//! ### Draining other CPUs' caches
+//!
+//! [`crate::Machine::drain_pcp`] (and through it every
+//! [`crate::Migrator::drain_caches`] a kernel writes: compaction,
+//! contiguous ranges, CMA and offlining call it) asks each CPU that holds
+//! its handle to empty its caches, and waits. A cache nobody holds is
+//! drained by the caller itself. The wait ends because:
+//!
+//! * requests to every cache of every zone go out before the drain waits
+//!   for any of them;
+//! * while it waits, a draining CPU honours every request addressed to its
+//!   own handle, in every zone, so drainers never wait on each other,
+//!   however many drain at once and in whatever order they reach the
+//!   zones (loom checks two CPUs on two zones; a host test runs 10 000
+//!   concurrent drains under a watchdog);
+//! * every other holder honours requests at its next operation on its
+//!   handle, at [`crate::CpuCache::tick`] or [`crate::CpuCache::poll`] (a
+//!   kernel calls `poll` when the `kick` IPI arrives), or releases its
+//!   handle, which hands the cache to the drainer.
+//!
+//! What the caller must not do: call it while its CPU holds a handle it
+//! did not pass (one borrowed further up its own stack: that cache could
+//! never be served), or while holding a lock that a handle's holder may
+//! wait for without polling.
+//!
+//! ### What never waits
+//!
+//! A free of a block being migrated, reported or isolated returns
+//! [`crate::FreeError::Busy`] at once; compaction and contiguous ranges
+//! skip or refuse memory that is busy, and their passes are bounded. A free
+//! page reporting pass offers at most the frames that were free when it
+//! began, whatever its callback or other CPUs free meanwhile.
 
 pub use lock_api::{GuardNoSend, GuardSend, RawMutex};
 

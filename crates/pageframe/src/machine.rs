@@ -33,10 +33,12 @@ use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{RawMutex, SpinLock};
 use crate::node::Node;
+use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
-use crate::topology::{MAX_NUMNODES, NodeId, Topology};
-use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+use crate::topology::{MAX_NUMNODES, Topology};
+use crate::zone::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
 
 /// How a machine is built: its nodes, how its zones group memory, and how
@@ -150,11 +152,37 @@ pub struct Machine<'a, R: RawMutex = SpinLock> {
     pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
 }
 
-impl<'a, R: RawMutex> Machine<'a, R> {
+/// # A machine with the default lock
+///
+/// [`crate::lock::SpinLock`], right for a kernel that does not allocate in
+/// interrupt handlers and for host programs; another lock takes
+/// [`Machine::new_in_with_lock`].
+impl<'a> Machine<'a> {
     /// Writes an empty machine (every node of `config.topology`, no zones)
     /// into `slot` and returns it. Nothing larger than a few hundred bytes
     /// is built on the stack, so this works on a 16 KiB boot stack.
     pub fn new_in(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
+        Self::new_in_with_lock(slot, config)
+    }
+
+    /// An empty machine for `config` in a box (host programs and tests).
+    #[cfg(feature = "std")]
+    pub fn new_boxed(config: MachineConfig) -> std::boxed::Box<Self> {
+        let mut b = std::boxed::Box::<Self>::new_uninit();
+        Self::new_in(&mut b, config);
+        // SAFETY: `new_in` initialised every field.
+        unsafe { b.assume_init() }
+    }
+}
+
+/// # Set-up
+///
+/// An empty machine, its zones and the memory they manage. Set-up takes
+/// `&mut self`; afterwards the machine is shared.
+impl<'a, R: RawMutex> Machine<'a, R> {
+    /// [`Machine::new_in`] for a machine whose zones take the lock `R`
+    /// (one that disables interrupts, say: see [`crate::lock`]).
+    pub fn new_in_with_lock(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to `slot`, exclusively borrowed, writable and
         // aligned for a `Machine`. Every field is written exactly once
@@ -192,15 +220,6 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
             slot.assume_init_mut()
         }
-    }
-
-    /// A machine on the heap (host programs and tests).
-    #[cfg(feature = "std")]
-    pub fn new_boxed(config: MachineConfig) -> std::boxed::Box<Self> {
-        let mut b = std::boxed::Box::<Self>::new_uninit();
-        Self::new_in(&mut b, config);
-        // SAFETY: `new_in` initialised every field.
-        unsafe { b.assume_init() }
     }
 
     /// Metadata bytes a zone over `span` of this machine needs (see
@@ -333,7 +352,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
         self.index = index;
     }
+}
 
+/// # Nodes and zones
+///
+/// The topology, the nodes and zones, and the order in which a request
+/// tries them.
+impl<'a, R: RawMutex> Machine<'a, R> {
     /// The machine's topology.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -432,7 +457,14 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 
     // ---- tunables ----
+}
 
+/// # Tuning
+///
+/// Linux's `vm.*` knobs and the THP policy. Each change takes effect at
+/// once, through `&self`; bad values get a [`ConfigError`] and change
+/// nothing.
+impl<'a, R: RawMutex> Machine<'a, R> {
     /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes every
     /// zone's watermarks. Any value is accepted: one larger than the
     /// machine's memory reserves all of it (every ordinary allocation then
@@ -512,11 +544,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// compaction, and across nodes, dropping it only when they have
     /// failed.
     ///
-    /// **On by default here; Linux's default is off.** Measured with the
-    /// lab's mixed-churn test (`cargo xtask lab mixed-churn`, seeds 1-5),
-    /// it keeps 99.3-100% of the possible 4 MiB blocks free at rest
-    /// against 93.8-98.6% without it, for about a tenth more reclaimed
-    /// memory. On one node, a request
+    /// **On by default here; Linux's default is off:** it keeps more
+    /// maximum-order blocks free at rest under mixed churn, for somewhat
+    /// more reclaim (`cargo xtask lab mixed-churn`; figures in
+    /// `docs/results.md`). On one node, a request
     /// without reclaim or compaction hooks ([`Machine::alloc`]) ends where
     /// it would without it, a pass of the free lists later (its last pass
     /// may fragment as the first one would). On several nodes, a request
@@ -593,7 +624,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 
     // ---- allocation and free ----
+}
 
+/// # Allocate and free
+///
+/// Blocks without a CPU handle (the fast path is [`crate::CpuCache`]),
+/// given back by the [`Block`] that owns them.
+impl<'a, R: RawMutex> Machine<'a, R> {
     /// Allocates `2^order` frames for a task on `node` from the free lists,
     /// never compacting or reclaiming: the zonelist `gfp` selects (spec 01
     /// §3.6), first against the low watermarks (without fragmenting
@@ -754,7 +791,9 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if block.machine() != self.id {
             return None;
         }
-        self.zone(block.zone_ref())
+        // A block of this machine names one of its zones: no topology check.
+        let r = block.zone_ref();
+        self.nodes[r.node.index() % MAX_NUMNODES].zone(r.kind)
     }
 
     /// A block that frees itself when dropped ([`BlockGuard`]); a block of
@@ -810,7 +849,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 
     // ---- reports ----
+}
 
+/// # Counting and checking
+///
+/// Free and managed frames, counters, and the walk that checks every
+/// invariant.
+impl<'a, R: RawMutex> Machine<'a, R> {
     /// Free frames over all nodes (not counting per-CPU caches).
     pub fn free_pages(&self) -> u64 {
         self.nodes().map(|n| n.free_pages()).sum()

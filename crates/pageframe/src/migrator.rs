@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use pageframe::{Block, Gfp, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn};
+//! use pageframe::{Block, Gfp, Migrator, NodeId, Order, Pfn, compact::{MigrateError, MigrateMode}};
 //! # use pageframe::{Machine, MachineConfig, PfnRange, ZoneKind};
 //! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
 //! # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 15)));
@@ -113,7 +113,7 @@ pub trait Migrator {
     /// A run ended without success: flush the per-CPU caches so freed
     /// frames can merge (spec 03 §5 drain, §11.2). With `pageframe`,
     /// [`crate::Machine::drain_pcp`], passing this CPU's handle if it
-    /// holds one ([`crate::waits`]). Default: nothing to flush.
+    /// holds one ([`crate::lock`]). Default: nothing to flush.
     fn drain_caches(&mut self) {}
 }
 

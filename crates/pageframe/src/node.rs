@@ -14,9 +14,10 @@ use pageframe_buddy::{Pfn, ValidateError};
 use pageframe_compact::{Deferral, DeferralState, Kcompactd, KcompactdWake};
 
 use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::node_id::NodeId;
 use crate::numa_stats::{NodeCounters, NodeStats};
-use crate::topology::NodeId;
-use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+use crate::zone::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 
 /// Slot states: no zone; a hot-add is writing the zone; the zone is there.
 const EMPTY: u8 = 0;

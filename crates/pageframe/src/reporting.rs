@@ -32,6 +32,9 @@ pub struct ReportStats {
     pub refused: u64,
 }
 
+/// # Free page reporting
+///
+/// Free blocks told to a hypervisor (virtio-balloon), off the fast path.
 impl<R: RawMutex> Machine<'_, R> {
     /// One reporting pass over every zone: the callback gets batches of up
     /// to [`REPORTING_CAPACITY`] free blocks of at least `min` order that
@@ -44,7 +47,7 @@ impl<R: RawMutex> Machine<'_, R> {
     /// not held while the callback runs.
     ///
     /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, ZoneKind, Pfn, PfnRange, Order};
+    /// # use pageframe::{Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());

@@ -31,10 +31,10 @@ use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
+use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
 use crate::thp::{NodePolicy, ThpPolicy};
-use crate::topology::NodeId;
-use crate::zone::ZoneKind;
+use crate::zone_kind::ZoneKind;
 use crate::zonelist::{ZoneRef, Zonelist};
 
 /// Frames one direct reclaim pass asks for (`SWAP_CLUSTER_MAX`).
@@ -86,6 +86,11 @@ struct Stall {
     ns: u64,
 }
 
+/// # Allocate with compaction and reclaim
+///
+/// The slow path: what a request that may wait tries before it fails
+/// (spec 01 §10, spec 03 §11.1), and transparent huge pages under the THP
+/// policy.
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// Allocates `2^order` frames for a task on `node`, trying as hard as
     /// `gfp` allows: the free lists, then (for requests that may do direct

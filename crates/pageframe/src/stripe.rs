@@ -1,5 +1,5 @@
 //! Order-0 stripes: how one zone serves several CPUs at once without a
-//! per-CPU cache (issue 16).
+//! per-CPU cache.
 //!
 //! A zone has [`STRIPES`] stripes, each a lock of the kernel's type and, per
 //! basic migratetype, one [`Reservation`]: the free frames of one chunk (a

@@ -3,6 +3,15 @@
 
 use core::fmt;
 
+use crate::node_id::NodeId;
+
+// A node, what it counts, and the orders its allocations fall back in.
+pub use crate::node::Node;
+pub use crate::numa_stats::NodeStats;
+pub use crate::zonelist::{
+    NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders,
+};
+
 /// Most nodes a [`Topology`] (and so a [`crate::Machine`]) can describe.
 /// Fixed so that every per-node table is an array: no heap.
 pub const MAX_NUMNODES: usize = 8;
@@ -10,35 +19,6 @@ pub const MAX_NUMNODES: usize = 8;
 pub const LOCAL_DISTANCE: u8 = 10;
 /// The default distance between two different nodes.
 pub const REMOTE_DISTANCE: u8 = 20;
-
-/// A node's identity: an index below [`MAX_NUMNODES`].
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
-pub struct NodeId(u8);
-
-impl NodeId {
-    /// Node 0.
-    pub const ZERO: NodeId = NodeId(0);
-
-    /// Node `n`, or `None` if `n >= MAX_NUMNODES`.
-    pub const fn new(n: usize) -> Option<NodeId> {
-        if n < MAX_NUMNODES {
-            Some(NodeId(n as u8))
-        } else {
-            None
-        }
-    }
-
-    /// The node's index.
-    pub const fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node {}", self.0)
-    }
-}
 
 /// Why a topology was refused.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -14,67 +14,32 @@ use core::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 
 use pageframe_types::atomic::AtomicU64;
 
-use pageframe_buddy::{BlockInfo, FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats};
+use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use pageframe_compact::CompactState;
-use pageframe_mobility::{FallbackStats, MobileZone, MobilityConfig, Watermarks, ZoneMarks};
+use pageframe_mobility::ZoneMarks;
 use pageframe_pcp::{PcpSet, ZoneFlags};
+
+// What a zone shows of itself, and the set-up and validation errors that
+// name one.
+pub use crate::fragmap::{FragmentationMap, MAP_LEGEND, MAP_WIDTH};
+pub use crate::machine::MachineBuddyInfo;
+pub use crate::node::BuddyInfo;
+pub use crate::zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};
+pub use pageframe_buddy::{BlockInfo, InitError, RangeError, Stats, ValidateError};
+pub use pageframe_mobility::{
+    BlockError, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse,
+    ReserveAccess, Watermarks,
+};
+pub use pageframe_types::{MAX_PFN, MigrateType};
 
 use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::node_id::NodeId;
 use crate::stripe::Stripes;
-use crate::topology::NodeId;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::ZoneRef;
-
-/// Address-range classes of memory, low to high (spec 01 §3.5). A zone's
-/// index is its place in this order.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-#[repr(u8)]
-pub enum ZoneKind {
-    /// Below 16 MiB on x86 (legacy ISA DMA).
-    Dma = 0,
-    /// Below 4 GiB.
-    Dma32 = 1,
-    /// Everything else.
-    Normal = 2,
-    /// Only movable allocations (carved out by configuration).
-    Movable = 3,
-}
-
-/// Number of zone kinds.
-pub const NR_ZONE_KINDS: usize = 4;
-
-impl ZoneKind {
-    /// All kinds, low to high.
-    pub const ALL: [ZoneKind; NR_ZONE_KINDS] = [
-        ZoneKind::Dma,
-        ZoneKind::Dma32,
-        ZoneKind::Normal,
-        ZoneKind::Movable,
-    ];
-
-    /// Linux's name for the zone.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ZoneKind::Dma => "DMA",
-            ZoneKind::Dma32 => "DMA32",
-            ZoneKind::Normal => "Normal",
-            ZoneKind::Movable => "Movable",
-        }
-    }
-
-    /// The zone's index.
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for ZoneKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What the zone lock protects.
 pub(crate) struct ZoneInner<'a> {

@@ -7,7 +7,7 @@
 
 use pageframe_buddy::{Pfn, PfnRange, PhysAddr};
 
-use crate::zone::{NR_ZONE_KINDS, ZoneKind};
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 
 /// The first frame above the DMA zone (16 MiB).
 pub const DMA_LIMIT: Pfn = PhysAddr::new(16 << 20).pfn_down();

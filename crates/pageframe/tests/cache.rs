@@ -6,11 +6,11 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::*;
-use pageframe::pcp::{CpuId, PcpError};
 use pageframe::{
-    Block, FreeError, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
-    ZoneKind,
+    Block, FreeError, Gfp, Machine, Migrator, NodeId, Order, Pfn, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
+use pageframe::{CpuId, pcp::PcpError};
 
 const FRAMES: u64 = if cfg!(miri) { 8 << 10 } else { 64 << 10 }; // 256 MiB (32 MiB under Miri)
 
@@ -79,7 +79,7 @@ fn cached_paths_serve_and_check_frees() {
         from_zone < 1000,
         "{from_zone} of 10000 allocations reached the zone"
     );
-    let pageframe::CacheInfo { stats, count, .. } =
+    let pageframe::pcp::CacheInfo { stats, count, .. } =
         cpu.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
     assert!(
         count > 0 && stats.local_hits >= 9000,
@@ -129,9 +129,9 @@ fn cached_paths_serve_and_check_frees() {
     let span = zone.span();
     let free_frame = zone
         .inspect(|z| {
-            z.buddy()
-                .walk(span)
-                .find_map(|(p, b)| matches!(b, pageframe::BlockInfo::Free { .. }).then_some(p))
+            z.buddy().walk(span).find_map(|(p, b)| {
+                matches!(b, pageframe::zone::BlockInfo::Free { .. }).then_some(p)
+            })
         })
         .unwrap();
     assert_eq!(raw(free_frame, Order::ZERO), Err(FreeError::AlreadyFree));

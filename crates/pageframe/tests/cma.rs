@@ -6,7 +6,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use pageframe::{CmaId, ContigError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, ZoneKind};
+use pageframe::{
+    ContigError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, ZoneKind, contig::CmaId,
+};
 
 /// One Normal zone of `blocks` pageblocks at 4 GiB, all free, and a CMA
 /// area of `cma` pageblocks starting `at` pageblocks in.
@@ -173,7 +175,7 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
     let start = seg.into_raw().start;
     // SAFETY: the segment was given up just above; its one frame is ours.
     let piece = unsafe { m.block_from_raw(start, Order::ZERO) }.unwrap();
-    let mut cpu = m.cpu(pageframe::pcp::CpuId(0), NodeId::ZERO).unwrap();
+    let mut cpu = m.cpu(pageframe::CpuId(0), NodeId::ZERO).unwrap();
     let free = m.free_pages();
     cpu.free(piece).unwrap();
     assert_eq!(m.free_pages(), free + 1, "back in the zone, not the cache");

@@ -7,10 +7,11 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{
-    Blocker, ContigError, FreeError, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId,
-    Order, Pfn, PfnRange, ZoneKind,
+    ContigError, FreeError, Gfp, Machine, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    zone::Blocker,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use common::*;
 use pageframe::{
-    Block, Gfp, Machine, MigrateError, MigrateMode, MigrateType, Migrator, NodeId, Order, Pfn,
-    SlowPathHooks, ZoneKind,
+    Block, Gfp, Machine, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    zone::MigrateType,
 };
 
 /// A kernel holding movable frames, whose reclaim frees those of one

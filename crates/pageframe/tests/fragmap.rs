@@ -4,7 +4,10 @@
 mod common;
 
 use common::*;
-use pageframe::{Gfp, MAP_WIDTH, MigrateType, ZoneKind};
+use pageframe::{
+    Gfp, ZoneKind,
+    zone::{MAP_WIDTH, MigrateType},
+};
 
 #[test]
 fn each_pageblock_shows_its_type_and_fill() {

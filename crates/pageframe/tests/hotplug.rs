@@ -8,10 +8,11 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::*;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{
-    FreeError, Gfp, InitError, Machine, MachineConfig, Pfn, RangeError, SetupError, Topology,
-    ZoneKind,
+    FreeError, Gfp, Machine, MachineConfig, Pfn, SetupError, ZoneKind,
+    topology::Topology,
+    zone::{InitError, RangeError},
 };
 
 const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
@@ -78,7 +79,7 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
     m.add_free_range(plan.online).unwrap();
     assert_eq!(m.managed_pages(), before + plan.online.len());
     assert!(
-        m.zone(pageframe::ZoneRef {
+        m.zone(pageframe::topology::ZoneRef {
             node: n(0),
             kind: ZoneKind::Movable
         })

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use common::watchdog::{PollBarrier, Watchdog};
 use common::*;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{
-    Block, CpuCache, Gfp, Machine, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
-    ZoneKind,
+    Block, CpuCache, Gfp, Machine, Migrator, NodeId, Order, Pfn, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use common::*;
 use pageframe::{
-    AllocError, FreeError, Gfp, Machine, MachineConfig, MigrateType, NodeId, Order, Pfn,
-    RangeError, SetupError, ZoneKind,
+    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, SetupError, ZoneKind,
+    zone::{MigrateType, RangeError},
 };
 
 #[test]
@@ -188,7 +188,7 @@ fn metadata_sizes_are_exactly_what_zones_need() {
         let m = machine_with(MachineConfig::SINGLE_NODE);
         match m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, buf) {
             Ok(_) => true,
-            Err(SetupError::Zone(pageframe::InitError::MetadataTooSmall { .. })) => false,
+            Err(SetupError::Zone(pageframe::zone::InitError::MetadataTooSmall { .. })) => false,
             Err(e) => panic!("{span:?}: {e}"),
         }
     };
@@ -323,7 +323,7 @@ fn x86_64_frame_allocator_adapter() {
     let m = two_zones(4096, 4096);
     let before = m.free_pages();
     // SAFETY: the frames are simulated and never touched.
-    let mut a = unsafe { pageframe::x86_64::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
+    let mut a = unsafe { pageframe::paging::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
     let small: PhysFrame<Size4KiB> = a.allocate_frame().unwrap();
     let big: PhysFrame<Size2MiB> = a.allocate_frame().unwrap();
     assert_eq!(big.start_address().as_u64() % (2 << 20), 0);

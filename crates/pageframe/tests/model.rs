@@ -1,4 +1,4 @@
-//! The machine against its reference model (`pageframe::model`): random
+//! The machine against its reference model (`pageframe_models::machine`): random
 //! sequences of allocations and frees through CPU handles and the machine,
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
@@ -8,7 +8,7 @@
 //! every step no frame has two owners, none is lost, and `validate()`
 //! holds.
 
-use pageframe::model::{GFPS, Op, run};
+use pageframe_models::machine::{GFPS, Op, run};
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {

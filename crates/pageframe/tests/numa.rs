@@ -11,15 +11,20 @@ use std::collections::HashMap;
 
 use common::*;
 use pageframe::{
-    AllocError, Gfp, LOCAL_DISTANCE, Machine, MachineConfig, MigrateError, MigrateMode, Migrator,
-    NodeId, NodeMask, NodePolicy, Order, Pfn, PfnRange, SetupError, SlowPathHooks, ThpDefrag,
-    ThpPolicy, Topology, TopologyError, ZoneKind, ZoneLayout, ZonelistKind, build_node_orders,
+    AllocError, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SetupError,
+    SlowPathHooks, ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    thp::{NodePolicy, ThpDefrag, ThpPolicy},
+    topology::{
+        LOCAL_DISTANCE, NodeMask, Topology, TopologyError, ZonelistKind, build_node_orders,
+    },
+    zone::ZoneLayout,
 };
 use proptest::prelude::*;
 
 const HUGE: Order = Order::HUGE_2M;
 
-fn normal<'m>(m: &'m Machine<'static>, i: usize) -> &'m pageframe::Zone<'static> {
+fn normal<'m>(m: &'m Machine<'static>, i: usize) -> &'m pageframe::zone::Zone<'static> {
     m.node(n(i)).unwrap().zone(ZoneKind::Normal).unwrap()
 }
 

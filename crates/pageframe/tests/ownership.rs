@@ -12,8 +12,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::*;
 use pageframe::{
-    Block, ContigError, FreeError, Gfp, Machine, MachineConfig, MigrateError, MigrateMode,
-    Migrator, NodeId, Order, Pfn, PfnRange, SetupError, ZoneKind,
+    Block, ContigError, FreeError, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn,
+    PfnRange, SetupError, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 
 /// A block of one machine given to another is refused and handed back,
@@ -35,7 +36,7 @@ fn a_block_of_one_machine_cannot_be_freed_into_another() {
     b.enable_pcp(1, leak(b.pcp_bytes(1).unwrap())).unwrap();
     let b: &'static Machine<'static> = b;
     let y = a.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-    let mut cpu = b.cpu(pageframe::pcp::CpuId(0), NodeId::ZERO).unwrap();
+    let mut cpu = b.cpu(pageframe::CpuId(0), NodeId::ZERO).unwrap();
     let y = cpu.free(y).unwrap_err().into_inner();
     // Segments likewise.
     let mut w = Words::default();
@@ -101,7 +102,7 @@ fn frames_beyond_the_address_width_are_refused_not_lost() {
     zone(m, NodeId::ZERO, ZoneKind::Normal, span, span);
     let free = m.free_pages();
     // SAFETY: simulated frames, never touched.
-    let mut adapter = unsafe { pageframe::x86_64::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
+    let mut adapter = unsafe { pageframe::paging::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
     let f: Option<PhysFrame<Size4KiB>> = adapter.allocate_frame();
     assert!(f.is_none(), "no frame the crate cannot express");
     assert_eq!(m.free_pages(), free, "and the frame went back");
@@ -125,7 +126,10 @@ fn set_up_refuses_memory_past_the_address_width() {
     for span in [
         PfnRange::new(limit, limit + 512),
         PfnRange::new(Pfn(limit.get() - 512), limit + 512),
-        PfnRange::new(Pfn(pageframe::MAX_PFN - 4096), Pfn(pageframe::MAX_PFN)),
+        PfnRange::new(
+            Pfn(pageframe::zone::MAX_PFN - 4096),
+            Pfn(pageframe::zone::MAX_PFN),
+        ),
     ] {
         let meta = leak(4096);
         assert_eq!(

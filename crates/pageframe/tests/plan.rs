@@ -5,7 +5,8 @@ use std::alloc::{Layout, alloc_zeroed};
 
 use pageframe::boot::{FrameRanges, Plan, PlanError};
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, PhysAddr, Topology, ZoneKind,
+    Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, PhysAddr, ZoneKind,
+    topology::Topology,
 };
 
 const GIB: u64 = 1 << 18;
@@ -195,8 +196,7 @@ fn a_misaligned_machine_address_is_refused() {
     let plan = Plan::new(&six_gib(), &[], MachineConfig::SINGLE_NODE).unwrap();
     let carved = Carved::for_plan(&plan);
     // SAFETY: nothing is written: the misalignment is caught first.
-    let r =
-        unsafe { plan.build::<pageframe::lock::SpinLock>(|pa| carved.virt(pa).wrapping_add(1)) };
+    let r = unsafe { plan.build(|pa| carved.virt(pa).wrapping_add(1)) };
     assert_eq!(r.err(), Some(PlanError::Misaligned));
 }
 

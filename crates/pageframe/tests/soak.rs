@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 
 use common::watchdog::{PollBarrier, Watchdog};
 use common::*;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{
-    Block, CpuCache, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, Order, Pfn,
-    Segment, SlowPathHooks, Topology, ZoneKind,
+    Block, CpuCache, Gfp, Machine, MachineConfig, Migrator, Order, Pfn, Segment, SlowPathHooks,
+    ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    topology::Topology,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -177,7 +179,7 @@ fn machine(workers: u32) -> &'static Machine<'static> {
 }
 
 /// A block a worker holds: its id, its order, and whether it is a
-/// contiguous range (freed with `free_contig_range`).
+/// contiguous range (freed with `free_segment`).
 type Held = (u32, Order, bool);
 
 /// The calls the watchdog names.
@@ -295,7 +297,7 @@ impl Worker<'_, '_> {
                     .unwrap()
                     .inspect(|z| z.buddy().block_at(b.pfn()));
                 match core {
-                    Some(pageframe::BlockInfo::Allocated { head, order: o, .. })
+                    Some(pageframe::zone::BlockInfo::Allocated { head, order: o, .. })
                         if head == b.pfn() && o == order => {}
                     other => panic!(
                         "held block {pfn:#x}/{} (id {id}) is {other:?} in the core",

@@ -10,10 +10,12 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use common::*;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{
-    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, NodePolicy, Order, PcpSetupError,
-    Pfn, SetupError, ThpDefrag, ThpPolicy, Topology, ZoneKind,
+    AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, SetupError, ZoneKind,
+    pcp::PcpSetupError,
+    thp::{NodePolicy, ThpDefrag, ThpPolicy},
+    topology::Topology,
 };
 
 /// Two CPUs freeing one frame at once, through their caches or
@@ -206,7 +208,7 @@ fn the_zone_lock_is_the_callers_choice() {
         }
     }
     let m: &mut Machine<'static, Counting> =
-        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        Machine::new_in_with_lock(Box::leak(Box::new_uninit()), MachineConfig::SINGLE_NODE);
     let span = r(0, 4096);
     let meta = leak(m.zone_metadata_bytes(span));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
@@ -228,17 +230,17 @@ fn numbers_near_their_limits_are_refused_cleanly() {
         // SAFETY: no such block exists: the call must refuse it.
         unsafe { m.block_from_raw(p, o) }.map(pageframe::Block::into_raw)
     };
-    for p in [u64::MAX, u64::MAX - 1, pageframe::MAX_PFN, 1 << 63, 0] {
+    for p in [u64::MAX, u64::MAX - 1, pageframe::zone::MAX_PFN, 1 << 63, 0] {
         let err = |why| Err(pageframe::RawError { pfn: Pfn(p), why });
         assert_eq!(raw(Pfn(p), Order::ZERO), err(FreeError::OutOfRange));
         assert_eq!(
-            raw(Pfn(p), Order::new(pageframe::buddy::ORDER_LIMIT).unwrap()),
+            raw(Pfn(p), Order::new(pageframe_types::ORDER_LIMIT).unwrap()),
             err(FreeError::OutOfRange)
         );
         assert!(m.add_free_range(r(p.saturating_sub(10), p)).is_err());
     }
     assert!(m.add_free_range(r(u64::MAX - 10, u64::MAX)).is_err());
-    for k in 11..=pageframe::buddy::ORDER_LIMIT {
+    for k in 11..=pageframe_types::ORDER_LIMIT {
         let big = Order::new(k).unwrap();
         assert_eq!(
             m.alloc(NodeId::ZERO, Gfp::KERNEL, big),
@@ -268,14 +270,14 @@ fn numbers_near_their_limits_are_refused_cleanly() {
         (u64::MAX, 1, 1),
         (0, u64::MAX, 3000),
     ] {
-        let w = pageframe::Watermarks::compute(share, managed, factor);
+        let w = pageframe::zone::Watermarks::compute(share, managed, factor);
         assert!(
             w.min <= w.low && w.low <= w.high && w.high <= w.promo,
             "{w:?}"
         );
     }
     // Orders beyond the largest any zone can have are not orders at all.
-    assert!(Order::new(70).is_none() && Order::new(pageframe::buddy::ORDER_LIMIT + 1).is_none());
+    assert!(Order::new(70).is_none() && Order::new(pageframe_types::ORDER_LIMIT + 1).is_none());
     assert_eq!(m.free_pages(), free);
     m.validate().unwrap();
 }
@@ -290,7 +292,7 @@ fn every_entry_point_refuses_what_is_not_in_the_machine() {
     // Per-CPU set-up: no CPUs, too many, too little memory.
     assert!(m.pcp_bytes(0).is_err());
     assert!(m.pcp_bytes(u32::MAX).is_err());
-    assert!(m.pcp_bytes(pageframe::MAX_CPUS as u32 + 1).is_err());
+    assert!(m.pcp_bytes(pageframe::pcp::MAX_CPUS as u32 + 1).is_err());
     assert!(m.enable_pcp(0, leak(0)).is_err());
     let need = m.pcp_bytes(2).unwrap();
     assert!(m.enable_pcp(2, leak(need - 1)).is_err(), "one byte short");
@@ -403,7 +405,7 @@ fn contiguous_requests_beyond_the_frame_space_are_invalid() {
     let free = m.free_pages();
     let mut w = Words::default();
     for (frames, align) in [
-        (pageframe::MAX_PFN + 1, 1),
+        (pageframe::zone::MAX_PFN + 1, 1),
         (u64::MAX, 1),
         (1, 1 << 63),
         (0, 1),
@@ -418,8 +420,14 @@ fn contiguous_requests_beyond_the_frame_space_are_invalid() {
     }
     // The whole frame space is a valid request: nothing that large exists.
     assert_eq!(
-        m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, pageframe::MAX_PFN, 1, &mut w)
-            .map(pageframe::Segment::into_raw),
+        m.alloc_contig(
+            NodeId::ZERO,
+            Gfp::KERNEL,
+            pageframe::zone::MAX_PFN,
+            1,
+            &mut w
+        )
+        .map(pageframe::Segment::into_raw),
         Err(pageframe::ContigError::NotFound)
     );
     assert_eq!(m.free_pages(), free);

@@ -41,6 +41,8 @@ impl fmt::Display for PcpError {
     }
 }
 
+impl core::error::Error for PcpError {}
+
 /// Why an allocation through the PCP returned no frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocMiss {

@@ -1,7 +1,7 @@
 //! The per-CPU lists (spec 04 §2.2) in caller-provided slot memory.
 //!
 //! Storage choice: every cached block occupies one [`Slot`] of a slice the
-//! caller hands over (no heap, principle 1). Each of the 14 lists is a
+//! caller hands over (no heap). Each of the 14 lists is a
 //! doubly linked list of slot indices, so all four moves the algorithm needs
 //! are O(1): allocation pops the head (hottest), frees push the head, refill
 //! appends at the tail (ascending physical order of a split block, §4.1) and

@@ -2,7 +2,7 @@
 //!
 //! # The contract
 //!
-//! The fast path takes no lock and no atomic read-modify-write (principle 5).
+//! The fast path takes no lock and no atomic read-modify-write.
 //! That is sound because exactly one [`LocalPcp`] handle exists per CPU cache
 //! at a time, and every operation needs `&mut LocalPcp`:
 //!
@@ -12,9 +12,9 @@
 //!   of the memory-safety argument and it does not depend on which CPU runs
 //!   the code.
 //! * Being *local* is the embedding's job: a kernel claims each CPU's handle
-//!   once, keeps it in that CPU's per-CPU area and reaches it through
-//!   [`CpuLocal::with_local`] with preemption and (allocating) interrupts off,
-//!   which is what turns `&mut` into "only this CPU touches it". A host test
+//!   once, keeps it in that CPU's per-CPU area and reaches it with
+//!   preemption and (allocating) interrupts off, which is what turns `&mut`
+//!   into "only this CPU touches it". A host test
 //!   or benchmark gives each thread its own handle.
 //! * An interrupt that cannot get the handle (it is borrowed by the code it
 //!   interrupted) must use the zone path, like Linux's failed trylock
@@ -53,18 +53,6 @@ use crate::zone::PcpZone;
 const REQ_DRAIN: u32 = 1 << 0;
 const REQ_RESIZE: u32 = 1 << 1;
 const FHB_BIT: u32 = 1 << 31;
-
-/// The embedding's per-CPU storage hook (principle 6): runs `f` with
-/// exclusive access to the current CPU's `T` (typically a struct holding one
-/// [`LocalPcp`] per zone) with preemption and interrupts that may allocate
-/// disabled for the duration. Re-entry on the same CPU must not happen while
-/// `f` runs (an interrupt allocator uses the zone path instead).
-pub trait CpuLocal<T> {
-    /// The CPU this context runs on.
-    fn cpu_id(&self) -> CpuId;
-    /// Runs `f` with `&mut` access to this CPU's `T`.
-    fn with_local<R>(&self, f: impl FnOnce(&mut T) -> R) -> R;
-}
 
 /// One CPU's cache for one zone plus its mailbox. Put one per CPU in the
 /// zone (any memory the caller owns) and view them as a [`PcpSet`].

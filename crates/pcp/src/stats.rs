@@ -1,4 +1,4 @@
-//! Per-CPU counters (principle 7: like Linux's vmstat).
+//! Per-CPU counters, like Linux's vmstat.
 
 /// Event counters of one CPU's cache. Plain integers: only the owner writes
 /// them.

@@ -83,7 +83,7 @@ impl ListIndex {
     }
 }
 
-/// A CPU number as handed out by the embedding (`CpuLocal`); the PCP uses it
+/// A CPU number as the kernel numbers its CPUs; the PCP uses it
 /// only to index the per-zone set of caches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CpuId(pub u32);

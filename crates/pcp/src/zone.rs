@@ -2,7 +2,7 @@
 //!
 //! The PCP never takes a lock itself: a refill or a spill is one call into
 //! the zone, which takes its lock once for the whole batch (spec 04 §4.1
-//! `rmqueue_bulk`, §5.5 `free_pcppages_bulk`; principle 5).
+//! `rmqueue_bulk`, §5.5 `free_pcppages_bulk`).
 
 use crate::lists::Lists;
 use crate::types::{ListIndex, MigrateType, NR_PCP_LISTS, Order, Pfn};

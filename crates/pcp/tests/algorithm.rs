@@ -1,6 +1,6 @@
 //! Deterministic checks of the spec 04 rules, step by step.
 
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     AllocMiss, FreeOutcome, ListIndex, MigrateType, Order, PcpConfig, PcpError, PcpFlags,
     PcpSizing, PerCpuPages, Slot, ZoneFlags,

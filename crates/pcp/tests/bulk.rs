@@ -1,7 +1,7 @@
 //! `free_bulk` must be indistinguishable from freeing one block at a time,
 //! and `alloc_bulk` must hand out distinct frames and keep conservation.
 
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     ListIndex, MigrateType, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot,
     ZoneFlags,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     FreeOutcome, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot, ZoneFlags,
 };

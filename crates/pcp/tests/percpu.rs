@@ -1,6 +1,6 @@
 //! Ownership, drain requests and sizing updates (single-threaded parts).
 
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     CpuId, MigrateType, Order, PcpConfig, PcpError, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn,
     Slot,

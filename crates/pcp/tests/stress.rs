@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pageframe_pcp::testing::RefZone;
+use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PerCpuPages, Pfn, Slot,
 };

@@ -10,9 +10,9 @@ use crate::continuation::ContPool;
 use crate::error::{InitError, SwapError};
 use crate::lists::{Link, ListId, Lists};
 use crate::map::{self, Digits, MAP_BAD, MAX_CONT_LEVELS, SlotState};
-use crate::memory::{bytes_for, init, take};
 use crate::slot::{ClusterIndex, MAX_ORDERS, Order, Slot};
 use crate::stats::{DeviceCounters, DeviceStats};
+use pageframe_types::carve::{bytes_for, carve_init};
 
 /// A swap device of page-sized slots grouped into clusters, with all its
 /// metadata in memory the caller handed over.
@@ -33,20 +33,47 @@ pub struct SwapDevice<'a> {
 
 type Page<'a> = Option<&'a mut [u8]>;
 
+/// The sum of the parts' sizes, `usize::MAX` if one overflowed or the sum
+/// does.
+const fn sum(parts: [Option<usize>; 3]) -> usize {
+    let mut total = 0usize;
+    let mut i = 0;
+    while i < parts.len() {
+        match parts[i] {
+            Some(b) => total = total.saturating_add(b),
+            None => return usize::MAX,
+        }
+        i += 1;
+    }
+    total
+}
+
 impl<'a> SwapDevice<'a> {
     /// Bytes of metadata memory [`SwapDevice::new`] needs for `cfg`
     /// (about one byte a slot plus 64 bytes and a link a cluster).
+    /// `usize::MAX` if that does not fit in memory at all.
     pub const fn metadata_bytes(cfg: &SwapConfig) -> usize {
         let n = cfg.nr_clusters() as usize;
-        bytes_for::<ClusterCell<'static>>(n)
-            + bytes_for::<Link>(n)
-            + bytes_for::<u8>(n * cfg.cluster_slots() as usize)
+        let map = match n.checked_mul(cfg.cluster_slots() as usize) {
+            Some(m) => bytes_for::<u8>(m),
+            None => None,
+        };
+        sum([
+            bytes_for::<ClusterCell<'static>>(n),
+            bytes_for::<Link>(n),
+            map,
+        ])
     }
 
     /// Bytes of continuation storage for `pages` continuation pages (one
-    /// digit a slot of a cluster each).
+    /// digit a slot of a cluster each); `usize::MAX` if that does not fit
+    /// in memory at all.
     pub const fn continuation_bytes(cfg: &SwapConfig, pages: usize) -> usize {
-        bytes_for::<Page<'static>>(pages) + bytes_for::<u8>(pages * cfg.cluster_slots() as usize)
+        let digits = match pages.checked_mul(cfg.cluster_slots() as usize) {
+            Some(d) => bytes_for::<u8>(d),
+            None => None,
+        };
+        sum([bytes_for::<Page<'static>>(pages), digits, Some(0)])
     }
 
     /// Sets up a device: every slot free except the header (slot 0) and the
@@ -71,17 +98,21 @@ impl<'a> SwapDevice<'a> {
             needed,
             given: meta.len(),
         };
-        let mut rest = meta;
-        let cells = take::<ClusterCell<'a>>(&mut rest, n).ok_or(small)?;
-        let links = init(take::<Link>(&mut rest, n).ok_or(small)?, |_| Link::OFF);
+        let (links, rest) = carve_init(meta, n, |_| Link::OFF).ok_or(small)?;
         // spec 05 §2: slot 0 is the header, permanently bad; the padding past
         // `slots` is bad too so every cluster is whole.
         let limit = cfg.slots as usize;
-        let map = init(take::<u8>(&mut rest, n * cs).ok_or(small)?, |i| {
-            if i == 0 || i >= limit { MAP_BAD } else { 0 }
-        });
+        let slots = n.checked_mul(cs).ok_or(small)?;
+        let (map, rest) = carve_init(
+            rest,
+            slots,
+            |i| {
+                if i == 0 || i >= limit { MAP_BAD } else { 0 }
+            },
+        )
+        .ok_or(small)?;
         let mut chunks = map.chunks_mut(cs);
-        let clusters: &'a [ClusterCell<'a>] = init(cells, |_| {
+        let (clusters, _) = carve_init(rest, n, |_| {
             let m: &'a mut [u8] = chunks.next().unwrap_or_default();
             let count = m.iter().filter(|&&b| b != 0).count() as u32;
             // spec 05 §4: at swapon a cluster with bad slots starts NONFULL[0].
@@ -101,7 +132,9 @@ impl<'a> SwapDevice<'a> {
                 order: 0,
                 huge: false,
             }))
-        });
+        })
+        .ok_or(small)?;
+        let clusters: &'a [ClusterCell<'a>] = clusters;
         let mut lists = Lists::new(links);
         for (i, c) in clusters.iter().enumerate() {
             let g = c.0.lock();
@@ -109,22 +142,21 @@ impl<'a> SwapDevice<'a> {
         }
         let pool = match cont {
             None => ContPool::empty(),
-            Some(mut mem) => {
+            Some(mem) => {
+                // The digits come first, the stack of page references after
+                // them, with at most its alignment as padding between.
                 let per = size_of::<Page<'static>>() + cs;
-                // The stack of page references comes first (aligned), the
-                // byte digits right after it (no padding).
-                let pad = mem
-                    .as_ptr()
-                    .align_offset(core::mem::align_of::<Page<'static>>());
-                let pages = mem.len().saturating_sub(pad) / per;
-                let stack = take::<Page<'a>>(&mut mem, pages);
-                let digits = take::<u8>(&mut mem, pages * cs);
-                match (stack, digits) {
-                    (Some(stack), Some(digits)) => {
-                        let mut pages = init(digits, |_| 0).chunks_mut(cs);
-                        ContPool::new(init(stack, |_| pages.next()))
+                let slack = core::mem::align_of::<Page<'static>>() - 1;
+                let pages = mem.len().saturating_sub(slack) / per;
+                match carve_init(mem, pages * cs, |_| 0u8) {
+                    Some((digits, rest)) => {
+                        let mut chunks = digits.chunks_mut(cs);
+                        match carve_init(rest, pages, |_| chunks.next()) {
+                            Some((stack, _)) => ContPool::new(stack),
+                            None => ContPool::empty(),
+                        }
                     }
-                    _ => ContPool::empty(),
+                    None => ContPool::empty(),
                 }
             }
         };

@@ -1,8 +1,7 @@
 //! The per-CPU cluster cache (spec 05 §3.4) and per-CPU counters.
 //!
 //! Linux guards `percpu_swap_cluster` with a local lock; here exclusivity is
-//! the caller's contract expressed as `&mut SwapCpu` (ARCHITECTURE
-//! principle 5): one `SwapCpu` per CPU, used with preemption off in a
+//! the caller's contract expressed as `&mut SwapCpu`: one `SwapCpu` per CPU, used with preemption off in a
 //! kernel or owned by one thread on a host. Counting here is plain
 //! arithmetic, so the fast path takes no atomic read-modify-write besides
 //! the cluster lock itself.

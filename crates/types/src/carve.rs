@@ -1,5 +1,5 @@
-//! Typed values carved out of caller memory (ARCHITECTURE principle 1: no
-//! heap): the one place the pageframe crates turn raw bytes into typed
+//! Typed values carved out of caller memory (the crates have no heap): the
+//! one place the pageframe crates turn raw bytes into typed
 //! values (frame metadata, free-list heads, per-CPU cache slots).
 
 use core::mem::{MaybeUninit, align_of, size_of};

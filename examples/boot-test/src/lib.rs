@@ -2,8 +2,9 @@
 //!
 //! The integration tests in `tests/` build the kernel once per test binary
 //! (a nested cargo with its own `--target-dir`, so it never waits on the
-//! outer build's lock) and boot it with the QEMU flags BOOT.md records,
+//! outer build's lock) and boot it with the QEMU flags of `qemu.sh`,
 //! asserting the exit status and the serial report.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::io::Read;

@@ -28,11 +28,12 @@ use bootloader_api::config::Mapping;
 use bootloader_api::{BootInfo, BootloaderConfig, entry_point};
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
+use pageframe::CpuId;
 use pageframe::boot::{FrameRanges, Plan};
-use pageframe::pcp::CpuId;
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NoMigration, NodeId,
-    Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr,
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
+    PhysAddr,
+    compact::{MigrateError, MigrateMode, NoMigration},
 };
 use qemu_exit::QEMUExit;
 use spin::Mutex;
@@ -508,7 +509,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         println!(
             "fragmentation map of zone {} ({}):",
             z.kind().name(),
-            pageframe::MAP_LEGEND
+            pageframe::zone::MAP_LEGEND
         );
         serial(format_args!("{}", z.fragmentation_map()));
     }

@@ -7,7 +7,7 @@ use crate::bringup::{KernelMachine, NODE};
 use crate::time::Instant;
 use alloc::vec::Vec;
 use core::fmt;
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{AllocError, Block, FreeError, Gfp, Order, Pfn};
 
 /// Rounds per measurement; the median is reported.

@@ -2,7 +2,7 @@
 //! the reader of the `hvm_start_info` block QEMU hands over.
 //!
 //! QEMU's `-kernel` loader starts a PVH kernel in 32-bit protected mode with
-//! paging off and `%ebx` pointing at `hvm_start_info` (BOOT.md). The stub
+//! paging off and `%ebx` pointing at `hvm_start_info`. The stub
 //! zeroes `.bss`, identity-maps the first 4 GiB with 2 MiB pages (enough for
 //! the kernel until it builds its own tables), enables long mode with NX,
 //! and calls `kernel_main(start_info_paddr)` on a 16-byte aligned stack.

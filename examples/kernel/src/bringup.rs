@@ -20,7 +20,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 use pageframe::boot::{Plan, PlanError, PlannedZone};
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, Topology, ZoneKind,
+    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind, topology::Topology,
 };
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
@@ -186,7 +186,7 @@ pub fn bring_up(
     // data, so nothing else uses those frames. The plan is built once
     // (`BROUGHT_UP`).
     let machine: &'static mut KernelMachine =
-        unsafe { plan.build(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
+        unsafe { plan.build_with_lock(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
     let init_cycles = start.elapsed();
     let zones = core::array::from_fn(|i| plan.zones().nth(i).copied());
     if !plan
@@ -200,7 +200,7 @@ pub fn bring_up(
     // SAFETY: every frame handed to the machine is RAM that only its
     // owners use (the plan left the kernel, boot data and metadata out).
     let mut frames =
-        unsafe { pageframe::x86_64::FrameAdapter::new(&*machine, NODE, Gfp::KERNEL | Gfp::DMA32) };
+        unsafe { pageframe::paging::FrameAdapter::new(&*machine, NODE, Gfp::KERNEL | Gfp::DMA32) };
     // SAFETY: `ram` holds everything the kernel touches (image, stack,
     // metadata, heap); the adapter hands out unused frames below 4 GiB.
     let map = unsafe { paging::build_and_switch(&ram, kernel, &mut frames) }
@@ -218,7 +218,7 @@ pub fn bring_up(
             (needed as u64).div_ceil(PAGE_SIZE),
             1,
             // The machine has handed out only page tables, which stay put.
-            &mut pageframe::NoMigration,
+            &mut pageframe::compact::NoMigration,
         )
         .map_err(|_| BringUpError::PcpMemory { needed })?;
     // Never freed: the caches live as long as the kernel.

@@ -23,7 +23,8 @@ use crate::user_pages::{GIANT_BASE, Tables, UserMigrator, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use pageframe::{
-    Block, ContigError, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, PfnRange, ZoneKind,
+    Block, ContigError, Gfp, Migrator, Order, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 
 /// Frames in 1 GiB.

@@ -12,7 +12,7 @@ use crate::memmap::PAGE_SIZE;
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::null_mut;
 use linked_list_allocator::Heap;
-use pageframe::{Gfp, NoMigration, Order, Pfn};
+use pageframe::{Gfp, Order, Pfn, compact::NoMigration};
 use spin::{Mutex, Once};
 
 /// Order of the block behind the small-object heap (64 KiB).

@@ -13,7 +13,8 @@ use crate::time::{Cycles, Instant};
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 use pageframe::{
-    Block, Gfp, MigrateError, MigrateMode, Migrator, Order, PAGE_SIZE, Pfn, PfnRange, ZoneKind,
+    Block, Gfp, Migrator, Order, PAGE_SIZE, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 
 /// What went wrong.

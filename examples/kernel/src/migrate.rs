@@ -23,7 +23,10 @@ use crate::user_pages::{Tables, UserMigrator, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use pageframe::{Block, FallbackStats, Gfp, MigrateType, Order, Pfn};
+use pageframe::{
+    Block, Gfp, Order, Pfn,
+    zone::{FallbackStats, MigrateType},
+};
 
 /// Words per 4 KiB page.
 const WORDS: usize = 512;
@@ -137,7 +140,7 @@ fn print_map(machine: &KernelMachine, when: &str) {
         println!(
             "migrate: fragmentation map of zone {} {when}, one character a 2 MiB pageblock ({})",
             z.kind().name(),
-            pageframe::MAP_LEGEND
+            pageframe::zone::MAP_LEGEND
         );
         crate::print!("{}", z.fragmentation_map());
     }

@@ -9,7 +9,7 @@ use crate::memmap::{PAGE_SIZE, PhysRange};
 use crate::println;
 use crate::time::{Cycles, TscRate};
 use core::fmt;
-use pageframe::Mark;
+use pageframe::zone::Mark;
 
 /// The firmware map and what stays out of the allocator.
 pub fn boot(info: &BootInfo, kernel: PhysRange) {

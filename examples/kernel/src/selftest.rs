@@ -9,7 +9,7 @@ use crate::snapshot::Snapshot;
 use crate::time::{Cycles, Instant, TscRate};
 use alloc::vec::Vec;
 use core::fmt;
-use pageframe::{AllocError, FreeError, Gfp, Order, Pfn, ValidateError, ZoneKind};
+use pageframe::{AllocError, FreeError, Gfp, Order, Pfn, ZoneKind, zone::ValidateError};
 
 /// A check that failed.
 #[derive(Debug)]

@@ -24,10 +24,11 @@ use crate::time::{Cycles, Instant, TscRate};
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU32, Ordering};
-use pageframe::pcp::{CpuId, PcpStats};
 use pageframe::{
-    Block, ContigError, CpuCache, Gfp, MigrateError, MigrateMode, Migrator, Order, Pfn, ZoneKind,
+    Block, ContigError, CpuCache, Gfp, Migrator, Order, Pfn, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
+use pageframe::{CpuId, pcp::PcpStats};
 use spin::Mutex;
 
 /// Most CPUs taking part.

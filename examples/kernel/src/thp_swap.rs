@@ -20,11 +20,10 @@ use crate::user_pages::{HUGE_BASE, Tables, USER_BASE, huge_addr, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use core::mem::MaybeUninit;
-use pageframe::{Gfp, Order};
-use pageframe_swap::{
-    Order as SwapOrder, Slot, SwapConfig, SwapCpu, SwapDevice, SwapinDecision, SwapinPolicy,
-    VmaFlags,
+use pageframe::swap::{
+    Slot, SwapConfig, SwapCpu, SwapDevice, SwapinDecision, SwapinPolicy, VmaFlags,
 };
+use pageframe::{Gfp, Order};
 
 /// Timed repetitions of each path.
 pub const ROUNDS: usize = 15;
@@ -260,7 +259,7 @@ fn one_trip(
 ) -> Result<(u64, u64), ThpSwapError> {
     let thp = Order::HUGE_2M;
     let k = dev.huge_order();
-    let base = SwapOrder::ZERO;
+    let base = Order::ZERO;
     let movable = Gfp::KERNEL | Gfp::MOVABLE;
     let name = ["whole", "split in", "split out"][path];
 
@@ -301,7 +300,7 @@ fn one_trip(
         }
     }
     tables.unmap_huge(0);
-    let drop_cache = |s: Slot, o: SwapOrder| {
+    let drop_cache = |s: Slot, o: Order| {
         dev.put_cache(s, o)
             .map_err(|_| ThpSwapError::Swap("dropping the swap cache"))
     };

@@ -17,7 +17,10 @@
 //! physical address.
 
 use alloc::vec::Vec;
-use pageframe::{Block, MigrateError, MigrateMode, Migrator, Order, Pfn, SlowPathHooks};
+use pageframe::{
+    Block, Migrator, Order, Pfn, SlowPathHooks,
+    compact::{MigrateError, MigrateMode},
+};
 
 use crate::bringup::KernelMachine;
 use x86_64::instructions::tlb;

@@ -151,20 +151,20 @@ pub fn bars(
 }
 
 /// Fragmentation maps as an SVG: for each named map, its pageblocks in rows
-/// of [`pageframe::MAP_WIDTH`], one square each, coloured by migratetype
+/// of [`pageframe::zone::MAP_WIDTH`], one square each, coloured by migratetype
 /// (the kernel's characters, drawn): a full block in the type's colour, a
 /// partly free one lighter in proportion to its free frames, a free one
 /// white, an unmanaged one grey.
 pub fn pageblock_maps(
     path: &Path,
     title: &str,
-    maps: &[(String, Vec<pageframe::PageblockUse>)],
+    maps: &[(String, Vec<pageframe::zone::PageblockUse>)],
 ) -> Result<(), String> {
-    use pageframe::MigrateType;
+    use pageframe::zone::MigrateType;
     use std::fmt::Write as _;
     const CELL: usize = 9;
     const LABEL: usize = 22;
-    let width = pageframe::MAP_WIDTH;
+    let width = pageframe::zone::MAP_WIDTH;
     let rows = |n: usize| n.div_ceil(width);
     let height: usize = maps
         .iter()

@@ -12,10 +12,10 @@
 //!
 //! | feature | crate | call |
 //! |---|---|---|
-//! | `bootloader_api` | `bootloader_api` 0.11 (the `bootloader` crate's BIOS and UEFI loaders) | [`FrameRanges::from_bootloader_api`] |
-//! | `limine` | `limine` 0.5 (0.6 needs nightly) | [`FrameRanges::from_limine`] |
-//! | `multiboot2` | `multiboot2` 0.28 (GRUB) | [`FrameRanges::from_multiboot2`] |
-//! | `uefi` | `uefi-raw` 0.17 (the memory map after `ExitBootServices`) | [`FrameRanges::from_uefi`] |
+//! | `bootloader_api` | `bootloader_api` 0.11 (the `bootloader` crate's BIOS and UEFI loaders) | `FrameRanges::from_bootloader_api` |
+//! | `limine` | `limine` 0.5 (0.6 needs nightly) | `FrameRanges::from_limine` |
+//! | `multiboot2` | `multiboot2` 0.28 (GRUB) | `FrameRanges::from_multiboot2` |
+//! | `uefi` | `uefi-raw` 0.17 (the memory map after `ExitBootServices`) | `FrameRanges::from_uefi` |
 //!
 //! Other maps (E820, a device tree's `/memory` nodes) go through
 //! [`FrameRanges::add_usable`] and [`FrameRanges::reserve`].

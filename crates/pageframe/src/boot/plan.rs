@@ -19,8 +19,10 @@ use super::{FrameRanges, MapError};
 use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::{Machine, MachineConfig};
-use crate::topology::{MAX_NUMNODES, NodeId};
-use crate::zone::{NR_ZONE_KINDS, Zone, ZoneKind};
+use crate::node_id::NodeId;
+use crate::topology::MAX_NUMNODES;
+use crate::zone::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zone_layout::ZoneLayout;
 
 /// Why a plan could not be made or built.
@@ -287,7 +289,24 @@ impl<const N: usize> Plan<N> {
     /// writable at `virt` of its address, contiguously within each range,
     /// and used by nothing else; the frames handed over are numbers to the
     /// allocator, which never touches them. Call it once per plan.
-    pub unsafe fn build<'a, R: RawMutex>(
+    ///
+    /// The machine takes the default lock ([`crate::lock::SpinLock`]);
+    /// [`Plan::build_with_lock`] builds one with another.
+    pub unsafe fn build<'a>(
+        &self,
+        virt: impl Fn(PhysAddr) -> *mut u8,
+    ) -> Result<&'a mut Machine<'a>, PlanError> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.build_with_lock(virt) }
+    }
+
+    /// [`Plan::build`] for a machine whose zones take the lock `R` (one
+    /// that disables interrupts, say: see [`crate::lock`]).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Plan::build`].
+    pub unsafe fn build_with_lock<'a, R: RawMutex>(
         &self,
         virt: impl Fn(PhysAddr) -> *mut u8,
     ) -> Result<&'a mut Machine<'a, R>, PlanError> {
@@ -299,7 +318,7 @@ impl<const N: usize> Plan<N> {
         // writable at `slot`, contiguously, for `'a`, and used by nothing
         // else; the plan carved `size_of::<Machine>()` bytes or more for it,
         // and the pointer is aligned (checked above).
-        let machine = Machine::new_in(unsafe { &mut *slot }, self.config);
+        let machine = Machine::new_in_with_lock(unsafe { &mut *slot }, self.config);
         for z in self.zones() {
             // SAFETY: as above, for the zone's carved metadata frames, which
             // hold at least `metadata_bytes` bytes.

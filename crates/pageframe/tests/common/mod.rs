@@ -7,8 +7,9 @@ use std::mem::MaybeUninit;
 pub mod watchdog;
 
 use pageframe::{
-    Block, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
-    PfnRange, SlowPathHooks, Topology, ZoneKind,
+    Block, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    topology::Topology,
 };
 
 /// Frames per GiB.

@@ -1,4 +1,4 @@
-//! backoff (issue 6): proactive compaction against memory it cannot fix.
+//! backoff: proactive compaction against memory it cannot fix.
 //! Every frame is allocated movable, 3/4 of every 2 MiB block is freed, and
 //! every remaining frame is pinned, so compaction can move nothing and the
 //! fragmentation score stays at its maximum. kcompactd (proactiveness 20)

@@ -1,4 +1,4 @@
-//! Shared pieces of the compaction scenarios (issue 6): a `pageframe`
+//! Shared pieces of the compaction scenarios: a `pageframe`
 //! machine of one zone whose frames are backed by real memory (so a
 //! migration copies 4 KiB for real), the owners' reverse map, the
 //! kernel-side migrator, and the Gupta fragmentation pattern. Allocation,
@@ -10,8 +10,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use pageframe::{
-    Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, SlowPathHooks,
-    ZoneKind,
+    Gfp, Machine, MachineConfig, Migrator, NodeId, SlowPathHooks, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 use pageframe::{Order, PAGE_SIZE, Pfn, PfnRange};
 use rand::SeedableRng;

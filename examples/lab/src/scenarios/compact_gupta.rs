@@ -1,4 +1,4 @@
-//! gupta-pattern (issue 6): the proactive-compaction paper's setup (Nitin
+//! gupta-pattern: the proactive-compaction paper's setup (Nitin
 //! Gupta, Linux 5.9). All memory is allocated movable (4 KiB), then 3/4 of
 //! the frames of every 2 MiB block are freed, so no 2 MiB block is free.
 //! Frames are backed by real memory: a migration copies 4 KiB.

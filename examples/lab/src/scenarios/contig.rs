@@ -1,4 +1,4 @@
-//! contig (issue 17): contiguous ranges and free page reporting after
+//! contig: contiguous ranges and free page reporting after
 //! mixed churn, through `Machine::alloc_contig` and
 //! `Machine::report_free_pages`.
 //!
@@ -28,8 +28,8 @@ use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, Order, Pfn,
-    PfnRange, ZoneKind,
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode},
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

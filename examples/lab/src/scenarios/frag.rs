@@ -1,4 +1,4 @@
-//! frag (issue 16): LLFree's fragmentation experiment (`frag.rs` of
+//! frag: LLFree's fragmentation experiment (`frag.rs` of
 //! llfree-rs, ATC'23), run on pageframe's default `Machine`, the old
 //! default core and `buddy_system_allocator` side by side.
 //!
@@ -97,7 +97,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     );
     println!("{}", t.render());
     println!(
-        "goal (issue 16, default configuration): >= 98.5% at iteration 99, churn no slower than the old default's 161 ns/op"
+        "goal (default configuration): >= 98.5% at iteration 99, churn no slower than the old default's 161 ns/op"
     );
     if !opts.no_plot {
         let series: Vec<Series> = results

@@ -1,4 +1,4 @@
-//! mixed-churn (issue 4): the 2005 fragmentation-avoidance experiment. A
+//! mixed-churn: the 2005 fragmentation-avoidance experiment. A
 //! long-running mix of unmovable (10%), reclaimable (20%) and movable (70%)
 //! allocations of orders 0-3 with heavy-tailed (Pareto) lifetimes, while a
 //! second stream asks for order-10 blocks at a steady rate; then "at rest"
@@ -21,8 +21,10 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::mem::MaybeUninit;
 
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, MigrateType, Migrator,
-    MobilityConfig, NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks,
+    ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    zone::{MigrateType, MobilityConfig},
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -70,9 +72,12 @@ struct Outcome {
     polluted_min: u64,
     occupancy: f64,
     reclaimed: u64,
-    stats: pageframe::FallbackStats,
+    stats: pageframe::zone::FallbackStats,
     /// The zone's pageblocks at the end of the load and at rest.
-    maps: (Vec<pageframe::PageblockUse>, Vec<pageframe::PageblockUse>),
+    maps: (
+        Vec<pageframe::zone::PageblockUse>,
+        Vec<pageframe::zone::PageblockUse>,
+    ),
 }
 
 struct Params {

@@ -1,4 +1,4 @@
-//! pcp-tune (issue 5): two CPUs, one allocating bursts of order-0 frames
+//! pcp-tune: two CPUs, one allocating bursts of order-0 frames
 //! and the other freeing them, through a machine's per-CPU caches (each
 //! CPU's handle); `high` auto-tuned vs fixed (`percpu_pagelist_high_fraction`
 //! set so that `high` stays at what auto-tuning starts from). Prints
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use pageframe::pcp::CpuId;
+use pageframe::CpuId;
 use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
 use crate::args::Opts;

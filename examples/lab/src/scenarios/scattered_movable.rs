@@ -1,7 +1,7 @@
-//! scattered-movable (issue 4): order-0 movable churn over a large zone, and
+//! scattered-movable: order-0 movable churn over a large zone, and
 //! how much free memory stays usable as 2 MiB blocks. Migratetypes alone
 //! cannot help here (every frame is movable); filling the fullest pageblock
-//! first (the buddy core's default since issue 16) can. The old default
+//! first (the buddy core's default) can. The old default
 //! core and `buddy_system_allocator` run beside it.
 //!
 //! Protocol: allocate 90% of the zone's frames at order 0 (movable), free a
@@ -130,7 +130,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     );
     println!("{}", t.render());
     println!(
-        "goal (issue 4, now the default): >= 93% at iteration 99, >= 80% at iteration 30, without compaction"
+        "goal (the default): >= 93% at iteration 99, >= 80% at iteration 30, without compaction"
     );
     if !opts.no_plot {
         let series: Vec<Series> = results

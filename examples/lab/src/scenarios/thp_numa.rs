@@ -1,4 +1,4 @@
-//! thp-numa (issue 8): the 2018 linux-mm THP/NUMA debate on a simulated
+//! thp-numa: the 2018 linux-mm THP/NUMA debate on a simulated
 //! two-node machine. A task on node 0 takes `--faults` huge-page faults in
 //! an `MADV_HUGEPAGE` region (defrag `always`), keeping every huge page it
 //! gets, under three policies:
@@ -30,8 +30,11 @@ use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, MigrateError, MigrateMode, Migrator, NodeId, NodeStats,
-    Order, PAGE_SIZE, Pfn, PfnRange, SlowPathHooks, ThpPolicy, Topology, ZoneKind,
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
+    SlowPathHooks, ZoneKind,
+    compact::{MigrateError, MigrateMode},
+    thp::ThpPolicy,
+    topology::{NodeStats, Topology},
 };
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;

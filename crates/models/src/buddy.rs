@@ -8,7 +8,7 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-use crate::{
+use pageframe_buddy::{
     AllocError, BlockInfo, BuddyZone, FreeError, ListId, MAX_LISTS, MergePolicy, Order, Pfn,
     PfnRange, RangeError, Reservation,
 };

@@ -6,8 +6,8 @@
 //!
 //! * no frame ever has two owners: every block handed out is disjoint from
 //!   every block still owned, lies in one zone, is aligned to its order;
-//!   the model holds every [`crate::Block`], [`crate::Segment`] and
-//!   [`crate::CmaBuffer`] it is given, and gives each back exactly once;
+//!   the model holds every [`pageframe::Block`], [`pageframe::Segment`] and
+//!   [`pageframe::CmaBuffer`] it is given, and gives each back exactly once;
 //! * ownership moves with migration: the model's migrator hands a block
 //!   over only when asked for one it holds, and takes back the new block;
 //! * a migrator that panics leaves the machine as a refusal would;
@@ -32,11 +32,14 @@ use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn, PfnRange};
 use pageframe_compact::{MigrateError, MigrateMode};
 use pageframe_pcp::CpuId;
 
-use crate::lock::SpinLock;
-use crate::{
-    AllocError, Block, CmaBuffer, CmaId, ContigError, Gfp, Machine, MachineConfig, Migrator,
-    NodeId, NodePolicy, RawError, Segment, SlowPathHooks, ThpDefrag, ThpPolicy, Topology, Zone,
-    ZoneKind,
+use pageframe::lock::SpinLock;
+use pageframe::{
+    AllocError, Block, CmaBuffer, ContigError, Gfp, Machine, MachineConfig, Migrator, NodeId,
+    RawError, Segment, SlowPathHooks, ZoneKind,
+    contig::CmaId,
+    thp::{NodePolicy, ThpDefrag, ThpPolicy},
+    topology::Topology,
+    zone::Zone,
 };
 
 /// A zone of the model machine: (node, kind, span, usable ranges).
@@ -649,7 +652,7 @@ fn hot_add<'a>(
         ensure!(
             matches!(
                 r,
-                Err(crate::SetupError::Zone(
+                Err(pageframe::SetupError::Zone(
                     pageframe_buddy::InitError::MetadataTooSmall { .. }
                 ))
             ),

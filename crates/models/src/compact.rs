@@ -19,7 +19,7 @@ use std::vec::Vec;
 use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone, Watermarks, tag as mtag};
 
-use crate::{
+use pageframe_compact::{
     CompactResult, CompactState, Kcompactd, KcompactdWake, MigrateError, MigrateMode, Migrator,
     NodeZone, Priority, ZoneMarks, compact_memory, tag, try_to_compact_pages,
 };
@@ -463,7 +463,8 @@ impl<'a> World<'a> {
                 // Hints a finished pass asked to clear are cleared before
                 // the run: only hints that survive are checked.
                 if prio != Priority::SyncFull
-                    && self.state.deferral().state().shift < crate::COMPACT_MAX_DEFER_SHIFT
+                    && self.state.deferral().state().shift
+                        < pageframe_compact::COMPACT_MAX_DEFER_SHIFT
                     && !self.state.blockskip_flush()
                 {
                     honoured_skip = Some(self.skip_map());
@@ -529,8 +530,12 @@ impl<'a> World<'a> {
             }
             Op::Wake(k) => {
                 let node = [NodeZone::new(&self.zone, &self.state, self.marks)];
-                self.wake
-                    .wakeup(&node, order_of(k), 0, crate::DEFAULT_EXTFRAG_THRESHOLD);
+                self.wake.wakeup(
+                    &node,
+                    order_of(k),
+                    0,
+                    pageframe_compact::DEFAULT_EXTFRAG_THRESHOLD,
+                );
             }
             Op::Refuse(i, m) => {
                 self.mig.refuse_isolate = i % 101;

@@ -8,7 +8,7 @@ use std::vec::Vec;
 
 use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn};
 
-use crate::{AllocMode, MigrateType, MobileZone};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone};
 
 /// One operation.
 #[derive(Clone, Debug)]

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::vec::Vec;
 
-use crate::types::{MigrateType, Order, Pfn};
-use crate::zone::{PcpZone, RefillSink, SpillBatch, ZoneFlags};
+use pageframe_pcp::{MigrateType, Order, Pfn};
+use pageframe_pcp::{PcpZone, RefillSink, SpillBatch, ZoneFlags};
 
 /// Orders the reference zone keeps pools for.
 pub const REF_MAX_ORDER: usize = 32;

@@ -16,7 +16,9 @@ use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
 /// Sources taken per critical section.
 const BATCH: usize = 32;
 /// Passes over the range while a block refuses with `Again` or is held by a
-/// compactor (Linux retries `-EAGAIN` a bounded number of times).
+/// compactor (Linux retries `-EAGAIN` a bounded number of times). Blocks
+/// the kernel keeps ([`Migrator::isolate`] says no) get one more pass
+/// after a drain, and more only while each pass leaves fewer of them.
 pub const EVACUATE_PASSES: u32 = 10;
 
 /// Why a range could not be emptied. The range's allocations are where they
@@ -101,9 +103,16 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
     mig.drain_caches();
     let mut out = Evacuated::default();
     let mut refused: Option<Pfn> = None;
+    // Blocks the kernel kept in the previous pass.
+    let mut kept_before = usize::MAX;
     while out.passes < EVACUATE_PASSES {
         out.passes += 1;
         let mut retry = false;
+        // Whether this pass can be worth repeating for a reason other than
+        // kept blocks: a move happened, said `Again`, or a compactor held
+        // a block.
+        let mut moving_on = false;
+        let mut kept = 0usize;
         let mut from = range.start;
         loop {
             let mut batch = [Src {
@@ -114,6 +123,7 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
             let (n, next, held) = locked(zone, |z| collect(z, range, from, &mut batch))
                 .ok_or(EvacuateError::Contended)??;
             retry |= held;
+            moving_on |= held;
             let mut moving = Moving {
                 zone,
                 mig: &mut *mig,
@@ -128,8 +138,18 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
                 let r = moving.move_one(mode);
                 moving.at += 1;
                 match r? {
-                    Moved::Yes => out.moved += s.order.pages(),
-                    Moved::Again => retry = true,
+                    Moved::Yes => {
+                        out.moved += s.order.pages();
+                        moving_on = true;
+                    }
+                    Moved::Again => {
+                        retry = true;
+                        moving_on = true;
+                    }
+                    Moved::Kept => {
+                        retry = true;
+                        kept += 1;
+                    }
                     Moved::Refused => {
                         refused.get_or_insert(s.pfn);
                         retry = true;
@@ -148,6 +168,12 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
             // Pinned or not migratable: another pass will not change that.
             break;
         }
+        if !moving_on && kept >= kept_before {
+            // Only blocks the kernel keeps, no fewer than a drain ago: they
+            // are in use, not on their way back.
+            break;
+        }
+        kept_before = kept;
         // Caches may have refilled from frames freed meanwhile.
         mig.drain_caches();
     }
@@ -216,7 +242,10 @@ fn collect(
 
 enum Moved {
     Yes,
+    /// The kernel's migrate said `Again`.
     Again,
+    /// The kernel kept the block (`isolate` said no).
+    Kept,
     Refused,
 }
 
@@ -251,7 +280,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'_, Z, M> {
         };
         if !self.mig.isolate(s.pfn, s.order, s.tag) {
             locked(zone, unmark);
-            return Ok(Moved::Again);
+            return Ok(Moved::Kept);
         }
         self.confirmed = true;
         let dst = locked(zone, |z| {

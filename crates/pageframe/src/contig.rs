@@ -351,11 +351,15 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                 Err(p) => Some(p),
                 Ok(_) => match self.alloc_contig_range(cand, migrator) {
                     Ok(a) => return Ok(a),
-                    Err(
-                        ContigError::Blocked { pfn, .. }
-                        | ContigError::Refused { pfn }
-                        | ContigError::Busy { pfn },
-                    ) => Some(pfn),
+                    Err(ContigError::Blocked { pfn, .. } | ContigError::Refused { pfn }) => {
+                        Some(pfn)
+                    }
+                    // Every allocation still in the candidate was tried and
+                    // stayed: any later candidate holding one of them fails
+                    // the same way.
+                    Err(ContigError::Busy { pfn }) => {
+                        Some(z.inspect(|m| last_in_use(m, cand)).unwrap_or(pfn))
+                    }
                     Err(ContigError::NoMemory) => return Err(ContigError::NoMemory),
                     Err(_) => None,
                 },
@@ -502,6 +506,17 @@ impl<R: RawMutex> Zone<'_, R> {
         self.after_zone_op(&z);
         Ok(())
     }
+}
+
+/// The last frame of the last allocation inside `range`, if any.
+fn last_in_use(m: &pageframe_mobility::MobileZone<'_>, range: PfnRange) -> Option<Pfn> {
+    m.buddy()
+        .walk(range)
+        .filter_map(|(_, info)| match info {
+            BlockInfo::Allocated { head, order, .. } => Some(head + (order.pages() - 1)),
+            _ => None,
+        })
+        .last()
 }
 
 /// The first frame of an isolated pageblock that `range` touches (`range`'s

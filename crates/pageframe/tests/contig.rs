@@ -367,6 +367,143 @@ fn frames_in_per_cpu_caches_come_back_through_the_migrators_drain() {
     m.validate().unwrap();
 }
 
+/// A kernel whose blocks are all in use (it hands none over), and which
+/// gives one back to the allocator at each drain of its caches, while it
+/// has any in `returning`.
+struct Keeping<'m> {
+    machine: &'m Machine<'static>,
+    returning: Vec<pageframe::Block>,
+    drains: u32,
+    asked: u32,
+}
+
+impl Migrator for Keeping<'_> {
+    fn isolate(&mut self, _: Pfn, _: Order) -> Option<pageframe::Block> {
+        self.asked += 1;
+        None
+    }
+    fn migrate(&mut self, _: Pfn, _: Pfn, _: Order, _: MigrateMode) -> Result<(), MigrateError> {
+        unreachable!("nothing was handed over")
+    }
+    fn putback(&mut self, _: pageframe::Block) {
+        unreachable!("nothing was handed over")
+    }
+    fn migrated(&mut self, _: pageframe::Block, _: Pfn) {
+        unreachable!("nothing was handed over")
+    }
+    fn drain_caches(&mut self) {
+        self.drains += 1;
+        if let Some(b) = self.returning.pop() {
+            self.machine.free(b).unwrap();
+        }
+    }
+}
+
+#[test]
+fn blocks_the_kernel_keeps_end_the_attempt_after_one_more_drain() {
+    let m = one_zone(64 * PB);
+    let base = 4 * GIB;
+    let range = r(base + 3 * PB, base + 4 * PB);
+    // Five order-0 blocks inside the range, everything else free.
+    let mut all = Vec::new();
+    while let Ok(b) = m.alloc(NodeId::ZERO, MOVABLE, Order::ZERO) {
+        all.push(b);
+    }
+    let mut inside = Vec::new();
+    for b in all {
+        let p = b.pfn();
+        if inside.len() < 5 && range.contains(p) && (p.get() - range.start.get()).is_multiple_of(97)
+        {
+            inside.push(b);
+        } else {
+            m.free(b).unwrap();
+        }
+    }
+    assert_eq!(inside.len(), 5);
+    let first = inside.iter().map(|b| b.pfn()).min().unwrap();
+    // Kept, and none on its way back: the first pass and one after a
+    // drain, then `Busy` naming the first.
+    let mut k = Keeping {
+        machine: m,
+        returning: Vec::new(),
+        drains: 0,
+        asked: 0,
+    };
+    assert_eq!(
+        m.alloc_contig_range(range, &mut k).map(|s| s.range()),
+        Err(ContigError::Busy { pfn: first })
+    );
+    assert_eq!((k.drains, k.asked), (2, 10));
+    m.validate().unwrap();
+    // The same blocks coming back one a drain: fewer each pass, so the
+    // passes go on until the range is free.
+    let mut k = Keeping {
+        machine: m,
+        returning: inside,
+        drains: 0,
+        asked: 0,
+    };
+    let seg = m.alloc_contig_range(range, &mut k).unwrap();
+    assert_eq!(k.drains, 5);
+    assert_eq!(k.asked, 4 + 3 + 2 + 1);
+    m.free_segment(seg).unwrap();
+    assert_eq!(m.free_pages(), m.managed_pages());
+    m.validate().unwrap();
+}
+
+/// A failed candidate is not tried again through any later candidate that
+/// holds the same kept blocks: a zone with a block in use every 64 frames
+/// and one free stretch at its end costs a few drains a candidate, not one
+/// attempt per block in use.
+#[test]
+fn first_fit_skips_past_every_block_a_failed_candidate_kept() {
+    let m = one_zone(64 * PB);
+    let base = 4 * GIB;
+    let span = r(base, base + 64 * PB);
+    let mut all = Vec::new();
+    while let Ok(b) = m.alloc(NodeId::ZERO, MOVABLE, Order::ZERO) {
+        all.push(b);
+    }
+    let free_from = span.end.get() - 2 * PB;
+    let mut kept = Vec::new();
+    for b in all {
+        if b.pfn().get().is_multiple_of(64) && b.pfn().get() < free_from {
+            kept.push(b);
+        } else {
+            m.free(b).unwrap();
+        }
+    }
+    let mut k = Keeping {
+        machine: m,
+        returning: Vec::new(),
+        drains: 0,
+        asked: 0,
+    };
+    let seg = m
+        .alloc_contig(NodeId::ZERO, MOVABLE, 1000, 1, &mut k)
+        .unwrap();
+    assert!(
+        seg.range().start.get() >= free_from - 64,
+        "{:?}",
+        seg.range()
+    );
+    // 1000-frame candidates that skip past all they found kept (the last
+    // at most 64 frames before a candidate's end): two drains each, and
+    // one for the candidate that succeeds.
+    let candidates = (free_from - base) / (1000 - 64) + 1;
+    assert!(
+        u64::from(k.drains) <= 2 * candidates + 1,
+        "{} drains for {candidates} candidates",
+        k.drains
+    );
+    m.free_segment(seg).unwrap();
+    for b in kept {
+        m.free(b).unwrap();
+    }
+    assert_eq!(m.free_pages(), m.managed_pages());
+    m.validate().unwrap();
+}
+
 /// The size users have: a 4 GiB guest two-thirds full after mixed churn (a
 /// little unmovable memory among movable), then a 1 GiB page. (Fuller than
 /// that, the free memory outside any 1 GiB range cannot hold what the range

@@ -7,7 +7,8 @@
 #
 # Environment: MEM (guest RAM, default 2G), SMP (CPUs, default 2),
 # NUMA (NUMA nodes, default none: RAM and CPUs split evenly, in order),
-# TIMEOUT (seconds, default 300), QEMU_EXTRA (more QEMU arguments).
+# TIMEOUT (seconds, default 300), CPU (-cpu, default qemu64,+pdpe1gb),
+# MACHINE (-machine, default q35), QEMU_EXTRA (more QEMU arguments).
 # Exit: 0 pass, 1 fail (kernel verdict, panic, exception or triple fault),
 # 124 time-out, 127 QEMU missing and not installable here.
 set -u
@@ -56,7 +57,7 @@ echo "booting $elf: -m $mem -smp $smp, $nodes NUMA nodes, cmdline \"$*\"" >&2
 start=$(date +%s.%N)
 # stdin from /dev/null: `-serial stdio` fails when stdin is closed (CI).
 # shellcheck disable=SC2086
-timeout "$limit" qemu-system-x86_64 -accel tcg -machine q35 -cpu qemu64,+pdpe1gb \
+timeout "$limit" qemu-system-x86_64 -accel tcg -machine "${MACHINE:-q35}" -cpu "${CPU:-qemu64,+pdpe1gb}" \
     -m "$mem" -smp "$smp" "${numa_args[@]}" -kernel "$elf" -append "$*" \
     -serial stdio -display none -monitor none -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 ${QEMU_EXTRA:-} </dev/null

@@ -198,6 +198,10 @@ pub struct BootConfig {
     pub append: String,
     /// Kill QEMU after this long.
     pub timeout: Duration,
+    /// QEMU's `-cpu` for [`boot`] (default `qemu64,+pdpe1gb`: 1 GiB pages).
+    pub cpu: String,
+    /// QEMU's `-machine` (default `q35`; `pc` is the i440fx board).
+    pub machine: String,
 }
 
 impl BootConfig {
@@ -210,6 +214,8 @@ impl BootConfig {
             numa: 0,
             append: append.to_owned(),
             timeout: Duration::from_secs(240),
+            cpu: "qemu64,+pdpe1gb".to_owned(),
+            machine: "q35".to_owned(),
         }
     }
 }
@@ -290,11 +296,11 @@ fn numa_args(cfg: &BootConfig) -> Result<Vec<String>, HarnessError> {
     Ok(args)
 }
 
-/// Boots `elf` under QEMU (TCG, q35, qemu64 with 1 GiB pages) and waits for
-/// it to exit.
+/// Boots `elf` under QEMU (TCG, `cfg.machine` with `cfg.cpu`) and waits
+/// for it to exit.
 pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
     let mut cmd = Command::new(QEMU);
-    cmd.args(["-cpu", "qemu64,+pdpe1gb"])
+    cmd.args(["-cpu", &cfg.cpu])
         .args(["-smp", &cfg.smp.to_string()])
         .args(numa_args(cfg)?)
         .arg("-kernel")
@@ -356,7 +362,7 @@ pub fn strip_firmware_output(serial: &str) -> String {
 fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
     let start = Instant::now();
     let mut child = cmd
-        .args(["-accel", "tcg", "-machine", "q35"])
+        .args(["-accel", "tcg", "-machine", &cfg.machine])
         .args(["-m", &cfg.mem])
         .args(["-serial", "stdio", "-display", "none", "-monitor", "none"])
         .args([

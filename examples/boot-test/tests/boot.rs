@@ -127,6 +127,44 @@ fn small_guest_passes() {
     assert_selftest_passed(&b);
 }
 
+/// Guests too small for a mode: the default job passes, each mode that
+/// does not fit saying why it skips, and the self-test runs in 4 MiB.
+#[test]
+fn tiny_guests_pass_and_say_what_they_skip() {
+    let b = run("8M", "");
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert_selftest_passed(&b);
+    for mode in ["thp-swap", "smp"] {
+        let line = b
+            .line(&format!("{mode}: skipped: needs "))
+            .unwrap_or_else(|| panic!("{mode} says it skips"));
+        assert!(line.contains("MiB free, the guest has "), "{line}");
+        assert!(!b.serial.contains(&format!("\n{mode}: PASS\n")));
+    }
+    let b = run("4M", "selftest");
+    assert_selftest_passed(&b);
+}
+
+/// A CPU without 1 GiB pages (`qemu64` lacks `pdpe1gb`): the 1 GiB range
+/// is taken all the same and mapped with 2 MiB entries, and the run says
+/// so.
+#[test]
+fn giant_maps_2_mib_pages_on_a_cpu_without_1_gib_pages() {
+    let b = run_with(&BootConfig {
+        cpu: "qemu64".to_owned(),
+        ..BootConfig::new("6G", "giant")
+    });
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert!(b.serial.contains("\ngiant: PASS\n"), "giant verdict");
+    assert!(b.line("giant: 1 GiB page at pfn ").is_some());
+    assert!(
+        b.serial.contains(
+            "giant: the CPU has no 1 GiB pages (no pdpe1gb): written through 512 2 MiB mappings"
+        ),
+        "the mapping line"
+    );
+}
+
 #[test]
 fn panic_fails_the_run() {
     let b = run("128M", "panic");

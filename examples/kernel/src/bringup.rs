@@ -20,7 +20,8 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 use pageframe::boot::{Plan, PlanError, PlannedZone};
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind, topology::Topology,
+    Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, SetupError, ZoneKind,
+    topology::Topology,
 };
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
@@ -211,18 +212,30 @@ pub fn bring_up(
     // the machine itself (contiguous, below 4 GiB, never freed).
     let cpus = platform.apic_ids().len() as u32;
     let needed = machine.pcp_bytes(cpus).map_err(BringUpError::Pcp)?;
-    let region = machine
-        .alloc_contig(
-            NODE,
-            Gfp::KERNEL | Gfp::DMA32,
-            (needed as u64).div_ceil(PAGE_SIZE),
-            1,
-            // The machine has handed out only page tables, which stay put.
-            &mut pageframe::compact::NoMigration,
-        )
-        .map_err(|_| BringUpError::PcpMemory { needed })?;
+    let pages = (needed as u64).div_ceil(PAGE_SIZE);
+    let gfp = Gfp::KERNEL | Gfp::DMA32;
+    // A block when one is large enough (a guest smaller than a pageblock
+    // has no whole pageblock for a contiguous range), else a range.
+    let range = match Order::for_pages(pages) {
+        Some(order) => machine
+            .alloc(NODE, gfp, order)
+            .ok()
+            .map(|b| b.into_raw().0)
+            .map(|p| PfnRange::new(p, p + order.pages())),
+        None => machine
+            .alloc_contig(
+                NODE,
+                gfp,
+                pages,
+                1,
+                // The machine has handed out only page tables, which stay put.
+                &mut pageframe::compact::NoMigration,
+            )
+            .ok()
+            .map(pageframe::Segment::into_raw),
+    }
     // Never freed: the caches live as long as the kernel.
-    let range = region.into_raw();
+    .ok_or(BringUpError::PcpMemory { needed })?;
     let at = range.start.addr().get();
     // SAFETY: the frames were just allocated for this and are never freed;
     // the direct map (identity) covers them.

@@ -19,7 +19,7 @@
 use crate::bringup::{KernelMachine, NODE};
 use crate::migrate::{CHECKED, pattern};
 use crate::time::Instant;
-use crate::user_pages::{GIANT_BASE, Tables, UserMigrator, user_addr};
+use crate::user_pages::{GIANT_BASE, GiantMapping, Tables, UserMigrator, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
 use pageframe::{
@@ -33,9 +33,6 @@ const GIANT: u64 = 1 << 18;
 /// What failed.
 #[derive(Debug)]
 pub enum GiantError {
-    /// The CPU has no 1 GiB pages (CPUID 0x8000_0001 EDX bit 26; QEMU
-    /// needs `-cpu qemu64,+pdpe1gb`).
-    NoGiantPages,
     /// No heap or frame for bookkeeping or page tables.
     NoMemory(&'static str),
     /// The allocator could not take a 1 GiB range.
@@ -55,7 +52,6 @@ pub enum GiantError {
 impl fmt::Display for GiantError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoGiantPages => f.write_str("the CPU has no 1 GiB pages (pdpe1gb)"),
             Self::NoMemory(w) => write!(f, "out of memory for {w}"),
             Self::Contig(e) => write!(f, "alloc_contig: {e}"),
             Self::Mismatch(i) => write!(f, "1 GiB page reads wrong at frame {i}"),
@@ -85,6 +81,8 @@ pub struct GiantReport {
     pub cycles: u64,
     /// The offlined range came back online.
     pub onlined: bool,
+    /// How the 1 GiB page was mapped.
+    pub mapping: Option<GiantMapping>,
 }
 
 /// Whether the CPU maps 1 GiB pages.
@@ -137,10 +135,14 @@ pub fn run(
     pfn_end: u64,
     target: Target,
 ) -> Result<GiantReport, GiantError> {
-    if target == Target::Giant && !has_giant_pages() {
-        return Err(GiantError::NoGiantPages);
-    }
     let mut rep = GiantReport::default();
+    // Without 1 GiB pages (CPUID 0x8000_0001 EDX bit 26; QEMU's `qemu64`
+    // lacks `pdpe1gb`) the range is the same, mapped with 2 MiB entries.
+    let how = if has_giant_pages() {
+        GiantMapping::OneGiB
+    } else {
+        GiantMapping::TwoMiB
+    };
     let normal = machine
         .node(NODE)
         .and_then(|n| n.zone(ZoneKind::Normal))
@@ -173,8 +175,12 @@ pub fn run(
             )
             .map_err(|_| GiantError::NoMemory("user page tables"))?;
     }
+    let level = match how {
+        GiantMapping::OneGiB => 3,
+        GiantMapping::TwoMiB => 2,
+    };
     tables
-        .entry(GIANT_BASE, 3, Some(&mut take))
+        .entry(GIANT_BASE, level, Some(&mut take))
         .map_err(|_| GiantError::NoMemory("1 GiB table"))?;
     let base_free = machine.free_pages();
 
@@ -223,7 +229,7 @@ pub fn run(
     };
     let (range, giant) = match target {
         Target::Giant => {
-            let g = giant_page(machine, &mut mig, &mut rep)?;
+            let g = giant_page(machine, &mut mig, &mut rep, how)?;
             (g.range(), Some(g))
         }
         Target::Hotplug => (hotplug(machine, &mut mig, &mut rep)?, None),
@@ -288,12 +294,13 @@ fn check_user_pages(tables: &mut Tables, filled: u64, range: PfnRange) -> Result
     Ok(())
 }
 
-/// The 1 GiB page: taken, mapped with one level-3 entry, written through
-/// it and read back through the direct map. Returns it (held).
+/// The 1 GiB page: taken, mapped (`how`), written through the mapping and
+/// read back through the direct map. Returns it (held).
 fn giant_page(
     machine: &'static KernelMachine,
     mig: &mut UserMigrator<'_>,
     rep: &mut GiantReport,
+    how: GiantMapping,
 ) -> Result<pageframe::Segment, GiantError> {
     // The 1 GiB page.
     let t0 = Instant::now();
@@ -329,10 +336,11 @@ fn giant_page(
     rep.zone = Some(got.zone());
     rep.moved = got.moved();
     let tables = &mut *mig.tables;
-    if !tables.map_giant(got.start()) {
+    if !tables.map_giant(got.start(), how) {
         return Err(GiantError::NoMemory("1 GiB entry in use"));
     }
-    // A word in every 4 KiB, through the 1 GiB mapping...
+    rep.mapping = Some(how);
+    // A word in every 4 KiB, through the mapping...
     let giant = GIANT_BASE as *mut u64;
     for i in 0..GIANT {
         // SAFETY: the 1 GiB mapping covers the range, which is ours.
@@ -351,7 +359,7 @@ fn giant_page(
             return Err(GiantError::Mismatch(i));
         }
     }
-    tables.unmap_giant();
+    tables.unmap_giant(how);
     Ok(got)
 }
 
@@ -456,8 +464,14 @@ pub fn print(r: &GiantReport, rate: &crate::time::TscRate) {
             r.kept,
             rate.duration(crate::time::Cycles(r.cycles))
         );
-        crate::println!(
-            "giant: written through one 1 GiB mapping, read back through the direct map"
-        );
+        match r.mapping {
+            Some(GiantMapping::OneGiB) => crate::println!(
+                "giant: written through one 1 GiB mapping, read back through the direct map"
+            ),
+            Some(GiantMapping::TwoMiB) => crate::println!(
+                "giant: the CPU has no 1 GiB pages (no pdpe1gb): written through 512 2 MiB mappings of the range, read back through the direct map"
+            ),
+            None => {}
+        }
     }
 }

@@ -44,6 +44,17 @@ const CONTIG_EVERY: usize = 150;
 /// Frames of each contiguous allocation (not a power of two).
 const CONTIG_FRAMES: u64 = 1000;
 
+/// Free frames the stress may hold at once on `cpus` CPUs: a full outbox
+/// and a round's batch each (one block in eight of order 3), the caches'
+/// fill, and a contiguous range per CPU.
+pub fn frames_needed(cpus: usize) -> u64 {
+    let per_block_x8 = 7 + 8; // frames of eight blocks
+    let blocks = (OUTBOX + 2 * BATCH) as u64;
+    let per_cpu = blocks * per_block_x8 / 8 + CONTIG_FRAMES;
+    // The per-CPU caches may hold as much again.
+    2 * per_cpu * cpus.max(1) as u64
+}
+
 /// A failed check.
 #[derive(Debug, Clone, Copy)]
 pub enum SmpStressError {

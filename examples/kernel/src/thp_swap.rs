@@ -29,6 +29,10 @@ use pageframe::{Gfp, Order};
 pub const ROUNDS: usize = 15;
 /// Clusters of the RAM disk (2 MiB each).
 const CLUSTERS: u32 = 8;
+
+/// Free frames the mode needs: the disk, the huge page it swaps, and room
+/// for its split half.
+pub const FRAMES_NEEDED: u64 = (CLUSTERS as u64 + 3) * 512;
 const PAGE: u64 = 4096;
 /// Words in 2 MiB.
 const HUGE_WORDS: usize = 512 * 512;

@@ -180,24 +180,48 @@ impl Tables {
     }
 }
 
+/// Entries that map the 1 GiB page.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GiantMapping {
+    /// One level-3 entry (the CPU has 1 GiB pages).
+    OneGiB,
+    /// 512 level-2 entries of 2 MiB (a CPU without `pdpe1gb`).
+    TwoMiB,
+}
+
 impl Tables {
     /// Maps the 1 GiB page at `GIANT_BASE` to the 1 GiB-aligned range at
-    /// `pfn` with one level-3 entry (its level-3 table must exist).
-    pub fn map_giant(&mut self, pfn: Pfn) -> bool {
-        match self.entry(GIANT_BASE, 3, None) {
-            Ok(Some(e)) if e.is_unused() => {
-                e.set_addr(PhysAddr::new(pfn.get() * PAGE), PTE_FLAGS | F::HUGE_PAGE);
-                true
+    /// `pfn` the way `how` says (the tables above the entries must exist:
+    /// level 3 for one entry, level 2 for 2 MiB ones).
+    pub fn map_giant(&mut self, pfn: Pfn, how: GiantMapping) -> bool {
+        let (level, step, n) = match how {
+            GiantMapping::OneGiB => (3, 0, 1),
+            GiantMapping::TwoMiB => (2, HUGE, 512),
+        };
+        for i in 0..n {
+            match self.entry(GIANT_BASE + i * step, level, None) {
+                Ok(Some(e)) if e.is_unused() => e.set_addr(
+                    PhysAddr::new(pfn.get() * PAGE + i * step),
+                    PTE_FLAGS | F::HUGE_PAGE,
+                ),
+                _ => return false,
             }
-            _ => false,
         }
+        true
     }
 
-    /// Unmaps the 1 GiB page and flushes its TLB entry.
-    pub fn unmap_giant(&mut self) {
-        if let Ok(Some(e)) = self.entry(GIANT_BASE, 3, None) {
-            e.set_unused();
-            tlb::flush(VirtAddr::new(GIANT_BASE));
+    /// Unmaps the 1 GiB page and flushes its TLB entries.
+    pub fn unmap_giant(&mut self, how: GiantMapping) {
+        let (level, step, n) = match how {
+            GiantMapping::OneGiB => (3, 0, 1),
+            GiantMapping::TwoMiB => (2, HUGE, 512),
+        };
+        for i in 0..n {
+            let virt = GIANT_BASE + i * step;
+            if let Ok(Some(e)) = self.entry(virt, level, None) {
+                e.set_unused();
+                tlb::flush(VirtAddr::new(virt));
+            }
         }
     }
 }

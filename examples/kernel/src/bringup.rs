@@ -214,28 +214,26 @@ pub fn bring_up(
     let needed = machine.pcp_bytes(cpus).map_err(BringUpError::Pcp)?;
     let pages = (needed as u64).div_ceil(PAGE_SIZE);
     let gfp = Gfp::KERNEL | Gfp::DMA32;
-    // A block when one is large enough (a guest smaller than a pageblock
-    // has no whole pageblock for a contiguous range), else a range.
-    let range = match Order::for_pages(pages) {
-        Some(order) => machine
-            .alloc(NODE, gfp, order)
-            .ok()
-            .map(|b| b.into_raw().0)
-            .map(|p| PfnRange::new(p, p + order.pages())),
-        None => machine
-            .alloc_contig(
-                NODE,
-                gfp,
-                pages,
-                1,
-                // The machine has handed out only page tables, which stay put.
-                &mut pageframe::compact::NoMigration,
-            )
-            .ok()
-            .map(pageframe::Segment::into_raw),
-    }
-    // Never freed: the caches live as long as the kernel.
-    .ok_or(BringUpError::PcpMemory { needed })?;
+    // Exactly the frames needed; else a block that holds them (a guest
+    // smaller than a pageblock has no whole pageblock for a range).
+    let range = machine
+        .alloc_contig(
+            NODE,
+            gfp,
+            pages,
+            1,
+            // The machine has handed out only page tables, which stay put.
+            &mut pageframe::compact::NoMigration,
+        )
+        .map(pageframe::Segment::into_raw)
+        .ok()
+        .or_else(|| {
+            let order = Order::for_pages(pages)?;
+            let (p, _) = machine.alloc(NODE, gfp, order).ok()?.into_raw();
+            Some(PfnRange::new(p, p + order.pages()))
+        })
+        // Never freed: the caches live as long as the kernel.
+        .ok_or(BringUpError::PcpMemory { needed })?;
     let at = range.start.addr().get();
     // SAFETY: the frames were just allocated for this and are never freed;
     // the direct map (identity) covers them.

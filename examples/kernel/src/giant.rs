@@ -160,12 +160,7 @@ pub fn run(
     rmap.resize(pfn_end as usize, 0u32);
     let mut tables = Tables::current();
     // Table frames stay in the tables (as numbers) for the kernel's life.
-    let mut take = || {
-        machine
-            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .map(|a| a.into_raw().0.get() * 4096)
-            .ok()
-    };
+    let mut take = || crate::user_pages::table_frame(machine);
     for vpn in (0..cap).step_by(512) {
         tables
             .entry(

@@ -90,8 +90,19 @@ unsafe impl GlobalAlloc for KernelHeap {
                 // The heap moves nothing: candidates with movable pages are
                 // passed over. The range is kept as its address until
                 // `dealloc` (a pointer is all `GlobalAlloc` keeps).
+                // Below 4 GiB first: large long-lived buffers (the modes'
+                // reverse maps) stay out of the Normal zone's 1 GiB ranges.
                 Some(machine) => machine
-                    .alloc_contig(NODE, Gfp::KERNEL, frames, align, &mut NoMigration)
+                    .alloc_contig(
+                        NODE,
+                        Gfp::KERNEL | Gfp::DMA32,
+                        frames,
+                        align,
+                        &mut NoMigration,
+                    )
+                    .or_else(|_| {
+                        machine.alloc_contig(NODE, Gfp::KERNEL, frames, align, &mut NoMigration)
+                    })
                     .map_or(null_mut(), |a| a.into_raw().start.addr().get() as *mut u8),
                 None => null_mut(),
             },

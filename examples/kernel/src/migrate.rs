@@ -226,12 +226,7 @@ pub fn run(
     // (empty) after the run and are reused by the next one.
     let mut tables = Tables::current();
     // Table frames stay in the tables (as numbers) for the kernel's life.
-    let mut take = || {
-        machine
-            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .ok()
-            .map(|a| a.into_raw().0.get() * 4096)
-    };
+    let mut take = || crate::user_pages::table_frame(machine);
     for vpn in (0..cap).step_by(512) {
         tables
             .entry(

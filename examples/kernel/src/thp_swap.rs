@@ -179,12 +179,7 @@ fn run_inner(machine: &'static KernelMachine) -> Result<(ThpSwapReport, u64), Th
     }
     let mut tables = Tables::current();
     // Table frames stay in the tables (as numbers) for the kernel's life.
-    let mut take = || {
-        machine
-            .alloc(NODE, Gfp::KERNEL | Gfp::ZERO, Order::ZERO)
-            .ok()
-            .map(|a| a.into_raw().0.get() * PAGE)
-    };
+    let mut take = || crate::user_pages::table_frame(machine);
     tables
         .entry(HUGE_BASE, 2, Some(&mut take))
         .map_err(|_| ThpSwapError::NoMemory("page tables"))?;

@@ -18,11 +18,11 @@
 
 use alloc::vec::Vec;
 use pageframe::{
-    Block, Migrator, Order, Pfn, SlowPathHooks,
+    Block, Gfp, Migrator, Order, Pfn, SlowPathHooks,
     compact::{MigrateError, MigrateMode},
 };
 
-use crate::bringup::KernelMachine;
+use crate::bringup::{KernelMachine, NODE};
 use x86_64::instructions::tlb;
 use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::page_table::PageTableEntry;
@@ -224,6 +224,19 @@ impl Tables {
             }
         }
     }
+}
+
+/// A zeroed frame for a page table of the user regions, kept in the tables
+/// (as its number) for the kernel's life: from below 4 GiB while there is
+/// room, so that the kernel's long-lived unmovable memory stays out of the
+/// Normal zone's 1 GiB ranges.
+pub fn table_frame(machine: &KernelMachine) -> Option<u64> {
+    let gfp = Gfp::KERNEL | Gfp::ZERO;
+    machine
+        .alloc(NODE, gfp | Gfp::DMA32, Order::ZERO)
+        .or_else(|_| machine.alloc(NODE, gfp, Order::ZERO))
+        .ok()
+        .map(|a| a.into_raw().0.get() * PAGE)
 }
 
 /// The address of user page `vpn`.

@@ -132,6 +132,7 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
                 at: 0,
                 confirmed: false,
                 dst: None,
+                moved: false,
             };
             while moving.at < n {
                 let s = moving.batch[moving.at];
@@ -265,6 +266,9 @@ struct Moving<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     confirmed: bool,
     /// `batch[at]`'s destination, taken from the zone.
     dst: Option<Pfn>,
+    /// `batch[at]` moved and the kernel is hearing of it: its source goes
+    /// back to the zone whatever the kernel does.
+    moved: bool,
 }
 
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'_, Z, M> {
@@ -304,12 +308,18 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'_, Z, M> {
         match r {
             Ok(()) => {
                 locked(zone, |z| {
-                    z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED);
+                    z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED)
+                });
+                // The kernel settles its books before the source goes back
+                // (as compaction does).
+                self.moved = true;
+                self.mig.migrated(s.pfn, dst, s.order);
+                self.moved = false;
+                locked(zone, |z| {
                     // The source lies in an isolated pageblock: it joins the
                     // isolate lists, out of circulation.
                     let _ = z.free(s.pfn, s.order);
                 });
-                self.mig.migrated(s.pfn, dst, s.order);
                 Ok(Moved::Yes)
             }
             Err(e) => {
@@ -332,12 +342,19 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Moving<'_, Z, M> {
     fn drop(&mut self) {
         let in_hand = self.at < self.n && (self.confirmed || self.dst.is_some());
         let (dst, rest) = (self.dst.take(), self.at..self.n);
+        // A source whose move the kernel was hearing of is freed, not
+        // unmarked: the kernel holds its new block.
+        let moved = self.moved && self.at < self.n;
         let batch = self.batch;
         let _ = locked(self.zone, |z| {
             if let Some(d) = dst {
                 let _ = z.free(d, batch[rest.start].order);
             }
-            for s in &batch[rest.clone()] {
+            if moved {
+                let s = batch[rest.start];
+                let _ = z.free(s.pfn, s.order);
+            }
+            for s in &batch[rest.start + usize::from(moved)..rest.end] {
                 z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
             }
         });

@@ -27,7 +27,7 @@ pub(crate) struct Source {
     pub confirmed: bool,
 }
 
-const NO_SOURCE: Source = Source {
+pub(crate) const NO_SOURCE: Source = Source {
     pfn: Pfn(0),
     order: Order::ZERO,
     tag: 0,

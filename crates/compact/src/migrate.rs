@@ -11,7 +11,7 @@ use pageframe_mobility::{MigrateType, MobileZone, tag as mtag};
 
 use crate::access::locked;
 use crate::engine::Run;
-use crate::isolated::{FreePages, SOURCE_CAP};
+use crate::isolated::{FreePages, NO_SOURCE, SOURCE_CAP, Source};
 use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
 
 /// How a batch went.
@@ -133,14 +133,23 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let Some(b) = self.batch.take() else {
             return;
         };
-        let n = self.sources.len();
-        self.finish_moves(&b.fate[..n], &b.dsts);
+        // The moved sources leave the list first: whatever the kernel's
+        // `migrated` does, they are never put back.
+        let mut done = [(NO_SOURCE, Pfn(0)); SOURCE_CAP];
+        let mut k = 0;
+        for (i, s) in self.sources.as_slice().iter().enumerate() {
+            if b.fate[i] == Fate::Done {
+                done[k] = (*s, b.dsts[i]);
+                k += 1;
+            }
+        }
         let mut i = 0;
         self.sources.retain(|_| {
             let keep = b.fate[i] != Fate::Done;
             i += 1;
             keep
         });
+        self.finish_moves(&done[..k]);
         let left = self.sources.len();
         self.putback(0..left);
         self.nr_migratepages = 0;
@@ -232,50 +241,48 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         }
     }
 
-    /// The books after the batch's successful moves: each destination
-    /// becomes the owner's block (the source's kernel tag bits, isolation
-    /// bits clear), each source is freed and, for a direct compactor,
-    /// captured if it completes a block of the requested order.
-    fn finish_moves(&mut self, fate: &[Fate], dsts: &[Pfn; SOURCE_CAP]) {
-        let mt = self.req.migratetype;
-        let pb = Order::new(self.pb).unwrap_or_default();
-        let capture_order = if self.req.capture {
-            self.req.order
-        } else {
-            None
-        };
+    /// The books after the batch's successful moves (`done`: source, its
+    /// destination): each destination becomes the owner's block (the
+    /// source's kernel tag bits, isolation bits clear), the kernel hears of
+    /// each move, then each source is freed and, for a direct compactor,
+    /// captured if it completes a block of the requested order. The kernel
+    /// settles its books (a reverse map by frame) before any source goes
+    /// back: a source handed out again first would meet the old owner's
+    /// entry. A panic in `migrated` still frees the sources.
+    fn finish_moves(&mut self, done: &[(Source, Pfn)]) {
         let zone = self.zone;
-        let sources = self.sources.as_slice();
-        let mut captured = self.captured;
-        let mut moved = 0u64;
-        let done = locked(zone, |z| {
-            for (i, s) in sources.iter().enumerate() {
-                if fate[i] != Fate::Done {
-                    continue;
-                }
-                z.set_tag_bits(dsts[i], !mtag::RESERVED, s.tag & tag::CARRIED);
-                if z.free(s.pfn, s.order).is_err() {
-                    // The kernel broke the protocol and freed the source.
-                    continue;
-                }
-                moved += s.order.pages();
-                if captured.is_none()
-                    && let Some(k) = capture_order
-                {
-                    captured = capture(z, s.pfn, k, mt, pb);
-                }
+        let tagged = locked(zone, |z| {
+            for (s, dst) in done {
+                z.set_tag_bits(*dst, !mtag::RESERVED, s.tag & tag::CARRIED);
             }
         });
-        if done.is_none() {
+        if tagged.is_none() {
             return;
         }
-        self.captured = captured;
-        self.stats.migrated += moved;
-        for (i, s) in self.sources.as_slice().iter().enumerate() {
-            if fate[i] == Fate::Done {
-                self.mig.migrated(s.pfn, dsts[i], s.order);
-            }
+        let mut back = SourcesBack {
+            zone,
+            done,
+            capture: if self.req.capture {
+                self.req.order.map(|k| {
+                    (
+                        k,
+                        self.req.migratetype,
+                        Order::new(self.pb).unwrap_or_default(),
+                    )
+                })
+            } else {
+                None
+            },
+            captured: self.captured,
+            moved: 0,
+            freed: false,
+        };
+        for (s, dst) in done {
+            self.mig.migrated(s.pfn, *dst, s.order);
         }
+        back.free();
+        self.captured = back.captured;
+        self.stats.migrated += back.moved;
     }
 
     /// Gives the sources at `range` back: unmarks them and tells the kernel
@@ -382,4 +389,49 @@ fn capture(
     }
     let at = freed.align_down(order);
     z.alloc_at(at, order, mt).ok().map(|()| at)
+}
+
+/// The moved sources of a batch on their way back to the zone: freed by
+/// [`SourcesBack::free`], or when dropped by a panic in the kernel's
+/// `migrated`.
+struct SourcesBack<'a, Z: ZoneLock + ?Sized> {
+    zone: &'a Z,
+    done: &'a [(Source, Pfn)],
+    /// A direct compactor's request: order, migratetype, pageblock order.
+    capture: Option<(Order, MigrateType, Order)>,
+    captured: Option<Pfn>,
+    moved: u64,
+    freed: bool,
+}
+
+impl<Z: ZoneLock + ?Sized> SourcesBack<'_, Z> {
+    fn free(&mut self) {
+        if core::mem::replace(&mut self.freed, true) {
+            return;
+        }
+        let (done, capture_req) = (self.done, self.capture);
+        let (mut moved, mut captured) = (0, self.captured);
+        let _ = locked(self.zone, |z| {
+            for (s, _) in done {
+                if z.free(s.pfn, s.order).is_err() {
+                    // The kernel broke the protocol and freed the source.
+                    continue;
+                }
+                moved += s.order.pages();
+                if captured.is_none()
+                    && let Some((k, mt, pb)) = capture_req
+                {
+                    captured = capture(z, s.pfn, k, mt, pb);
+                }
+            }
+        });
+        self.moved = moved;
+        self.captured = captured;
+    }
+}
+
+impl<Z: ZoneLock + ?Sized> Drop for SourcesBack<'_, Z> {
+    fn drop(&mut self) {
+        self.free();
+    }
 }

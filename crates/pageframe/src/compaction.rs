@@ -6,7 +6,9 @@
 //! cached behind the compactor's back.
 
 use pageframe_buddy::{Order, Pfn};
-use pageframe_compact::{MigrateError, MigrateMode, Migrator, NodeZone, ZoneLock};
+use pageframe_compact::{
+    COMPACT_CLUSTER_MAX, MigrateError, MigrateMode, Migrator, NodeZone, ZoneLock,
+};
 use pageframe_mobility::{MobileZone, ZoneMarks};
 use pageframe_types::unwind::OnUnwind;
 
@@ -108,10 +110,50 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
 /// moved; the destination is "isolated" from the move until then. The
 /// blocks the kernel hands over are held as numbers while they move and
 /// given back as blocks (`putback`, `migrated`). If the kernel's code
-/// panics, the marks it was called under are undone on the way out.
+/// panics, the marks it was called under are undone on the way out; moves
+/// the kernel made but was not yet told of when it panicked are settled
+/// when the wrapper is dropped: their destinations stay allocated (the
+/// kernel maps them; they are lost, never handed out again).
 pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> {
     pub inner: &'g mut M,
     pub machine: &'z Machine<'a, R>,
+    /// Moves the kernel made that `migrated` has not settled yet (source,
+    /// destination, order): at most a batch.
+    unsettled: [Option<(Pfn, Pfn, Order)>; COMPACT_CLUSTER_MAX as usize],
+}
+
+impl<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R, M> {
+    pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, R>) -> Self {
+        Guarded {
+            inner,
+            machine,
+            unsettled: [None; COMPACT_CLUSTER_MAX as usize],
+        }
+    }
+
+    /// The books of a move: the destination is the owner's block, the
+    /// source free unless handed out again.
+    fn settle(&mut self, src: Pfn, dst: Pfn, order: Order) {
+        if let Some(slot) = self
+            .unsettled
+            .iter_mut()
+            .find(|m| **m == Some((src, dst, order)))
+        {
+            *slot = None;
+        }
+        if let Some(z) = self.machine.zone_of(src) {
+            z.states.moved(src, dst, order);
+        }
+    }
+}
+
+impl<R: RawMutex, M: crate::Migrator + ?Sized> Drop for Guarded<'_, '_, '_, R, M> {
+    fn drop(&mut self) {
+        // Empty unless the kernel's `migrated` panicked.
+        for (src, dst, order) in self.unsettled.into_iter().flatten() {
+            self.settle(src, dst, order);
+        }
+    }
 }
 
 impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
@@ -165,7 +207,12 @@ impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, 
         undo.disarm();
         if let Some(z) = z {
             match r {
-                Ok(()) => z.states.moved_out(src, order),
+                Ok(()) => {
+                    z.states.moved_out(src, order);
+                    if let Some(slot) = self.unsettled.iter_mut().find(|m| m.is_none()) {
+                        *slot = Some((src, dst, order));
+                    }
+                }
                 Err(_) => z.states.set_free(dst),
             }
         }
@@ -187,9 +234,7 @@ impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, 
         let Some(r) = self.machine.zone_ref_of(dst) else {
             return;
         };
-        if let Some(z) = self.machine.zone_of(src) {
-            z.states.moved(src, dst, order);
-        }
+        self.settle(src, dst, order);
         self.inner
             .migrated(Block::new(self.machine.id, r, dst, order), src)
     }

@@ -209,10 +209,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         let undo = OnUnwind::new(|| {
             let _ = z.with_zone(|m| m.unisolate_range(range));
         });
-        let mut guarded = Guarded {
-            inner: migrator,
-            machine: self,
-        };
+        let mut guarded = Guarded::new(migrator, self);
         let r = evacuate_range(&Locked(z), range, &mut guarded, MigrateMode::Sync);
         undo.disarm();
         match r {

@@ -82,10 +82,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             let _ = k.set_proactiveness(u32::from(p));
         }
         k.set_extfrag_threshold(self.extfrag_threshold());
-        let mut guarded = Guarded {
-            inner: migrator,
-            machine: self,
-        };
+        let mut guarded = Guarded::new(migrator, self);
         set.with(|zones| k.tick(now_ns, zones, &node.wake, &mut guarded))
     }
 
@@ -98,10 +95,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         migrator: &mut M,
     ) -> Option<CompactOutcome> {
         let set = self.node_zones(id, ZoneKind::Movable)?;
-        let mut guarded = Guarded {
-            inner: migrator,
-            machine: self,
-        };
+        let mut guarded = Guarded::new(migrator, self);
         Some(set.with(|zones| compact_memory(zones, &mut guarded)))
     }
 

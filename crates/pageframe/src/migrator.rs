@@ -76,7 +76,10 @@ use crate::block::Block;
 /// method here runs, so implementations may take their own (page table,
 /// LRU) and may sleep in the blocking modes. A method must not panic; if
 /// one does, the allocator gives back what it held before the panic goes
-/// on (blocks handed over come back through [`Migrator::putback`]).
+/// on (blocks handed over come back through [`Migrator::putback`]); a
+/// move the kernel made but was not yet told of through
+/// [`Migrator::migrated`] keeps its new frames allocated (the kernel maps
+/// them): lost, never handed out again.
 pub trait Migrator {
     /// The allocator would move the movable block `(pfn, order)`: hand
     /// over its [`Block`] to let it move, or `None` to keep it (busy,
@@ -98,7 +101,9 @@ pub trait Migrator {
     fn putback(&mut self, block: Block);
 
     /// The block moved: `block` holds the new frames (its contents are the
-    /// old block's); the frames at `from` are the allocator's again.
+    /// old block's). The frames at `from` go back to the allocator when
+    /// this returns, not before: books the kernel keeps by frame (a reverse
+    /// map) are settled before anyone can be handed them.
     fn migrated(&mut self, block: Block, from: Pfn);
 
     /// Called between pageblocks with the scanners' positions; `true`

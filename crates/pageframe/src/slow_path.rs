@@ -411,10 +411,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             return (CompactResult::Skipped, None);
         };
         let mt = gfp.migratetype();
-        let mut guarded = Guarded {
-            inner: hooks,
-            machine: self,
-        };
+        let mut guarded = Guarded::new(hooks, self);
         let out = set.with(|zones| try_to_compact_pages(zones, order, mt, prio, &mut guarded));
         if out.result > CompactResult::Deferred {
             stall.ran = true;

@@ -370,6 +370,94 @@ fn a_panicking_migrator_leaves_the_machine_as_it_was() {
     std::panic::set_hook(quiet);
 }
 
+/// A kernel (the common `Words`) that checks, each time it hears of a
+/// move, that the source is not yet the allocator's: a kernel's books by
+/// frame (a reverse map) are settled before anyone can be handed the
+/// source. It panics at its `panic_at`-th `migrated`, if set.
+struct Settling {
+    words: Words,
+    m: &'static Machine<'static>,
+    heard: u32,
+    panic_at: Option<u32>,
+}
+
+impl Migrator for Settling {
+    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
+        self.words.isolate(pfn, order)
+    }
+    fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, mode: MigrateMode) -> Result<(), MigrateError> {
+        self.words.migrate(s, d, o, mode)
+    }
+    fn putback(&mut self, b: Block) {
+        self.words.putback(b)
+    }
+    fn migrated(&mut self, b: Block, from: Pfn) {
+        self.heard += 1;
+        let z = self.m.zone_of(from).unwrap();
+        let source = z.inspect(|mz| mz.buddy().block_at(from));
+        assert!(
+            matches!(source, Some(pageframe::zone::BlockInfo::Allocated { head, .. }) if head == from),
+            "source {from:?} went back before the kernel heard of its move: {source:?}"
+        );
+        if self.panic_at == Some(self.heard) {
+            panic!("migrated {}", self.heard);
+        }
+        self.words.migrated(b, from)
+    }
+}
+
+/// Compaction and contiguous ranges tell the kernel of a move before the
+/// source goes back; a panic in `migrated` still gives the sources back,
+/// and no frame ends up with two owners.
+#[test]
+fn the_kernel_hears_of_a_move_before_its_source_is_handed_out_again() {
+    for panic_at in [None, Some(3)] {
+        for contig in [true, false] {
+            let (m, w) = fragmented();
+            let held = w.blocks.len();
+            let mut k = Settling {
+                words: w,
+                m,
+                heard: 0,
+                panic_at,
+            };
+            let range = r(4 * GIB + 2 * PB, 4 * GIB + 4 * PB);
+            let run = catch_unwind(AssertUnwindSafe(|| {
+                if contig {
+                    m.alloc_contig_range(range, &mut k)
+                        .map(|s| s.into_raw())
+                        .ok();
+                } else {
+                    m.compact_node(NodeId::ZERO, &mut k);
+                }
+            }));
+            let case = format!("panic at {panic_at:?}, contig {contig}");
+            assert_eq!(run.is_err(), panic_at.is_some(), "{case}");
+            assert!(k.heard >= 3, "{case}: {} moves", k.heard);
+            m.validate().unwrap_or_else(|e| panic!("{case}: {e}"));
+            // Only the block whose `migrated` panicked (and, in a batch, the
+            // moves after it) can be lost to the kernel; the rest it holds.
+            assert!(k.words.blocks.len() <= held, "{case}");
+            if panic_at.is_some() {
+                assert!(k.words.blocks.len() >= held.saturating_sub(32), "{case}");
+            }
+            // Every free frame can be taken, and none is a kernel's.
+            let mut taken = Vec::new();
+            while let Ok(b) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
+                assert!(
+                    !k.words.blocks.contains_key(&b.pfn()),
+                    "{case}: {:?} handed out while the kernel holds it",
+                    b.pfn()
+                );
+                taken.push(b);
+            }
+            for b in taken {
+                m.free(b).unwrap();
+            }
+        }
+    }
+}
+
 /// A kernel keeping its blocks in a map hands them over by number; the
 /// map has the new block after the move (for the docs' example shape).
 #[test]

@@ -408,9 +408,18 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
             s.spawn(move || {
                 let _guard = AbortOnPanic;
                 let i = w as usize;
+                // `Busy` while a worker already at work drains this
+                // unowned cache: retry, as the docs say.
+                let cpu = loop {
+                    match m.cpu(CpuId(w), n(i % 2)) {
+                        Ok(c) => break c,
+                        Err(pageframe::pcp::PcpError::Busy) => std::thread::yield_now(),
+                        Err(e) => panic!("{e:?}"),
+                    }
+                };
                 let mut me = Worker {
                     m,
-                    cpu: m.cpu(CpuId(w), n(i % 2)).unwrap(),
+                    cpu,
                     books,
                     held: Vec::new(),
                     ids: (1 + w * IDS..=(w + 1) * IDS).collect(),

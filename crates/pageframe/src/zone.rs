@@ -678,10 +678,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 mod tests {
     use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
+    /// Two pageblocks: small enough for Miri to validate it a few times.
     fn machine() -> &'static Machine<'static> {
         let m: &'static mut Machine<'static> =
             std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
-        let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 8192));
+        let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 1024));
         let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(
             m.zone_metadata_bytes(span),
         ));

@@ -165,6 +165,23 @@ fn giant_maps_2_mib_pages_on_a_cpu_without_1_gib_pages() {
     );
 }
 
+/// The i440fx board (`-machine pc`): the default job, the smp phase with
+/// its TLB shootdowns included, passes as on q35.
+#[test]
+fn the_pc_board_runs_the_default_job() {
+    let b = run_with(&BootConfig {
+        machine: "pc".to_owned(),
+        ..BootConfig::new("1G", "")
+    });
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    assert_selftest_passed(&b);
+    assert!(b.serial.contains("\nsmp: PASS\n"), "smp verdict");
+    assert!(
+        b.line("smp: second CPU read ").is_some(),
+        "the shootdown phase"
+    );
+}
+
 #[test]
 fn panic_fails_the_run() {
     let b = run("128M", "panic");

@@ -205,7 +205,9 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
             .and_then(|n| n.zone(pageframe::ZoneKind::Normal))
             .is_some_and(|z| z.managed_pages() >= BIG_NORMAL);
     let skip = |name: &str| {
-        println!("{name}: skipped: the default run needs a 6 GiB guest for it (run.sh --mem 6G)");
+        println!(
+            "{name}: skipped: the default run needs 2 GiB of RAM above 4 GiB for it (run.sh --mem 6G)"
+        );
     };
     if opts.modes.contains(Modes::GIANT) && opts.defaulted && !big {
         skip("giant");

@@ -106,6 +106,8 @@ pub enum FreeError {
     /// The memory belongs to another allocator (a block of another
     /// machine, a reservation of another zone).
     Foreign,
+    /// A block of one frame has no halves to split into.
+    SingleFrame,
 }
 
 /// A broken invariant found by `validate()` (a bug, never bad input).
@@ -188,6 +190,7 @@ impl fmt::Display for FreeError {
             }
             FreeError::Busy => f.write_str("the block is being migrated or gathered; retry later"),
             FreeError::Foreign => f.write_str("the memory belongs to another allocator"),
+            FreeError::SingleFrame => f.write_str("a block of one frame cannot be split"),
         }
     }
 }

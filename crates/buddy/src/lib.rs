@@ -19,6 +19,7 @@ mod report;
 mod reservation;
 mod reserve;
 mod split;
+mod split_page;
 mod stats;
 mod validate;
 mod walk;

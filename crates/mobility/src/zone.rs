@@ -291,6 +291,13 @@ impl<'a> MobileZone<'a> {
         }
     }
 
+    /// Splits an allocated block into its two halves, both allocated with
+    /// the block's type and tag (`BuddyZone::split_allocated`): returns the
+    /// upper half's head.
+    pub fn split_allocated(&mut self, pfn: Pfn, order: Order) -> Result<Pfn, FreeError> {
+        self.buddy.split_allocated(pfn, order)
+    }
+
     /// Reserves one chunk's free frames of type `mt` for order-0
     /// allocations outside the zone lock (`BuddyZone::reserve`, which also
     /// says what `min_free` is for); the frames

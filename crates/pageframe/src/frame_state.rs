@@ -196,13 +196,18 @@ impl<'a> FrameStates<'a> {
     /// reason it is not a live allocation of that order. Exactly one of
     /// several concurrent callers on one frame succeeds.
     #[inline]
-    fn take(&self, pfn: Pfn, order: Order, to: u8) -> Result<MigrateType, FreeError> {
+    fn take(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        to: impl Fn(MigrateType) -> u8,
+    ) -> Result<MigrateType, FreeError> {
         let s = self.slot(pfn).ok_or(FreeError::OutOfRange)?;
         let mut v = s.load(Relaxed);
         loop {
             match decode(v) {
                 State::Allocated(o, mt) if o == order => {
-                    match s.compare_exchange_weak(v, to, Relaxed, Relaxed) {
+                    match s.compare_exchange_weak(v, to(mt), Relaxed, Relaxed) {
                         Ok(_) => return Ok(mt),
                         Err(now) => v = now,
                     }
@@ -221,13 +226,13 @@ impl<'a> FrameStates<'a> {
     /// can be told in the same critical section).
     #[inline]
     pub(crate) fn take_for_free(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, FREE)
+        self.take(pfn, order, |_| FREE)
     }
 
     /// A free into this CPU's cache: the block becomes cached.
     #[inline]
     pub(crate) fn take_for_cache(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, encode(CACHED, order))
+        self.take(pfn, order, |_| encode(CACHED, order))
     }
 
     /// A free of a whole range ([`crate::Machine::free_segment`]): the
@@ -235,7 +240,17 @@ impl<'a> FrameStates<'a> {
     /// free of it gets `Busy`), or given back with `set_allocated`.
     #[inline]
     pub(crate) fn take_for_range(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, encode(ISOLATED, order))
+        self.take(pfn, order, |_| encode(ISOLATED, order))
+    }
+
+    /// A split of a live allocation of `order` (at least 1) into halves
+    /// (zone lock held): the head's byte says "allocated, `order - 1`", as
+    /// the lower half; the caller marks the upper half once the core has
+    /// split the block, or puts this byte back if it refuses.
+    #[inline]
+    pub(crate) fn take_for_split(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
+        let half = order.get().checked_sub(1).ok_or(FreeError::SingleFrame)?;
+        self.take(pfn, order, |mt| allocated(Order::new_truncated(half), mt))
     }
 
     /// Isolation of a movable live allocation for migration: `false` (state

@@ -785,6 +785,50 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
     }
 
+    /// Splits `block` into its lower and upper halves, each a block of one
+    /// order less that is freed on its own (Linux `split_page`, one level):
+    /// a kernel that keeps part of an allocation frees the rest this way.
+    /// Nothing moves and nothing is freed. Refused, and handed back
+    /// unchanged: a block of one frame ([`FreeError::SingleFrame`]), of
+    /// another machine ([`FreeError::Foreign`]), or one that compaction is
+    /// moving right now ([`FreeError::Busy`]: retry).
+    ///
+    /// ```
+    /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+    /// # use core::mem::MaybeUninit;
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
+    /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// // Five frames wanted: take eight, keep four plus one, free three.
+    /// let eight = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(3).unwrap()).unwrap();
+    /// let (four, upper) = m.split(eight).unwrap();
+    /// let (two, spare) = m.split(upper).unwrap();
+    /// let (one, unused) = m.split(two).unwrap();
+    /// m.free(spare).unwrap();
+    /// m.free(unused).unwrap();
+    /// assert_eq!((four.order().get(), one.pfn() - four.pfn()), (2, 4));
+    /// # m.free(four).unwrap(); m.free(one).unwrap();
+    /// ```
+    pub fn split(&self, block: Block) -> Result<(Block, Block), Refused<Block>> {
+        let Some(z) = self.zone_of_block(&block) else {
+            return Err(Refused::new(block, FreeError::Foreign));
+        };
+        match z.split(block.pfn(), block.order()) {
+            Ok(upper) => {
+                let half = Order::new_truncated(block.order().get() - 1);
+                let r = block.zone_ref();
+                let (pfn, _) = block.into_raw();
+                Ok((
+                    Block::new(self.id, r, pfn, half),
+                    Block::new(self.id, r, upper, half),
+                ))
+            }
+            Err(e) => Err(Refused::new(block, e)),
+        }
+    }
+
     /// The zone holding `block`, if the block is this machine's.
     #[inline]
     pub(crate) fn zone_of_block(&self, block: &Block) -> Option<&Zone<'a, R>> {

@@ -396,6 +396,36 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
     }
 
+    /// Splits a live allocation into two of one order less: the ownership
+    /// byte by compare-and-swap (so a racing free, cache free or isolation
+    /// of the block either wins or sees the halves), then the core, in one
+    /// critical section. Returns the upper half's head. Bad input gets a
+    /// [`FreeError`] and changes nothing.
+    pub(crate) fn split(&self, pfn: Pfn, order: Order) -> Result<Pfn, FreeError> {
+        if !self.span.contains(pfn) {
+            return Err(FreeError::OutOfRange);
+        }
+        let mut z = self.inner.lock();
+        let mt = match self.states.take_for_split(pfn, order) {
+            Ok(mt) => mt,
+            Err(FreeError::SingleFrame) => return Err(FreeError::SingleFrame),
+            Err(e) => return Err(self.refusal(&z, pfn, order, e)),
+        };
+        match z.buddy.split_allocated(pfn, order) {
+            Ok(upper) => {
+                self.states
+                    .set_allocated(upper, Order::new_truncated(order.get() - 1), mt);
+                Ok(upper)
+            }
+            Err(e) => {
+                // The byte said "allocated with this order", so the core
+                // agrees; should it not, the block is still the caller's.
+                self.states.set_allocated(pfn, order, mt);
+                Err(e)
+            }
+        }
+    }
+
     /// Why `(pfn, order)` is not a live allocation, given the ownership
     /// byte's answer `e`: the core's structural errors (order, alignment,
     /// hole, tail, wrong order, free) come first; a block the core holds

@@ -155,6 +155,33 @@ impl<'a> FrameStates<'a> {
             .map_or(State::Free, |s| decode(s.load(Relaxed)))
     }
 
+    /// The live allocation holding `pfn`, as `(head, order)`: the head is
+    /// the nearest frame at or below `pfn`, aligned to some order up to
+    /// `max`, whose byte names a block that reaches `pfn` (the bytes of the
+    /// other frames of a block say "free"). A cached, isolated or moved-out
+    /// block holding it gives the error a free of it would; `None` when no
+    /// byte claims the frame (free in the core, a hole, or inside a block
+    /// the allocator holds: the core knows which).
+    pub(crate) fn live_block_holding(
+        &self,
+        pfn: Pfn,
+        max: Order,
+    ) -> Option<Result<(Pfn, Order), FreeError>> {
+        for o in 0..=max.get() {
+            let head = pfn.align_down(Order::new_truncated(o));
+            let (k, found) = match self.get(head) {
+                State::Free => continue,
+                State::Allocated(k, _) => (k, Ok((head, k))),
+                State::Cached(k) => (k, Err(FreeError::AlreadyFree)),
+                State::Isolated(k) | State::MovedOut(k) => (k, Err(FreeError::Busy)),
+            };
+            // A block headed here that ends before `pfn`: no block of a
+            // higher head can hold `pfn` (it would hold this one too).
+            return (head + k.pages() > pfn).then_some(found);
+        }
+        None
+    }
+
     /// Records a block the caller now holds exclusively as allocated: taken
     /// from the core under the zone lock, or from the caller's own cache.
     #[inline]

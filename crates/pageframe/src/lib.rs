@@ -95,6 +95,7 @@ mod node_id;
 mod numa_stats;
 #[cfg(feature = "x86_64")]
 pub mod paging;
+mod partial;
 mod stripe;
 mod sync;
 pub mod thp;

@@ -105,6 +105,7 @@
 
 #[cfg(feature = "bootloader_api")]
 mod bootloader_api;
+mod incremental;
 #[cfg(feature = "limine")]
 mod limine;
 #[cfg(feature = "multiboot2")]
@@ -117,6 +118,7 @@ use core::fmt;
 
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
+pub use incremental::{AddError, Incremental};
 pub use plan::{Plan, PlanError, PlannedZone};
 
 /// Why a memory map could not be read.

@@ -83,7 +83,7 @@ fn the_machine_is_built_over_the_ranges_gathered_and_hands_out_only_them() {
 #[test]
 fn overlaps_and_memory_outside_the_zones_are_refused_with_nothing_taken() {
     let (inc, r) = leaked(2);
-    // SAFETY (every `add` below): simulated RAM given up for good, or a
+    // SAFETY: every `add` here hands over simulated RAM for good, or a
     // range the call refuses.
     unsafe {
         inc.add(r(0x100, 0x2000)).unwrap();
@@ -161,11 +161,9 @@ fn more_disjoint_ranges_than_gathered_are_refused() {
         // SAFETY: simulated RAM given up for good.
         unsafe { inc.add(r(0x100 + 2 * i, 0x101 + 2 * i)) }.unwrap();
     }
-    // SAFETY: refused.
-    assert_eq!(
-        unsafe { inc.add(r(0x200, 0x201)) },
-        Err(AddError::TooManyRanges)
-    );
+    // SAFETY: a range the call refuses.
+    let refused = unsafe { inc.add(r(0x200, 0x201)) };
+    assert_eq!(refused, Err(AddError::TooManyRanges));
     // Adjacent to one gathered: merges, no new range needed.
     // SAFETY: simulated RAM given up for good.
     unsafe { inc.add(r(0x10f, 0x1000)) }.unwrap();

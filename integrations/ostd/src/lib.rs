@@ -1,0 +1,175 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use pageframe::boot::{AddError, Incremental};
+use pageframe::compact::NoMigration;
+use pageframe::{
+    Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, RawError,
+};
+
+/// Disjoint ranges gathered before the machine is built (OSTD hands over
+/// one per usable memory-map region, less the early allocator's).
+pub const RANGES: usize = 64;
+
+/// pageframe behind the range contract of OSTD's frame allocator: any
+/// size and alignment in pages, any part of an allocation given back in
+/// any order and in several calls, memory handed over range by range
+/// before any zone exists, everything through `&self` from any CPU.
+pub struct FrameAllocator {
+    frames: Incremental<RANGES>,
+    refused_adds: AtomicU64,
+    refused_frees: AtomicU64,
+    failed_allocs: AtomicU64,
+}
+
+/// Why [`FrameAllocator::dealloc`] gave nothing back.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DeallocError {
+    /// The address or size is not a whole number of frames.
+    Misaligned,
+    /// No memory was ever handed over (no machine to give it to).
+    NoMachine,
+    /// A frame of the range is not allocated (never added, free already,
+    /// a hole): pageframe's answer, naming the frame.
+    Refused(RawError),
+}
+
+/// What the allocator refused since boot (each refusal left its state
+/// unchanged).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Refusals {
+    /// Ranges [`FrameAllocator::add_free_memory`] did not take.
+    pub adds: u64,
+    /// Ranges [`FrameAllocator::dealloc`] did not free.
+    pub frees: u64,
+    /// Allocations that found no memory (or an impossible layout).
+    pub allocs: u64,
+}
+
+impl FrameAllocator {
+    /// An allocator that carves its metadata from memory handed over
+    /// inside `window` (frames the kernel maps at `virt` when the first
+    /// allocation comes).
+    pub const fn new(window: PfnRange, virt: fn(PhysAddr) -> *mut u8) -> Self {
+        FrameAllocator {
+            frames: Incremental::new(MachineConfig::SINGLE_NODE, window, virt),
+            refused_adds: AtomicU64::new(0),
+            refused_frees: AtomicU64::new(0),
+            failed_allocs: AtomicU64::new(0),
+        }
+    }
+
+    /// `frames` frames aligned to `align` frames (a power of two): the
+    /// first frame, or `None` when there is no such memory (or the layout
+    /// is impossible: no frame, an alignment not a power of two). Up to
+    /// a maximal buddy block, a block of the next power of two whose frames
+    /// past `frames` go straight back; beyond, a contiguous range.
+    pub fn alloc_frames(&self, frames: u64, align: u64) -> Option<Pfn> {
+        let got = self.try_alloc(frames, align);
+        if got.is_none() {
+            self.failed_allocs.fetch_add(1, Relaxed);
+        }
+        got
+    }
+
+    fn try_alloc(&self, frames: u64, align: u64) -> Option<Pfn> {
+        if frames == 0 || !align.is_power_of_two() {
+            return None;
+        }
+        let m = self.frames.machine().ok()?;
+        let want = frames.next_power_of_two().max(align);
+        let max = m.mobility_config().buddy.max_order;
+        if want <= max.pages() {
+            let order = Order::new(want.trailing_zeros() as u8)?;
+            let (pfn, order) = m.alloc(NodeId::ZERO, Gfp::KERNEL, order).ok()?.into_raw();
+            if frames < order.pages() {
+                // SAFETY: the block was allocated just above and is held
+                // only as this number; its frames past `frames` are not
+                // handed to anyone.
+                let spare = unsafe { m.free_raw(PfnRange::new(pfn + frames, pfn + order.pages())) };
+                debug_assert!(spare.is_ok(), "{spare:?}");
+            }
+            return Some(pfn);
+        }
+        let seg = m
+            .alloc_contig(NodeId::ZERO, Gfp::KERNEL, frames, align, &mut NoMigration)
+            .ok()?;
+        Some(seg.into_raw().start)
+    }
+
+    /// Gives back `frames` frames from `pfn`: any part of one or more
+    /// allocations (see [`Machine::free_raw`]); refused, with nothing
+    /// freed, if a frame of it is not allocated.
+    ///
+    /// # Safety
+    ///
+    /// The frames are the caller's: allocated by this allocator, not freed
+    /// since, and no longer used.
+    pub unsafe fn dealloc_frames(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+        let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
+        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { m.free_raw(PfnRange::new(pfn, end)) }.map_err(DeallocError::Refused)
+    }
+
+    /// [`FrameAllocator::dealloc_frames`] by address and size in bytes,
+    /// counting refusals.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames`].
+    pub unsafe fn dealloc(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
+        let r = if addr.get() % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
+            Err(DeallocError::Misaligned)
+        } else {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
+        };
+        if r.is_err() {
+            self.refused_frees.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    /// Hands `[addr, addr + size)` over (whole frames inside it), counting
+    /// refusals: see [`Incremental::add`].
+    ///
+    /// # Safety
+    ///
+    /// Usable RAM the caller gives up to the allocator, mapped at `virt`
+    /// inside the window whenever an allocation may come.
+    pub unsafe fn add_free_memory(&self, addr: PhysAddr, size: u64) -> Result<(), AddError> {
+        let end = PhysAddr::new(addr.get().saturating_add(size));
+        let range = PfnRange::new(addr.pfn_up(), end.pfn_down().max(addr.pfn_up()));
+        // SAFETY: the caller's promise, passed on.
+        let r = unsafe { self.frames.add(range) };
+        if r.is_err() {
+            self.refused_adds.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    /// The machine, once the first allocation has built it (for its
+    /// reports: `buddyinfo`, `validate`, free and managed frames).
+    pub fn machine(&self) -> Option<&Machine<'static>> {
+        self.frames.built()
+    }
+
+    /// What was refused since boot.
+    pub fn refusals(&self) -> Refusals {
+        Refusals {
+            adds: self.refused_adds.load(Relaxed),
+            frees: self.refused_frees.load(Relaxed),
+            allocs: self.failed_allocs.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(feature = "ostd")]
+mod ostd_impl;
+#[cfg(feature = "ostd")]
+pub use ostd_impl::OSTD_LINEAR_MAPPING;

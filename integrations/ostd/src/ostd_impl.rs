@@ -1,0 +1,55 @@
+//! The OSTD trait on top: every call with local interrupts off (an
+//! interrupt handler that allocates must not find this CPU holding a zone
+//! lock).
+
+use core::alloc::Layout;
+
+use ostd::mm::{Paddr, frame::GlobalFrameAllocator};
+use pageframe::{PAGE_SIZE, Pfn, PfnRange, PhysAddr};
+
+use crate::FrameAllocator;
+
+/// Where OSTD maps all physical memory on x86-64 with 4-level paging
+/// (`LINEAR_MAPPING_BASE_VADDR`; its boot page table maps the first 4 GiB
+/// there, the kernel page table all of it).
+pub const OSTD_LINEAR_MAPPING: u64 = 0xffff_8000_0000_0000;
+
+fn linear(pa: PhysAddr) -> *mut u8 {
+    (OSTD_LINEAR_MAPPING + pa.get()) as *mut u8
+}
+
+impl FrameAllocator {
+    /// The allocator for an OSTD kernel: metadata carved from the first
+    /// 4 GiB, which OSTD's boot page table maps when the first frame is
+    /// allocated.
+    pub const fn for_ostd() -> Self {
+        FrameAllocator::new(PfnRange::new(Pfn::new(0), Pfn::new(1 << 20)), linear)
+    }
+}
+
+impl GlobalFrameAllocator for FrameAllocator {
+    fn alloc(&self, layout: Layout) -> Option<Paddr> {
+        let _irq = ostd::irq::disable_local();
+        let frames = (layout.size() as u64).div_ceil(PAGE_SIZE);
+        let align = (layout.align() as u64 / PAGE_SIZE).max(1);
+        self.alloc_frames(frames, align)
+            .map(|p| p.addr().get() as Paddr)
+    }
+
+    fn dealloc(&self, addr: Paddr, size: usize) {
+        let _irq = ostd::irq::disable_local();
+        // SAFETY: OSTD gives back only memory this allocator handed out,
+        // each frame once (the trait's contract). A refusal is counted.
+        let _ = unsafe { FrameAllocator::dealloc(self, PhysAddr::new(addr as u64), size as u64) };
+    }
+
+    fn add_free_memory(&self, addr: Paddr, size: usize) {
+        let _irq = ostd::irq::disable_local();
+        // SAFETY: OSTD hands over usable RAM no one else uses, each range
+        // once (the trait's contract), and maps the first 4 GiB linearly
+        // from boot. A refusal is counted.
+        let _ = unsafe {
+            FrameAllocator::add_free_memory(self, PhysAddr::new(addr as u64), size as u64)
+        };
+    }
+}

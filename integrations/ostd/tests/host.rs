@@ -1,0 +1,265 @@
+//! The OSTD contract on the host, over simulated memory: ranges handed
+//! over before any zone, any size and alignment, parts of allocations
+//! given back in any order and from several threads, bad input refused
+//! and counted with nothing changed.
+
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use pageframe::boot::AddError;
+use pageframe::{FreeError, Pfn, PfnRange, PhysAddr};
+use pageframe_ostd::{DeallocError, FrameAllocator, Refusals};
+
+/// Host memory standing for physical memory from 0: 128 MiB a test.
+const PART: u64 = 32768;
+const TESTS: u64 = 8;
+static BASE: AtomicU64 = AtomicU64::new(0);
+static RAM: Mutex<()> = Mutex::new(());
+
+fn virt(pa: PhysAddr) -> *mut u8 {
+    assert!(
+        pa.get() < TESTS * PART * 4096,
+        "{pa:?} is not simulated RAM"
+    );
+    (BASE.load(Relaxed) + pa.get()) as *mut u8
+}
+
+/// Test `k`'s allocator over its 128 MiB, with its memory handed over as
+/// OSTD does on a QEMU guest (low memory in two pieces, the rest around
+/// the kernel image and the early allocator's frames), and the frames
+/// handed over.
+fn allocator(k: u64) -> (&'static FrameAllocator, u64) {
+    {
+        let _g = RAM.lock().unwrap();
+        if BASE.load(Relaxed) == 0 {
+            let l = Layout::from_size_align((TESTS * PART * 4096) as usize, 4096).unwrap();
+            // SAFETY: a non-zero size; leaked for the tests' life.
+            BASE.store(unsafe { std::alloc::alloc_zeroed(l) } as u64, Relaxed);
+        }
+    }
+    let base = k * PART;
+    let a: &'static FrameAllocator = Box::leak(Box::new(FrameAllocator::new(
+        PfnRange::new(Pfn(base), Pfn(base + PART)),
+        virt,
+    )));
+    let ranges = [
+        (0, 8),
+        (9, 0x9f),
+        (0x100, 0x1776),
+        (0x1777, 0x7000),
+        (0x7400, PART),
+    ];
+    for (s, e) in ranges {
+        // SAFETY: simulated RAM of this test only, given up for good.
+        unsafe { a.add_free_memory(PhysAddr::new((base + s) * 4096), (e - s) * 4096) }.unwrap();
+    }
+    (a, ranges.iter().map(|(s, e)| e - s).sum())
+}
+
+/// A tiny deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The frames a caller holds, as disjoint ranges by start: a frame handed
+/// out twice shows as an overlap.
+#[derive(Default)]
+struct Books(BTreeMap<u64, u64>);
+impl Books {
+    fn take(&mut self, p: Pfn, n: u64) {
+        let (s, e) = (p.get(), p.get() + n);
+        if let Some((&a, &b)) = self.0.range(..e).next_back() {
+            assert!(
+                b <= s,
+                "frames {s:#x}..{e:#x} handed out while {a:#x}..{b:#x} are held"
+            );
+        }
+        self.0.insert(s, e);
+    }
+    /// Takes a random piece of a random holding out of the books.
+    fn give(&mut self, rng: &mut Rng) -> Option<(Pfn, u64)> {
+        let n = self.0.len() as u64;
+        if n == 0 {
+            return None;
+        }
+        let (&s, &e) = self.0.iter().nth(rng.below(n) as usize).unwrap();
+        let a = s + rng.below(e - s);
+        let b = a + 1 + rng.below(e - a);
+        self.0.remove(&s);
+        if s < a {
+            self.0.insert(s, a);
+        }
+        if b < e {
+            self.0.insert(b, e);
+        }
+        Some((Pfn(a), b - a))
+    }
+}
+
+#[test]
+fn random_sizes_and_partial_frees_never_hand_a_frame_out_twice() {
+    let (a, added) = allocator(0);
+    let mut books = Books::default();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for step in 0..20_000 {
+        if rng.below(100) < 55 {
+            // Mostly small, now and then up to 5 MiB, aligned up to 2 MiB.
+            let frames = match rng.below(10) {
+                0 => 1 + rng.below(1280),
+                1..=3 => 1 + rng.below(64),
+                _ => 1 + rng.below(4),
+            };
+            let align = 1 << rng.below(10);
+            if let Some(p) = a.alloc_frames(frames, align) {
+                assert_eq!(p.get() % align, 0, "step {step}");
+                books.take(p, frames);
+            }
+        } else if let Some((p, n)) = books.give(&mut rng) {
+            // SAFETY: the books say these frames are ours.
+            unsafe { a.dealloc_frames(p, n) }.unwrap();
+        }
+    }
+    let m = a.machine().unwrap();
+    m.validate().unwrap();
+    while let Some((p, n)) = books.give(&mut rng) {
+        // SAFETY: as above.
+        unsafe { a.dealloc_frames(p, n) }.unwrap();
+    }
+    m.validate().unwrap();
+    // Everything back, nothing lost: what was added is managed, less the
+    // frames carved for metadata and the machine.
+    assert_eq!(m.free_pages(), m.managed_pages());
+    assert!(added - m.managed_pages() < 300);
+    assert_eq!(a.refusals().frees, 0);
+}
+
+#[test]
+fn layouts_are_honoured_and_impossible_ones_refused() {
+    let (a, _) = allocator(1);
+    // 2 MiB aligned single frame, a 4 MiB block, a 12 MiB range.
+    for (frames, align) in [(1, 512), (1024, 1024), (3000, 512), (7, 8), (513, 1)] {
+        let p = a.alloc_frames(frames, align).unwrap();
+        assert_eq!(p.get() % align, 0, "{frames} frames aligned to {align}");
+        // SAFETY: just allocated, not used.
+        unsafe { a.dealloc_frames(p, frames) }.unwrap();
+    }
+    assert_eq!(a.alloc_frames(0, 1), None);
+    assert_eq!(a.alloc_frames(1, 3), None);
+    assert_eq!(a.alloc_frames(PART * 2, 1), None);
+    assert_eq!(a.refusals().allocs, 3);
+    let m = a.machine().unwrap();
+    assert_eq!(m.free_pages(), m.managed_pages());
+}
+
+#[test]
+fn bad_input_is_refused_counted_and_changes_nothing() {
+    let (a, _) = allocator(2);
+    let base = 2 * PART;
+    // Before any allocation there is no machine to free into.
+    // SAFETY: refused: nothing allocated yet.
+    let early = unsafe { a.dealloc_frames(Pfn(base + 0x200), 1) };
+    assert_eq!(early, Err(DeallocError::NoMachine));
+    let p = a.alloc_frames(4, 1).unwrap();
+    let m = a.machine().unwrap();
+    let free = m.free_pages();
+    // SAFETY (every call below): each is refused, with nothing freed.
+    unsafe {
+        // Handed over twice, in part.
+        let twice = a.add_free_memory(PhysAddr::new((base + 0x1000) * 4096), 8192);
+        assert!(matches!(twice, Err(AddError::Overlap(_))));
+        // Never added: the frame between the two low pieces, the hole
+        // around the kernel image, memory past the end.
+        for (q, why) in [
+            (base + 8, FreeError::Hole),
+            (base + 0x7200, FreeError::Hole),
+            (base + PART + 5, FreeError::OutOfRange),
+        ] {
+            match a.dealloc_frames(Pfn(q), 1) {
+                Err(DeallocError::Refused(e)) => assert_eq!(e.why, why, "{q:#x}"),
+                other => panic!("{q:#x}: {other:?}"),
+            }
+        }
+        // Free frames, and an allocation with one free frame after it.
+        assert!(matches!(
+            a.dealloc_frames(p + 100, 1),
+            Err(DeallocError::Refused(_))
+        ));
+        assert!(matches!(
+            a.dealloc_frames(p, 5),
+            Err(DeallocError::Refused(_))
+        ));
+        assert_eq!(
+            a.dealloc(PhysAddr::new(p.addr().get() + 1), 4096),
+            Err(DeallocError::Misaligned)
+        );
+        assert_eq!(a.dealloc(p.addr(), 100), Err(DeallocError::Misaligned));
+    }
+    assert_eq!(m.free_pages(), free);
+    assert_eq!(
+        a.refusals(),
+        Refusals {
+            adds: 1,
+            frees: 2,
+            allocs: 0
+        }
+    );
+    // The allocation is intact: given back in two parts.
+    // SAFETY: ours, not used.
+    unsafe {
+        a.dealloc_frames(p + 2, 2).unwrap();
+        a.dealloc_frames(p, 2).unwrap();
+        // A second free of the same frames is refused.
+        assert!(a.dealloc_frames(p, 1).is_err());
+    }
+    assert_eq!(m.free_pages(), m.managed_pages());
+    m.validate().unwrap();
+}
+
+#[test]
+fn threads_free_parts_of_each_others_allocations() {
+    let (a, _) = allocator(3);
+    let shared: Mutex<Books> = Mutex::new(Books::default());
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let shared = &shared;
+            s.spawn(move || {
+                let mut rng = Rng(0x1234_5678 + t);
+                for _ in 0..5_000 {
+                    if rng.below(2) == 0 {
+                        let frames = 1 + rng.below(40);
+                        if let Some(p) = a.alloc_frames(frames, 1) {
+                            shared.lock().unwrap().take(p, frames);
+                        }
+                    } else {
+                        let piece = shared.lock().unwrap().give(&mut rng);
+                        if let Some((p, n)) = piece {
+                            // SAFETY: taken out of the shared books, so
+                            // this thread alone gives these frames back.
+                            unsafe { a.dealloc_frames(p, n) }.unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut rng = Rng(7);
+    let mut books = shared.into_inner().unwrap();
+    while let Some((p, n)) = books.give(&mut rng) {
+        // SAFETY: as above.
+        unsafe { a.dealloc_frames(p, n) }.unwrap();
+    }
+    let m = a.machine().unwrap();
+    assert_eq!(m.free_pages(), m.managed_pages());
+    m.validate().unwrap();
+}

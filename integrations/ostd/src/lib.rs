@@ -8,7 +8,8 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use pageframe::boot::{AddError, Incremental};
 use pageframe::compact::NoMigration;
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, RawError,
+    FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr,
+    RawError,
 };
 
 /// Disjoint ranges gathered before the machine is built (OSTD hands over
@@ -24,6 +25,7 @@ pub struct FrameAllocator {
     refused_adds: AtomicU64,
     refused_frees: AtomicU64,
     failed_allocs: AtomicU64,
+    adopted: AtomicU64,
 }
 
 /// Why [`FrameAllocator::dealloc`] gave nothing back.
@@ -39,15 +41,18 @@ pub enum DeallocError {
 }
 
 /// What the allocator refused since boot (each refusal left its state
-/// unchanged).
+/// unchanged), and the frames it adopted.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub struct Refusals {
+pub struct Counters {
     /// Ranges [`FrameAllocator::add_free_memory`] did not take.
-    pub adds: u64,
+    pub refused_adds: u64,
     /// Ranges [`FrameAllocator::dealloc`] did not free.
-    pub frees: u64,
+    pub refused_frees: u64,
     /// Allocations that found no memory (or an impossible layout).
-    pub allocs: u64,
+    pub failed_allocs: u64,
+    /// Frames given back that the allocator never had, taken as memory
+    /// handed over (OSTD frees its early boot allocator's frames this way).
+    pub adopted_frames: u64,
 }
 
 impl FrameAllocator {
@@ -60,6 +65,7 @@ impl FrameAllocator {
             refused_adds: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             failed_allocs: AtomicU64::new(0),
+            adopted: AtomicU64::new(0),
         }
     }
 
@@ -102,37 +108,63 @@ impl FrameAllocator {
     }
 
     /// Gives back `frames` frames from `pfn`: any part of one or more
-    /// allocations (see [`Machine::free_raw`]); refused, with nothing
-    /// freed, if a frame of it is not allocated.
+    /// allocations (see [`Machine::free_raw`]). Frames the allocator never
+    /// had (holes of its zones, handed over neither before the build nor
+    /// since) are taken as memory handed over, as OSTD retires its early
+    /// boot allocator by freeing that allocator's frames. Anything else
+    /// (a frame free already, a range mixing allocated frames with others)
+    /// is refused, with nothing freed.
     ///
     /// # Safety
     ///
-    /// The frames are the caller's: allocated by this allocator, not freed
-    /// since, and no longer used.
+    /// The frames are the caller's: allocated by this allocator and not
+    /// freed since, or usable RAM the allocator never had that the caller
+    /// gives up; in both cases no longer used.
     pub unsafe fn dealloc_frames(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
-        let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
-        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { m.free_raw(PfnRange::new(pfn, end)) }.map_err(DeallocError::Refused)
+        let r = unsafe { self.try_dealloc(pfn, frames) };
+        if r.is_err() {
+            self.refused_frees.fetch_add(1, Relaxed);
+        }
+        r
     }
 
-    /// [`FrameAllocator::dealloc_frames`] by address and size in bytes,
-    /// counting refusals.
+    /// [`FrameAllocator::dealloc_frames`] without the count.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames`].
+    unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+        let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
+        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
+        let range = PfnRange::new(pfn, end);
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { m.free_raw(range) } {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.why, FreeError::Hole | FreeError::OutOfRange) => {
+                // SAFETY: the caller gives the range up; `add` takes it only
+                // if no frame of it was ever handed over (every frame a
+                // hole of a zone, none in a range gathered or added).
+                unsafe { self.frames.add(range) }.map_err(|_| DeallocError::Refused(e))?;
+                self.adopted.fetch_add(frames, Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(DeallocError::Refused(e)),
+        }
+    }
+
+    /// [`FrameAllocator::dealloc_frames`] by address and size in bytes.
     ///
     /// # Safety
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
     pub unsafe fn dealloc(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
-        let r = if addr.get() % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
-            Err(DeallocError::Misaligned)
-        } else {
-            // SAFETY: the caller's promise, passed on.
-            unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
-        };
-        if r.is_err() {
+        if addr.get() % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
             self.refused_frees.fetch_add(1, Relaxed);
+            return Err(DeallocError::Misaligned);
         }
-        r
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting
@@ -159,12 +191,13 @@ impl FrameAllocator {
         self.frames.built()
     }
 
-    /// What was refused since boot.
-    pub fn refusals(&self) -> Refusals {
-        Refusals {
-            adds: self.refused_adds.load(Relaxed),
-            frees: self.refused_frees.load(Relaxed),
-            allocs: self.failed_allocs.load(Relaxed),
+    /// What was refused since boot, and the frames adopted.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            refused_adds: self.refused_adds.load(Relaxed),
+            refused_frees: self.refused_frees.load(Relaxed),
+            failed_allocs: self.failed_allocs.load(Relaxed),
+            adopted_frames: self.adopted.load(Relaxed),
         }
     }
 }

@@ -23,3 +23,116 @@ fn kernel_main() {
     let _ = PAGE_SIZE;
     println!("counters: {:?}", FRAMES.counters());
 }
+
+#[cfg(ktest)]
+mod test {
+    extern crate alloc;
+
+    use alloc::boxed::Box;
+    use alloc::vec::Vec;
+    use core::any::Any;
+
+    use ostd::prelude::*;
+    use ostd_test::KtestError;
+
+    use ostd::mm::{FrameAllocOptions, PAGE_SIZE, Split};
+    use pageframe::PhysAddr;
+
+    #[ktest]
+    fn ostd_allocations_come_from_pageframe() {
+        let m = super::FRAMES.machine().expect("built at OSTD's first allocation");
+        let before = m.free_pages();
+        let seg = FrameAllocOptions::new().alloc_segment(16).unwrap();
+        let pfn = PhysAddr::new(seg.paddr() as u64).pfn_down();
+        assert!(m.zone_of(pfn).is_some());
+        assert_eq!(m.free_pages(), before - 16);
+        drop(seg);
+        assert_eq!(m.free_pages(), before);
+    }
+
+    #[ktest]
+    fn segments_come_back_in_pieces_in_any_order() {
+        let m = super::FRAMES.machine().unwrap();
+        let before = m.free_pages();
+        for n in [2usize, 3, 37, 512, 1000] {
+            let seg = FrameAllocOptions::new().alloc_segment(n).unwrap();
+            assert_eq!(seg.size(), n * PAGE_SIZE);
+            // Cut into a first frame, a middle, and the rest; drop the
+            // middle, then the last, then the first.
+            let (first, rest) = seg.split(PAGE_SIZE);
+            if n > 2 {
+                let (middle, last) = rest.split(PAGE_SIZE * (n / 2));
+                drop(middle);
+                drop(last);
+            } else {
+                drop(rest);
+            }
+            drop(first);
+            assert_eq!(m.free_pages(), before, "{} frames", n);
+        }
+        // Frame by frame, as a segment's iterator hands them out: the odd
+        // ones first, then the even ones from the top.
+        let seg = FrameAllocOptions::new().alloc_segment(64).unwrap();
+        let mut frames: Vec<_> = seg.into_iter().map(Some).collect();
+        for i in (1..64).step_by(2) {
+            frames[i] = None;
+        }
+        assert_eq!(m.free_pages(), before - 32);
+        while let Some(f) = frames.pop() {
+            drop(f);
+        }
+        assert_eq!(m.free_pages(), before);
+        m.validate().unwrap();
+    }
+
+    #[ktest]
+    fn segments_beyond_a_buddy_block_are_contiguous_ranges() {
+        let m = super::FRAMES.machine().unwrap();
+        let before = m.free_pages();
+        // 12 MiB: more than the largest buddy block (4 MiB).
+        let seg = FrameAllocOptions::new().alloc_segment(3000).unwrap();
+        assert_eq!(seg.size(), 3000 * PAGE_SIZE);
+        assert_eq!(m.free_pages(), before - 3000);
+        let (a, b) = seg.split(1234 * PAGE_SIZE);
+        drop(b);
+        drop(a);
+        assert_eq!(m.free_pages(), before);
+        m.validate().unwrap();
+    }
+
+    /// Every ktest of OSTD itself, run as it is with pageframe underneath.
+    #[ktest]
+    fn ostd_own_ktests() {
+        let catch: fn(fn()) -> Result<(), Box<dyn Any + Send>> =
+            ostd::panic::catch_unwind::<(), fn()>;
+        let mut passed = 0;
+        let mut failed = Vec::new();
+        for t in ostd_test::KtestIter::new() {
+            let info = t.info();
+            if info.package != "ostd" {
+                continue;
+            }
+            match t.run(&catch) {
+                Ok(()) => passed += 1,
+                Err(e) => failed.push((info.module_path, info.fn_name, e)),
+            }
+        }
+        println!("OSTD ktests: {} passed, {} failed", passed, failed.len());
+        for (module, name, e) in &failed {
+            match e {
+                KtestError::Panic(p) => println!("  FAILED {}::{}: {}", module, name, p),
+                KtestError::ExpectedPanicNotMatch(want, p) => {
+                    println!("  FAILED {}::{}: wanted {}, got {}", module, name, want, p)
+                }
+                KtestError::ShouldPanicButNoPanic => {
+                    println!("  FAILED {}::{}: did not panic", module, name)
+                }
+                KtestError::Unknown => println!("  FAILED {}::{}", module, name),
+            }
+        }
+        let m = super::FRAMES.machine().unwrap();
+        m.validate().unwrap();
+        assert!(failed.is_empty());
+        assert_eq!(super::FRAMES.counters().refused_frees, 0);
+    }
+}

@@ -2,26 +2,31 @@
 #![no_std]
 #![deny(unsafe_code)]
 
-use ostd::mm::{FrameAllocOptions, PAGE_SIZE};
+use ostd::mm::FrameAllocOptions;
 use ostd::prelude::*;
 use pageframe_ostd::FrameAllocator;
 
 #[ostd::global_frame_allocator]
 static FRAMES: FrameAllocator = FrameAllocator::for_ostd();
 
+mod bench;
+
 #[ostd::main]
 fn kernel_main() {
     let m = FRAMES.machine().expect("OSTD allocated before main");
     println!(
-        "pageframe: {} frames managed, {} free",
+        "pageframe: {} frames managed, {} free, {} adopted from OSTD's early allocator",
         m.managed_pages(),
-        m.free_pages()
+        m.free_pages(),
+        FRAMES.counters().adopted_frames
     );
     let seg = FrameAllocOptions::new().alloc_segment(512).unwrap();
-    println!("segment of 512 frames at {:#x}", seg.paddr());
+    println!("pageframe: a segment of 512 frames at {:#x}", seg.paddr());
     drop(seg);
-    let _ = PAGE_SIZE;
-    println!("counters: {:?}", FRAMES.counters());
+    bench::run(&FRAMES);
+    m.validate().unwrap();
+    println!("pageframe: counters {:?}", FRAMES.counters());
+    println!("pageframe-ostd-kernel: OK");
 }
 
 #[cfg(ktest)]

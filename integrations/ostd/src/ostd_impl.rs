@@ -25,6 +25,13 @@ impl FrameAllocator {
     pub const fn for_ostd() -> Self {
         FrameAllocator::new(PfnRange::new(Pfn::new(0), Pfn::new(1 << 20)), linear)
     }
+
+    /// A second allocator in an OSTD kernel, over memory it is handed once
+    /// the kernel runs (OSTD's kernel page table then maps all of it):
+    /// metadata carved inside `window`.
+    pub const fn for_ostd_in(window: PfnRange) -> Self {
+        FrameAllocator::new(window, linear)
+    }
 }
 
 impl GlobalFrameAllocator for FrameAllocator {

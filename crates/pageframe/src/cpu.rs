@@ -193,6 +193,56 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         })
     }
 
+    /// [`CpuCache::alloc`] for a caller that keeps no handle (a global
+    /// allocator's entry point, reached from any CPU with no per-CPU
+    /// state): claims CPU `cpu`'s handle for this one call, for a CPU on
+    /// `node`. If the handle is out (held further up this CPU's stack, by
+    /// an interrupted call, or for a moment by another CPU's drain) or
+    /// `cpu` has no caches, the call goes to the zones
+    /// ([`Machine::alloc`]), as Linux's failed trylock does. Name the CPU
+    /// the caller runs on, with preemption off: any CPU is correct, but
+    /// only the caller's own keeps its cache warm and unshared.
+    ///
+    /// ```
+    /// # use pageframe::{CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+    /// # use core::mem::MaybeUninit;
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x9000));
+    /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// let bytes = m.pcp_bytes(2).unwrap();
+    /// m.enable_pcp(2, Box::leak(vec![MaybeUninit::uninit(); bytes].into_boxed_slice())).unwrap();
+    /// // In the kernel's allocator entry point, interrupts off, on CPU 1:
+    /// let frame = m.alloc_on(CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    /// m.free_on(CpuId(1), frame).unwrap();
+    /// ```
+    #[inline]
+    pub fn alloc_on(
+        &self,
+        cpu: CpuId,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Block, AllocError> {
+        match self.cpu(cpu, node) {
+            Ok(mut c) => c.alloc(gfp, order),
+            Err(_) => self.alloc(node, gfp, order),
+        }
+    }
+
+    /// [`CpuCache::free`] for a caller that keeps no handle: claims CPU
+    /// `cpu`'s handle for this one call, or frees to the zone
+    /// ([`Machine::free`]) if the handle is out. See
+    /// [`Machine::alloc_on`].
+    #[inline]
+    pub fn free_on(&self, cpu: CpuId, block: Block) -> Result<(), Refused<Block>> {
+        match self.cpu(cpu, block.node()) {
+            Ok(mut c) => c.free(block),
+            Err(_) => self.free(block),
+        }
+    }
+
     /// Empties every CPU's cache of every zone back into the zones
     /// (`drain_all_pages`, spec 04 §7): caches nobody holds are drained
     /// here; holders are asked and this waits until each has done it at

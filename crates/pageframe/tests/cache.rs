@@ -409,3 +409,69 @@ fn memalloc_reaches_the_frames_in_its_own_cache() {
     assert_eq!(m.free_pages(), before);
     m.validate().unwrap();
 }
+
+#[test]
+fn calls_without_a_handle_use_the_cpus_cache_or_the_zone_when_it_is_out() {
+    let m = cached_machine(2);
+    let before = m.free_pages();
+    for _ in 0..100 {
+        let b = m
+            .alloc_on(CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
+            .unwrap();
+        m.free_on(CpuId(1), b).unwrap();
+    }
+    let mut c1 = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+    let info = c1.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    assert_eq!((info.stats.allocs, info.stats.frees), (100, 100));
+    assert!(info.count > 0, "the frames stayed in CPU 1's cache");
+    // With CPU 1's handle out, calls for CPU 1 go to the zone and leave
+    // its cache alone.
+    let b = m
+        .alloc_on(CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
+        .unwrap();
+    m.free_on(CpuId(1), b).unwrap();
+    let after = c1.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    assert_eq!((after.stats.allocs, after.stats.frees), (100, 100));
+    assert_eq!(after.count, info.count);
+    c1.drain();
+    drop(c1);
+    assert_eq!(m.free_pages(), before);
+    // A CPU without caches, and a block of another machine.
+    let b = m
+        .alloc_on(CpuId(7), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
+        .unwrap();
+    m.free_on(CpuId(7), b).unwrap();
+    let other = one_zone(PB);
+    let foreign = other.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let refused = m.free_on(CpuId(0), foreign).unwrap_err();
+    assert_eq!(refused.reason(), FreeError::Foreign);
+    other.free(refused.into_inner()).unwrap();
+    m.validate().unwrap();
+}
+
+#[test]
+fn threads_without_handles_share_frames_across_cpus() {
+    let m = cached_machine(2);
+    let before = m.free_pages();
+    let (tx, rx) = std::sync::mpsc::channel::<Block>();
+    std::thread::scope(|s| {
+        // CPU 0 allocates (orders 0..=3), CPU 1 frees what it is sent.
+        s.spawn(move || {
+            for i in 0..20_000u32 {
+                let o = Order::new((i % 4) as u8).unwrap();
+                let b = m.alloc_on(CpuId(0), NodeId::ZERO, Gfp::KERNEL, o).unwrap();
+                tx.send(b).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for b in rx {
+                m.free_on(CpuId(1), b).unwrap();
+            }
+        });
+    });
+    for cpu in 0..2 {
+        m.cpu(CpuId(cpu), NodeId::ZERO).unwrap().drain();
+    }
+    assert_eq!(m.free_pages(), before);
+    m.validate().unwrap();
+}

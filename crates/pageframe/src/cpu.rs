@@ -142,6 +142,54 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         Ok(())
     }
 
+    /// [`Machine::enable_pcp`] with the caches' memory taken from the
+    /// machine itself: [`Machine::pcp_bytes`] of contiguous frames allocated
+    /// with `gfp` (a contiguous range if one is free, else the block that
+    /// holds them) and never freed, written through `virt`. Returns the
+    /// frames taken. `gfp` says where they may come from: a kernel whose
+    /// map covers only low memory passes [`Gfp::DMA32`].
+    ///
+    /// # Safety
+    ///
+    /// Every frame `gfp` may return is mapped writable at `virt` of its
+    /// address, contiguously, for the machine's life (`'a`).
+    pub unsafe fn enable_pcp_in_place(
+        &mut self,
+        cpus: u32,
+        gfp: Gfp,
+        virt: impl Fn(pageframe_buddy::PhysAddr) -> *mut u8,
+    ) -> Result<pageframe_buddy::PfnRange, SetupError> {
+        let needed = self.pcp_bytes(cpus)?;
+        if self.cpus != 0 {
+            return Err(PcpSetupError::AlreadyEnabled.into());
+        }
+        let pages = (needed as u64).div_ceil(pageframe_buddy::PAGE_SIZE);
+        let node = NodeId::ZERO;
+        let range = self
+            .alloc_contig(node, gfp, pages, 1, &mut crate::migrator::NoMigration)
+            .map(crate::block::Segment::into_raw)
+            .ok()
+            .or_else(|| {
+                // A guest smaller than a pageblock has no range to isolate.
+                let order = Order::for_pages(pages)?;
+                let (p, _) = self.alloc(node, gfp, order).ok()?.into_raw();
+                Some(pageframe_buddy::PfnRange::new(p, p + order.pages()))
+            })
+            .ok_or(PcpSetupError::NoRoom { needed })?;
+        let at = virt(range.start.addr()).cast::<MaybeUninit<u8>>();
+        // SAFETY: the frames were just allocated, never to be freed, and
+        // the caller maps every frame `gfp` may return writable at `virt`,
+        // contiguously, for `'a`.
+        let mem = unsafe { core::slice::from_raw_parts_mut(at, needed) };
+        if let Err(e) = self.enable_pcp(cpus, mem) {
+            // SAFETY: allocated above, held only as this number.
+            let back = unsafe { self.free_raw(range) };
+            debug_assert!(back.is_ok(), "{back:?}");
+            return Err(e);
+        }
+        Ok(range)
+    }
+
     /// Sets `vm.percpu_pagelist_high_fraction` (spec 04 §3.2): 0 (the
     /// default) auto-tunes each cache's `high` between the low watermark
     /// and 1/8 of the zone, shared by the node's CPUs; 8 and above fixes it
@@ -195,10 +243,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// [`CpuCache::alloc`] for a caller that keeps no handle (a global
     /// allocator's entry point, reached from any CPU with no per-CPU
-    /// state): claims CPU `cpu`'s handle for this one call, for a CPU on
-    /// `node`. If the handle is out (held further up this CPU's stack, by
-    /// an interrupted call, or for a moment by another CPU's drain) or
-    /// `cpu` has no caches, the call goes to the zones
+    /// state): claims CPU `cpu`'s cache of the zone the request prefers
+    /// for this one call, for a CPU on `node`. If it is out (held further
+    /// up this CPU's stack, by an interrupted call, or for a moment by
+    /// another CPU's drain), `cpu` has no caches or the request is not one
+    /// the cache serves, the call goes to the zones
     /// ([`Machine::alloc`]), as Linux's failed trylock does. Name the CPU
     /// the caller runs on, with preemption off: any CPU is correct, but
     /// only the caller's own keeps its cache warm and unshared.
@@ -225,22 +274,39 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         gfp: Gfp,
         order: Order,
     ) -> Result<Block, AllocError> {
-        match self.cpu(cpu, node) {
-            Ok(mut c) => c.alloc(gfp, order),
-            Err(_) => self.alloc(node, gfp, order),
+        // Only the cache of the first zone the request would try is
+        // claimed: a claim of every zone's (a handle) costs more than the
+        // allocation. A request that cache does not serve goes to the zones.
+        if let Some((r, highest)) = self.preferred(node, gfp)
+            && let Some(z) = self.zone(r)
+            && let Some(set) = &z.pcp
+            && let Ok(mut local) = set.claim(cpu)
+        {
+            let flags = self.fast_flags_at(node, gfp, r);
+            if let Some(pfn) = z.cache_hit(&mut local, gfp, order, flags, highest) {
+                return Ok(Block::new(self.id, r, pfn, order));
+            }
         }
+        self.alloc(node, gfp, order)
     }
 
     /// [`CpuCache::free`] for a caller that keeps no handle: claims CPU
-    /// `cpu`'s handle for this one call, or frees to the zone
-    /// ([`Machine::free`]) if the handle is out. See
-    /// [`Machine::alloc_on`].
+    /// `cpu`'s cache of the block's zone for this one call, or frees to the
+    /// zone ([`Machine::free`]) if it is out. See [`Machine::alloc_on`].
     #[inline]
     pub fn free_on(&self, cpu: CpuId, block: Block) -> Result<(), Refused<Block>> {
-        match self.cpu(cpu, block.node()) {
-            Ok(mut c) => c.free(block),
-            Err(_) => self.free(block),
+        let Some(z) = self.zone_of_block(&block) else {
+            return Err(Refused::new(block, FreeError::Foreign));
+        };
+        if let Some(set) = &z.pcp
+            && let Ok(mut local) = set.claim(cpu)
+        {
+            return match z.free_cached(&mut local, block.pfn(), block.order()) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(Refused::new(block, e)),
+            };
         }
+        self.free(block)
     }
 
     /// Empties every CPU's cache of every zone back into the zones

@@ -108,6 +108,12 @@ pub enum PcpSetupError {
     },
     /// The cache crate refused the sizing (a zone too small to cache).
     Sizing(PcpError),
+    /// [`crate::Machine::enable_pcp_in_place`] found no free memory of
+    /// this many bytes in one piece for the caches.
+    NoRoom {
+        /// Bytes needed.
+        needed: usize,
+    },
 }
 
 impl fmt::Display for SetupError {
@@ -143,6 +149,9 @@ impl fmt::Display for PcpSetupError {
                 write!(f, "memory too small: {given} bytes given, {needed} needed")
             }
             PcpSetupError::Sizing(e) => write!(f, "sizing: {e}"),
+            PcpSetupError::NoRoom { needed } => {
+                write!(f, "no free memory of {needed} bytes in one piece")
+            }
         }
     }
 }

@@ -182,3 +182,27 @@ fn cpus_asking_at_once_get_the_one_machine() {
     });
     assert!(ptrs.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn per_cpu_caches_are_set_up_at_the_build_from_the_machine_itself() {
+    ram();
+    let k = 7;
+    let r = move |a: u64, b: u64| PfnRange::new(Pfn(k * PART + a), Pfn(k * PART + b));
+    fn two() -> u32 {
+        2
+    }
+    let inc: &'static Incremental<8> = Box::leak(Box::new(
+        Incremental::new(MachineConfig::SINGLE_NODE, r(0, PART), virt).with_pcp(two),
+    ));
+    // SAFETY: simulated RAM given up for good.
+    unsafe { inc.add(r(0x100, 0x3000)) }.unwrap();
+    let m = inc.machine().unwrap();
+    assert_eq!(m.pcp_cpus(), 2);
+    // The caches' memory is allocated from the machine, for good.
+    assert!(m.free_pages() < m.managed_pages());
+    let b = m
+        .alloc_on(pageframe::CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
+        .unwrap();
+    m.free_on(pageframe::CpuId(1), b).unwrap();
+    m.validate().unwrap();
+}

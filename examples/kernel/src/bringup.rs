@@ -16,11 +16,10 @@ use crate::paging::{self, DirectMap, MapError};
 use crate::time::{Cycles, Instant};
 use crate::zones;
 use core::fmt;
-use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 use pageframe::boot::{Plan, PlanError, PlannedZone};
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, SetupError, ZoneKind,
+    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind,
     topology::Topology,
 };
 
@@ -92,8 +91,6 @@ pub enum BringUpError {
     NoLowMemory,
     /// The planner could not lay the machine out or build it.
     Plan(PlanError),
-    /// No contiguous memory for the per-CPU caches.
-    PcpMemory { needed: usize },
     /// The machine refused the per-CPU caches.
     Pcp(SetupError),
     /// The SRAT names more nodes than the machine takes.
@@ -113,9 +110,6 @@ impl fmt::Display for BringUpError {
             Self::Ranges(_) => write!(f, "memory map has too many ranges"),
             Self::NoLowMemory => write!(f, "no usable RAM below 4 GiB"),
             Self::Plan(e) => write!(f, "plan: {e}"),
-            Self::PcpMemory { needed } => {
-                write!(f, "per-CPU caches need {needed} contiguous bytes")
-            }
             Self::Pcp(e) => write!(f, "per-CPU caches: {e}"),
             Self::Nodes(n) => write!(f, "{n} NUMA nodes: too many"),
             Self::Hotplug(e) => write!(f, "hotplug range: {e}"),
@@ -212,36 +206,14 @@ pub fn bring_up(
     // the machine itself (contiguous, below 4 GiB, never freed).
     let cpus = platform.apic_ids().len() as u32;
     let needed = machine.pcp_bytes(cpus).map_err(BringUpError::Pcp)?;
-    let pages = (needed as u64).div_ceil(PAGE_SIZE);
-    let gfp = Gfp::KERNEL | Gfp::DMA32;
-    // Exactly the frames needed; else a block that holds them (a guest
-    // smaller than a pageblock has no whole pageblock for a range).
-    let range = machine
-        .alloc_contig(
-            NODE,
-            gfp,
-            pages,
-            1,
-            // The machine has handed out only page tables, which stay put.
-            &mut pageframe::compact::NoMigration,
-        )
-        .map(pageframe::Segment::into_raw)
-        .ok()
-        .or_else(|| {
-            let order = Order::for_pages(pages)?;
-            let (p, _) = machine.alloc(NODE, gfp, order).ok()?.into_raw();
-            Some(PfnRange::new(p, p + order.pages()))
+    // SAFETY: the direct map (identity) covers every frame below 4 GiB.
+    let range = unsafe {
+        machine.enable_pcp_in_place(cpus, Gfp::KERNEL | Gfp::DMA32, |pa| {
+            pa.get() as *mut u8
         })
-        // Never freed: the caches live as long as the kernel.
-        .ok_or(BringUpError::PcpMemory { needed })?;
+    }
+    .map_err(BringUpError::Pcp)?;
     let at = range.start.addr().get();
-    // SAFETY: the frames were just allocated for this and are never freed;
-    // the direct map (identity) covers them.
-    let pcp_mem: &'static mut [MaybeUninit<u8>] =
-        unsafe { core::slice::from_raw_parts_mut(at as *mut MaybeUninit<u8>, needed) };
-    machine
-        .enable_pcp(cpus, pcp_mem)
-        .map_err(BringUpError::Pcp)?;
     let pcp = (needed, PhysRange::new(at, range.end.addr().get()));
 
     if let Some(r) = later {

@@ -198,7 +198,8 @@ fn churn_every_cpu(which: usize) -> (u64, usize) {
 }
 
 /// The two arena allocators.
-static PAGEFRAME: FrameAllocator = FrameAllocator::for_ostd_in(PfnRange::new(Pfn(0), Pfn(u64::MAX >> 12)));
+static PAGEFRAME: FrameAllocator =
+    FrameAllocator::for_ostd_in(PfnRange::new(Pfn(0), Pfn(u64::MAX >> 12)));
 static PEER: osdk_frame_allocator::FrameAllocator = osdk_frame_allocator::FrameAllocator;
 
 /// Gives each allocator an arena, runs every workload on both, and prints
@@ -215,7 +216,10 @@ pub fn run(kernel: &FrameAllocator) {
     let mut rows: Vec<(&str, [u64; 2])> = Vec::new();
     let both = |f: &dyn Fn(&dyn GlobalFrameAllocator) -> u64| [f(&PAGEFRAME), f(&PEER)];
     rows.push(("4 KiB alloc+free pair", both(&|a| frame_pairs(a, 200_000))));
-    let fills = [fill_then_random_free(&PAGEFRAME, 50_000), fill_then_random_free(&PEER, 50_000)];
+    let fills = [
+        fill_then_random_free(&PAGEFRAME, 50_000),
+        fill_then_random_free(&PEER, 50_000),
+    ];
     rows.push(("4 KiB alloc, filling 200 MiB", [fills[0].0, fills[1].0]));
     rows.push(("4 KiB free, random order", [fills[0].1, fills[1].1]));
     rows.push(("2 MiB alloc+free pair", both(&|a| huge_pairs(a, 2_000))));

@@ -45,7 +45,9 @@ mod test {
 
     #[ktest]
     fn ostd_allocations_come_from_pageframe() {
-        let m = super::FRAMES.machine().expect("built at OSTD's first allocation");
+        let m = super::FRAMES
+            .machine()
+            .expect("built at OSTD's first allocation");
         let before = m.free_pages();
         let seg = FrameAllocOptions::new().alloc_segment(16).unwrap();
         let pfn = PhysAddr::new(seg.paddr() as u64).pfn_down();

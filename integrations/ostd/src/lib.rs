@@ -8,8 +8,8 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use pageframe::boot::{AddError, Incremental};
 use pageframe::compact::NoMigration;
 use pageframe::{
-    FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr,
-    RawError,
+    CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
+    PhysAddr, RawError,
 };
 
 /// Disjoint ranges gathered before the machine is built (OSTD hands over
@@ -22,6 +22,8 @@ pub const RANGES: usize = 64;
 /// before any zone exists, everything through `&self` from any CPU.
 pub struct FrameAllocator {
     frames: Incremental<RANGES>,
+    /// The CPU the caller runs on, for the per-CPU caches.
+    current_cpu: fn() -> u32,
     refused_adds: AtomicU64,
     refused_frees: AtomicU64,
     failed_allocs: AtomicU64,
@@ -58,15 +60,32 @@ pub struct Counters {
 impl FrameAllocator {
     /// An allocator that carves its metadata from memory handed over
     /// inside `window` (frames the kernel maps at `virt` when the first
-    /// allocation comes).
+    /// allocation comes), without per-CPU caches.
     pub const fn new(window: PfnRange, virt: fn(PhysAddr) -> *mut u8) -> Self {
         FrameAllocator {
             frames: Incremental::new(MachineConfig::SINGLE_NODE, window, virt),
+            current_cpu: cpu_zero,
             refused_adds: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             failed_allocs: AtomicU64::new(0),
             adopted: AtomicU64::new(0),
         }
+    }
+
+    /// [`FrameAllocator::new`] with per-CPU caches for `cpus()` CPUs (asked
+    /// at the first allocation, see [`Incremental::with_pcp`]), each call
+    /// going through the cache of `current_cpu()` (claimed for the call:
+    /// [`Machine::alloc_on`]).
+    pub const fn with_pcp(
+        window: PfnRange,
+        virt: fn(PhysAddr) -> *mut u8,
+        cpus: fn() -> u32,
+        current_cpu: fn() -> u32,
+    ) -> Self {
+        let mut a = FrameAllocator::new(window, virt);
+        a.frames = Incremental::new(MachineConfig::SINGLE_NODE, window, virt).with_pcp(cpus);
+        a.current_cpu = current_cpu;
+        a
     }
 
     /// `frames` frames aligned to `align` frames (a power of two): the
@@ -91,7 +110,11 @@ impl FrameAllocator {
         let max = m.mobility_config().buddy.max_order;
         if want <= max.pages() {
             let order = Order::new(want.trailing_zeros() as u8)?;
-            let (pfn, order) = m.alloc(NodeId::ZERO, Gfp::KERNEL, order).ok()?.into_raw();
+            let cpu = CpuId((self.current_cpu)());
+            let (pfn, order) = m
+                .alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
+                .ok()?
+                .into_raw();
             if frames < order.pages() {
                 // SAFETY: the block was allocated just above and is held
                 // only as this number; its frames past `frames` are not
@@ -138,6 +161,20 @@ impl FrameAllocator {
         let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
         let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
         let range = PfnRange::new(pfn, end);
+        // A whole block (the common case: a frame, or a power of two that
+        // came out as one block) goes back through this CPU's cache.
+        if frames.is_power_of_two()
+            && let Some(order) = Order::new(frames.trailing_zeros() as u8)
+            // SAFETY: the caller's promise: the frames are its own,
+            // allocated by this allocator, held as numbers only.
+            && let Ok(block) = unsafe { m.block_from_raw(pfn, order) }
+        {
+            match m.free_on(CpuId((self.current_cpu)()), block) {
+                Ok(()) => return Ok(()),
+                // Back as a number; the general path decides.
+                Err(refused) => drop(refused.into_inner().into_raw()),
+            }
+        }
         // SAFETY: the caller's promise, passed on.
         match unsafe { m.free_raw(range) } {
             Ok(()) => Ok(()),
@@ -200,6 +237,11 @@ impl FrameAllocator {
             adopted_frames: self.adopted.load(Relaxed),
         }
     }
+}
+
+/// The CPU of an allocator without per-CPU caches.
+fn cpu_zero() -> u32 {
+    0
 }
 
 #[cfg(feature = "ostd")]

@@ -18,19 +18,36 @@ fn linear(pa: PhysAddr) -> *mut u8 {
     (OSTD_LINEAR_MAPPING + pa.get()) as *mut u8
 }
 
+/// CPUs OSTD brings up (known before its frame allocator is first used).
+fn cpus() -> u32 {
+    ostd::cpu::num_cpus() as u32
+}
+
+/// The CPU running the call (interrupts are off for its length, so it
+/// cannot move).
+fn current_cpu() -> u32 {
+    u32::from(ostd::cpu::CpuId::current_racy())
+}
+
 impl FrameAllocator {
-    /// The allocator for an OSTD kernel: metadata carved from the first
-    /// 4 GiB, which OSTD's boot page table maps when the first frame is
-    /// allocated.
+    /// The allocator for an OSTD kernel: metadata (and the per-CPU caches'
+    /// memory) carved from the first 4 GiB, which OSTD's boot page table
+    /// maps when the first frame is allocated; a per-CPU cache for each
+    /// CPU OSTD brings up.
     pub const fn for_ostd() -> Self {
-        FrameAllocator::new(PfnRange::new(Pfn::new(0), Pfn::new(1 << 20)), linear)
+        FrameAllocator::with_pcp(
+            PfnRange::new(Pfn::new(0), Pfn::new(1 << 20)),
+            linear,
+            cpus,
+            current_cpu,
+        )
     }
 
     /// A second allocator in an OSTD kernel, over memory it is handed once
     /// the kernel runs (OSTD's kernel page table then maps all of it):
     /// metadata carved inside `window`.
     pub const fn for_ostd_in(window: PfnRange) -> Self {
-        FrameAllocator::new(window, linear)
+        FrameAllocator::with_pcp(window, linear, cpus, current_cpu)
     }
 }
 

@@ -31,6 +31,24 @@ fn virt(pa: PhysAddr) -> *mut u8 {
 /// the kernel image and the early allocator's frames), and the frames
 /// handed over.
 fn allocator(k: u64) -> (&'static FrameAllocator, u64) {
+    allocator_with(k, false)
+}
+
+thread_local! {
+    /// The simulated CPU a test thread runs on.
+    static CPU: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+fn two_cpus() -> u32 {
+    2
+}
+
+fn this_cpu() -> u32 {
+    CPU.with(|c| c.get())
+}
+
+/// [`allocator`], with per-CPU caches for two CPUs if `pcp`.
+fn allocator_with(k: u64, pcp: bool) -> (&'static FrameAllocator, u64) {
     {
         let _g = RAM.lock().unwrap();
         if BASE.load(Relaxed) == 0 {
@@ -40,10 +58,12 @@ fn allocator(k: u64) -> (&'static FrameAllocator, u64) {
         }
     }
     let base = k * PART;
-    let a: &'static FrameAllocator = Box::leak(Box::new(FrameAllocator::new(
-        PfnRange::new(Pfn(base), Pfn(base + PART)),
-        virt,
-    )));
+    let window = PfnRange::new(Pfn(base), Pfn(base + PART));
+    let a: &'static FrameAllocator = Box::leak(Box::new(if pcp {
+        FrameAllocator::with_pcp(window, virt, two_cpus, this_cpu)
+    } else {
+        FrameAllocator::new(window, virt)
+    }));
     let ranges = [
         (0, 8),
         (9, 0x9f),
@@ -109,7 +129,16 @@ impl Books {
 
 #[test]
 fn random_sizes_and_partial_frees_never_hand_a_frame_out_twice() {
-    let (a, added) = allocator(0);
+    random_sizes_and_partial_frees(0, false);
+}
+
+#[test]
+fn random_sizes_and_partial_frees_through_per_cpu_caches() {
+    random_sizes_and_partial_frees(5, true);
+}
+
+fn random_sizes_and_partial_frees(k: u64, pcp: bool) {
+    let (a, added) = allocator_with(k, pcp);
     let mut books = Books::default();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for step in 0..20_000 {
@@ -138,8 +167,20 @@ fn random_sizes_and_partial_frees_never_hand_a_frame_out_twice() {
     }
     m.validate().unwrap();
     // Everything back, nothing lost: what was added is managed, less the
-    // frames carved for metadata and the machine.
-    assert_eq!(m.free_pages(), m.managed_pages());
+    // frames carved for metadata and the machine (and, with per-CPU
+    // caches, the frames their memory took).
+    let pcp_frames = if pcp {
+        for cpu in 0..2 {
+            m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
+                .unwrap()
+                .drain();
+        }
+        m.managed_pages() - m.free_pages()
+    } else {
+        0
+    };
+    assert!(pcp_frames < 64, "{pcp_frames}");
+    assert_eq!(m.free_pages() + pcp_frames, m.managed_pages());
     assert!(added - m.managed_pages() < 300);
     assert_eq!(a.counters().refused_frees, 0);
 }
@@ -260,12 +301,13 @@ fn frames_never_handed_over_are_adopted_once() {
 
 #[test]
 fn threads_free_parts_of_each_others_allocations() {
-    let (a, _) = allocator(3);
+    let (a, _) = allocator_with(3, true);
     let shared: Mutex<Books> = Mutex::new(Books::default());
     std::thread::scope(|s| {
         for t in 0..4u64 {
             let shared = &shared;
             s.spawn(move || {
+                CPU.with(|c| c.set(t as u32 % 2));
                 let mut rng = Rng(0x1234_5678 + t);
                 for _ in 0..5_000 {
                     if rng.below(2) == 0 {
@@ -292,6 +334,13 @@ fn threads_free_parts_of_each_others_allocations() {
         unsafe { a.dealloc_frames(p, n) }.unwrap();
     }
     let m = a.machine().unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    for cpu in 0..2 {
+        m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
+            .unwrap()
+            .drain();
+    }
+    // Everything back but the caches' own memory.
+    let used = m.managed_pages() - m.free_pages();
+    assert!(used > 0 && used < 64, "{used}");
     m.validate().unwrap();
 }

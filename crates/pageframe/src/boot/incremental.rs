@@ -9,10 +9,11 @@
 
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use pageframe_types::{PfnRange, PhysAddr};
+use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
 use super::{FrameRanges, MapError, Plan, PlanError};
 use crate::error::SetupError;
+use crate::gfp::Gfp;
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::machine::{Machine, MachineConfig};
 
@@ -81,6 +82,7 @@ pub struct Incremental<const N: usize = 128, R: RawMutex + 'static = SpinLock> {
     config: MachineConfig,
     window: PfnRange,
     virt: fn(PhysAddr) -> *mut u8,
+    cpus: Option<fn() -> u32>,
     gathered: Mutex<SpinLock, Gathered<N>>,
     machine: AtomicPtr<Machine<'static, R>>,
 }
@@ -105,6 +107,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
             config,
             window,
             virt,
+            cpus: None,
             gathered: Mutex::const_new(
                 <SpinLock as lock_api::RawMutex>::INIT,
                 Gathered {
@@ -114,6 +117,17 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
             ),
             machine: AtomicPtr::new(core::ptr::null_mut()),
         }
+    }
+
+    /// With per-CPU caches for `cpus()` CPUs (asked at the build), their
+    /// memory taken from the machine inside the window
+    /// ([`Machine::enable_pcp_in_place`]): from any memory when every range
+    /// gathered lies in the window, else from below 4 GiB (or 16 MiB) when
+    /// the window holds all of it; with neither, or should the caches not
+    /// fit, the machine runs without them.
+    pub const fn with_pcp(mut self, cpus: fn() -> u32) -> Self {
+        self.cpus = Some(cpus);
+        self
     }
 
     /// Hands `range` over. Before the machine is built it is gathered;
@@ -171,8 +185,38 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
         // the lock, and the machine lives as long as `self` (`'static`
         // memory).
         let m = unsafe { plan.build_with_lock::<R>(self.virt) }?;
+        if let Some(cpus) = self.cpus
+            && let Some(gfp) = self.pcp_gfp(&g.ranges)
+        {
+            // SAFETY: `pcp_gfp` names only frames inside the window, which
+            // the caller of `add` maps at `virt` for good. A refusal
+            // leaves the machine without caches, which is allowed.
+            let _ = unsafe { m.enable_pcp_in_place(cpus(), gfp, self.virt) };
+        }
         self.machine.store(m, Ordering::Release);
         Ok(m)
+    }
+
+    /// Allocation flags whose every frame, among those `gathered`, lies in
+    /// the window.
+    fn pcp_gfp(&self, gathered: &FrameRanges<N>) -> Option<Gfp> {
+        let all_inside = gathered
+            .ranges()
+            .iter()
+            .all(|r| self.window.contains_range(r));
+        let below = |limit: u64| {
+            self.window
+                .contains_range(&PfnRange::new(Pfn::new(0), Pfn::new(limit)))
+        };
+        if all_inside {
+            Some(Gfp::KERNEL)
+        } else if below(1 << 20) {
+            Some(Gfp::KERNEL | Gfp::DMA32)
+        } else if below(1 << 12) {
+            Some(Gfp::KERNEL | Gfp::DMA)
+        } else {
+            None
+        }
     }
 
     /// The machine if it is built.

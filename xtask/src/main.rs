@@ -1,7 +1,10 @@
 //! `cargo xtask <command>`: the project's chores in one place.
 //!
 //! * `test`            install QEMU and OVMF if missing (root + apt) and the
-//!   bootloader crate's nightly, then every test
+//!   bootloader crate's nightly, then every test, `ostd` included
+//! * `ostd`            the OSTD adapter's host tests, then the OSTD kernel
+//!   through cargo-osdk: its ktests (OSTD's own among them) and a run with
+//!   the side-by-side table (installs OSTD's nightly, cargo-osdk, GRUB)
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
@@ -206,6 +209,120 @@ fn ensure_loader_toolchain() -> Result<(), String> {
         "--component",
         "rust-src",
     ]))
+}
+
+/// The OSTD kernel: its directory, the cargo-osdk release OSTD 0.19 needs,
+/// and the apt packages OSDK makes a GRUB rescue ISO with.
+const OSTD_KERNEL: &str = "examples/ostd-kernel";
+const OSDK_VERSION: &str = "0.19.0";
+const GRUB_PACKAGES: &[&str] = &["grub2-common", "grub-pc-bin", "xorriso"];
+
+/// `cmd` in `dir` (relative to the repository), its output shown and
+/// returned.
+fn run_capture(dir: &str, cmd: &mut Command) -> Result<String, String> {
+    eprintln!("+ (in {dir}) {cmd:?}");
+    let out = cmd
+        .current_dir(root().join(dir))
+        .output()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        Ok(text)
+    } else {
+        eprintln!("{text}");
+        Err(format!("{cmd:?} failed: {}", out.status))
+    }
+}
+
+/// OSTD's pinned nightly (from the kernel's rust-toolchain.toml) with the
+/// components OSDK builds with, cargo-osdk, GRUB and xorriso.
+fn ensure_osdk() -> Result<(), String> {
+    let file = root().join(OSTD_KERNEL).join("rust-toolchain.toml");
+    let text = fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let toolchain = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .ok_or_else(|| format!("{} names no channel", file.display()))?;
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        &toolchain,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src,rustc-dev,llvm-tools-preview",
+    ]))?;
+    let osdk_ok = Command::new("cargo")
+        .args(["osdk", "--version"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(OSDK_VERSION)
+        });
+    if !osdk_ok {
+        run(Command::new("cargo").args([
+            "install",
+            "cargo-osdk",
+            "--version",
+            OSDK_VERSION,
+            "--locked",
+        ]))?;
+    }
+    if have("grub-mkrescue") && have("xorriso") && Path::new("/usr/lib/grub/i386-pc").is_dir() {
+        return Ok(());
+    }
+    let cmd = format!(
+        "apt-get update && apt-get install -y --no-install-recommends {}",
+        GRUB_PACKAGES.join(" ")
+    );
+    if is_root() && have("apt-get") {
+        return run(Command::new("sh").args(["-c", &cmd]));
+    }
+    Err(format!(
+        "GRUB tools missing; install with: sudo sh -c '{cmd}'"
+    ))
+}
+
+/// The OSTD adapter's host tests, the OSTD kernel's ktests (its own and
+/// OSTD's) and its run: the side-by-side table it prints, and a check that
+/// it ended well.
+fn ostd() -> Result<(), String> {
+    run(Command::new("cargo").args(["test", "--manifest-path", "integrations/ostd/Cargo.toml"]))?;
+    ensure_qemu()?;
+    ensure_osdk()?;
+    let tests = run_capture(
+        OSTD_KERNEL,
+        Command::new("cargo").args(["osdk", "test", "--release"]),
+    )?;
+    let suite = tests
+        .lines()
+        .find(|l| l.contains("OSTD ktests:"))
+        .ok_or("the OSTD kernel's ktests did not run OSTD's")?;
+    println!("{}", suite.trim());
+    // The runner colours its verdicts: look for the word, not the line.
+    if !suite.contains(" 0 failed")
+        || tests.contains("FAILED")
+        || !tests.contains("All crates tested")
+    {
+        eprintln!("{tests}");
+        return Err("OSTD kernel ktests failed".into());
+    }
+    let boot = run_capture(
+        OSTD_KERNEL,
+        Command::new("cargo").args(["osdk", "run", "--release"]),
+    )?;
+    for l in boot
+        .lines()
+        .filter(|l| l.starts_with("bench:") || l.starts_with("pageframe"))
+    {
+        println!("{l}");
+    }
+    if !boot.contains("pageframe-ostd-kernel: OK") {
+        eprintln!("{boot}");
+        return Err("the OSTD kernel's run did not finish".into());
+    }
+    Ok(())
 }
 
 /// The example kernel's target: rust-toolchain.toml lists it, but older
@@ -766,9 +883,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let rest = || args.iter().skip(1).map(String::as_str);
     let result = match args.first().map(String::as_str) {
-        Some("test") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| ensure_loader_toolchain()).and_then(|()| {
-            run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest()))
-        }),
+        Some("test") => ensure_qemu()
+            .and_then(|()| ensure_kernel_target())
+            .and_then(|()| ensure_loader_toolchain())
+            .and_then(|()| run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest())))
+            .and_then(|()| ostd()),
+        Some("ostd") => ostd(),
         Some("fuzz") => match (args.get(1), args.get(2)) {
             (Some(t), Some(s)) => fuzz(t, s),
             _ => Err("usage: cargo xtask fuzz <target|all> <seconds>".into()),
@@ -804,7 +924,7 @@ fn main() -> ExitCode {
         }),
         Some("portability") => portability(),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
+        _ => Err("usage: cargo xtask <test|ostd|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

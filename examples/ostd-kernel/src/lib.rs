@@ -41,26 +41,33 @@ mod test {
     use ostd_test::KtestError;
 
     use ostd::mm::{FrameAllocOptions, PAGE_SIZE, Split};
-    use pageframe::PhysAddr;
+    use pageframe::{Machine, PhysAddr};
+
+    /// Free frames with every per-CPU cache emptied into the zones (the
+    /// caches hold freed frames back from the zones' counts).
+    fn settled(m: &Machine<'static>) -> u64 {
+        m.drain_pcp(None, |_| core::hint::spin_loop());
+        m.free_pages()
+    }
 
     #[ktest]
     fn ostd_allocations_come_from_pageframe() {
         let m = super::FRAMES
             .machine()
             .expect("built at OSTD's first allocation");
-        let before = m.free_pages();
+        let before = settled(m);
         let seg = FrameAllocOptions::new().alloc_segment(16).unwrap();
         let pfn = PhysAddr::new(seg.paddr() as u64).pfn_down();
         assert!(m.zone_of(pfn).is_some());
-        assert_eq!(m.free_pages(), before - 16);
+        assert_eq!(settled(m), before - 16);
         drop(seg);
-        assert_eq!(m.free_pages(), before);
+        assert_eq!(settled(m), before);
     }
 
     #[ktest]
     fn segments_come_back_in_pieces_in_any_order() {
         let m = super::FRAMES.machine().unwrap();
-        let before = m.free_pages();
+        let before = settled(m);
         for n in [2usize, 3, 37, 512, 1000] {
             let seg = FrameAllocOptions::new().alloc_segment(n).unwrap();
             assert_eq!(seg.size(), n * PAGE_SIZE);
@@ -75,7 +82,7 @@ mod test {
                 drop(rest);
             }
             drop(first);
-            assert_eq!(m.free_pages(), before, "{} frames", n);
+            assert_eq!(settled(m), before, "{} frames", n);
         }
         // Frame by frame, as a segment's iterator hands them out: the odd
         // ones first, then the even ones from the top.
@@ -84,26 +91,26 @@ mod test {
         for i in (1..64).step_by(2) {
             frames[i] = None;
         }
-        assert_eq!(m.free_pages(), before - 32);
+        assert_eq!(settled(m), before - 32);
         while let Some(f) = frames.pop() {
             drop(f);
         }
-        assert_eq!(m.free_pages(), before);
+        assert_eq!(settled(m), before);
         m.validate().unwrap();
     }
 
     #[ktest]
     fn segments_beyond_a_buddy_block_are_contiguous_ranges() {
         let m = super::FRAMES.machine().unwrap();
-        let before = m.free_pages();
+        let before = settled(m);
         // 12 MiB: more than the largest buddy block (4 MiB).
         let seg = FrameAllocOptions::new().alloc_segment(3000).unwrap();
         assert_eq!(seg.size(), 3000 * PAGE_SIZE);
-        assert_eq!(m.free_pages(), before - 3000);
+        assert_eq!(settled(m), before - 3000);
         let (a, b) = seg.split(1234 * PAGE_SIZE);
         drop(b);
         drop(a);
-        assert_eq!(m.free_pages(), before);
+        assert_eq!(settled(m), before);
         m.validate().unwrap();
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pageframe::zone::MobilityConfig;
-use pageframe_benches::{Cached, FRAMES_4G, Facade, Frames, machine, span};
+use pageframe_benches::{Cached, FRAMES_4G, Facade, Frames, OnCpu, machine, span};
 
 fn pairs<F: Frames>(a: &mut F, iters: u64) -> Duration {
     let t = Instant::now();
@@ -52,6 +52,10 @@ fn cached_paths(c: &mut Criterion) {
         b.iter_custom(|n| bursts(&mut cpu, n, 64))
     });
     drop(cpu);
+    let mut on = OnCpu(m, 0);
+    g.bench_function("on_cpu_order0_pair", |b| {
+        b.iter_custom(|n| pairs(&mut on, n))
+    });
     let mut zone = Facade(m);
     g.bench_function("zone_order0_pair", |b| {
         b.iter_custom(|n| pairs(&mut zone, n))

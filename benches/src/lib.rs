@@ -213,6 +213,34 @@ impl Frames for Cached {
     }
 }
 
+/// The per-CPU path for callers that keep no handle
+/// (`Machine::alloc_on`/`free_on`: one claim of the preferred zone's cache
+/// per call), as a global allocator's entry points use it.
+pub struct OnCpu(pub &'static Machine<'static>, pub u32);
+
+impl Frames for OnCpu {
+    type Handle = Block;
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<Block> {
+        self.0
+            .alloc_on(
+                CpuId(self.1),
+                NodeId::ZERO,
+                Gfp::KERNEL | Gfp::MOVABLE,
+                Order::new(order)?,
+            )
+            .ok()
+    }
+    #[inline]
+    fn free(&mut self, block: Block, _: u8) {
+        self.0.free_on(CpuId(self.1), block).expect("free");
+    }
+    #[inline]
+    fn pfn(block: &Block) -> u64 {
+        block.pfn().get()
+    }
+}
+
 impl Frames for Peer<33> {
     type Handle = u64;
     #[inline]

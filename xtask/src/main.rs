@@ -866,6 +866,28 @@ fn lint() -> Result<(), String> {
         "2021",
         "examples/kernel-bootloader/image/src/main.rs",
     ]))?;
+    // The OSTD adapter on stable (its `ostd` feature builds with the
+    // OSTD kernel, `cargo xtask ostd`); the OSTD kernel's sources with the
+    // stable rustfmt (its toolchain has none).
+    let manifest = "integrations/ostd/Cargo.toml";
+    run(Command::new("cargo").args(["fmt", "--manifest-path", manifest, "--", "--check"]))?;
+    run(Command::new("cargo").args([
+        "clippy",
+        "--manifest-path",
+        manifest,
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(Command::new("rustfmt").args([
+        "+stable",
+        "--check",
+        "--edition",
+        "2024",
+        "examples/ostd-kernel/src/lib.rs",
+        "examples/ostd-kernel/src/bench.rs",
+    ]))?;
     // The fuzz crate builds only on nightly (cargo-fuzz's sanitizers); a
     // plain check catches API drift before the fuzz step does.
     let st = Command::new("cargo")

@@ -196,7 +196,7 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
     pub unsafe fn dealloc(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
-        if addr.get() % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
+        if !addr.get().is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
             self.refused_frees.fetch_add(1, Relaxed);
             return Err(DeallocError::Misaligned);
         }

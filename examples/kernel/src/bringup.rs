@@ -19,8 +19,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 use pageframe::boot::{Plan, PlanError, PlannedZone};
 use pageframe::{
-    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind,
-    topology::Topology,
+    Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind, topology::Topology,
 };
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
@@ -208,9 +207,7 @@ pub fn bring_up(
     let needed = machine.pcp_bytes(cpus).map_err(BringUpError::Pcp)?;
     // SAFETY: the direct map (identity) covers every frame below 4 GiB.
     let range = unsafe {
-        machine.enable_pcp_in_place(cpus, Gfp::KERNEL | Gfp::DMA32, |pa| {
-            pa.get() as *mut u8
-        })
+        machine.enable_pcp_in_place(cpus, Gfp::KERNEL | Gfp::DMA32, |pa| pa.get() as *mut u8)
     }
     .map_err(BringUpError::Pcp)?;
     let at = range.start.addr().get();

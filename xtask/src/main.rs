@@ -53,6 +53,9 @@ const MIRI: &[(&str, &[&str], bool, bool)] = &[
     ),
     // The planner's machine and metadata written through raw pointers.
     ("pageframe", &["--test", "plan", "miri_"], true, true),
+    // The same, built from ranges gathered one at a time, with the
+    // per-CPU caches' memory taken from the machine and written in place.
+    ("pageframe", &["--test", "incremental", "miri_"], true, true),
     // A zone hot-added while another thread looks it up.
     ("pageframe", &["--test", "hotplug", "miri_"], true, false),
     ("pageframe-swap", &["--test", "stress"], true, false),

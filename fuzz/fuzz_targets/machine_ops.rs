@@ -3,7 +3,8 @@
 //! the slow path and huge pages compacting with a content-moving migrator,
 //! kcompactd, pinning, drains, tunables, contiguous ranges, a CMA area,
 //! memory offline/online, a zone hot-added at run time, free page
-//! reporting, and the `unsafe` raw paths within their contract. The reference model
+//! reporting, blocks split and given back in parts, and the `unsafe` raw
+//! paths within their contract. The reference model
 //! (`pageframe_models::machine`) checks after every step that no frame has two
 //! owners, none is lost, every bad input got its typed error and changed
 //! nothing, and `validate()` holds.
@@ -15,7 +16,9 @@ use pageframe_models::machine::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;
-    Ok(match u.int_in_range(0..=30u8)? {
+    Ok(match u.int_in_range(0..=32u8)? {
+        31 => Op::Split { index: u.arbitrary()? },
+        32 => Op::FreePart { index: u.arbitrary()?, from: u.arbitrary()?, len: u.arbitrary()? },
         0..=7 => Op::Alloc {
             node: u.int_in_range(0..=2u8)?,
             cpu,

@@ -165,6 +165,23 @@ pub enum Op {
         /// Node.
         node: u8,
     },
+    /// Split the `index`-th owned block into its halves
+    /// (`Machine::split`), both kept.
+    Split {
+        /// Which block.
+        index: usize,
+    },
+    /// Give back frames `from..to` (taken modulo the block's size) of the
+    /// `index`-th owned block by number (`Machine::free_raw`); the frames
+    /// kept become blocks of their own, made again with `block_from_raw`.
+    FreePart {
+        /// Which block.
+        index: usize,
+        /// First frame given back, within the block.
+        from: u16,
+        /// Frames given back (at least one).
+        len: u16,
+    },
     /// Pin or unpin the `index`-th owned block.
     Pin {
         /// Which block.
@@ -954,6 +971,88 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             w.refuse = false;
             m.compact_node(node_of(node % 2), w);
             settle(w)?;
+        }
+        Op::Split { index } => {
+            let Some(b) = w.remove_block(index) else {
+                return Ok(());
+            };
+            let (p, o) = (b.pfn(), b.order());
+            match m.split(b) {
+                Ok((lo, hi)) => {
+                    ensure!(
+                        lo.pfn() == p
+                            && hi.pfn() == lo.range().end
+                            && lo.order().get() + 1 == o.get(),
+                        "{p:?}/{o:?} split into {:?} and {:?}",
+                        lo.range(),
+                        hi.range()
+                    );
+                    w.take_block(lo)?;
+                    w.take_block(hi)?;
+                }
+                Err(refused) => {
+                    // One frame has no halves; a block being moved is busy.
+                    let why = refused.reason();
+                    ensure!(
+                        matches!(why, FreeError::SingleFrame if o == Order::ZERO)
+                            || why == FreeError::Busy,
+                        "split of owned {p:?}/{o:?} refused: {why}"
+                    );
+                    w.take_block(refused.into_inner())?;
+                }
+            }
+        }
+        Op::FreePart { index, from, len } => {
+            let Some(b) = w.remove_block(index) else {
+                return Ok(());
+            };
+            let whole = b.range();
+            let n = whole.len();
+            let a = u64::from(from) % n;
+            let e = (a + 1 + u64::from(len) % (n - a)).min(n);
+            let part = PfnRange::new(whole.start + a, whole.start + e);
+            let free_before = m.free_pages();
+            let (p, o) = b.into_raw();
+            // SAFETY: the block was the model's, held only as this number
+            // from here; the frames kept are made blocks again below, once.
+            unsafe { m.free_raw(part) }
+                .map_err(|e| format!("free_raw {part:?} of owned {p:?}/{o:?}: {e}"))?;
+            ensure!(
+                m.free_pages() == free_before + part.len(),
+                "free_raw of {part:?}: {} free frames, {} before",
+                m.free_pages(),
+                free_before
+            );
+            for kept in [
+                PfnRange::new(whole.start, part.start),
+                PfnRange::new(part.end, whole.end),
+            ] {
+                let z = m.zone_of(whole.start).ok_or("a block in no zone")?;
+                let pieces: Vec<(Pfn, Order)> = z.inspect(|mz| {
+                    mz.buddy()
+                        .walk(kept)
+                        .filter_map(|(q, info)| match info {
+                            BlockInfo::Allocated { head, order, .. } if head == q => {
+                                Some((q, order))
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                });
+                let mut covered = 0;
+                for (q, k) in pieces {
+                    // SAFETY: a piece of the model's block that was not
+                    // given back, made a block once.
+                    let piece = unsafe { m.block_from_raw(q, k) }
+                        .map_err(|e| format!("kept piece {q:?}/{k:?}: {e}"))?;
+                    covered += k.pages();
+                    w.take_block(piece)?;
+                }
+                ensure!(
+                    covered == kept.len(),
+                    "{kept:?} kept as {covered} frames of blocks"
+                );
+            }
         }
         Op::Pin { index, pinned } => {
             let Some((p, _)) = w.nth_block(index) else {

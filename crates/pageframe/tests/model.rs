@@ -26,6 +26,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2, any::<u32>()).prop_map(|(node, now)| Op::Kcompactd { node, now }),
         2 => (0u8..2).prop_map(|node| Op::CompactNode { node }),
         1 => (any::<usize>(), any::<bool>()).prop_map(|(index, pinned)| Op::Pin { index, pinned }),
+        1 => any::<usize>().prop_map(|index| Op::Split { index }),
+        1 => (any::<usize>(), any::<u16>(), any::<u16>()).prop_map(|(index, from, len)| Op::FreePart { index, from, len }),
         1 => (0u8..2, 0u8..8, proptest::bool::weighted(0.3))
             .prop_map(|(node, at, contig)| Op::Panic { node, at, contig }),
         1 => (0u8..3).prop_map(|cpu| Op::Drain { cpu }),

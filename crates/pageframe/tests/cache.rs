@@ -453,7 +453,8 @@ fn calls_without_a_handle_use_the_cpus_cache_or_the_zone_when_it_is_out() {
 fn threads_without_handles_share_frames_across_cpus() {
     let m = cached_machine(2);
     let before = m.free_pages();
-    let (tx, rx) = std::sync::mpsc::channel::<Block>();
+    // Bounded: at most 64 blocks in flight, whatever the threads' speeds.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(64);
     std::thread::scope(|s| {
         // CPU 0 allocates (orders 0..=3), CPU 1 frees what it is sent.
         s.spawn(move || {

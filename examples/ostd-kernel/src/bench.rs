@@ -113,9 +113,8 @@ static KEPT: ostd::sync::SpinLock<Vec<(usize, usize)>> = ostd::sync::SpinLock::n
 const CHURN_OPS_PER_CPU: u64 = 200_000;
 const CHURN_LIVE: usize = 2048;
 
+/// The allocator the churn drives, chosen before it starts.
 fn target() -> &'static dyn GlobalFrameAllocator {
-    // SAFETY-free: the pointer is one of the two arena allocators, set
-    // before the churn starts and read only during it.
     if CHURN_TARGET.load(SeqCst) == 0 {
         &PAGEFRAME
     } else {
@@ -197,7 +196,8 @@ fn churn_every_cpu(which: usize) -> (u64, usize) {
     (per_op, huge)
 }
 
-/// The two arena allocators.
+/// The two arena allocators. pageframe's arena is handed over after boot,
+/// when OSTD's kernel page table maps all memory: its window is all of it.
 static PAGEFRAME: FrameAllocator =
     FrameAllocator::for_ostd_in(PfnRange::new(Pfn(0), Pfn(u64::MAX >> 12)));
 static PEER: osdk_frame_allocator::FrameAllocator = osdk_frame_allocator::FrameAllocator;

@@ -7,11 +7,12 @@
 //! mapped) and builds the machine in place. Ranges handed over later are
 //! onlined in the zones whose spans hold them.
 
+use core::marker::PhantomData;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
-use super::{FrameRanges, MapError, Plan, PlanError};
+use super::{FrameRanges, Plan, PlanError};
 use crate::error::SetupError;
 use crate::gfp::Gfp;
 use crate::lock::{Mutex, RawMutex, SpinLock};
@@ -41,7 +42,7 @@ impl core::fmt::Display for AddError {
 
 impl core::error::Error for AddError {}
 
-/// The ranges gathered, and the machine once built.
+/// The ranges handed over: before the build, and since.
 struct Gathered<const N: usize> {
     ranges: FrameRanges<N>,
     /// Every range handed over after the build, as a check on overlaps.
@@ -85,13 +86,9 @@ pub struct Incremental<const N: usize = 128, R: RawMutex + 'static = SpinLock> {
     cpus: Option<fn() -> u32>,
     gathered: Mutex<SpinLock, Gathered<N>>,
     machine: AtomicPtr<Machine<'static, R>>,
-}
-
-// SAFETY: the machine is shared only as `&Machine`, which is `Sync`; the
-// rest is behind a lock or read-only after construction.
-unsafe impl<const N: usize, R: RawMutex + Sync + 'static> Sync for Incremental<N, R> where
-    Machine<'static, R>: Sync
-{
+    /// Shares the machine between threads as `&Machine`: `Sync` only if
+    /// the machine is (an `AtomicPtr` alone would always be).
+    _shares: PhantomData<&'static Machine<'static, R>>,
 }
 
 impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
@@ -116,6 +113,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
                 },
             ),
             machine: AtomicPtr::new(core::ptr::null_mut()),
+            _shares: PhantomData,
         }
     }
 
@@ -232,11 +230,5 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     pub fn gathered_frames(&self) -> u64 {
         let g = self.gathered.lock();
         g.ranges.frames() + g.late.frames()
-    }
-}
-
-impl From<MapError> for AddError {
-    fn from(_: MapError) -> Self {
-        AddError::TooManyRanges
     }
 }

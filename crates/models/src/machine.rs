@@ -306,6 +306,22 @@ struct Owned {
     block: Option<Block>,
 }
 
+/// The allocated blocks whose heads lie in `range`, as the core sees them
+/// (the pieces of a segment, or what is left of a block given back in
+/// part).
+fn allocated_in(m: &Machine<'_>, range: PfnRange) -> Result<Vec<(Pfn, Order)>, String> {
+    let z = m.zone_of(range.start).ok_or("memory in no zone")?;
+    Ok(z.inspect(|mz| {
+        mz.buddy()
+            .walk(range)
+            .filter_map(|(p, info)| match info {
+                BlockInfo::Allocated { head, order, .. } if head == p => Some((p, order)),
+                _ => None,
+            })
+            .collect()
+    }))
+}
+
 /// The kernel of the model: it owns every block, segment and CMA buffer
 /// handed out, keeps one token of contents per block head, and is the
 /// migrator (blocks move with their tokens; `refuse` makes migrations
@@ -365,17 +381,7 @@ impl World {
 
     /// A segment handed out: its pieces recorded (they must tile it).
     fn take_pieces(&mut self, m: &Machine<'_>, range: PfnRange) -> Result<(), String> {
-        let z = m.zone_of(range.start).ok_or("a segment in no zone")?;
-        let pieces: Vec<(Pfn, Order)> = z.inspect(|mz| {
-            mz.buddy()
-                .walk(range)
-                .filter_map(|(p, info)| match info {
-                    BlockInfo::Allocated { head, order, .. } if head == p => Some((p, order)),
-                    _ => None,
-                })
-                .collect()
-        });
-        for (p, o) in pieces {
+        for (p, o) in allocated_in(m, range)? {
             self.take(p, o, None)?;
         }
         ensure!(self.tiles(range), "{range:?} not tiled by its blocks");
@@ -1027,20 +1033,8 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 PfnRange::new(whole.start, part.start),
                 PfnRange::new(part.end, whole.end),
             ] {
-                let z = m.zone_of(whole.start).ok_or("a block in no zone")?;
-                let pieces: Vec<(Pfn, Order)> = z.inspect(|mz| {
-                    mz.buddy()
-                        .walk(kept)
-                        .filter_map(|(q, info)| match info {
-                            BlockInfo::Allocated { head, order, .. } if head == q => {
-                                Some((q, order))
-                            }
-                            _ => None,
-                        })
-                        .collect()
-                });
                 let mut covered = 0;
-                for (q, k) in pieces {
+                for (q, k) in allocated_in(m, kept)? {
                     // SAFETY: a piece of the model's block that was not
                     // given back, made a block once.
                     let piece = unsafe { m.block_from_raw(q, k) }

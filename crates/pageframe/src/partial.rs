@@ -112,7 +112,12 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 /// The live allocation holding `pfn` in `zone`, or why there is none. The
 /// look-up runs under the zone lock, so it never sees a split half done.
 fn holding<R: RawMutex>(zone: &Zone<'_, R>, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
-    match zone.with_zone(|m| zone.states.live_block_holding(pfn, m.buddy().max_order())) {
+    let found = {
+        let z = zone.inner.lock();
+        zone.states
+            .live_block_holding(pfn, z.buddy.buddy().max_order())
+    };
+    match found {
         Some(found) => found,
         None => Err(match zone.check_live(pfn, Order::ZERO) {
             Err(e) => e,

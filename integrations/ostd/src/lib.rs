@@ -62,9 +62,17 @@ impl FrameAllocator {
     /// inside `window` (frames the kernel maps at `virt` when the first
     /// allocation comes), without per-CPU caches.
     pub const fn new(window: PfnRange, virt: fn(PhysAddr) -> *mut u8) -> Self {
+        FrameAllocator::over(
+            Incremental::new(MachineConfig::SINGLE_NODE, window, virt),
+            cpu_zero,
+        )
+    }
+
+    /// The allocator over `frames`, its calls on `current_cpu()`'s cache.
+    const fn over(frames: Incremental<RANGES>, current_cpu: fn() -> u32) -> Self {
         FrameAllocator {
-            frames: Incremental::new(MachineConfig::SINGLE_NODE, window, virt),
-            current_cpu: cpu_zero,
+            frames,
+            current_cpu,
             refused_adds: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             failed_allocs: AtomicU64::new(0),
@@ -82,10 +90,10 @@ impl FrameAllocator {
         cpus: fn() -> u32,
         current_cpu: fn() -> u32,
     ) -> Self {
-        let mut a = FrameAllocator::new(window, virt);
-        a.frames = Incremental::new(MachineConfig::SINGLE_NODE, window, virt).with_pcp(cpus);
-        a.current_cpu = current_cpu;
-        a
+        FrameAllocator::over(
+            Incremental::new(MachineConfig::SINGLE_NODE, window, virt).with_pcp(cpus),
+            current_cpu,
+        )
     }
 
     /// `frames` frames aligned to `align` frames (a power of two): the

@@ -74,6 +74,7 @@ use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, PhysAddr};
 
 use crate::cma::CmaId;
+use crate::debug::{Hooks, NoHooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
@@ -410,14 +411,14 @@ impl core::error::Error for RawError {}
 /// } // freed here
 /// assert_eq!(m.free_pages(), free);
 /// ```
-pub struct BlockGuard<'m, 'a, R: RawMutex> {
-    machine: &'m Machine<'a, R>,
+pub struct BlockGuard<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
+    machine: &'m Machine<'a, R, H>,
     block: Option<Block>,
 }
 
-impl<'m, 'a, R: RawMutex> BlockGuard<'m, 'a, R> {
+impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
     /// Made by [`crate::Machine::guard`], for a block of that machine.
-    pub(crate) fn new(machine: &'m Machine<'a, R>, block: Block) -> Self {
+    pub(crate) fn new(machine: &'m Machine<'a, R, H>, block: Block) -> Self {
         BlockGuard {
             machine,
             block: Some(block),
@@ -437,7 +438,7 @@ impl<R: RawMutex> core::ops::Deref for BlockGuard<'_, '_, R> {
     }
 }
 
-impl<R: RawMutex> Drop for BlockGuard<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
     fn drop(&mut self) {
         if let Some(b) = self.block.take() {
             // The guard was made for a block of this machine: the free

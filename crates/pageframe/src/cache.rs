@@ -17,10 +17,11 @@ use core::mem::MaybeUninit;
 use pageframe_buddy::{FreeError, Order, Pfn};
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::{
-    LocalPcp, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, RefillSink, Slot,
+    CpuId, LocalPcp, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, RefillSink, Slot,
     SpillBatch, ZoneFlags, ZoneGeometry, pcp_list_type,
 };
 
+use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
@@ -121,8 +122,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// `None` when the request is not one the cache serves or the cache and
     /// its refill come back empty.
     #[inline]
-    pub(crate) fn cache_hit(
+    pub(crate) fn cache_hit<H: Hooks>(
         &self,
+        hooks: &Traced<'_, H>,
         local: &mut LocalPcp<'a, 'a>,
         gfp: Gfp,
         order: Order,
@@ -133,19 +135,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !(ordinary && cached_order(order) && self.watermark_fast(order, flags, highest)) {
             return None;
         }
-        self.take_cached(local, order, gfp.migratetype())
+        self.take_cached(hooks, local, order, gfp.migratetype())
     }
 
     /// A block of `order` off this CPU's own list (refilled from the zone
     /// if empty), marked allocated: it came off our list, so it is ours.
     #[inline]
-    fn take_cached(
+    fn take_cached<H: Hooks>(
         &self,
+        hooks: &Traced<'_, H>,
         local: &mut LocalPcp<'a, 'a>,
         order: Order,
         mt: MigrateType,
     ) -> Option<Pfn> {
-        let p = local.alloc(self, order, mt).ok()?;
+        let p = local.alloc(&hooks.on(self), order, mt).ok()?;
         self.states.set_allocated(p, order, mt);
         Some(p)
     }
@@ -158,21 +161,22 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// cache first, spec 04 §4.1): no frame parked in the caller's own
     /// cache is out of its reach.
     #[inline]
-    pub(crate) fn alloc_cached(
+    pub(crate) fn alloc_cached<H: Hooks>(
         &self,
+        hooks: &Traced<'_, H>,
         local: &mut LocalPcp<'a, 'a>,
         gfp: Gfp,
         order: Order,
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
-        if let Some(p) = self.cache_hit(local, gfp, order, flags, highest) {
+        if let Some(p) = self.cache_hit(hooks, local, gfp, order, flags, highest) {
             return Ok(p);
         }
-        match self.try_alloc(gfp, order, flags, highest) {
-            Err(e) if flags.contains(AllocFlags::NO_WATERMARKS) && cached_order(order) => {
-                self.take_cached(local, order, gfp.migratetype()).ok_or(e)
-            }
+        match self.try_alloc(hooks.hooks, gfp, order, flags, highest) {
+            Err(e) if flags.contains(AllocFlags::NO_WATERMARKS) && cached_order(order) => self
+                .take_cached(hooks, local, order, gfp.migratetype())
+                .ok_or(e),
             r => r,
         }
     }
@@ -184,8 +188,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// allocation) takes the zone path, which names the problem precisely
     /// and changes nothing.
     #[inline]
-    pub(crate) fn free_cached(
+    pub(crate) fn free_cached<H: Hooks>(
         &self,
+        hooks: &Traced<'_, H>,
         local: &mut LocalPcp<'a, 'a>,
         pfn: Pfn,
         order: Order,
@@ -204,7 +209,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return self.free(pfn, order);
         }
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
-        if local.free(self, pfn, order, list).is_err() {
+        if local.free(&hooks.on(self), pfn, order, list).is_err() {
             // The cache could not take it (its memory is full): the block is
             // still ours alone; give it back to the owner's state and free it
             // to the zone.
@@ -215,16 +220,82 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 }
 
-impl<R: RawMutex> PcpZone for Zone<'_, R> {
-    /// `rmqueue_bulk`: one lock acquisition; stops at the low watermark.
-    /// An order-0 refill goes on to the end of the cache line that holds
-    /// its last frame's ownership byte (small requests take the lowest free
-    /// frames of a chunk, so the next frames are that line's): otherwise
-    /// the next CPU's refill starts on that line, and the two CPUs' allocs
-    /// and frees, each writing its frame's byte, make it bounce between
-    /// them (the two-CPU rows of `cargo bench -p pageframe-benches --bench
-    /// machine` show the difference).
+/// The machine's hooks as one CPU's caches report to them (`cpu`: `None`
+/// when a cache is drained by another CPU).
+pub(crate) struct Traced<'h, H: Hooks> {
+    pub hooks: &'h H,
+    pub cpu: Option<CpuId>,
+}
+
+impl<'h, H: Hooks> Traced<'h, H> {
+    /// `zone` as the caches reach it, reporting refills and spills.
+    #[inline]
+    pub(crate) fn on<'z, 'a, R: RawMutex>(
+        &self,
+        zone: &'z Zone<'a, R>,
+    ) -> TracedZone<'z, 'a, 'h, R, H> {
+        TracedZone {
+            zone,
+            hooks: self.hooks,
+            cpu: self.cpu,
+        }
+    }
+}
+
+/// A zone with the hooks its caches report to (static: with
+/// [`crate::debug::NoHooks`] it is the zone).
+pub(crate) struct TracedZone<'z, 'a, 'h, R: RawMutex, H: Hooks> {
+    zone: &'z Zone<'a, R>,
+    hooks: &'h H,
+    cpu: Option<CpuId>,
+}
+
+impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, R, H> {
+    #[inline]
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
+        self.zone.refill_traced(self.hooks, order, mt, sink);
+        if H::TRACE {
+            self.hooks.event(&Event::PcpRefill {
+                zone: self.zone.zone_ref(),
+                cpu: self.cpu,
+                order,
+                blocks: sink.taken() as u64,
+            });
+        }
+    }
+
+    #[inline]
+    fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
+        self.zone.spill(batch);
+        if H::TRACE {
+            self.hooks.event(&Event::PcpSpill {
+                zone: self.zone.zone_ref(),
+                cpu: self.cpu,
+                pages: batch.pages(),
+            });
+        }
+    }
+
+    #[inline]
+    fn flags(&self) -> ZoneFlags {
+        self.zone.flags()
+    }
+
+    #[inline]
+    fn recheck_below_high(&self) {
+        self.zone.recheck_below_high()
+    }
+}
+
+impl<'a, R: RawMutex> Zone<'a, R> {
+    /// `rmqueue_bulk` reporting fallbacks to `hooks`.
+    fn refill_traced<H: Hooks>(
+        &self,
+        hooks: &H,
+        order: Order,
+        mt: MigrateType,
+        sink: &mut RefillSink<'_, '_>,
+    ) {
         let mut z = self.inner.lock();
         // The movable list holds CMA frames too (Linux's pcp lists do).
         let mode = if mt == MigrateType::Movable {
@@ -233,6 +304,7 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
             pageframe_mobility::AllocMode::empty()
         };
         let mut line = None;
+        let before = H::TRACE.then(|| z.buddy.stats());
         while z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages()) {
             let extra = sink.remaining() == 0;
             if extra && line.is_none() {
@@ -260,7 +332,24 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
                 line = self.states.line_of(p);
             }
         }
+        if let Some(before) = before {
+            self.trace_fallback(hooks, &before, &z.buddy.stats(), mt, order);
+        }
         self.after_zone_op(&z);
+    }
+}
+
+impl<R: RawMutex> PcpZone for Zone<'_, R> {
+    /// `rmqueue_bulk`: one lock acquisition; stops at the low watermark.
+    /// An order-0 refill goes on to the end of the cache line that holds
+    /// its last frame's ownership byte (small requests take the lowest free
+    /// frames of a chunk, so the next frames are that line's): otherwise
+    /// the next CPU's refill starts on that line, and the two CPUs' allocs
+    /// and frees, each writing its frame's byte, make it bounce between
+    /// them (the two-CPU rows of `cargo bench -p pageframe-benches --bench
+    /// machine` show the difference).
+    fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
+        self.refill_traced(&NoHooks, order, mt, sink)
     }
 
     /// `free_pcppages_bulk`: one lock acquisition; the core re-reads each

@@ -15,6 +15,7 @@ use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
 use crate::block::{CmaBuffer, Refused};
+use crate::debug::Hooks;
 use crate::error::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
@@ -59,7 +60,7 @@ pub struct CmaStats {
 ///
 /// Areas reserved for drivers' contiguous buffers that serve movable
 /// allocations meanwhile (spec 03 §1(d)).
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Sets `range` aside as a CMA area (at set-up, after the memory was
     /// handed over): whole pageblocks of one zone, every frame free. Its
     /// pageblocks become CMA: movable allocations may use them, nothing

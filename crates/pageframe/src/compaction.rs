@@ -13,6 +13,7 @@ use pageframe_mobility::{MobileZone, ZoneMarks};
 use pageframe_types::unwind::OnUnwind;
 
 use crate::block::Block;
+use crate::debug::{Event, Hooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::topology::MAX_NUMNODES;
@@ -48,8 +49,8 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
     /// The zones `refs` names (up to `highest`), in that order, with the
     /// marks held against a requester whose highest zone is `highest`.
     /// `None` if there is none.
-    pub(crate) fn new(
-        machine: &'z Machine<'a, R>,
+    pub(crate) fn new<H: Hooks>(
+        machine: &'z Machine<'a, R, H>,
         refs: impl Iterator<Item = ZoneRef>,
         highest: ZoneKind,
     ) -> Option<Self> {
@@ -114,16 +115,16 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
 /// the kernel made but was not yet told of when it panicked are settled
 /// when the wrapper is dropped: their destinations stay allocated (the
 /// kernel maps them; they are lost, never handed out again).
-pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> {
+pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> {
     pub inner: &'g mut M,
-    pub machine: &'z Machine<'a, R>,
+    pub machine: &'z Machine<'a, R, H>,
     /// Moves the kernel made that `migrated` has not settled yet (source,
     /// destination, order): at most a batch.
     unsettled: [Option<(Pfn, Pfn, Order)>; COMPACT_CLUSTER_MAX as usize],
 }
 
-impl<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R, M> {
-    pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, R>) -> Self {
+impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R, H, M> {
+    pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, R, H>) -> Self {
         Guarded {
             inner,
             machine,
@@ -147,7 +148,7 @@ impl<'g, 'z, 'a, R: RawMutex, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R
     }
 }
 
-impl<R: RawMutex, M: crate::Migrator + ?Sized> Drop for Guarded<'_, '_, '_, R, M> {
+impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Drop for Guarded<'_, '_, '_, R, H, M> {
     fn drop(&mut self) {
         // Empty unless the kernel's `migrated` panicked.
         for (src, dst, order) in self.unsettled.into_iter().flatten() {
@@ -156,7 +157,7 @@ impl<R: RawMutex, M: crate::Migrator + ?Sized> Drop for Guarded<'_, '_, '_, R, M
     }
 }
 
-impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, M> {
+impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, H, M> {
     fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
         let Some(z) = self.machine.zone_of(pfn) else {
             return false;
@@ -205,6 +206,14 @@ impl<R: RawMutex, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, 
         });
         let r = self.inner.migrate(src, dst, order, mode);
         undo.disarm();
+        if H::TRACE {
+            self.machine.hooks.event(&Event::Migrate {
+                from: src,
+                to: dst,
+                order,
+                moved: r.is_ok(),
+            });
+        }
         if let Some(z) = z {
             match r {
                 Ok(()) => {

@@ -21,6 +21,7 @@ use crate::error::ContigError;
 // free page reporting.
 pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
+use crate::debug::{Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
 pub use crate::hotplug::MemmapOnMemory;
@@ -40,7 +41,7 @@ pub(crate) const RANKED: usize = 64;
 /// Any number of contiguous frames, a given range, or a 1 GiB page:
 /// movable memory in the way migrates out through the kernel's
 /// [`crate::Migrator`].
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Allocates exactly the frames of `range` (`alloc_contig_range`): every
     /// pageblock it touches is isolated, the movable allocations inside it
     /// are migrated elsewhere through `migrator` (in [`MigrateMode::Sync`];
@@ -201,7 +202,15 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             });
             match r {
                 Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
-                r => break r,
+                r => {
+                    if H::TRACE {
+                        self.hooks.event(&Event::Isolate {
+                            range,
+                            ok: r.is_ok(),
+                        });
+                    }
+                    break r;
+                }
             }
         }?;
         // The range stays isolated until the caller takes it; a panic in

@@ -15,6 +15,7 @@ use pageframe_buddy::{FreeError, Order};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
 use crate::block::{Block, MachineId, Refused};
+use crate::debug::{Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
@@ -35,6 +36,8 @@ type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, u64);
 /// its zone.
 pub(crate) struct Locals<'m, 'a, R: RawMutex> {
     by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
+    /// The CPU whose caches they are.
+    pub(crate) cpu: CpuId,
 }
 
 impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
@@ -67,8 +70,8 @@ pub struct CacheInfo {
 /// A CPU's handle: allocates and frees through its per-CPU caches. See the
 /// module docs for the contract; without per-CPU caches
 /// ([`Machine::enable_pcp`] not called) it allocates from the zones.
-pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock> {
-    machine: &'m Machine<'a, R>,
+pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
+    machine: &'m Machine<'a, R, H>,
     /// The machine's identity, kept here for the blocks' checks.
     id: MachineId,
     cpu: CpuId,
@@ -79,7 +82,7 @@ pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock> {
 /// # Per-CPU caches
 ///
 /// Memory for the caches, each CPU's handle, and draining them.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
     /// memory handed over so far (the caches are sized from it: a CPU's
     /// cache may hold up to 1/8 of its zone divided among the node's CPUs).
@@ -218,12 +221,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// another CPU empties this unowned cache (claim handles before starting
     /// drainers, or retry); `NoSuchCpu` beyond the CPUs set up. Without
     /// per-CPU caches the handle allocates from the zones.
-    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R>, PcpError> {
+    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R, H>, PcpError> {
         if !self.topology().contains(node) {
             return Err(PcpError::NoSuchCpu);
         }
         let mut locals = Locals {
             by_zone: core::array::from_fn(|_| None),
+            cpu,
         };
         for z in self.all_zones() {
             if let Some(set) = &z.pcp {
@@ -274,6 +278,19 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         gfp: Gfp,
         order: Order,
     ) -> Result<Block, AllocError> {
+        self.traced(node, gfp, order, Some(cpu), || {
+            self.alloc_on_untraced(cpu, node, gfp, order)
+        })
+    }
+
+    #[inline(always)]
+    fn alloc_on_untraced(
+        &self,
+        cpu: CpuId,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Block, AllocError> {
         // Only the cache of the first zone the request would try is
         // claimed: a claim of every zone's (a handle) costs more than the
         // allocation. A request that cache does not serve goes to the zones.
@@ -283,11 +300,12 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             && let Ok(mut local) = set.claim(cpu)
         {
             let flags = self.fast_flags_at(node, gfp, r);
-            if let Some(pfn) = z.cache_hit(&mut local, gfp, order, flags, highest) {
+            let hooks = self.traced_cpu(Some(cpu));
+            if let Some(pfn) = z.cache_hit(&hooks, &mut local, gfp, order, flags, highest) {
                 return Ok(Block::new(self.id, r, pfn, order));
             }
         }
-        self.alloc(node, gfp, order)
+        self.alloc_fast(node, gfp, order, None)
     }
 
     /// [`CpuCache::free`] for a caller that keeps no handle: claims CPU
@@ -301,8 +319,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if let Some(set) = &z.pcp
             && let Ok(mut local) = set.claim(cpu)
         {
-            return match z.free_cached(&mut local, block.pfn(), block.order()) {
-                Ok(()) => Ok(()),
+            let hooks = self.traced_cpu(Some(cpu));
+            let (pfn, order) = (block.pfn(), block.order());
+            return match z.free_cached(&hooks, &mut local, pfn, order) {
+                Ok(()) => {
+                    self.trace_free(pfn, order, Some(cpu));
+                    Ok(())
+                }
                 Err(e) => Err(Refused::new(block, e)),
             };
         }
@@ -330,7 +353,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     ///   polling (the zone locks are never held here).
     pub fn drain_pcp(
         &self,
-        mut local: Option<&mut CpuCache<'_, 'a, R>>,
+        mut local: Option<&mut CpuCache<'_, 'a, R, H>>,
         mut kick: impl FnMut(CpuId),
     ) {
         // Requests to every cache of every zone first, so that owners drain
@@ -340,12 +363,12 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             let own = local
                 .as_deref_mut()
                 .and_then(|c| c.locals.get(z.zone_ref()));
-            set.request_drain_all(z, own);
+            set.request_drain_all(&self.traced_cpu(None).on(z), own);
         }
         let me = local.as_deref().map(|c| c.cpu);
         for z in self.all_zones() {
             let Some(set) = &z.pcp else { continue };
-            set.wait_drain_all(z, me, |cpu| {
+            set.wait_drain_all(&self.traced_cpu(None).on(z), me, |cpu| {
                 if let Some(c) = local.as_deref_mut() {
                     c.poll();
                 }
@@ -355,7 +378,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 }
 
-impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
+impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
     /// The CPU.
     pub fn cpu(&self) -> CpuId {
         self.cpu
@@ -372,18 +395,21 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     /// to the zones. Never compacts.
     #[inline]
     pub fn alloc(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
-        // The common case first: a hit in this CPU's cache of the first zone
-        // the request would try. Anything else walks the zonelist.
-        if let Some((r, highest)) = self.machine.preferred(self.node, gfp)
-            && let Some((z, local, meta)) = self.locals.entry(r)
-        {
-            let flags = self.machine.fast_flags_at(self.node, gfp, r);
-            if let Some(pfn) = z.cache_hit(local, gfp, order, flags, highest) {
-                return Ok(Block::with_zone_meta(*meta, pfn, order));
+        let (m, node, cpu) = (self.machine, self.node, self.cpu);
+        m.traced(node, gfp, order, Some(cpu), || {
+            // The common case first: a hit in this CPU's cache of the first
+            // zone the request would try. Anything else walks the zonelist.
+            if let Some((r, highest)) = m.preferred(node, gfp)
+                && let Some((z, local, meta)) = self.locals.entry(r)
+            {
+                let flags = m.fast_flags_at(node, gfp, r);
+                let hooks = m.traced_cpu(Some(cpu));
+                if let Some(pfn) = z.cache_hit(&hooks, local, gfp, order, flags, highest) {
+                    return Ok(Block::with_zone_meta(*meta, pfn, order));
+                }
             }
-        }
-        self.machine
-            .alloc_fast(self.node, gfp, order, Some(&mut self.locals))
+            m.alloc_fast(node, gfp, order, Some(&mut self.locals))
+        })
     }
 
     /// [`Machine::free`] through this CPU's cache of the block's zone
@@ -395,10 +421,17 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
             return Err(Refused::new(block, FreeError::Foreign));
         }
         match self.locals.entry(block.zone_ref()) {
-            Some((z, local, _)) => match z.free_cached(local, block.pfn(), block.order()) {
-                Ok(()) => Ok(()),
-                Err(e) => Err(Refused::new(block, e)),
-            },
+            Some((z, local, _)) => {
+                let hooks = self.machine.traced_cpu(Some(self.cpu));
+                let (pfn, order) = (block.pfn(), block.order());
+                match z.free_cached(&hooks, local, pfn, order) {
+                    Ok(()) => {
+                        self.machine.trace_free(pfn, order, Some(self.cpu));
+                        Ok(())
+                    }
+                    Err(e) => Err(Refused::new(block, e)),
+                }
+            }
             None => self.machine.free(block),
         }
     }
@@ -410,7 +443,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     pub fn poll(&mut self) {
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                l.poll(z);
+                l.poll(&self.machine.traced_cpu(Some(self.cpu)).on(z));
             }
         }
     }
@@ -421,7 +454,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
         let mut n = 0;
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                n += l.drain(z);
+                n += l.drain(&self.machine.traced_cpu(Some(self.cpu)).on(z));
             }
         }
         n
@@ -433,7 +466,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     pub fn tick(&mut self) {
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                l.decay(z);
+                l.decay(&self.machine.traced_cpu(Some(self.cpu)).on(z));
             }
         }
     }
@@ -454,7 +487,7 @@ impl<'m, 'a, R: RawMutex> CpuCache<'m, 'a, R> {
     }
 
     /// The machine.
-    pub fn machine(&self) -> &'m Machine<'a, R> {
+    pub fn machine(&self) -> &'m Machine<'a, R, H> {
         self.machine
     }
 }

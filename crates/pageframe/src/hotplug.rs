@@ -31,6 +31,7 @@ use core::mem::MaybeUninit;
 
 use pageframe_buddy::{PAGE_SIZE, PfnRange};
 
+use crate::debug::Hooks;
 use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
@@ -61,7 +62,7 @@ impl MemmapOnMemory {
 ///
 /// Ranges taken offline and brought online, and zones that arrive at run
 /// time.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Declares, at set-up, that node `node` may get a zone of `kind` over
     /// (part of) `range` at run time. Checked before anything changes: the
     /// node exists, has no zone of that kind and no range declared for it,

@@ -12,6 +12,7 @@ use pageframe_buddy::Order;
 use pageframe_compact::{CompactOutcome, TickReport, compact_memory, node_score};
 
 use crate::compaction::{Guarded, ZoneSet};
+use crate::debug::{Event, Hooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
@@ -23,7 +24,7 @@ use crate::zone_kind::ZoneKind;
 ///
 /// What a kernel's kcompactd thread or timer calls, and whole-node
 /// compaction (spec 03 §11).
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// The zones of node `id`, low to high, for a requester of `highest`.
     fn node_zones(&self, id: NodeId, highest: ZoneKind) -> Option<ZoneSet<'_, 'a, R>> {
         let node = self.node(id)?;
@@ -83,7 +84,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         }
         k.set_extfrag_threshold(self.extfrag_threshold());
         let mut guarded = Guarded::new(migrator, self);
-        set.with(|zones| k.tick(now_ns, zones, &node.wake, &mut guarded))
+        let report = set.with(|zones| k.tick(now_ns, zones, &node.wake, &mut guarded));
+        if H::TRACE && (report.work || report.proactive.is_some()) {
+            self.hooks.event(&Event::Kcompactd { node: id, report });
+        }
+        report
     }
 
     /// Compacts every zone of node `id` whole, in sync mode, ignoring skip
@@ -96,7 +101,21 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     ) -> Option<CompactOutcome> {
         let set = self.node_zones(id, ZoneKind::Movable)?;
         let mut guarded = Guarded::new(migrator, self);
-        Some(set.with(|zones| compact_memory(zones, &mut guarded)))
+        if H::TRACE {
+            self.hooks.event(&Event::CompactBegin {
+                node: id,
+                order: None,
+            });
+        }
+        let out = set.with(|zones| compact_memory(zones, &mut guarded));
+        if H::TRACE {
+            self.hooks.event(&Event::CompactEnd {
+                node: id,
+                order: None,
+                result: out.result,
+            });
+        }
+        Some(out)
     }
 
     /// Node `id`'s fragmentation score (spec 03 §4.4): each zone's share of

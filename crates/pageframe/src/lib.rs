@@ -82,6 +82,7 @@ mod block;
 pub mod boot;
 mod cache;
 mod compaction;
+pub mod debug;
 mod error;
 mod fragmap;
 mod frame_state;

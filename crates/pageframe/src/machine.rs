@@ -29,6 +29,8 @@ use pageframe_mobility::{
 };
 
 use crate::block::{Block, BlockGuard, MachineId, RawError, Refused};
+use crate::cache::Traced;
+use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{RawMutex, SpinLock};
@@ -40,6 +42,7 @@ use crate::topology::{MAX_NUMNODES, Topology};
 use crate::zone::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
+use pageframe_pcp::CpuId;
 
 /// How a machine is built: its nodes, how its zones group memory, and how
 /// far physical addresses reach.
@@ -120,7 +123,7 @@ struct Tunables {
 /// across CPUs. `R` is the lock every zone takes ([`crate::lock`]).
 ///
 /// See the crate docs for which allocation path serves which need.
-pub struct Machine<'a, R: RawMutex = SpinLock> {
+pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// Which machine its blocks belong to.
     pub(crate) id: MachineId,
     /// The first frame beyond the physical address width.
@@ -150,6 +153,8 @@ pub struct Machine<'a, R: RawMutex = SpinLock> {
     pub(crate) hotplug: [[Option<PfnRange>; NR_ZONE_KINDS]; MAX_NUMNODES],
     /// CMA areas, in the order they were added.
     pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
+    /// The kernel's hooks ([`crate::debug`]).
+    pub(crate) hooks: H,
 }
 
 /// # A machine with the default lock
@@ -175,14 +180,43 @@ impl<'a> Machine<'a> {
     }
 }
 
-/// # Set-up
+/// # A machine with the default hooks
 ///
-/// An empty machine, its zones and the memory they manage. Set-up takes
-/// `&mut self`; afterwards the machine is shared.
+/// [`crate::debug::NoHooks`]: nothing to call, nothing compiled in. A
+/// machine with hooks takes [`Machine::new_in_with_hooks`].
 impl<'a, R: RawMutex> Machine<'a, R> {
     /// [`Machine::new_in`] for a machine whose zones take the lock `R`
     /// (one that disables interrupts, say: see [`crate::lock`]).
     pub fn new_in_with_lock(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
+        Self::new_in_with_hooks(slot, config, NoHooks)
+    }
+}
+
+/// # A machine with the kernel's hooks
+#[cfg(feature = "std")]
+impl<'a, H: Hooks> Machine<'a, SpinLock, H> {
+    /// An empty machine for `config` with `hooks`, in a box (host programs
+    /// and tests).
+    pub fn new_boxed_with_hooks(config: MachineConfig, hooks: H) -> std::boxed::Box<Self> {
+        let mut b = std::boxed::Box::<Self>::new_uninit();
+        Self::new_in_with_hooks(&mut b, config, hooks);
+        // SAFETY: `new_in_with_hooks` initialised every field.
+        unsafe { b.assume_init() }
+    }
+}
+
+/// # Set-up
+///
+/// An empty machine, its zones and the memory they manage. Set-up takes
+/// `&mut self`; afterwards the machine is shared.
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+    /// [`Machine::new_in`] for a machine whose zones take the lock `R`
+    /// and which reports to `hooks` ([`crate::debug`]).
+    pub fn new_in_with_hooks(
+        slot: &mut MaybeUninit<Self>,
+        config: MachineConfig,
+        hooks: H,
+    ) -> &mut Self {
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to `slot`, exclusively borrowed, writable and
         // aligned for a `Machine`. Every field is written exactly once
@@ -218,6 +252,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             addr_of_mut!((*p).cpus).write(0);
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
             addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
+            addr_of_mut!((*p).hooks).write(hooks);
             slot.assume_init_mut()
         }
     }
@@ -358,7 +393,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 ///
 /// The topology, the nodes and zones, and the order in which a request
 /// tries them.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// The machine's topology.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -464,7 +499,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 /// Linux's `vm.*` knobs and the THP policy. Each change takes effect at
 /// once, through `&self`; bad values get a [`ConfigError`] and change
 /// nothing.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes every
     /// zone's watermarks. Any value is accepted: one larger than the
     /// machine's memory reserves all of it (every ordinary allocation then
@@ -630,7 +665,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 ///
 /// Blocks without a CPU handle (the fast path is [`crate::CpuCache`]),
 /// given back by the [`Block`] that owns them.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Allocates `2^order` frames for a task on `node` from the free lists,
     /// never compacting or reclaiming: the zonelist `gfp` selects (spec 01
     /// §3.6), first against the low watermarks (without fragmenting
@@ -638,8 +673,68 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// then against the min watermarks with the reserve access `gfp` grants
     /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
     /// node allocates from the nearest nodes with memory.
+    #[inline]
     pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
-        self.alloc_fast(node, gfp, order, None)
+        self.traced(node, gfp, order, None, || {
+            self.alloc_fast(node, gfp, order, None)
+        })
+    }
+
+    /// Runs the allocation `f`, reporting its start and its outcome to the
+    /// hooks (nothing with [`NoHooks`]).
+    #[inline(always)]
+    pub(crate) fn traced(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        cpu: Option<CpuId>,
+        f: impl FnOnce() -> Result<Block, AllocError>,
+    ) -> Result<Block, AllocError> {
+        if H::TRACE {
+            self.hooks.event(&Event::AllocStart { order, cpu });
+        }
+        let r = f();
+        if H::TRACE {
+            self.hooks.event(&match &r {
+                Ok(b) => Event::Alloc {
+                    pfn: b.pfn(),
+                    order,
+                    gfp,
+                    cpu,
+                },
+                Err(e) => Event::AllocFail {
+                    node,
+                    order,
+                    gfp,
+                    error: *e,
+                    cpu,
+                },
+            });
+        }
+        r
+    }
+
+    /// Reports a free to the hooks.
+    #[inline(always)]
+    pub(crate) fn trace_free(&self, pfn: Pfn, order: Order, cpu: Option<CpuId>) {
+        if H::TRACE {
+            self.hooks.event(&Event::Free { pfn, order, cpu });
+        }
+    }
+
+    /// The hooks as a CPU's caches report to them.
+    #[inline(always)]
+    pub(crate) fn traced_cpu(&self, cpu: Option<CpuId>) -> Traced<'_, H> {
+        Traced {
+            hooks: &self.hooks,
+            cpu,
+        }
+    }
+
+    /// The machine's hooks ([`crate::debug`]).
+    pub fn hooks(&self) -> &H {
+        &self.hooks
     }
 
     /// [`Machine::alloc`], through this CPU's caches when `cpu` has them.
@@ -655,7 +750,13 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         if cpu.is_none()
             && let Some((r, highest)) = self.preferred(node, gfp)
             && let Some(z) = self.zone(r)
-            && let Ok(pfn) = z.try_alloc(gfp, order, self.fast_flags_at(node, gfp, r), highest)
+            && let Ok(pfn) = z.try_alloc(
+                &self.hooks,
+                gfp,
+                order,
+                self.fast_flags_at(node, gfp, r),
+                highest,
+            )
         {
             return Ok(Block::new(self.id, r, pfn, order));
         }
@@ -752,9 +853,15 @@ impl<'a, R: RawMutex> Machine<'a, R> {
                     continue 'retry;
                 }
                 let Some(z) = self.zone(r) else { continue };
-                let got = match cpu.as_deref_mut().and_then(|c| c.get(r)) {
-                    Some(local_pcp) => z.alloc_cached(local_pcp, gfp, order, flags, highest),
-                    None => z.try_alloc(gfp, order, flags, highest),
+                let got = match cpu.as_deref_mut() {
+                    Some(c) => {
+                        let hooks = self.traced_cpu(Some(c.cpu));
+                        match c.get(r) {
+                            Some(l) => z.alloc_cached(&hooks, l, gfp, order, flags, highest),
+                            None => z.try_alloc(&self.hooks, gfp, order, flags, highest),
+                        }
+                    }
+                    None => z.try_alloc(&self.hooks, gfp, order, flags, highest),
                 };
                 match got {
                     Ok(pfn) => {
@@ -780,7 +887,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
             return Err(Refused::new(block, FreeError::Foreign));
         };
         match z.free(block.pfn(), block.order()) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.trace_free(block.pfn(), block.order(), None);
+                Ok(())
+            }
             Err(e) => Err(Refused::new(block, e)),
         }
     }
@@ -842,7 +952,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// A block that frees itself when dropped ([`BlockGuard`]); a block of
     /// another machine is refused.
-    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R>, Refused<Block>> {
+    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
         if block.machine() != self.id {
             return Err(Refused::new(block, FreeError::Foreign));
         }
@@ -899,7 +1009,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 ///
 /// Free and managed frames, counters, and the walk that checks every
 /// invariant.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Free frames over all nodes (not counting per-CPU caches).
     pub fn free_pages(&self) -> u64 {
         self.nodes().map(|n| n.free_pages()).sum()
@@ -956,7 +1066,7 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 
     /// `/proc/buddyinfo` for the whole machine: one line a zone.
-    pub fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R> {
+    pub fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R, H> {
         MachineBuddyInfo(self)
     }
 }
@@ -1004,9 +1114,9 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
 }
 
 /// See [`Machine::buddyinfo`].
-pub struct MachineBuddyInfo<'m, 'a, R: RawMutex>(&'m Machine<'a, R>);
+pub struct MachineBuddyInfo<'m, 'a, R: RawMutex, H: Hooks = NoHooks>(&'m Machine<'a, R, H>);
 
-impl<R: RawMutex> fmt::Display for MachineBuddyInfo<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> fmt::Display for MachineBuddyInfo<'_, '_, R, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for n in self.0.nodes() {
             write!(f, "{}", n.buddyinfo())?;

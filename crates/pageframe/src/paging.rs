@@ -15,19 +15,20 @@ use ::x86_64::structures::paging::{
 };
 use pageframe_buddy::{Order, PAGE_SHIFT, Pfn};
 
+use crate::debug::{Hooks, NoHooks};
 use crate::lock::RawMutex;
 use crate::{Gfp, Machine, NodeId};
 
 /// Hands out 4 KiB and 2 MiB frames from a [`Machine`] with fixed GFP
 /// flags, for a task on one node.
-pub struct FrameAdapter<'m, 'a, R: RawMutex> {
-    machine: &'m Machine<'a, R>,
+pub struct FrameAdapter<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
+    machine: &'m Machine<'a, R, H>,
     node: NodeId,
     gfp: Gfp,
     rejected_frees: u64,
 }
 
-impl<'m, 'a, R: RawMutex> FrameAdapter<'m, 'a, R> {
+impl<'m, 'a, R: RawMutex, H: Hooks> FrameAdapter<'m, 'a, R, H> {
     /// An adapter allocating from `machine` for `node` with `gfp`.
     ///
     /// # Safety
@@ -36,7 +37,7 @@ impl<'m, 'a, R: RawMutex> FrameAdapter<'m, 'a, R> {
     /// RAM that nothing but the allocator's owners uses, for as long as the
     /// adapter lives: the `FrameAllocator` contract the adapter implements
     /// promises unused frames to page-table code, which writes them.
-    pub unsafe fn new(machine: &'m Machine<'a, R>, node: NodeId, gfp: Gfp) -> Self {
+    pub unsafe fn new(machine: &'m Machine<'a, R, H>, node: NodeId, gfp: Gfp) -> Self {
         FrameAdapter {
             machine,
             node,
@@ -91,20 +92,20 @@ impl<'m, 'a, R: RawMutex> FrameAdapter<'m, 'a, R> {
 // SAFETY: the machine hands each frame to one owner until it is freed (its
 // checked free refuses anything else), and `FrameAdapter::new`'s contract
 // makes every frame it manages unused RAM.
-unsafe impl<R: RawMutex> FrameAllocator<Size4KiB> for FrameAdapter<'_, '_, R> {
+unsafe impl<R: RawMutex, H: Hooks> FrameAllocator<Size4KiB> for FrameAdapter<'_, '_, R, H> {
     fn allocate_frame(&mut self) -> Option<PhysFrame<Size4KiB>> {
         self.alloc(Order::ZERO)
     }
 }
 
 // SAFETY: as for 4 KiB frames; an order-9 block is 2 MiB and naturally aligned.
-unsafe impl<R: RawMutex> FrameAllocator<Size2MiB> for FrameAdapter<'_, '_, R> {
+unsafe impl<R: RawMutex, H: Hooks> FrameAllocator<Size2MiB> for FrameAdapter<'_, '_, R, H> {
     fn allocate_frame(&mut self) -> Option<PhysFrame<Size2MiB>> {
         self.alloc(Order::HUGE_2M)
     }
 }
 
-impl<R: RawMutex> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, R, H> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size4KiB>) {
         // SAFETY: the trait's contract: an unused frame this allocator
         // handed out.
@@ -112,7 +113,7 @@ impl<R: RawMutex> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, R> {
     }
 }
 
-impl<R: RawMutex> FrameDeallocator<Size2MiB> for FrameAdapter<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> FrameDeallocator<Size2MiB> for FrameAdapter<'_, '_, R, H> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size2MiB>) {
         // SAFETY: as for 4 KiB frames.
         unsafe { self.free(frame, Order::HUGE_2M) };

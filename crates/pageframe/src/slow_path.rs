@@ -26,6 +26,7 @@ use pageframe_mobility::MigrateType;
 
 use crate::block::Block;
 use crate::compaction::{Guarded, Locked, ZoneSet};
+use crate::debug::{Event, Hooks};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
@@ -91,35 +92,37 @@ struct Stall {
 /// The slow path: what a request that may wait tries before it fails
 /// (spec 01 §10, spec 03 §11.1), and transparent huge pages under the THP
 /// policy.
-impl<'a, R: RawMutex> Machine<'a, R> {
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Allocates `2^order` frames for a task on `node`, trying as hard as
     /// `gfp` allows: the free lists, then (for requests that may do direct
     /// reclaim and I/O, order above 0) direct compaction through `hooks`'
     /// migrator and direct reclaim, with Linux's retry rules (spec 01 §10).
     /// `__GFP_NORETRY` gives up after one round; a costly order (above 3)
     /// without `__GFP_RETRY_MAYFAIL` too.
-    pub fn alloc_slow<H: SlowPathHooks + ?Sized>(
+    pub fn alloc_slow<S: SlowPathHooks + ?Sized>(
         &self,
         node: NodeId,
         gfp: Gfp,
         order: Order,
-        hooks: &mut H,
+        hooks: &mut S,
     ) -> Result<Block, AllocError> {
         let nodes = if gfp.contains(Gfp::THISNODE) {
             NodePolicy::ThisNode
         } else {
             NodePolicy::RemoteFallback
         };
-        self.slow(
-            Request {
-                local: node,
-                gfp,
-                order,
-                nodes,
-                compact_only: false,
-            },
-            hooks,
-        )
+        self.traced(node, gfp, order, None, || {
+            self.slow(
+                Request {
+                    local: node,
+                    gfp,
+                    order,
+                    nodes,
+                    compact_only: false,
+                },
+                hooks,
+            )
+        })
     }
 
     /// A transparent huge page (the pageblock order) for a fault on `node`
@@ -127,24 +130,27 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// machine's [`ThpPolicy`] ([`Machine::set_thp_policy`]): how hard it
     /// tries, which nodes it may use and compact. Counts the attempt and
     /// where it was served in `node`'s statistics.
-    pub fn alloc_thp<H: SlowPathHooks + ?Sized>(
+    pub fn alloc_thp<S: SlowPathHooks + ?Sized>(
         &self,
         node: NodeId,
         madvised: bool,
-        hooks: &mut H,
+        hooks: &mut S,
     ) -> Result<Block, AllocError> {
         let policy: ThpPolicy = self.thp_policy();
         let order = self.mobility_config().pageblock_order;
-        let r = self.slow(
-            Request {
-                local: node,
-                gfp: policy.gfp(madvised),
-                order,
-                nodes: policy.nodes,
-                compact_only: policy.compact_only,
-            },
-            hooks,
-        );
+        let gfp = policy.gfp(madvised);
+        let r = self.traced(node, gfp, order, None, || {
+            self.slow(
+                Request {
+                    local: node,
+                    gfp,
+                    order,
+                    nodes: policy.nodes,
+                    compact_only: policy.compact_only,
+                },
+                hooks,
+            )
+        });
         let mut s = NodeStats {
             thp_attempts: 1,
             ..NodeStats::default()
@@ -158,10 +164,10 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         r
     }
 
-    fn slow<H: SlowPathHooks + ?Sized>(
+    fn slow<S: SlowPathHooks + ?Sized>(
         &self,
         mut req: Request,
-        hooks: &mut H,
+        hooks: &mut S,
     ) -> Result<Block, AllocError> {
         // Both spellings of "this node only" mean the same.
         if req.nodes == NodePolicy::ThisNode {
@@ -212,11 +218,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     }
 
     /// Linux's slow path over the whole zonelist (spec 01 §10).
-    fn linux_slow<H: SlowPathHooks + ?Sized>(
+    fn linux_slow<S: SlowPathHooks + ?Sized>(
         &self,
         req: &Request,
         list: &Zonelist,
-        hooks: &mut H,
+        hooks: &mut S,
         stall: &mut Stall,
     ) -> Result<Block, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);
@@ -353,11 +359,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
 
     /// One direct reclaim pass: up to [`SWAP_CLUSTER_MAX`] frames from the
     /// eligible zones in list order. Returns the frames freed.
-    fn reclaim<H: SlowPathHooks + ?Sized>(
+    fn reclaim<S: SlowPathHooks + ?Sized>(
         &self,
         refs: impl Iterator<Item = ZoneRef>,
         gfp: Gfp,
-        hooks: &mut H,
+        hooks: &mut S,
         stall: &mut Stall,
     ) -> u64 {
         let Some(highest) = gfp.highest_zone() else {
@@ -394,14 +400,14 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// more. The compaction crate applies per-zone deferral and accounts
     /// the stall.
     #[allow(clippy::too_many_arguments)]
-    fn direct_compact<H: SlowPathHooks + ?Sized>(
+    fn direct_compact<S: SlowPathHooks + ?Sized>(
         &self,
         local: NodeId,
         refs: impl Iterator<Item = ZoneRef> + Clone,
         gfp: Gfp,
         order: Order,
         prio: Priority,
-        hooks: &mut H,
+        hooks: &mut S,
         stall: &mut Stall,
     ) -> (CompactResult, Option<Block>) {
         let Some(highest) = gfp.highest_zone() else {
@@ -412,7 +418,21 @@ impl<'a, R: RawMutex> Machine<'a, R> {
         };
         let mt = gfp.migratetype();
         let mut guarded = Guarded::new(hooks, self);
+        let order_ev = Some(order);
+        if H::TRACE {
+            self.hooks.event(&Event::CompactBegin {
+                node: local,
+                order: order_ev,
+            });
+        }
         let out = set.with(|zones| try_to_compact_pages(zones, order, mt, prio, &mut guarded));
+        if H::TRACE {
+            self.hooks.event(&Event::CompactEnd {
+                node: local,
+                order: order_ev,
+                result: out.result,
+            });
+        }
         if out.result > CompactResult::Deferred {
             stall.ran = true;
         }
@@ -448,11 +468,11 @@ impl<'a, R: RawMutex> Machine<'a, R> {
     /// faulting task never stalls compacting a remote node. A request that
     /// fails everywhere after waking remote compactors defers the next
     /// wake-ups (spec 03 §7 counting); a remote success ends the back-off.
-    fn node_aware<H: SlowPathHooks + ?Sized>(
+    fn node_aware<S: SlowPathHooks + ?Sized>(
         &self,
         req: &Request,
         list: &Zonelist,
-        hooks: &mut H,
+        hooks: &mut S,
         stall: &mut Stall,
     ) -> Result<Block, AllocError> {
         let (local, gfp, order) = (req.local, req.gfp, req.order);

@@ -32,6 +32,7 @@ pub use pageframe_mobility::{
 };
 pub use pageframe_types::{MAX_PFN, MigrateType};
 
+use crate::debug::{Event, Hooks};
 use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
 use crate::gfp::{AllocFlags, Gfp};
@@ -272,8 +273,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// type `gfp` selects, with fallback as `flags` allow. A high-order
     /// atomic success reserves its pageblock (spec 02 §7).
     #[inline]
-    pub(crate) fn try_alloc(
+    pub(crate) fn try_alloc<H: Hooks>(
         &self,
+        hooks: &H,
         gfp: Gfp,
         order: Order,
         flags: AllocFlags,
@@ -308,19 +310,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 return Ok(p);
             }
         }
-        match self.try_alloc_locked(gfp, order, flags, highest) {
+        match self.try_alloc_locked(hooks, gfp, order, flags, highest) {
             // Frames the stripes hold free are not the zone's: before
             // failing, give them back and try once more.
             Err(AllocError::OutOfMemory) if self.release_stripes() > 0 => {
-                self.try_alloc_locked(gfp, order, flags, highest)
+                self.try_alloc_locked(hooks, gfp, order, flags, highest)
             }
             r => r,
         }
     }
 
     /// [`Zone::try_alloc`] under the zone lock, without the stripes.
-    fn try_alloc_locked(
+    fn try_alloc_locked<H: Hooks>(
         &self,
+        hooks: &H,
         gfp: Gfp,
         order: Order,
         flags: AllocFlags,
@@ -340,10 +343,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return Err(AllocError::OutOfMemory);
         }
         let mt = gfp.migratetype();
+        let before = H::TRACE.then(|| z.buddy.stats());
         let p = z
             .buddy
             .alloc(order, mt, flags.mode(gfp))
             .map_err(AllocError::from)?;
+        if let Some(before) = before {
+            self.trace_fallback(hooks, &before, &z.buddy.stats(), mt, order);
+        }
         if flags.contains(AllocFlags::HIGHATOMIC) {
             z.buddy.reserve_highatomic(p, order);
         }
@@ -358,6 +365,29 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.states.set_allocated(p, order, mt);
         self.after_zone_op(&z);
         Ok(p)
+    }
+
+    /// Reports a fallback the core took between two snapshots of its
+    /// counters (spec 02 §5: a claim or a steal).
+    #[cold]
+    pub(crate) fn trace_fallback<H: Hooks>(
+        &self,
+        hooks: &H,
+        before: &FallbackStats,
+        after: &FallbackStats,
+        wanted: MigrateType,
+        order: Order,
+    ) {
+        let claims = |s: &FallbackStats| s.claims_whole + s.claims_partial;
+        let claimed = claims(after) != claims(before);
+        if claimed || after.steals != before.steals {
+            hooks.event(&Event::Fallback {
+                zone: self.zone_ref(),
+                wanted,
+                order,
+                claimed,
+            });
+        }
     }
 
     /// Frees a live allocation: the ownership byte by compare-and-swap, then

@@ -102,7 +102,8 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         Ok(())
     }
 
-    pub(crate) fn taken(&self) -> usize {
+    /// Blocks handed to the cache so far in this refill.
+    pub fn taken(&self) -> usize {
         self.taken
     }
 }

@@ -1,0 +1,216 @@
+//! The kernel's window into the allocator while it runs: trace events
+//! (Linux's `kmem` and `compaction` tracepoints) delivered to a [`Hooks`]
+//! value the machine owns.
+//!
+//! A machine is generic over its hooks, [`NoHooks`] by default, so calls
+//! into them are static: with [`NoHooks`] every call is an empty inline
+//! function and the paths compile to what they were without it. A kernel
+//! that wants events builds its machine with
+//! [`Machine::new_in_with_hooks`](crate::Machine::new_in_with_hooks).
+//!
+//! Hooks run on the path that raised the event, sometimes with a zone lock
+//! held or inside the per-CPU fast path: they must not allocate from the
+//! machine or block, and should be short (count, timestamp, push to a
+//! ring).
+//!
+//! ```
+//! use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! use pageframe::debug::{Event, Hooks};
+//! use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+//!
+//! /// Allocations by order, as a trace consumer would count them.
+//! #[derive(Default)]
+//! struct ByOrder([AtomicU64; 11]);
+//!
+//! impl Hooks for ByOrder {
+//!     fn event(&self, e: &Event) {
+//!         if let Event::Alloc { order, .. } = e {
+//!             self.0[order.index()].fetch_add(1, Relaxed);
+//!         }
+//!     }
+//! }
+//!
+//! let mut m = Machine::new_boxed_with_hooks(MachineConfig::SINGLE_NODE, ByOrder::default());
+//! # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
+//! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+//! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+//! # m.add_free_range(span).unwrap();
+//! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap()).unwrap();
+//! assert_eq!(m.hooks().0[2].load(Relaxed), 1);
+//! m.free(b).unwrap();
+//! ```
+
+use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_compact::{CompactResult, TickReport};
+use pageframe_mobility::MigrateType;
+use pageframe_pcp::CpuId;
+
+use crate::error::AllocError;
+use crate::gfp::Gfp;
+use crate::node_id::NodeId;
+use crate::zonelist::ZoneRef;
+
+/// One trace event. Frame numbers are the block's first frame.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// An allocation is starting (`cpu`: the handle's CPU, `None` without
+    /// one). With [`Event::Alloc`] or [`Event::AllocFail`] on the same CPU
+    /// it brackets the allocation, for latency.
+    AllocStart {
+        /// The request's order.
+        order: Order,
+        /// The CPU, when the request came through its handle.
+        cpu: Option<CpuId>,
+    },
+    /// A block was handed out (`mm_page_alloc`).
+    Alloc {
+        /// Its first frame.
+        pfn: Pfn,
+        /// Its order.
+        order: Order,
+        /// The request's flags.
+        gfp: Gfp,
+        /// The CPU, when the request came through its handle.
+        cpu: Option<CpuId>,
+    },
+    /// A request failed (`mm_page_alloc` with no page).
+    AllocFail {
+        /// The node the request was for.
+        node: NodeId,
+        /// The request's order.
+        order: Order,
+        /// The request's flags.
+        gfp: Gfp,
+        /// Why.
+        error: AllocError,
+        /// The CPU, when the request came through its handle.
+        cpu: Option<CpuId>,
+    },
+    /// A block was given back (`mm_page_free`, or `mm_page_free_batched`
+    /// when it went to a per-CPU cache: `cpu` is then set).
+    Free {
+        /// Its first frame.
+        pfn: Pfn,
+        /// Its order.
+        order: Order,
+        /// The CPU, when it went through its handle.
+        cpu: Option<CpuId>,
+    },
+    /// A request took memory of another migratetype (`mm_page_alloc_extfrag`,
+    /// spec 02 §5): by claiming a whole pageblock (or most of one), or by
+    /// stealing one block from it.
+    Fallback {
+        /// The zone.
+        zone: ZoneRef,
+        /// The type asked for.
+        wanted: MigrateType,
+        /// The request's order.
+        order: Order,
+        /// Whether the pageblock became `wanted`'s (claimed) rather than
+        /// one block taken from it (stolen).
+        claimed: bool,
+    },
+    /// A per-CPU cache took blocks from its zone in one go (`rmqueue_bulk`).
+    PcpRefill {
+        /// The zone.
+        zone: ZoneRef,
+        /// The CPU whose cache it is.
+        cpu: Option<CpuId>,
+        /// The order of the blocks.
+        order: Order,
+        /// Blocks taken.
+        blocks: u64,
+    },
+    /// A per-CPU cache gave frames back to its zone in one go, a full drain
+    /// or a spill past its `high` (`free_pcppages_bulk`).
+    PcpSpill {
+        /// The zone.
+        zone: ZoneRef,
+        /// The CPU whose cache it is (`None`: drained by another CPU).
+        cpu: Option<CpuId>,
+        /// Base frames given back.
+        pages: u64,
+    },
+    /// A direct or whole-node compaction run begins
+    /// (`mm_compaction_begin`).
+    CompactBegin {
+        /// The node it compacts for (a direct run may reach its
+        /// zonelist's other nodes).
+        node: NodeId,
+        /// The order compacted for (`None`: the whole node).
+        order: Option<Order>,
+    },
+    /// The run [`Event::CompactBegin`] announced ended
+    /// (`mm_compaction_end`).
+    CompactEnd {
+        /// The node.
+        node: NodeId,
+        /// The order compacted for (`None`: the whole node).
+        order: Option<Order>,
+        /// How it ended.
+        result: CompactResult,
+    },
+    /// A kcompactd step compacted (`mm_compaction_kcompactd_wake` and the
+    /// proactive run that followed).
+    Kcompactd {
+        /// The node.
+        node: NodeId,
+        /// What it did.
+        report: TickReport,
+    },
+    /// One block was migrated, or failed to (`mm_migrate_pages`, one a
+    /// block).
+    Migrate {
+        /// Where it was.
+        from: Pfn,
+        /// Where it went (for a failure: where it would have).
+        to: Pfn,
+        /// Its order.
+        order: Order,
+        /// Whether it moved.
+        moved: bool,
+    },
+    /// A frame range's pageblocks were isolated for a contiguous allocation
+    /// or offlining (`test_pages_isolated` and friends), or the isolation
+    /// was refused.
+    Isolate {
+        /// The range.
+        range: PfnRange,
+        /// Whether it was isolated.
+        ok: bool,
+    },
+}
+
+/// What a kernel plugs into a machine to watch it. Every method has a
+/// default that does nothing.
+pub trait Hooks: Sync {
+    /// Whether [`Hooks::event`] is called at all. Some events cost a little
+    /// to find out (a snapshot of counters under the zone lock): with
+    /// `false` that work compiles away. Left `true` by any implementation
+    /// that does not say otherwise.
+    const TRACE: bool = true;
+
+    /// One trace event. Called on the path that raised it; see the module
+    /// docs for what it may do.
+    #[inline]
+    fn event(&self, event: &Event) {
+        let _ = event;
+    }
+}
+
+/// No hooks: every call compiles away. A machine's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {
+    const TRACE: bool = false;
+}
+
+impl<H: Hooks + ?Sized> Hooks for &H {
+    const TRACE: bool = H::TRACE;
+    #[inline]
+    fn event(&self, event: &Event) {
+        (**self).event(event)
+    }
+}

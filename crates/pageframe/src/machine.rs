@@ -155,6 +155,9 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
     /// The kernel's hooks ([`crate::debug`]).
     pub(crate) hooks: H,
+    /// Fault injection ([`crate::fail`]).
+    #[cfg(feature = "fail-alloc")]
+    fail: crate::fail::FailPageAlloc,
 }
 
 /// # A machine with the default lock
@@ -253,6 +256,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
             addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
             addr_of_mut!((*p).hooks).write(hooks);
+            #[cfg(feature = "fail-alloc")]
+            addr_of_mut!((*p).fail).write(crate::fail::FailPageAlloc::new());
             slot.assume_init_mut()
         }
     }
@@ -694,6 +699,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if H::TRACE {
             self.hooks.event(&Event::AllocStart { order, cpu });
         }
+        #[cfg(feature = "fail-alloc")]
+        let r = if self.fail.should_fail(gfp, order) {
+            Err(AllocError::OutOfMemory)
+        } else {
+            f()
+        };
+        #[cfg(not(feature = "fail-alloc"))]
         let r = f();
         if H::TRACE {
             self.hooks.event(&match &r {
@@ -735,6 +747,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// The machine's hooks ([`crate::debug`]).
     pub fn hooks(&self) -> &H {
         &self.hooks
+    }
+
+    /// Fault injection: which allocations to fail on purpose
+    /// ([`crate::fail`], feature `fail-alloc`).
+    #[cfg(feature = "fail-alloc")]
+    pub fn fail_page_alloc(&self) -> &crate::fail::FailPageAlloc {
+        &self.fail
     }
 
     /// [`Machine::alloc`], through this CPU's caches when `cpu` has them.

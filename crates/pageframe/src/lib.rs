@@ -84,8 +84,6 @@ mod cache;
 mod compaction;
 pub mod debug;
 mod error;
-#[cfg(feature = "fail-alloc")]
-pub mod fail;
 mod fragmap;
 mod frame_state;
 mod gfp;

@@ -155,9 +155,9 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
     /// The kernel's hooks ([`crate::debug`]).
     pub(crate) hooks: H,
-    /// Fault injection ([`crate::fail`]).
+    /// Fault injection ([`crate::debug::fail`]).
     #[cfg(feature = "fail-alloc")]
-    fail: crate::fail::FailPageAlloc,
+    fail: crate::debug::fail::FailPageAlloc,
 }
 
 /// # A machine with the default lock
@@ -257,7 +257,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
             addr_of_mut!((*p).hooks).write(hooks);
             #[cfg(feature = "fail-alloc")]
-            addr_of_mut!((*p).fail).write(crate::fail::FailPageAlloc::new());
+            addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());
             slot.assume_init_mut()
         }
     }
@@ -678,7 +678,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// then against the min watermarks with the reserve access `gfp` grants
     /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
     /// node allocates from the nearest nodes with memory.
-    #[inline]
     pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
         self.traced(node, gfp, order, None, || {
             self.alloc_fast(node, gfp, order, None)
@@ -750,9 +749,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 
     /// Fault injection: which allocations to fail on purpose
-    /// ([`crate::fail`], feature `fail-alloc`).
+    /// ([`crate::debug::fail`], feature `fail-alloc`).
     #[cfg(feature = "fail-alloc")]
-    pub fn fail_page_alloc(&self) -> &crate::fail::FailPageAlloc {
+    pub fn fail_page_alloc(&self) -> &crate::debug::fail::FailPageAlloc {
         &self.fail
     }
 

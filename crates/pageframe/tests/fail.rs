@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Words, leak, machine_with, o, r};
-use pageframe::fail::FailConfig;
+use pageframe::debug::fail::FailConfig;
 use pageframe::{AllocError, CpuId, Gfp, Machine, MachineConfig, NodeId, Order, ZoneKind};
 
 /// One Normal zone of 64 MiB at 4 GiB, two CPUs with caches.

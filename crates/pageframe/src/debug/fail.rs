@@ -21,7 +21,7 @@
 //! reported to the hooks as any failure.
 //!
 //! ```
-//! use pageframe::fail::FailConfig;
+//! use pageframe::debug::fail::FailConfig;
 //! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 //! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
 //! # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));

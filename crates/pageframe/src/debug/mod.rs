@@ -25,7 +25,7 @@
 //! impl Hooks for ByOrder {
 //!     fn event(&self, e: &Event) {
 //!         if let Event::Alloc { order, .. } = e {
-//!             self.0[order.index()].fetch_add(1, Relaxed);
+//!             self.0[usize::from(order.get())].fetch_add(1, Relaxed);
 //!         }
 //!     }
 //! }
@@ -39,6 +39,9 @@
 //! assert_eq!(m.hooks().0[2].load(Relaxed), 1);
 //! m.free(b).unwrap();
 //! ```
+
+#[cfg(feature = "fail-alloc")]
+pub mod fail;
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_compact::{CompactResult, TickReport};

@@ -32,7 +32,7 @@ pub use pageframe_mobility::{
 };
 pub use pageframe_types::{MAX_PFN, MigrateType};
 
-use crate::debug::{Event, Hooks};
+use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
 use crate::gfp::{AllocFlags, Gfp};
@@ -274,6 +274,35 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// atomic success reserves its pageblock (spec 02 §7).
     #[inline]
     pub(crate) fn try_alloc<H: Hooks>(
+        &self,
+        hooks: &H,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
+        // Without hooks, the function a machine without them always had
+        // (one argument fewer on the hottest call).
+        if H::TRACE {
+            self.try_alloc_with(hooks, gfp, order, flags, highest)
+        } else {
+            self.try_alloc_untraced(gfp, order, flags, highest)
+        }
+    }
+
+    #[inline]
+    fn try_alloc_untraced(
+        &self,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
+        self.try_alloc_with(&NoHooks, gfp, order, flags, highest)
+    }
+
+    #[inline]
+    fn try_alloc_with<H: Hooks>(
         &self,
         hooks: &H,
         gfp: Gfp,

@@ -21,6 +21,8 @@ use pageframe_pcp::{
     SpillBatch, ZoneFlags, ZoneGeometry, pcp_list_type,
 };
 
+#[cfg(feature = "vmstat")]
+use crate::debug::vmstat::ZoneCounters;
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
@@ -67,6 +69,10 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     pub(crate) fn pcp_bytes(&self, cpus: u32, local_cpus: u32) -> Result<usize, PcpSetupError> {
         let slots = self.pcp_sizing(local_cpus, 0)?.suggested_slots();
         let per_cpu = carve::bytes_for::<Slot>(slots).ok_or(PcpSetupError::CpuCount)?;
+        #[cfg(feature = "vmstat")]
+        let per_cpu = carve::bytes_for::<ZoneCounters>(1)
+            .and_then(|c| per_cpu.checked_add(c))
+            .ok_or(PcpSetupError::CpuCount)?;
         carve::bytes_for::<PcpSlot<'static>>(cpus as usize)
             .and_then(|b| per_cpu.checked_mul(cpus as usize)?.checked_add(b))
             .ok_or(PcpSetupError::CpuCount)
@@ -96,6 +102,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 .map_err(PcpSetupError::Sizing)?;
             slot.write(PcpSlot::new(cache));
         }
+        #[cfg(feature = "vmstat")]
+        let rest = {
+            let (counters, rest) =
+                carve::carve_init(rest, cpus as usize, |_| ZoneCounters::new()).ok_or(too_small)?;
+            self.vm_cpus = counters;
+            rest
+        };
         // SAFETY: the loop above wrote every element (an early return leaves
         // the memory unused and the zone without caches).
         let slots: &'a [PcpSlot<'a>] = unsafe { carve::assume_init(array) };
@@ -150,6 +163,10 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     ) -> Option<Pfn> {
         let p = local.alloc(&hooks.on(self), order, mt).ok()?;
         self.states.set_allocated(p, order, mt);
+        #[cfg(feature = "vmstat")]
+        if !hooks.refilled.get() {
+            self.vm(hooks.cpu).pcp_hit();
+        }
         Some(p)
     }
 
@@ -216,48 +233,54 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             self.states.set_allocated(pfn, order, mt);
             return self.free(pfn, order);
         }
+        #[cfg(feature = "vmstat")]
+        self.vm(hooks.cpu).pcp_free();
         Ok(())
     }
 }
 
 /// The machine's hooks as one CPU's caches report to them (`cpu`: `None`
-/// when a cache is drained by another CPU).
+/// when a cache is drained by another CPU), for one operation.
 pub(crate) struct Traced<'h, H: Hooks> {
     pub hooks: &'h H,
     pub cpu: Option<CpuId>,
+    /// Whether the operation refilled a cache (its block was no hit).
+    #[cfg(feature = "vmstat")]
+    pub refilled: core::cell::Cell<bool>,
 }
 
 impl<'h, H: Hooks> Traced<'h, H> {
     /// `zone` as the caches reach it, reporting refills and spills.
     #[inline]
-    pub(crate) fn on<'z, 'a, R: RawMutex>(
-        &self,
+    pub(crate) fn on<'t, 'z, 'a, R: RawMutex>(
+        &'t self,
         zone: &'z Zone<'a, R>,
-    ) -> TracedZone<'z, 'a, 'h, R, H> {
-        TracedZone {
-            zone,
-            hooks: self.hooks,
-            cpu: self.cpu,
-        }
+    ) -> TracedZone<'t, 'z, 'a, 'h, R, H> {
+        TracedZone { zone, traced: self }
     }
 }
 
 /// A zone with the hooks its caches report to (static: with
-/// [`crate::debug::NoHooks`] it is the zone).
-pub(crate) struct TracedZone<'z, 'a, 'h, R: RawMutex, H: Hooks> {
+/// [`crate::debug::NoHooks`] and no counters it is the zone).
+pub(crate) struct TracedZone<'t, 'z, 'a, 'h, R: RawMutex, H: Hooks> {
     zone: &'z Zone<'a, R>,
-    hooks: &'h H,
-    cpu: Option<CpuId>,
+    traced: &'t Traced<'h, H>,
 }
 
-impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, R, H> {
+impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, '_, R, H> {
     #[inline]
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
-        self.zone.refill_traced(self.hooks, order, mt, sink);
+        let t = self.traced;
+        self.zone.refill_traced(t.hooks, order, mt, sink);
+        #[cfg(feature = "vmstat")]
+        {
+            t.refilled.set(true);
+            self.zone.vm(t.cpu).pcp_refill(sink.taken() as u64);
+        }
         if H::TRACE {
-            self.hooks.event(&Event::PcpRefill {
+            t.hooks.event(&Event::PcpRefill {
                 zone: self.zone.zone_ref(),
-                cpu: self.cpu,
+                cpu: t.cpu,
                 order,
                 blocks: sink.taken() as u64,
             });
@@ -266,11 +289,14 @@ impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, R, H> {
 
     #[inline]
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
+        let t = self.traced;
         self.zone.spill(batch);
+        #[cfg(feature = "vmstat")]
+        self.zone.vm(t.cpu).pcp_spill(batch.pages());
         if H::TRACE {
-            self.hooks.event(&Event::PcpSpill {
+            t.hooks.event(&Event::PcpSpill {
                 zone: self.zone.zone_ref(),
-                cpu: self.cpu,
+                cpu: t.cpu,
                 pages: batch.pages(),
             });
         }

@@ -200,7 +200,10 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             .ok_or(ContigError::OutOfRange {
                 pfn: area.range.start,
             })?;
-        match self.contig_in(z, area.range, frames, align, migrator) {
+        let r = self.contig_in(z, area.range, frames, align, migrator);
+        #[cfg(feature = "vmstat")]
+        crate::debug::vmstat::MachineCounters::outcome(&self.vm.cma_success, &self.vm.cma_fail, &r);
+        match r {
             Ok(a) => {
                 area.allocs.fetch_add(1, Relaxed);
                 area.held.fetch_add(a.len(), Relaxed);

@@ -21,6 +21,8 @@ use crate::error::ContigError;
 // free page reporting.
 pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
+#[cfg(feature = "vmstat")]
+use crate::debug::vmstat::MachineCounters;
 use crate::debug::{Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
@@ -51,6 +53,18 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// to circulation. Unmovable or pinned memory in the range is reported
     /// before anything moves.
     pub fn alloc_contig_range<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<Segment, ContigError> {
+        let r = self.contig_range(range, migrator);
+        #[cfg(feature = "vmstat")]
+        MachineCounters::outcome(&self.vm.contig_success, &self.vm.contig_fail, &r);
+        r
+    }
+
+    /// [`Machine::alloc_contig_range`], uncounted (one attempt of a search).
+    fn contig_range<M: Migrator + ?Sized>(
         &self,
         range: PfnRange,
         migrator: &mut M,
@@ -116,6 +130,17 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// assert_eq!(m.managed_pages(), before);
     /// ```
     pub fn offline_range<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<u64, ContigError> {
+        let r = self.offline(range, migrator);
+        #[cfg(feature = "vmstat")]
+        MachineCounters::outcome(&self.vm.offline_success, &self.vm.offline_fail, &r);
+        r
+    }
+
+    fn offline<M: Migrator + ?Sized>(
         &self,
         range: PfnRange,
         migrator: &mut M,
@@ -276,6 +301,20 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         align: u64,
         migrator: &mut M,
     ) -> Result<Segment, ContigError> {
+        let r = self.contig(node, gfp, frames, align, migrator);
+        #[cfg(feature = "vmstat")]
+        MachineCounters::outcome(&self.vm.contig_success, &self.vm.contig_fail, &r);
+        r
+    }
+
+    fn contig<M: Migrator + ?Sized>(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        frames: u64,
+        align: u64,
+        migrator: &mut M,
+    ) -> Result<Segment, ContigError> {
         if frames == 0 || frames > MAX_PFN || !align.is_power_of_two() || align > MAX_PFN {
             return Err(ContigError::Invalid);
         }
@@ -343,7 +382,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             ranked[..n].sort_unstable();
             for &(_, start) in &ranked[..n] {
                 let cand = candidate(start).ok_or(ContigError::NotFound)?;
-                match self.alloc_contig_range(cand, migrator) {
+                match self.contig_range(cand, migrator) {
                     Ok(a) => return Ok(a),
                     Err(ContigError::NoMemory) => return Err(ContigError::NoMemory),
                     Err(_) => {}
@@ -355,7 +394,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         while let Some(cand) = candidate(start) {
             let skip_to = match cost(cand) {
                 Err(p) => Some(p),
-                Ok(_) => match self.alloc_contig_range(cand, migrator) {
+                Ok(_) => match self.contig_range(cand, migrator) {
                     Ok(a) => return Ok(a),
                     Err(ContigError::Blocked { pfn, .. } | ContigError::Refused { pfn }) => {
                         Some(pfn)

@@ -323,7 +323,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             let (pfn, order) = (block.pfn(), block.order());
             return match z.free_cached(&hooks, &mut local, pfn, order) {
                 Ok(()) => {
-                    self.trace_free(pfn, order, Some(cpu));
+                    self.freed(z, pfn, order, Some(cpu));
                     Ok(())
                 }
                 Err(e) => Err(Refused::new(block, e)),
@@ -426,7 +426,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
                 let (pfn, order) = (block.pfn(), block.order());
                 match z.free_cached(&hooks, local, pfn, order) {
                     Ok(()) => {
-                        self.machine.trace_free(pfn, order, Some(self.cpu));
+                        self.machine.freed(z, pfn, order, Some(self.cpu));
                         Ok(())
                     }
                     Err(e) => Err(Refused::new(block, e)),

@@ -158,6 +158,9 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// Fault injection ([`crate::debug::fail`]).
     #[cfg(feature = "fail-alloc")]
     fail: crate::debug::fail::FailPageAlloc,
+    /// Counters of rare events ([`crate::debug::vmstat`]).
+    #[cfg(feature = "vmstat")]
+    pub(crate) vm: crate::debug::vmstat::MachineCounters,
 }
 
 /// # A machine with the default lock
@@ -258,6 +261,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).hooks).write(hooks);
             #[cfg(feature = "fail-alloc")]
             addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());
+            #[cfg(feature = "vmstat")]
+            addr_of_mut!((*p).vm).write(crate::debug::vmstat::MachineCounters::new());
             slot.assume_init_mut()
         }
     }
@@ -706,6 +711,17 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         };
         #[cfg(not(feature = "fail-alloc"))]
         let r = f();
+        #[cfg(feature = "vmstat")]
+        match &r {
+            Ok(b) => {
+                if let Some(z) = self.zone(b.zone_ref()) {
+                    z.vm(cpu).alloc(order);
+                }
+            }
+            Err(_) => {
+                self.vm.alloc_fail.fetch_add(1, Relaxed);
+            }
+        }
         if H::TRACE {
             self.hooks.event(&match &r {
                 Ok(b) => Event::Alloc {
@@ -726,9 +742,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         r
     }
 
-    /// Reports a free to the hooks.
+    /// Counts a free of `zone` and reports it to the hooks.
     #[inline(always)]
-    pub(crate) fn trace_free(&self, pfn: Pfn, order: Order, cpu: Option<CpuId>) {
+    pub(crate) fn freed(&self, zone: &Zone<'a, R>, pfn: Pfn, order: Order, cpu: Option<CpuId>) {
+        #[cfg(feature = "vmstat")]
+        zone.vm(cpu).free(order);
+        let _ = zone;
         if H::TRACE {
             self.hooks.event(&Event::Free { pfn, order, cpu });
         }
@@ -740,6 +759,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Traced {
             hooks: &self.hooks,
             cpu,
+            #[cfg(feature = "vmstat")]
+            refilled: core::cell::Cell::new(false),
         }
     }
 
@@ -906,7 +927,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         };
         match z.free(block.pfn(), block.order()) {
             Ok(()) => {
-                self.trace_free(block.pfn(), block.order(), None);
+                self.freed(z, block.pfn(), block.order(), None);
                 Ok(())
             }
             Err(e) => Err(Refused::new(block, e)),
@@ -1061,6 +1082,50 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Node `id`'s counters (zero for a node outside the topology).
     pub fn stats(&self, id: NodeId) -> NodeStats {
         self.node(id).map_or_else(NodeStats::default, Node::stats)
+    }
+
+    /// The machine's counters as `/proc/vmstat` shows them
+    /// ([`crate::debug::vmstat`], feature `vmstat`).
+    #[cfg(feature = "vmstat")]
+    pub fn vmstat(&self) -> crate::debug::vmstat::VmStat {
+        let mut v = crate::debug::vmstat::VmStat::default();
+        for z in self.all_zones() {
+            z.add_vmstat(&mut v);
+        }
+        v.add_node(&self.total_stats());
+        self.vm.add_to(&mut v);
+        v
+    }
+
+    /// Node `id`'s counters: its zones' and its slow paths' (failures,
+    /// contiguous ranges and CMA are the machine's: 0 here).
+    #[cfg(feature = "vmstat")]
+    pub fn node_vmstat(&self, id: NodeId) -> crate::debug::vmstat::VmStat {
+        let mut v = crate::debug::vmstat::VmStat::default();
+        if let Some(n) = self.node(id) {
+            for z in n.zones() {
+                z.add_vmstat(&mut v);
+            }
+            v.add_node(&n.stats());
+        }
+        v
+    }
+
+    /// `/proc/zoneinfo`: every zone's watermarks, sizes, protection, free
+    /// blocks by order and type, and per-CPU caches, as text.
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, Pfn, PfnRange, ZoneKind};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// let text = m.zoneinfo().to_string();
+    /// assert!(text.starts_with("Node 0, zone   Normal\n  pages free     16384\n"));
+    /// ```
+    pub fn zoneinfo(&self) -> crate::debug::ZoneInfo<'_, 'a, R, H> {
+        crate::debug::ZoneInfo(self)
     }
 
     /// All nodes' counters added up.

@@ -32,6 +32,8 @@ pub use pageframe_mobility::{
 };
 pub use pageframe_types::{MAX_PFN, MigrateType};
 
+#[cfg(feature = "vmstat")]
+use crate::debug::vmstat::{VmStat, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
@@ -41,6 +43,8 @@ use crate::node_id::NodeId;
 use crate::stripe::Stripes;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::ZoneRef;
+#[cfg(feature = "vmstat")]
+use pageframe_pcp::CpuId;
 
 /// What the zone lock protects.
 pub(crate) struct ZoneInner<'a> {
@@ -89,6 +93,12 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     /// the zone (kept to one range so that a zone stays small: it is built
     /// on the kernel's stack).
     cma_span: PfnRange,
+    /// Counters of callers without a CPU ([`crate::debug::vmstat`]).
+    #[cfg(feature = "vmstat")]
+    vm_shared: ZoneCounters,
+    /// Counters of each CPU with a cache, beside the caches.
+    #[cfg(feature = "vmstat")]
+    pub(crate) vm_cpus: &'a [ZoneCounters],
 }
 
 impl<'a, R: RawMutex> Zone<'a, R> {
@@ -178,8 +188,41 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             addr_of_mut!((*p).busy).write(AtomicU32::new(0));
             addr_of_mut!((*p).compact).write(CompactState::new());
             addr_of_mut!((*p).cma_span).write(PfnRange::new(Pfn(0), Pfn(0)));
+            #[cfg(feature = "vmstat")]
+            addr_of_mut!((*p).vm_shared).write(ZoneCounters::new());
+            #[cfg(feature = "vmstat")]
+            addr_of_mut!((*p).vm_cpus).write(&[]);
         }
         Ok(())
+    }
+
+    /// The counters `cpu` bumps: its own when it has a cache of this zone,
+    /// the shared ones otherwise.
+    #[cfg(feature = "vmstat")]
+    #[inline]
+    pub(crate) fn vm(&self, cpu: Option<CpuId>) -> &ZoneCounters {
+        cpu.and_then(|c| self.vm_cpus.get(c.0 as usize))
+            .unwrap_or(&self.vm_shared)
+    }
+
+    /// This zone's counters: its allocations, frees and per-CPU cache
+    /// traffic on every CPU, and its free and managed frames
+    /// ([`crate::debug::vmstat`], feature `vmstat`).
+    #[cfg(feature = "vmstat")]
+    pub fn vmstat(&self) -> VmStat {
+        let mut v = VmStat::default();
+        self.add_vmstat(&mut v);
+        v
+    }
+
+    #[cfg(feature = "vmstat")]
+    pub(crate) fn add_vmstat(&self, v: &mut VmStat) {
+        v.nr_free_pages += self.free_pages();
+        v.nr_managed_pages += self.managed_pages();
+        self.vm_shared.add_to(self.kind, v);
+        for c in self.vm_cpus {
+            c.add_to(self.kind, v);
+        }
     }
 
     /// Counts an operation that may leave isolation marks or busy frames in

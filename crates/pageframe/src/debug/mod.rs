@@ -42,6 +42,11 @@
 
 #[cfg(feature = "fail-alloc")]
 pub mod fail;
+#[cfg(feature = "vmstat")]
+pub mod vmstat;
+mod zoneinfo;
+
+pub use zoneinfo::ZoneInfo;
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_compact::{CompactResult, TickReport};

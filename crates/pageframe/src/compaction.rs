@@ -143,6 +143,11 @@ impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g,
             *slot = None;
         }
         if let Some(z) = self.machine.zone_of(src) {
+            // The owner record moves with the contents.
+            #[cfg(feature = "page-owner")]
+            if let (Some(o), Some(d)) = (z.owners.get(src), self.machine.zone_of(dst)) {
+                d.owners.set(dst, o);
+            }
             z.states.moved(src, dst, order);
         }
     }

@@ -15,7 +15,7 @@ use pageframe_buddy::{FreeError, Order};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
 use crate::block::{Block, MachineId, Refused};
-use crate::debug::{Hooks, NoHooks};
+use crate::debug::{Caller, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
@@ -271,6 +271,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// m.free_on(CpuId(1), frame).unwrap();
     /// ```
     #[inline]
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_on(
         &self,
         cpu: CpuId,
@@ -278,7 +279,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         gfp: Gfp,
         order: Order,
     ) -> Result<Block, AllocError> {
-        self.traced(node, gfp, order, Some(cpu), || {
+        self.traced(node, gfp, order, Some(cpu), Caller::here(), || {
             self.alloc_on_untraced(cpu, node, gfp, order)
         })
     }
@@ -394,9 +395,23 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
     /// has them (refilled from the zone in batches); everything else goes
     /// to the zones. Never compacts.
     #[inline]
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
+        self.alloc_as(gfp, order, Caller::here())
+    }
+
+    /// [`CpuCache::alloc`] recording `tag` as the block's owner
+    /// ([`crate::debug::owner`], feature `page-owner`).
+    #[cfg(feature = "page-owner")]
+    #[track_caller]
+    pub fn alloc_tagged(&mut self, gfp: Gfp, order: Order, tag: u64) -> Result<Block, AllocError> {
+        self.alloc_as(gfp, order, Caller::tagged(tag))
+    }
+
+    #[inline(always)]
+    fn alloc_as(&mut self, gfp: Gfp, order: Order, caller: Caller) -> Result<Block, AllocError> {
         let (m, node, cpu) = (self.machine, self.node, self.cpu);
-        m.traced(node, gfp, order, Some(cpu), || {
+        m.traced(node, gfp, order, Some(cpu), caller, || {
             // The common case first: a hit in this CPU's cache of the first
             // zone the request would try. Anything else walks the zonelist.
             if let Some((r, highest)) = m.preferred(node, gfp)

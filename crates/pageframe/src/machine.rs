@@ -30,7 +30,7 @@ use pageframe_mobility::{
 
 use crate::block::{Block, BlockGuard, MachineId, RawError, Refused};
 use crate::cache::Traced;
-use crate::debug::{Event, Hooks, NoHooks};
+use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{RawMutex, SpinLock};
@@ -161,6 +161,9 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// Counters of rare events ([`crate::debug::vmstat`]).
     #[cfg(feature = "vmstat")]
     pub(crate) vm: crate::debug::vmstat::MachineCounters,
+    /// The next owner record's sequence number ([`crate::debug::owner`]).
+    #[cfg(feature = "page-owner")]
+    owner_seq: AtomicU64,
 }
 
 /// # A machine with the default lock
@@ -263,6 +266,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());
             #[cfg(feature = "vmstat")]
             addr_of_mut!((*p).vm).write(crate::debug::vmstat::MachineCounters::new());
+            #[cfg(feature = "page-owner")]
+            addr_of_mut!((*p).owner_seq).write(AtomicU64::new(0));
             slot.assume_init_mut()
         }
     }
@@ -683,8 +688,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// then against the min watermarks with the reserve access `gfp` grants
     /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
     /// node allocates from the nearest nodes with memory.
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
-        self.traced(node, gfp, order, None, || {
+        self.traced(node, gfp, order, None, Caller::here(), || {
             self.alloc_fast(node, gfp, order, None)
         })
     }
@@ -692,14 +698,17 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Runs the allocation `f`, reporting its start and its outcome to the
     /// hooks (nothing with [`NoHooks`]).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn traced(
         &self,
         node: NodeId,
         gfp: Gfp,
         order: Order,
         cpu: Option<CpuId>,
+        caller: Caller,
         f: impl FnOnce() -> Result<Block, AllocError>,
     ) -> Result<Block, AllocError> {
+        let _ = caller;
         if H::TRACE {
             self.hooks.event(&Event::AllocStart { order, cpu });
         }
@@ -711,6 +720,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         };
         #[cfg(not(feature = "fail-alloc"))]
         let r = f();
+        #[cfg(feature = "page-owner")]
+        if let Ok(b) = &r
+            && let Some(z) = self.zone(b.zone_ref())
+        {
+            let seq = self.owner_seq.fetch_add(1, Relaxed);
+            z.owners.set(b.pfn(), caller.owner(seq));
+        }
         #[cfg(feature = "vmstat")]
         match &r {
             Ok(b) => {
@@ -767,6 +783,97 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// The machine's hooks ([`crate::debug`]).
     pub fn hooks(&self) -> &H {
         &self.hooks
+    }
+
+    /// [`Machine::alloc`] recording `tag` as the block's owner
+    /// ([`crate::debug::owner`], feature `page-owner`).
+    #[cfg(feature = "page-owner")]
+    #[track_caller]
+    pub fn alloc_tagged(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        tag: u64,
+    ) -> Result<Block, AllocError> {
+        self.traced(node, gfp, order, None, Caller::tagged(tag), || {
+            self.alloc_fast(node, gfp, order, None)
+        })
+    }
+
+    /// The sequence number the next allocation's owner record gets: blocks
+    /// with a number at or above a value read earlier were allocated since.
+    #[cfg(feature = "page-owner")]
+    pub fn owner_seq(&self) -> u64 {
+        self.owner_seq.load(Relaxed)
+    }
+
+    /// The block holding `pfn` and its owner (`live`), or, for a free
+    /// frame, the last block that started there (`live: false`). `None`
+    /// for a frame outside every zone or never allocated.
+    #[cfg(feature = "page-owner")]
+    pub fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner::OwnedBlock> {
+        use crate::frame_state::State;
+        let z = self.zone_of(pfn)?;
+        let max = z.inspect(|mz| mz.buddy().max_order());
+        for k in 0..=max.get() {
+            let order = Order::new_truncated(k);
+            let head = pfn.align_down(order);
+            if !z.span().contains(head) {
+                break;
+            }
+            if let State::Allocated(o, _) | State::Isolated(o) = z.states.get(head)
+                && o == order
+            {
+                return Some(crate::debug::owner::OwnedBlock {
+                    pfn: head,
+                    order,
+                    owner: z.owners.get(head)?,
+                    live: true,
+                });
+            }
+        }
+        Some(crate::debug::owner::OwnedBlock {
+            pfn,
+            order: Order::ZERO,
+            owner: z.owners.get(pfn)?,
+            live: false,
+        })
+    }
+
+    /// Calls `f` with every block allocated now that has an owner record
+    /// (blocks from contiguous ranges and CMA have none), zone by zone in
+    /// frame order.
+    #[cfg(feature = "page-owner")]
+    pub fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
+        use crate::frame_state::State;
+        for z in self.all_zones() {
+            let mut p = z.span().start;
+            while p < z.span().end {
+                let step = match z.states.get(p) {
+                    State::Allocated(order, _) | State::Isolated(order) => {
+                        if let Some(owner) = z.owners.get(p) {
+                            f(crate::debug::owner::OwnedBlock {
+                                pfn: p,
+                                order,
+                                owner,
+                                live: true,
+                            });
+                        }
+                        order.pages()
+                    }
+                    _ => 1,
+                };
+                p = p + step;
+            }
+        }
+    }
+
+    /// The live blocks grouped by owner tag, largest first, as text
+    /// ([`crate::debug::owner`]).
+    #[cfg(feature = "page-owner")]
+    pub fn page_owners(&self) -> crate::debug::owner::OwnerDump<'_, 'a, R, H> {
+        crate::debug::owner::OwnerDump(self)
     }
 
     /// Fault injection: which allocations to fail on purpose

@@ -26,7 +26,7 @@ use pageframe_mobility::MigrateType;
 
 use crate::block::Block;
 use crate::compaction::{Guarded, Locked, ZoneSet};
-use crate::debug::{Event, Hooks};
+use crate::debug::{Caller, Event, Hooks};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
@@ -99,6 +99,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// migrator and direct reclaim, with Linux's retry rules (spec 01 §10).
     /// `__GFP_NORETRY` gives up after one round; a costly order (above 3)
     /// without `__GFP_RETRY_MAYFAIL` too.
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_slow<S: SlowPathHooks + ?Sized>(
         &self,
         node: NodeId,
@@ -111,7 +112,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         } else {
             NodePolicy::RemoteFallback
         };
-        self.traced(node, gfp, order, None, || {
+        self.traced(node, gfp, order, None, Caller::here(), || {
             self.slow(
                 Request {
                     local: node,
@@ -130,6 +131,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// machine's [`ThpPolicy`] ([`Machine::set_thp_policy`]): how hard it
     /// tries, which nodes it may use and compact. Counts the attempt and
     /// where it was served in `node`'s statistics.
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_thp<S: SlowPathHooks + ?Sized>(
         &self,
         node: NodeId,
@@ -139,7 +141,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         let policy: ThpPolicy = self.thp_policy();
         let order = self.mobility_config().pageblock_order;
         let gfp = policy.gfp(madvised);
-        let r = self.traced(node, gfp, order, None, || {
+        let r = self.traced(node, gfp, order, None, Caller::here(), || {
             self.slow(
                 Request {
                     local: node,

@@ -96,6 +96,9 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     /// Counters of callers without a CPU ([`crate::debug::vmstat`]).
     #[cfg(feature = "vmstat")]
     vm_shared: ZoneCounters,
+    /// Owner records ([`crate::debug::owner`]).
+    #[cfg(feature = "page-owner")]
+    pub(crate) owners: crate::debug::owner::Owners<'a>,
     /// Counters of each CPU with a cache, beside the caches.
     #[cfg(feature = "vmstat")]
     pub(crate) vm_cpus: &'a [ZoneCounters],
@@ -113,7 +116,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if m == 0 {
             0
         } else {
-            m + Stripes::<R>::bytes(span, config.core().chunk_order) + FrameStates::bytes(span)
+            let m =
+                m + Stripes::<R>::bytes(span, config.core().chunk_order) + FrameStates::bytes(span);
+            #[cfg(feature = "page-owner")]
+            let m = m + crate::debug::owner::Owners::bytes(span);
+            m
         }
     }
 
@@ -159,6 +166,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let too_small = InitError::MetadataTooSmall { needed, given };
         let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
         let chunk = config.core().chunk_order;
+        #[cfg(feature = "page-owner")]
+        let (owners, rest) = crate::debug::owner::Owners::carve(span, rest).ok_or(too_small)?;
         let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
@@ -190,6 +199,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             addr_of_mut!((*p).cma_span).write(PfnRange::new(Pfn(0), Pfn(0)));
             #[cfg(feature = "vmstat")]
             addr_of_mut!((*p).vm_shared).write(ZoneCounters::new());
+            #[cfg(feature = "page-owner")]
+            addr_of_mut!((*p).owners).write(owners);
             #[cfg(feature = "vmstat")]
             addr_of_mut!((*p).vm_cpus).write(&[]);
         }
@@ -515,6 +526,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         };
         match z.buddy.split_allocated(pfn, order) {
             Ok(upper) => {
+                // Both halves keep the block's owner.
+                #[cfg(feature = "page-owner")]
+                if let Some(o) = self.owners.get(pfn) {
+                    self.owners.set(upper, o);
+                }
                 self.states
                     .set_allocated(upper, Order::new_truncated(order.get() - 1), mt);
                 Ok(upper)

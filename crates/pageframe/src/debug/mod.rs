@@ -42,6 +42,8 @@
 
 #[cfg(feature = "fail-alloc")]
 pub mod fail;
+#[cfg(feature = "page-owner")]
+pub mod owner;
 #[cfg(feature = "vmstat")]
 pub mod vmstat;
 mod zoneinfo;
@@ -204,6 +206,53 @@ pub trait Hooks: Sync {
     #[inline]
     fn event(&self, event: &Event) {
         let _ = event;
+    }
+}
+
+/// Who is allocating, for the owner records ([`owner`], feature
+/// `page-owner`): nothing without the feature.
+#[derive(Clone, Copy)]
+pub(crate) struct Caller {
+    #[cfg(feature = "page-owner")]
+    tag: Option<u64>,
+    #[cfg(feature = "page-owner")]
+    site: &'static core::panic::Location<'static>,
+}
+
+impl Caller {
+    /// The caller of the `#[track_caller]` entry point this runs in.
+    #[cfg_attr(feature = "page-owner", track_caller)]
+    #[inline(always)]
+    pub(crate) fn here() -> Caller {
+        Caller {
+            #[cfg(feature = "page-owner")]
+            tag: None,
+            #[cfg(feature = "page-owner")]
+            site: core::panic::Location::caller(),
+        }
+    }
+
+    /// [`Caller::here`] with the kernel's tag.
+    #[cfg(feature = "page-owner")]
+    #[track_caller]
+    #[inline(always)]
+    pub(crate) fn tagged(tag: u64) -> Caller {
+        Caller {
+            tag: Some(tag),
+            site: core::panic::Location::caller(),
+        }
+    }
+
+    /// The owner record of the allocation numbered `seq`.
+    #[cfg(feature = "page-owner")]
+    pub(crate) fn owner(self, seq: u64) -> owner::Owner {
+        owner::Owner {
+            tag: self
+                .tag
+                .unwrap_or(core::ptr::from_ref(self.site) as usize as u64),
+            site: Some(self.site),
+            seq,
+        }
     }
 }
 

@@ -1,0 +1,240 @@
+//! Who holds each block (Linux's `page_owner`, feature `page-owner`): every
+//! block handed out records its caller's tag, the call site and an
+//! allocation sequence number; the record follows the block when it is
+//! split or migrated and stays after it is freed (the last owner, for
+//! use-after-free reports).
+//!
+//! The tag is the kernel's ([`crate::Machine::alloc_tagged`]: a task id, a
+//! subsystem, a return address) or, for the untagged entry points, the
+//! call site's address; the call site itself (file and line, through
+//! `#[track_caller]`) is kept either way. Records take 24 bytes a frame of
+//! each zone's span, inside the zone's metadata
+//! ([`crate::Machine::zone_metadata_bytes`] counts them).
+//!
+//! ```
+//! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+//! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+//! # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
+//! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+//! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+//! # m.add_free_range(span).unwrap();
+//! let since = m.owner_seq();
+//! let a = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap(), 0xd15c).unwrap();
+//! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap(); // never freed: a leak
+//! // Who holds the third frame of `a`?
+//! let held = m.owner_of(a.pfn() + 2).unwrap();
+//! assert_eq!((held.pfn, held.owner.tag, held.live), (a.pfn(), 0xd15c, true));
+//! m.free(a).unwrap();
+//! // What is still held of what was allocated since `since`: the leak, and
+//! // where in the source it was allocated.
+//! let mut leaks = Vec::new();
+//! m.for_each_owned(|o| if o.owner.seq >= since { leaks.push(o) });
+//! assert_eq!(leaks.len(), 1);
+//! assert_eq!(leaks[0].owner.site.unwrap().file(), file!());
+//! # let _ = b;
+//! ```
+
+use core::fmt;
+use core::mem::MaybeUninit;
+use core::panic::Location;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+
+use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_types::atomic::AtomicU64;
+
+use crate::debug::Hooks;
+use crate::lock::RawMutex;
+use crate::machine::Machine;
+
+/// Who allocated a block.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Owner {
+    /// The caller's tag (the call site's address when it gave none).
+    pub tag: u64,
+    /// Where in the source the allocation was made.
+    pub site: Option<&'static Location<'static>>,
+    /// The allocation's place in the machine's sequence
+    /// ([`crate::Machine::owner_seq`]).
+    pub seq: u64,
+}
+
+/// A block and its owner record.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OwnedBlock {
+    /// Its first frame.
+    pub pfn: Pfn,
+    /// Its order.
+    pub order: Order,
+    /// Who allocated it.
+    pub owner: Owner,
+    /// Whether it is allocated now (`false`: the frame is free and this is
+    /// its last owner).
+    pub live: bool,
+}
+
+/// One frame's record (written at block heads).
+pub(crate) struct Record {
+    site: AtomicPtr<Location<'static>>,
+    tag: AtomicU64,
+    seq: AtomicU64,
+}
+
+/// The records of a zone's span.
+pub(crate) struct Owners<'a> {
+    base: Pfn,
+    recs: &'a [Record],
+}
+
+impl<'a> Owners<'a> {
+    /// Bytes for `span`'s records, alignment slack included.
+    pub(crate) const fn bytes(span: PfnRange) -> usize {
+        span.len() as usize * size_of::<Record>() + align_of::<Record>() - 1
+    }
+
+    /// Carves the records of `span` off the front of `mem`; returns them
+    /// and the rest.
+    pub(crate) fn carve(
+        span: PfnRange,
+        mem: &'a mut [MaybeUninit<u8>],
+    ) -> Option<(Self, &'a mut [MaybeUninit<u8>])> {
+        let (recs, rest) =
+            pageframe_types::carve::carve_init(mem, span.len() as usize, |_| Record {
+                site: AtomicPtr::new(ptr::null_mut()),
+                tag: AtomicU64::new(0),
+                seq: AtomicU64::new(u64::MAX),
+            })?;
+        Some((
+            Owners {
+                base: span.start,
+                recs,
+            },
+            rest,
+        ))
+    }
+
+    fn rec(&self, pfn: Pfn) -> Option<&Record> {
+        self.recs
+            .get(pfn.get().checked_sub(self.base.get())? as usize)
+    }
+
+    /// Records `owner` for the block at `pfn`.
+    pub(crate) fn set(&self, pfn: Pfn, owner: Owner) {
+        if let Some(r) = self.rec(pfn) {
+            let site = owner
+                .site
+                .map_or(ptr::null_mut(), |l| ptr::from_ref(l).cast_mut());
+            r.site.store(site, Relaxed);
+            r.tag.store(owner.tag, Relaxed);
+            r.seq.store(owner.seq, Relaxed);
+        }
+    }
+
+    /// The record at `pfn`, if one was ever written.
+    pub(crate) fn get(&self, pfn: Pfn) -> Option<Owner> {
+        let r = self.rec(pfn)?;
+        let seq = r.seq.load(Relaxed);
+        if seq == u64::MAX {
+            return None;
+        }
+        let site = r.site.load(Relaxed);
+        // SAFETY: `site` is null or was stored by `set` from a
+        // `&'static Location<'static>`: it points to a location the
+        // compiler made, valid for the program's life.
+        let site = unsafe { site.as_ref() };
+        Some(Owner {
+            tag: r.tag.load(Relaxed),
+            site,
+            seq,
+        })
+    }
+}
+
+/// At most this many owners in a [`OwnerDump`]; the rest are summed in one
+/// line.
+pub const DUMP_GROUPS: usize = 64;
+
+/// Live blocks grouped by owner tag; see [`crate::Machine::page_owners`].
+pub struct OwnerDump<'m, 'a, R: RawMutex, H: Hooks>(pub(crate) &'m Machine<'a, R, H>);
+
+#[derive(Clone, Copy)]
+struct Group {
+    tag: u64,
+    site: Option<&'static Location<'static>>,
+    blocks: u64,
+    pages: u64,
+    oldest: u64,
+}
+
+impl<R: RawMutex, H: Hooks> fmt::Display for OwnerDump<'_, '_, R, H> {
+    /// One line an owner, most pages first: pages, blocks, the oldest
+    /// allocation's sequence number, the tag and the call site.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut groups = [None::<Group>; DUMP_GROUPS];
+        let (mut other_blocks, mut other_pages) = (0u64, 0u64);
+        self.0.for_each_owned(|b| {
+            let pages = b.order.pages();
+            let slot = groups
+                .iter_mut()
+                .find(|g| g.is_none_or(|g| g.tag == b.owner.tag));
+            match slot {
+                Some(Some(g)) => {
+                    g.blocks += 1;
+                    g.pages += pages;
+                    g.oldest = g.oldest.min(b.owner.seq);
+                }
+                Some(slot) => {
+                    *slot = Some(Group {
+                        tag: b.owner.tag,
+                        site: b.owner.site,
+                        blocks: 1,
+                        pages,
+                        oldest: b.owner.seq,
+                    })
+                }
+                None => {
+                    other_blocks += 1;
+                    other_pages += pages;
+                }
+            }
+        });
+        let mut list: [Group; DUMP_GROUPS] = [Group {
+            tag: 0,
+            site: None,
+            blocks: 0,
+            pages: 0,
+            oldest: 0,
+        }; DUMP_GROUPS];
+        let mut n = 0;
+        for g in groups.into_iter().flatten() {
+            list[n] = g;
+            n += 1;
+        }
+        let list = &mut list[..n];
+        list.sort_unstable_by(|a, b| b.pages.cmp(&a.pages).then(a.oldest.cmp(&b.oldest)));
+        writeln!(
+            f,
+            "{:>10} {:>8} {:>10}  {:<18}  site",
+            "pages", "blocks", "oldest", "tag"
+        )?;
+        for g in list.iter() {
+            write!(
+                f,
+                "{:>10} {:>8} {:>10}  {:#018x}  ",
+                g.pages, g.blocks, g.oldest, g.tag
+            )?;
+            match g.site {
+                Some(l) => writeln!(f, "{}:{}", l.file(), l.line())?,
+                None => writeln!(f, "?")?,
+            }
+        }
+        if other_blocks > 0 {
+            writeln!(
+                f,
+                "{other_pages:>10} {other_blocks:>8} {:>10}  (other owners)",
+                ""
+            )?;
+        }
+        Ok(())
+    }
+}

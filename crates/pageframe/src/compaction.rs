@@ -146,7 +146,7 @@ impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g,
             // The owner record moves with the contents.
             #[cfg(feature = "page-owner")]
             if let (Some(o), Some(d)) = (z.owners.get(src), self.machine.zone_of(dst)) {
-                d.owners.set(dst, o);
+                d.owners.set(dst, order, o);
             }
             z.states.moved(src, dst, order);
         }

@@ -725,7 +725,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             && let Some(z) = self.zone(b.zone_ref())
         {
             let seq = self.owner_seq.fetch_add(1, Relaxed);
-            z.owners.set(b.pfn(), caller.owner(seq));
+            z.owners.set(b.pfn(), order, caller.owner(seq));
         }
         #[cfg(feature = "vmstat")]
         match &r {
@@ -833,10 +833,11 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 });
             }
         }
+        let (pfn, order, owner) = z.owners.last_covering(pfn, max)?;
         Some(crate::debug::owner::OwnedBlock {
             pfn,
-            order: Order::ZERO,
-            owner: z.owners.get(pfn)?,
+            order,
+            owner,
             live: false,
         })
     }

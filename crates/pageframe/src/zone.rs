@@ -529,7 +529,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 // Both halves keep the block's owner.
                 #[cfg(feature = "page-owner")]
                 if let Some(o) = self.owners.get(pfn) {
-                    self.owners.set(upper, o);
+                    let half = Order::new_truncated(order.get() - 1);
+                    self.owners.set(pfn, half, o);
+                    self.owners.set(upper, half, o);
                 }
                 self.states
                     .set_allocated(upper, Order::new_truncated(order.get() - 1), mt);

@@ -77,8 +77,13 @@ pub struct OwnedBlock {
 pub(crate) struct Record {
     site: AtomicPtr<Location<'static>>,
     tag: AtomicU64,
+    /// The sequence number, the block's order in the top bits.
     seq: AtomicU64,
 }
+
+/// Where a record keeps the block's order.
+const ORDER_SHIFT: u32 = 58;
+const SEQ_MASK: u64 = (1 << ORDER_SHIFT) - 1;
 
 /// The records of a zone's span.
 pub(crate) struct Owners<'a> {
@@ -118,35 +123,58 @@ impl<'a> Owners<'a> {
             .get(pfn.get().checked_sub(self.base.get())? as usize)
     }
 
-    /// Records `owner` for the block at `pfn`.
-    pub(crate) fn set(&self, pfn: Pfn, owner: Owner) {
+    /// Records `owner` for the block of `order` at `pfn`.
+    pub(crate) fn set(&self, pfn: Pfn, order: Order, owner: Owner) {
         if let Some(r) = self.rec(pfn) {
             let site = owner
                 .site
                 .map_or(ptr::null_mut(), |l| ptr::from_ref(l).cast_mut());
             r.site.store(site, Relaxed);
             r.tag.store(owner.tag, Relaxed);
-            r.seq.store(owner.seq, Relaxed);
+            let packed = (owner.seq & SEQ_MASK) | u64::from(order.get()) << ORDER_SHIFT;
+            r.seq.store(packed, Relaxed);
         }
     }
 
     /// The record at `pfn`, if one was ever written.
     pub(crate) fn get(&self, pfn: Pfn) -> Option<Owner> {
+        self.get_with_order(pfn).map(|(o, _)| o)
+    }
+
+    /// The last block whose record covers `pfn`: of the blocks that ever
+    /// started at a head `pfn` can have, the latest that reached it.
+    pub(crate) fn last_covering(&self, pfn: Pfn, max: Order) -> Option<(Pfn, Order, Owner)> {
+        (0..=max.get())
+            .filter_map(|k| {
+                let head = pfn.align_down(Order::new_truncated(k));
+                let (o, order) = self.get_with_order(head)?;
+                (pfn < head + order.pages()).then_some((head, order, o))
+            })
+            .max_by_key(|(_, _, o)| o.seq)
+    }
+
+    /// The record at `pfn` and the order it was made for.
+    pub(crate) fn get_with_order(&self, pfn: Pfn) -> Option<(Owner, Order)> {
         let r = self.rec(pfn)?;
-        let seq = r.seq.load(Relaxed);
-        if seq == u64::MAX {
+        let packed = r.seq.load(Relaxed);
+        if packed == u64::MAX {
             return None;
         }
+        let seq = packed & SEQ_MASK;
+        let order = Order::new_truncated((packed >> ORDER_SHIFT) as u8);
         let site = r.site.load(Relaxed);
         // SAFETY: `site` is null or was stored by `set` from a
         // `&'static Location<'static>`: it points to a location the
         // compiler made, valid for the program's life.
         let site = unsafe { site.as_ref() };
-        Some(Owner {
-            tag: r.tag.load(Relaxed),
-            site,
-            seq,
-        })
+        Some((
+            Owner {
+                tag: r.tag.load(Relaxed),
+                site,
+                seq,
+            },
+            order,
+        ))
     }
 }
 

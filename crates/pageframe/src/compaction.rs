@@ -5,7 +5,7 @@
 //! with the moves, so that a block being migrated can be neither freed nor
 //! cached behind the compactor's back.
 
-use pageframe_buddy::{Order, Pfn};
+use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_compact::{
     COMPACT_CLUSTER_MAX, MigrateError, MigrateMode, Migrator, NodeZone, ZoneLock,
 };
@@ -222,6 +222,10 @@ impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Migrator for Guarded<'_
         if let Some(z) = z {
             match r {
                 Ok(()) => {
+                    // The source's contents live on at `dst`: what is
+                    // left becomes free memory.
+                    self.machine
+                        .poison_free(PfnRange::new(src, src + order.pages()));
                     z.states.moved_out(src, order);
                     if let Some(slot) = self.unsettled.iter_mut().find(|m| m.is_none()) {
                         *slot = Some((src, dst, order));

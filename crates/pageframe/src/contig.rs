@@ -432,6 +432,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             Some(z) if segment.machine() == self.id => z,
             _ => return Err(Refused::new(segment, FreeError::Foreign)),
         };
+        self.poison_range_free(z, range);
         z.free_range(range)
             .map_err(|e| Refused::new(segment, e.why))
     }

@@ -322,6 +322,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         {
             let hooks = self.traced_cpu(Some(cpu));
             let (pfn, order) = (block.pfn(), block.order());
+            self.poison_block_free(z, pfn, order);
             return match z.free_cached(&hooks, &mut local, pfn, order) {
                 Ok(()) => {
                     self.freed(z, pfn, order, Some(cpu));
@@ -439,6 +440,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
             Some((z, local, _)) => {
                 let hooks = self.machine.traced_cpu(Some(self.cpu));
                 let (pfn, order) = (block.pfn(), block.order());
+                self.machine.poison_block_free(z, pfn, order);
                 match z.free_cached(&hooks, local, pfn, order) {
                     Ok(()) => {
                         self.machine.freed(z, pfn, order, Some(self.cpu));

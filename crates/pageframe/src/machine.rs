@@ -164,6 +164,8 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// The next owner record's sequence number ([`crate::debug::owner`]).
     #[cfg(feature = "page-owner")]
     owner_seq: AtomicU64,
+    /// Blocks found written while free ([`crate::debug::Poisoning`]).
+    pub(crate) uaf_reports: AtomicU64,
 }
 
 /// # A machine with the default lock
@@ -268,6 +270,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).vm).write(crate::debug::vmstat::MachineCounters::new());
             #[cfg(feature = "page-owner")]
             addr_of_mut!((*p).owner_seq).write(AtomicU64::new(0));
+            addr_of_mut!((*p).uaf_reports).write(AtomicU64::new(0));
             slot.assume_init_mut()
         }
     }
@@ -336,6 +339,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 z.check_add_range(part)?;
             }
         }
+        self.poison_free(range);
         for z in self.all_zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
@@ -720,6 +724,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         };
         #[cfg(not(feature = "fail-alloc"))]
         let r = f();
+        if let Ok(b) = &r {
+            self.poison_alloc(b);
+        }
         #[cfg(feature = "page-owner")]
         if let Ok(b) = &r
             && let Some(z) = self.zone(b.zone_ref())
@@ -833,7 +840,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 });
             }
         }
-        let (pfn, order, owner) = z.owners.last_covering(pfn, max)?;
+        let (pfn, order, owner) = z.owners.last_holder(pfn)?;
         Some(crate::debug::owner::OwnedBlock {
             pfn,
             order,
@@ -1033,6 +1040,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         let Some(z) = self.zone_of_block(&block) else {
             return Err(Refused::new(block, FreeError::Foreign));
         };
+        self.poison_block_free(z, block.pfn(), block.order());
         match z.free(block.pfn(), block.order()) {
             Ok(()) => {
                 self.freed(z, block.pfn(), block.order(), None);

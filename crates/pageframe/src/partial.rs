@@ -79,6 +79,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             let (head, order) = holding(zone, p).map_err(|why| err(p, why))?;
             p = head + order.pages();
         }
+        self.poison_free(range);
         let mut p = range.start;
         let mut tries = 0;
         while p < range.end {

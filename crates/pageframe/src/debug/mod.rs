@@ -44,13 +44,14 @@
 pub mod fail;
 #[cfg(feature = "page-owner")]
 pub mod owner;
+mod poison;
 #[cfg(feature = "vmstat")]
 pub mod vmstat;
 mod zoneinfo;
 
 pub use zoneinfo::ZoneInfo;
 
-use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_buddy::{Order, Pfn, PfnRange, PhysAddr};
 use pageframe_compact::{CompactResult, TickReport};
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::CpuId;
@@ -181,6 +182,20 @@ pub enum Event {
         /// Whether it moved.
         moved: bool,
     },
+    /// A block handed out was not all [`PAGE_POISON`]: something wrote to
+    /// it while it was free ([`Poisoning::POISON`]). The allocation goes on
+    /// (the block is initialised as asked).
+    UseAfterFree {
+        /// The first byte found written.
+        addr: PhysAddr,
+        /// The block handed out.
+        pfn: Pfn,
+        /// Its order.
+        order: Order,
+        /// The tag of the last block that held that frame (feature
+        /// `page-owner`; `None` without it or without a record).
+        last_owner: Option<u64>,
+    },
     /// A frame range's pageblocks were isolated for a contiguous allocation
     /// or offlining (`test_pages_isolated` and friends), or the isolation
     /// was refused.
@@ -206,6 +221,75 @@ pub trait Hooks: Sync {
     #[inline]
     fn event(&self, event: &Event) {
         let _ = event;
+    }
+
+    /// What the allocator writes into memory and checks ([`Poisoning`]);
+    /// read on every allocation and free, so return a constant or a field
+    /// set before the machine is shared. With any of it on, `fill` and
+    /// `check` must reach every frame the machine manages.
+    #[inline]
+    fn poisoning(&self) -> Poisoning {
+        Poisoning::empty()
+    }
+
+    /// Writes `byte` into every byte of `frames` (through the kernel's map
+    /// of physical memory: the allocator never maps memory itself).
+    #[inline]
+    fn fill(&self, frames: PfnRange, byte: u8) {
+        let _ = (frames, byte);
+    }
+
+    /// The address of the first byte of `frames` that is not `byte`.
+    #[inline]
+    fn check(&self, frames: PfnRange, byte: u8) -> Option<PhysAddr> {
+        let _ = (frames, byte);
+        None
+    }
+}
+
+bitflags::bitflags! {
+    /// Memory initialisation and poisoning (Linux's `init_on_alloc`,
+    /// `init_on_free` and `page_poison`), through [`Hooks::fill`] and
+    /// [`Hooks::check`].
+    ///
+    /// Frames are written when they become free: handed over
+    /// ([`crate::Machine::add_free_range`]), freed (blocks, segments, CMA
+    /// buffers, parts of allocations), or left behind by a migration. A
+    /// block is checked and initialised when it is handed out by an
+    /// allocation entry point ([`crate::Machine::alloc`] and the others that
+    /// return a [`crate::Block`]); contiguous ranges are not checked (they
+    /// take in-use memory that migrated away). Free page reporting gives
+    /// the host frames whose contents it may drop: do not report pages with
+    /// `POISON` on.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+    pub struct Poisoning: u8 {
+        /// Zero blocks as they are handed out.
+        const INIT_ON_ALLOC = 1 << 0;
+        /// Zero frames as they become free.
+        const INIT_ON_FREE = 1 << 1;
+        /// Fill frames with [`PAGE_POISON`] as they become free (instead of
+        /// zeroing them), and check a block is still all poison when it is
+        /// handed out: a byte that is not was written after the free
+        /// ([`Event::UseAfterFree`]).
+        const POISON = 1 << 2;
+    }
+}
+
+/// The byte freed memory is filled with under [`Poisoning::POISON`]
+/// (Linux's `PAGE_POISON`).
+pub const PAGE_POISON: u8 = 0xaa;
+
+impl Poisoning {
+    /// The byte frames get when they become free, if any.
+    #[inline]
+    pub(crate) fn free_byte(self) -> Option<u8> {
+        if self.contains(Poisoning::POISON) {
+            Some(PAGE_POISON)
+        } else if self.contains(Poisoning::INIT_ON_FREE) {
+            Some(0)
+        } else {
+            None
+        }
     }
 }
 
@@ -269,5 +353,17 @@ impl<H: Hooks + ?Sized> Hooks for &H {
     #[inline]
     fn event(&self, event: &Event) {
         (**self).event(event)
+    }
+    #[inline]
+    fn poisoning(&self) -> Poisoning {
+        (**self).poisoning()
+    }
+    #[inline]
+    fn fill(&self, frames: PfnRange, byte: u8) {
+        (**self).fill(frames, byte)
+    }
+    #[inline]
+    fn check(&self, frames: PfnRange, byte: u8) -> Option<PhysAddr> {
+        (**self).check(frames, byte)
     }
 }

@@ -7,9 +7,10 @@
 //! The tag is the kernel's ([`crate::Machine::alloc_tagged`]: a task id, a
 //! subsystem, a return address) or, for the untagged entry points, the
 //! call site's address; the call site itself (file and line, through
-//! `#[track_caller]`) is kept either way. Records take 24 bytes a frame of
-//! each zone's span, inside the zone's metadata
-//! ([`crate::Machine::zone_metadata_bytes`] counts them).
+//! `#[track_caller]`) is kept either way. Each frame of a block gets the
+//! record (as in Linux, an allocation of order `k` writes `2^k` of them).
+//! Records take 24 bytes a frame of each zone's span, inside the zone's
+//! metadata ([`crate::Machine::zone_metadata_bytes`] counts them).
 //!
 //! ```
 //! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
@@ -123,8 +124,16 @@ impl<'a> Owners<'a> {
             .get(pfn.get().checked_sub(self.base.get())? as usize)
     }
 
-    /// Records `owner` for the block of `order` at `pfn`.
+    /// Records `owner` for the block of `order` at `pfn`, in each of its
+    /// frames (as Linux does: a frame's record names its last owner even
+    /// after its block is freed and another block starts at its head).
     pub(crate) fn set(&self, pfn: Pfn, order: Order, owner: Owner) {
+        for i in 0..order.pages() {
+            self.set_frame(pfn + i, order, owner);
+        }
+    }
+
+    fn set_frame(&self, pfn: Pfn, order: Order, owner: Owner) {
         if let Some(r) = self.rec(pfn) {
             let site = owner
                 .site
@@ -141,16 +150,10 @@ impl<'a> Owners<'a> {
         self.get_with_order(pfn).map(|(o, _)| o)
     }
 
-    /// The last block whose record covers `pfn`: of the blocks that ever
-    /// started at a head `pfn` can have, the latest that reached it.
-    pub(crate) fn last_covering(&self, pfn: Pfn, max: Order) -> Option<(Pfn, Order, Owner)> {
-        (0..=max.get())
-            .filter_map(|k| {
-                let head = pfn.align_down(Order::new_truncated(k));
-                let (o, order) = self.get_with_order(head)?;
-                (pfn < head + order.pages()).then_some((head, order, o))
-            })
-            .max_by_key(|(_, _, o)| o.seq)
+    /// The last block that held `pfn`: its head, order and owner.
+    pub(crate) fn last_holder(&self, pfn: Pfn) -> Option<(Pfn, Order, Owner)> {
+        let (o, order) = self.get_with_order(pfn)?;
+        Some((pfn.align_down(order), order, o))
     }
 
     /// The record at `pfn` and the order it was made for.

@@ -113,6 +113,9 @@ pub enum FreeError {
 /// A broken invariant found by `validate()` (a bug, never bad input).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ValidateError {
+    /// Which structure breaks it ("free lists", "frame words",
+    /// "ownership bytes", ...).
+    pub structure: &'static str,
     /// Which rule broke.
     pub rule: &'static str,
     /// Where, if a frame is involved.
@@ -198,8 +201,8 @@ impl fmt::Display for FreeError {
 impl fmt::Display for ValidateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.pfn {
-            Some(p) => write!(f, "invariant broken at frame {p}: {}", self.rule),
-            None => write!(f, "invariant broken: {}", self.rule),
+            Some(p) => write!(f, "{} broken at frame {p}: {}", self.structure, self.rule),
+            None => write!(f, "{} broken: {}", self.structure, self.rule),
         }
     }
 }

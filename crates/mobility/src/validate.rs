@@ -5,8 +5,13 @@ use pageframe_buddy::{BlockInfo, ValidateError};
 use crate::MigrateType;
 use crate::zone::MobileZone;
 
+/// The mobility layer's rules are about the pageblock types.
 fn bad(rule: &'static str, pfn: Option<pageframe_buddy::Pfn>) -> ValidateError {
-    ValidateError { rule, pfn }
+    ValidateError {
+        structure: "pageblock types",
+        rule,
+        pfn,
+    }
 }
 
 impl MobileZone<'_> {

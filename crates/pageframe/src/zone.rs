@@ -716,10 +716,12 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     pub fn validate(&self) -> Result<(), pageframe_buddy::ValidateError> {
         let z = self.inner.lock();
         z.buddy.validate()?;
-        let bad = |rule, pfn| pageframe_buddy::ValidateError {
+        let bad = |structure, rule, pfn| pageframe_buddy::ValidateError {
+            structure,
             rule,
             pfn: Some(pfn),
         };
+        const OWNERSHIP: &str = "ownership bytes";
         // Read under the lock: an operation counted after this takes the
         // lock after it too, before it marks anything.
         let at_rest = self.busy.load(Relaxed) == 0;
@@ -730,6 +732,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             while p < self.span.end {
                 if blocks.is_isolated(p) {
                     return Err(bad(
+                        "pageblock isolation",
                         "pageblock left isolated by no operation",
                         p.max(self.span.start),
                     ));
@@ -743,10 +746,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 && head == p
                 && tag & pageframe_compact::tag::MASK != 0
             {
-                return Err(bad("block left marked by a compactor that is gone", p));
+                return Err(bad(
+                    "compaction marks",
+                    "block left marked by a compactor that is gone",
+                    p,
+                ));
             }
             if at_rest && matches!(self.states.get(p), State::Isolated(_) | State::MovedOut(_)) {
-                return Err(bad("frame left busy by no operation", p));
+                return Err(bad(OWNERSHIP, "frame left busy by no operation", p));
             }
             let (first_free, end) = match info {
                 BlockInfo::Hole => (p, p + 1),
@@ -759,9 +766,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                             // A frame an order-0 stripe holds free.
                             State::Free if z.buddy.buddy().is_reserved(p) => {}
                             State::Free => {
-                                return Err(bad("allocated block without an owner", p));
+                                return Err(bad(OWNERSHIP, "allocated block without an owner", p));
                             }
-                            _ => return Err(bad("ownership byte of another order", p)),
+                            _ => return Err(bad(OWNERSHIP, "ownership byte of another order", p)),
                         }
                     }
                     (p + 1, head + order.pages())
@@ -770,7 +777,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             let mut q = first_free;
             while q < end.min(self.span.end) {
                 if self.states.get(q) != State::Free {
-                    return Err(bad("ownership byte on a frame that heads no block", q));
+                    return Err(bad(
+                        OWNERSHIP,
+                        "ownership byte on a frame that heads no block",
+                        q,
+                    ));
                 }
                 q = q + 1;
             }
@@ -852,7 +863,21 @@ mod tests {
         let range = PfnRange::new(Pfn((1 << 20) + 512), Pfn((1 << 20) + 1024));
         z.with_zone(|mz| mz.isolate_range(range)).unwrap();
         let e = m.validate().unwrap_err();
-        assert_eq!(e.rule, "pageblock left isolated by no operation");
+        assert_eq!(
+            (e.structure, e.rule, e.pfn),
+            (
+                "pageblock isolation",
+                "pageblock left isolated by no operation",
+                Some(range.start)
+            )
+        );
+        assert_eq!(
+            std::format!("{e}"),
+            std::format!(
+                "pageblock isolation broken at frame {}: pageblock left isolated by no operation",
+                range.start
+            )
+        );
         {
             let _running = z.hold();
             m.validate().unwrap();
@@ -869,8 +894,12 @@ mod tests {
         assert!(z.states.isolate(b.pfn(), Order::ZERO));
         let e = m.validate().unwrap_err();
         assert_eq!(
-            (e.rule, e.pfn),
-            ("frame left busy by no operation", Some(b.pfn()))
+            (e.structure, e.rule, e.pfn),
+            (
+                "ownership bytes",
+                "frame left busy by no operation",
+                Some(b.pfn())
+            )
         );
         z.states.putback(b.pfn(), Order::ZERO);
         z.with_zone(|mz| {
@@ -881,7 +910,13 @@ mod tests {
             )
         });
         let e = m.validate().unwrap_err();
-        assert_eq!(e.rule, "block left marked by a compactor that is gone");
+        assert_eq!(
+            (e.structure, e.rule),
+            (
+                "compaction marks",
+                "block left marked by a compactor that is gone"
+            )
+        );
         z.with_zone(|mz| mz.set_tag_bits(b.pfn(), pageframe_compact::tag::ISOLATED, 0));
         m.validate().unwrap();
         m.free(b).unwrap();

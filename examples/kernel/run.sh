@@ -10,6 +10,7 @@
 #   examples/kernel/run.sh                     # 6 GiB guest, every mode
 #   examples/kernel/run.sh --mem 2G selftest   # one mode, a smaller guest
 #   examples/kernel/run.sh --smp 4 --numa 2    # 4 CPUs on two NUMA nodes
+#   examples/kernel/run.sh --mem 512M debug    # the debugging tools
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
         --mem) export MEM=$2; shift 2 ;;
         --smp) export SMP=$2; shift 2 ;;
         --numa) export NUMA=$2; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) break ;;
     esac
 done
@@ -40,9 +41,18 @@ fi
 cd "$here"
 # qemu.sh is also the cargo runner for $target (.cargo/config.toml at the
 # repository root); calling it directly keeps options like --mem simple.
-cargo build --release --target "$target"
+# The `debug` mode needs the kernel built with its debugging tools: in a
+# target directory of its own, so that the default build stays as it is.
+features=()
 dir=${CARGO_TARGET_DIR:-$here/target}
 case $dir in /*) ;; *) dir=$here/$dir ;; esac
+for w in "$@"; do
+    if [ "$w" = debug ]; then
+        features=(--features debug)
+        dir=$dir/debug-tools
+    fi
+done
+cargo build --release --target "$target" --target-dir "$dir" "${features[@]}"
 # The default run shows every subsystem, 1 GiB pages and hotplug included:
 # a 6 GiB guest.
 export MEM=${MEM:-6G}

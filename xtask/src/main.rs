@@ -844,19 +844,22 @@ fn lint() -> Result<(), String> {
             .args(["fmt", "--", "--check"])
             .current_dir(&dir)
             .status();
-        let clippy = Command::new("cargo")
-            .args([
-                "clippy",
-                "--release",
-                "--target",
-                "x86_64-unknown-none",
-                "--",
-                "-D",
-                "warnings",
-            ])
-            .current_dir(&dir)
-            .status();
-        for (what, st) in [("rustfmt", fmt), ("clippy", clippy)] {
+        // The default build and the one with every feature (the example
+        // kernel's `debug` mode).
+        let clippy = |features: &[&str]| {
+            Command::new("cargo")
+                .args(["clippy", "--release", "--target", "x86_64-unknown-none"])
+                .args(features)
+                .args(["--", "-D", "warnings"])
+                .current_dir(&dir)
+                .status()
+        };
+        let (plain, all) = (clippy(&[]), clippy(&["--all-features"]));
+        for (what, st) in [
+            ("rustfmt", fmt),
+            ("clippy", plain),
+            ("clippy --all-features", all),
+        ] {
             if !st.is_ok_and(|s| s.success()) {
                 return Err(format!("{what} failed in {k}"));
             }

@@ -107,19 +107,26 @@ fn cargo(
 
 /// Builds the kernel package in `dir` (release, for [`KERNEL_TARGET`])
 /// into `target_dir` and returns its ELF `bin`.
-fn build_elf(dir: &Path, bin: &str, target_dir: &Path) -> Result<PathBuf, HarnessError> {
-    cargo(
-        dir,
-        None,
-        &[
-            "build".as_ref(),
-            "--release".as_ref(),
-            "--target".as_ref(),
-            KERNEL_TARGET.as_ref(),
-            "--target-dir".as_ref(),
-            target_dir.as_os_str(),
-        ],
-    )?;
+fn build_elf(
+    dir: &Path,
+    bin: &str,
+    target_dir: &Path,
+    features: &[&str],
+) -> Result<PathBuf, HarnessError> {
+    let features = features.join(",");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "build".as_ref(),
+        "--release".as_ref(),
+        "--target".as_ref(),
+        KERNEL_TARGET.as_ref(),
+        "--target-dir".as_ref(),
+        target_dir.as_os_str(),
+    ];
+    if !features.is_empty() {
+        args.push("--features".as_ref());
+        args.push(features.as_ref());
+    }
+    cargo(dir, None, &args)?;
     let elf = target_dir.join(KERNEL_TARGET).join("release").join(bin);
     if elf.is_file() {
         Ok(elf)
@@ -133,7 +140,13 @@ fn build_elf(dir: &Path, bin: &str, target_dir: &Path) -> Result<PathBuf, Harnes
 
 /// Builds the kernel in release mode into `target_dir` and returns the ELF.
 pub fn build_kernel(target_dir: &Path) -> Result<PathBuf, HarnessError> {
-    build_elf(&kernel_dir(), "pageframe-kernel", target_dir)
+    build_elf(&kernel_dir(), "pageframe-kernel", target_dir, &[])
+}
+
+/// [`build_kernel`] with the kernel's cargo `features` (its own
+/// `target_dir`: a build with other features replaces the ELF).
+pub fn build_kernel_with(target_dir: &Path, features: &[&str]) -> Result<PathBuf, HarnessError> {
+    build_elf(&kernel_dir(), "pageframe-kernel", target_dir, features)
 }
 
 /// The nightly whose `-Zbuild-std` the bootloader crate's build script
@@ -158,6 +171,7 @@ pub fn build_bootloader_image(target_dir: &Path) -> Result<PathBuf, HarnessError
         &dir,
         "pageframe-bootloader-kernel",
         &target_dir.join("kernel"),
+        &[],
     )?;
     let image = target_dir.join("pageframe-bootloader-kernel-uefi.img");
     let tool_target = target_dir.join("image-tool");

@@ -4,7 +4,7 @@
 //! directory). QEMU must be installed: these tests fail, not skip, without
 //! it (`apt-get install -y --no-install-recommends qemu-system-x86`).
 
-use pageframe_boot_test::{Boot, BootConfig, Verdict, boot, build_kernel};
+use pageframe_boot_test::{Boot, BootConfig, Verdict, boot, build_kernel, build_kernel_with};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
@@ -180,6 +180,67 @@ fn the_pc_board_runs_the_default_job() {
         b.line("smp: second CPU read ").is_some(),
         "the shootdown phase"
     );
+}
+
+/// The `debug` mode (a kernel built with its debugging tools): each tool
+/// shows what it is for, on the guest's RAM.
+#[test]
+fn debug_mode_shows_each_tool_at_work() {
+    let elf = {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernel-debug-target");
+        build_kernel_with(&dir, &["debug"]).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let cfg = BootConfig::new("512M", "debug");
+    let b = boot(&elf, &cfg).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}{}", b.serial, b.stderr);
+    assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
+    // vmstat and zoneinfo in Linux's words.
+    for line in [
+        "  nr_free_pages ",
+        "  pgalloc_dma32 ",
+        "  compact_stall ",
+        "  pcp_refill ",
+    ] {
+        assert!(b.serial.contains(line), "vmstat line {line:?}");
+    }
+    assert!(
+        b.serial
+            .contains("  Node 0, zone    DMA32\n    pages free     ")
+    );
+    assert!(b.serial.contains("    pagesets\n      cpu: 0\n"));
+    // The trace counted every allocation of the workload, by order.
+    let order0 = b.line("  order  0: ").expect("order-0 row");
+    let (got, want) = order0.split_once(" / ").expect("events / done");
+    assert_eq!(got.trim(), want.trim());
+    assert!(b.line("  <     ").is_some(), "latency histogram");
+    // The owner records found the one leak, at the driver's call site.
+    let leak = b
+        .line("debug: leak found: order 3 at pfn ")
+        .expect("leak line");
+    assert!(leak.contains("allocated at src/debug.rs:"), "{leak}");
+    // The self-test passed with failures injected, each one handled.
+    assert!(b.line("selftest: validate ok").is_some());
+    let injected: u64 = b
+        .line("debug: fault injection: ")
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("injected count");
+    assert!(injected > 0);
+    // The write after the free was caught, naming the frame and the
+    // victim's owner tag.
+    let uaf = b
+        .line("debug: use after free caught: write at ")
+        .expect("use-after-free line");
+    assert!(uaf.contains("last owner tag 0x7a6"), "{uaf}");
+    assert!(b.serial.contains("debug: PASS"));
+}
+
+/// A kernel built without the tools refuses the mode, saying how to build
+/// it.
+#[test]
+fn debug_mode_needs_the_debug_build() {
+    let b = run("128M", "debug");
+    assert_eq!(b.verdict, Verdict::Fail);
+    assert!(b.serial.contains("cargo build --features debug"));
 }
 
 #[test]

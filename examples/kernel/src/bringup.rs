@@ -23,8 +23,26 @@ use pageframe::{
 };
 
 /// The kernel's allocator: a [`Machine`] whose zones take the
-/// interrupt-safe lock.
-pub type KernelMachine = Machine<'static, IrqLock>;
+/// interrupt-safe lock (and, built with the `debug` feature, report to the
+/// kernel's hooks).
+pub type KernelMachine = Machine<'static, IrqLock, KernelHooks>;
+
+/// The hooks the kernel's machine reports to.
+#[cfg(feature = "debug")]
+pub type KernelHooks = &'static crate::debug::KernelHooks;
+/// The hooks the kernel's machine reports to: none.
+#[cfg(not(feature = "debug"))]
+pub type KernelHooks = pageframe::debug::NoHooks;
+
+#[cfg(feature = "debug")]
+fn hooks() -> KernelHooks {
+    &crate::debug::HOOKS
+}
+
+#[cfg(not(feature = "debug"))]
+fn hooks() -> KernelHooks {
+    pageframe::debug::NoHooks
+}
 
 /// The bootstrap CPU's node (the first the SRAT names, or the only one),
 /// where the kernel's own allocations go.
@@ -180,7 +198,8 @@ pub fn bring_up(
     // data, so nothing else uses those frames. The plan is built once
     // (`BROUGHT_UP`).
     let machine: &'static mut KernelMachine =
-        unsafe { plan.build_with_lock(|pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
+        unsafe { plan.build_with_hooks(|pa| pa.get() as *mut u8, hooks()) }
+            .map_err(BringUpError::Plan)?;
     let init_cycles = start.elapsed();
     let zones = core::array::from_fn(|i| plan.zones().nth(i).copied());
     if !plan

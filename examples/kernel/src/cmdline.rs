@@ -37,6 +37,9 @@ bitflags! {
         /// 256 MiB holding mapped user pages taken offline (they migrate
         /// out) and back online.
         const HOTPLUG = 1 << 9;
+        /// The allocator's debugging tools (a kernel built with `--features
+        /// debug`).
+        const DEBUG = 1 << 10;
     }
 }
 
@@ -94,6 +97,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "hotplug",
         Modes::HOTPLUG,
         "256 MiB offline (user pages migrate out) and back online; 256 MiB hot-added with its metadata carved from itself",
+    ),
+    (
+        "debug",
+        Modes::DEBUG,
+        "vmstat, zoneinfo, owners and a leak, trace histogram, fault injection, use after free (--features debug)",
     ),
     ("panic", Modes::PANIC, "panic on purpose (failure path)"),
     (

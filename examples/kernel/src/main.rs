@@ -11,6 +11,8 @@ mod bench;
 mod boot;
 mod bringup;
 mod cmdline;
+#[cfg(feature = "debug")]
+mod debug;
 mod exceptions;
 mod giant;
 mod heap;
@@ -232,6 +234,9 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         or_fail(machine.validate(), "validate after hotplug");
         println!("hotplug: PASS");
     }
+    if opts.modes.contains(Modes::DEBUG) {
+        run_debug(mem, rate);
+    }
     if opts.modes.contains(Modes::PANIC) {
         panic!("panic requested on the command line");
     }
@@ -241,6 +246,26 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };
         fail(format_args!("the write to address 0 did not fault"));
     }
+}
+
+/// The `debug` mode.
+#[cfg(feature = "debug")]
+fn run_debug(mem: &Memory, rate: &TscRate) {
+    or_fail(
+        debug::run(mem.machine, &mem.managed, mem.pfn_end(), rate),
+        "debug",
+    );
+    or_fail(mem.machine.validate(), "validate after debug");
+    println!("debug: PASS");
+}
+
+/// The `debug` mode in a kernel built without the tools: a failure that
+/// says how to build it.
+#[cfg(not(feature = "debug"))]
+fn run_debug(_: &Memory, _: &TscRate) {
+    fail(format_args!(
+        "debug: this kernel was built without its debugging tools (cargo build --features debug)"
+    ));
 }
 
 /// Frames of Normal zone the default run wants for `giant` and `hotplug`

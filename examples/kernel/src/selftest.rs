@@ -169,6 +169,20 @@ pub struct SelftestReport {
     pub free: Cycles,
     /// The random order's seed.
     pub seed: u64,
+    /// Ordinary requests that failed and were served from the reserves
+    /// instead ([`First::Ordinary`]).
+    pub retried: u64,
+}
+
+/// What each allocation of the fill asks for first.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum First {
+    /// The reserves straight away (`__GFP_MEMALLOC`).
+    Reserves,
+    /// An ordinary request, and the reserves when it fails: a failure
+    /// (injected, or the watermark reached) is handled, not fatal.
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
+    Ordinary,
 }
 
 /// The self-test takes every free frame, reserves included: MEMALLOC is
@@ -187,6 +201,17 @@ pub fn run(
     pfn_end: u64,
     seed: u64,
 ) -> Result<SelftestReport, SelftestError> {
+    run_with(machine, managed, pfn_end, seed, First::Reserves)
+}
+
+/// [`run`], each allocation of the fill asking for `first` first.
+pub fn run_with(
+    machine: &KernelMachine,
+    managed: &RangeSet,
+    pfn_end: u64,
+    seed: u64,
+    first: First,
+) -> Result<SelftestReport, SelftestError> {
     // The bitmap comes from the heap, hence from the allocator: take it
     // before recording the initial state.
     let mut taken = FrameBitmap::new(pfn_end).ok_or(SelftestError::NoBitmap)?;
@@ -197,14 +222,22 @@ pub fn run(
     // 1. Take every free frame.
     let (mut frames, mut above, mut lowest, mut highest) =
         (0u64, 0u64, Pfn::new(u64::MAX), Pfn::new(0));
+    let mut retried = 0;
     let start = Instant::now();
     loop {
+        let got = match first {
+            First::Reserves => machine.alloc(NODE, TAKE_ALL, order0),
+            First::Ordinary => match machine.alloc(NODE, Gfp::KERNEL, order0) {
+                Err(AllocError::OutOfMemory) => {
+                    retried += 1;
+                    machine.alloc(NODE, TAKE_ALL, order0)
+                }
+                r => r,
+            },
+        };
         // Each frame is kept as its number in the bitmap (as a page table
         // would keep it): the block is given up here, made again to free.
-        let pfn = match machine
-            .alloc(NODE, TAKE_ALL, order0)
-            .map(|a| a.into_raw().0)
-        {
+        let pfn = match got.map(|a| a.into_raw().0) {
             Ok(pfn) => pfn,
             Err(AllocError::OutOfMemory) => break,
             Err(e) => return Err(SelftestError::Alloc(e)),
@@ -307,6 +340,7 @@ pub fn run(
         verify,
         free,
         seed,
+        retried,
     })
 }
 
@@ -339,6 +373,12 @@ impl SelftestReport {
             per(self.free),
             rate.duration(self.free)
         );
+        if self.retried > 0 {
+            crate::println!(
+                "selftest: {} ordinary requests failed and were served from the reserves",
+                self.retried
+            );
+        }
         crate::println!("selftest: double free refused, state unchanged");
         crate::println!("selftest: validate ok, free counts per order equal to the initial state");
     }

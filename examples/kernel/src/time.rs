@@ -18,6 +18,12 @@ impl Instant {
         Self(unsafe { core::arch::x86_64::_rdtsc() })
     }
 
+    /// The counter's value.
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
+    pub fn cycles(self) -> u64 {
+        self.0
+    }
+
     /// Cycles since `self`.
     pub fn elapsed(self) -> Cycles {
         Cycles(Self::now().0.wrapping_sub(self.0))

@@ -310,15 +310,36 @@ impl<const N: usize> Plan<N> {
         &self,
         virt: impl Fn(PhysAddr) -> *mut u8,
     ) -> Result<&'a mut Machine<'a, R>, PlanError> {
-        let slot = virt(self.machine.start.addr()).cast::<MaybeUninit<Machine<'a, R>>>();
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.build_with_hooks(virt, crate::debug::NoHooks) }
+    }
+
+    /// [`Plan::build_with_lock`] for a machine that reports to `hooks`
+    /// ([`crate::debug`]). The plan carved whole frames for a machine
+    /// without hooks: hooks that do not fit in what is left of the last
+    /// one (a reference always does) get [`PlanError::NoRoom`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Plan::build`].
+    pub unsafe fn build_with_hooks<'a, R: RawMutex, H: crate::debug::Hooks>(
+        &self,
+        virt: impl Fn(PhysAddr) -> *mut u8,
+        hooks: H,
+    ) -> Result<&'a mut Machine<'a, R, H>, PlanError> {
+        let bytes = size_of::<Machine<'a, R, H>>();
+        if bytes as u64 > self.machine.len() * PAGE_SIZE as u64 {
+            return Err(PlanError::NoRoom { bytes });
+        }
+        let slot = virt(self.machine.start.addr()).cast::<MaybeUninit<Machine<'a, R, H>>>();
         if !slot.is_aligned() {
             return Err(PlanError::Misaligned);
         }
         // SAFETY: the caller guarantees the machine's frames are mapped
         // writable at `slot`, contiguously, for `'a`, and used by nothing
-        // else; the plan carved `size_of::<Machine>()` bytes or more for it,
-        // and the pointer is aligned (checked above).
-        let machine = Machine::new_in_with_lock(unsafe { &mut *slot }, self.config);
+        // else; they hold `bytes` (checked above), and the pointer is
+        // aligned (checked above).
+        let machine = Machine::new_in_with_hooks(unsafe { &mut *slot }, self.config, hooks);
         for z in self.zones() {
             // SAFETY: as above, for the zone's carved metadata frames, which
             // hold at least `metadata_bytes` bytes.

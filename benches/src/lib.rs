@@ -9,6 +9,8 @@ use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Peer;
 use pageframe::CpuId;
+use pageframe::debug::{Hooks, NoHooks};
+use pageframe::lock::SpinLock;
 use pageframe::{
     Block, CpuCache, Gfp, Machine, MachineConfig, NodeId, ZoneKind, zone::MobilityConfig,
 };
@@ -57,10 +59,23 @@ pub fn core_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> BuddyZone<'_> 
 /// and per-CPU caches for `cpus` CPUs (none for 0). Leaked: benchmarks keep
 /// it for the whole run.
 pub fn machine(span: PfnRange, cpus: u32, mobility: MobilityConfig) -> &'static Machine<'static> {
-    let m: &'static mut Machine<'static> = Box::leak(Machine::new_boxed(MachineConfig {
-        mobility,
-        ..MachineConfig::SINGLE_NODE
-    }));
+    machine_with_hooks(span, cpus, mobility, NoHooks)
+}
+
+/// [`machine`] reporting to `hooks` (`pageframe::debug`).
+pub fn machine_with_hooks<H: Hooks>(
+    span: PfnRange,
+    cpus: u32,
+    mobility: MobilityConfig,
+    hooks: H,
+) -> &'static Machine<'static, SpinLock, H> {
+    let m: &'static mut Machine<'static, SpinLock, H> = Box::leak(Machine::new_boxed_with_hooks(
+        MachineConfig {
+            mobility,
+            ..MachineConfig::SINGLE_NODE
+        },
+        hooks,
+    ));
     let meta = Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
         .expect("zone");
@@ -160,9 +175,9 @@ impl Frames for BuddyZone<'_> {
 
 /// The machine's zone path (lock, watermark check, mobility layer, buddy
 /// core), with watermarks lifted so benchmarks may fill it.
-pub struct Facade(pub &'static Machine<'static>);
+pub struct Facade<H: Hooks + 'static = NoHooks>(pub &'static Machine<'static, SpinLock, H>);
 
-impl Frames for Facade {
+impl<H: Hooks> Frames for Facade<H> {
     type Handle = Block;
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<Block> {
@@ -186,16 +201,16 @@ impl Frames for Facade {
 
 /// A CPU's cached path on a machine with per-CPU caches (movable requests,
 /// watermarks as the zone has them).
-pub struct Cached(pub CpuCache<'static, 'static>);
+pub struct Cached<H: Hooks + 'static = NoHooks>(pub CpuCache<'static, 'static, SpinLock, H>);
 
-impl Cached {
+impl<H: Hooks> Cached<H> {
     /// CPU `cpu`'s handle on `m`.
-    pub fn new(m: &'static Machine<'static>, cpu: u32) -> Cached {
+    pub fn new(m: &'static Machine<'static, SpinLock, H>, cpu: u32) -> Cached<H> {
         Cached(m.cpu(CpuId(cpu), NodeId::ZERO).expect("handle"))
     }
 }
 
-impl Frames for Cached {
+impl<H: Hooks> Frames for Cached<H> {
     type Handle = Block;
     #[inline]
     fn alloc(&mut self, order: u8) -> Option<Block> {

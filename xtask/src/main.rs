@@ -16,6 +16,9 @@
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
 //! * `bench-table`     only the table, from the last bench run
+//! * `debug-costs [rounds]` what each debugging tool costs on the order-0
+//!   pairs: the `debug` bench built without and with each tool, interleaved,
+//!   medians of the rounds (default 3)
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
@@ -785,6 +788,86 @@ fn bench_table() -> Result<(), String> {
     Ok(())
 }
 
+/// The builds `debug-costs` compares: none of the tools, then each one.
+const DEBUG_BUILDS: &[&str] = &["", "vmstat", "page-owner", "fail-alloc"];
+/// Rows of the `debug` bench, each on its own line of the table.
+const DEBUG_ROWS: &[&str] = &[
+    "plain_zone_order0_pair",
+    "plain_cached_order0_pair",
+    "traced_zone_order0_pair",
+    "traced_cached_order0_pair",
+    "poison_zone_order0_pair",
+    "poison_cached_order0_pair",
+];
+
+/// The `debug` bench in every build of [`DEBUG_BUILDS`], `rounds` times
+/// interleaved; prints the median of each row's medians (ns an operation)
+/// and, for the builds with a tool, the difference to the build without.
+fn debug_costs(rounds: usize) -> Result<(), String> {
+    let mut got: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); DEBUG_ROWS.len()]; DEBUG_BUILDS.len()];
+    for round in 0..rounds {
+        for (b, feature) in DEBUG_BUILDS.iter().enumerate() {
+            eprintln!(
+                "debug-costs: round {} of {rounds}, build {feature:?}",
+                round + 1
+            );
+            let mut cmd = Command::new("cargo");
+            cmd.args(["bench", "-p", "pageframe-benches", "--bench", "debug"]);
+            if !feature.is_empty() {
+                cmd.args(["--features", feature]);
+            }
+            // The tools compiled in change only the plain rows' paths.
+            cmd.args([
+                "--",
+                if feature.is_empty() {
+                    "debug/"
+                } else {
+                    "debug/plain"
+                },
+            ]);
+            run(&mut cmd)?;
+            for (r, row) in DEBUG_ROWS.iter().enumerate() {
+                let est = target_dir()
+                    .join("criterion/debug")
+                    .join(row)
+                    .join("new/estimates.json");
+                let ran = feature.is_empty() || row.starts_with("plain");
+                if let (true, Ok(text)) = (ran, fs::read_to_string(&est))
+                    && let Some(m) = json_number(&text, "\"median\"", "point_estimate")
+                {
+                    got[b][r].push(m);
+                }
+            }
+        }
+    }
+    let median = |v: &[f64]| -> Option<f64> {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
+    };
+    println!("| row | build | median ns/op | cost vs no tools |");
+    println!("|---|---|---:|---:|");
+    for (r, row) in DEBUG_ROWS.iter().enumerate() {
+        let base = median(&got[0][r]);
+        for (b, feature) in DEBUG_BUILDS.iter().enumerate() {
+            let Some(m) = median(&got[b][r]) else {
+                continue;
+            };
+            let name = if feature.is_empty() {
+                "no tools"
+            } else {
+                feature
+            };
+            let cost = match (b, base) {
+                (0, _) | (_, None) => String::from("-"),
+                (_, Some(base)) => format!("{:+.1} ns", m - base),
+            };
+            println!("| {row} | {name} | {m:.2} | {cost} |");
+        }
+    }
+    Ok(())
+}
+
 /// Packages outside the workspace (own lock files and targets): the two
 /// example kernels, built for the bare-metal target.
 const KERNELS: &[&str] = &["examples/kernel", "examples/kernel-bootloader"];
@@ -941,6 +1024,11 @@ fn main() -> ExitCode {
         Some("bench") => run(Command::new("cargo").args(["bench", "-p", "pageframe-benches", "--"]).args(rest()))
             .and_then(|()| bench_table()),
         Some("bench-table") => bench_table(),
+        Some("debug-costs") => match args.get(1).map(|r| r.parse::<usize>()) {
+            None => debug_costs(3),
+            Some(Ok(r)) if r > 0 => debug_costs(r),
+            _ => Err("usage: cargo xtask debug-costs [rounds]".into()),
+        },
         Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
         Some("surface") => surface_and_docs(),
         Some("citations") => citations::unresolved(&root()).and_then(|bad| match bad.len() {

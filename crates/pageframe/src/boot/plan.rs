@@ -328,7 +328,7 @@ impl<const N: usize> Plan<N> {
         hooks: H,
     ) -> Result<&'a mut Machine<'a, R, H>, PlanError> {
         let bytes = size_of::<Machine<'a, R, H>>();
-        if bytes as u64 > self.machine.len() * PAGE_SIZE as u64 {
+        if bytes as u64 > self.machine.len() * PAGE_SIZE {
             return Err(PlanError::NoRoom { bytes });
         }
         let slot = virt(self.machine.start.addr()).cast::<MaybeUninit<Machine<'a, R, H>>>();

@@ -59,6 +59,8 @@ const MIRI: &[(&str, &[&str], bool, bool)] = &[
     // The same, built from ranges gathered one at a time, with the
     // per-CPU caches' memory taken from the machine and written in place.
     ("pageframe", &["--test", "incremental", "miri_"], true, true),
+    // Owner records: call-site pointers stored and read back as references.
+    ("pageframe", &["--test", "owner", "miri_"], true, true),
     // A zone hot-added while another thread looks it up.
     ("pageframe", &["--test", "hotplug", "miri_"], true, false),
     ("pageframe-swap", &["--test", "stress"], true, false),

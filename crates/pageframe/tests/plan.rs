@@ -219,6 +219,44 @@ fn miri_a_plan_builds_its_machine_in_place() {
     m.validate().unwrap();
 }
 
+/// A plan builds a machine with hooks in the frames it carved; hooks too
+/// large for them are refused before anything is written.
+#[test]
+fn a_plan_builds_a_machine_with_hooks() {
+    use pageframe::debug::{Event, Hooks};
+    use pageframe::lock::SpinLock;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    struct Allocs(AtomicU64);
+    impl Hooks for Allocs {
+        fn event(&self, e: &Event) {
+            if let Event::Alloc { .. } = e {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    static COUNT: Allocs = Allocs(AtomicU64::new(0));
+    let mut ram = FrameRanges::<4>::new();
+    ram.insert(r(0x1000, 0x1000 + 4096)).unwrap();
+    let plan = Plan::new(&ram, &[], MachineConfig::SINGLE_NODE).unwrap();
+    let carved = Carved::for_plan(&plan);
+    // SAFETY: as in the tests above.
+    let m: &Machine<'static, SpinLock, &Allocs> =
+        unsafe { plan.build_with_hooks(|pa| carved.virt(pa), &COUNT) }.unwrap();
+    let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(COUNT.0.load(Relaxed), 1);
+    m.free(a).unwrap();
+
+    struct Huge([u8; 1 << 16]);
+    impl Hooks for Huge {}
+    let carved = Carved::for_plan(&plan);
+    // SAFETY: as above; the call must refuse before writing.
+    let r = unsafe {
+        plan.build_with_hooks::<SpinLock, Huge>(|pa| carved.virt(pa), Huge([0; 1 << 16]))
+    };
+    assert!(matches!(r, Err(PlanError::NoRoom { .. })));
+}
+
 #[test]
 fn metadata_can_be_kept_where_the_boot_tables_map() {
     let ram = six_gib();

@@ -1,6 +1,20 @@
-//! The kernel's window into the allocator while it runs: trace events
-//! (Linux's `kmem` and `compaction` tracepoints) delivered to a [`Hooks`]
-//! value the machine owns.
+//! The kernel developer's toolbox, as Linux has it:
+//!
+//! | tool | Linux | here | off |
+//! |---|---|---|---|
+//! | event counters | `/proc/vmstat` | [`vmstat`]: [`crate::Machine::vmstat`] | feature `vmstat` |
+//! | zone report | `/proc/zoneinfo` | [`crate::Machine::zoneinfo`] | (a read) |
+//! | who holds a block | `page_owner` | [`owner`]: [`crate::Machine::owner_of`], [`crate::Machine::page_owners`] | feature `page-owner` |
+//! | trace events | `kmem`, `compaction` tracepoints | [`Hooks::event`], [`Event`] | [`NoHooks`] |
+//! | fault injection | `fail_page_alloc` | [`fail`]: [`crate::Machine::fail_page_alloc`] | feature `fail-alloc` |
+//! | memory init, poisoning | `init_on_alloc`, `init_on_free`, `page_poison` | [`Poisoning`] through [`Hooks::fill`], [`Hooks::check`] | [`NoHooks`] |
+//! | consistency check | `CONFIG_DEBUG_VM` | [`crate::Machine::validate`]: the structure, the rule and the frame | (a read) |
+//!
+//! "Off" is what a kernel that does not ask for the tool gets: no code on
+//! its paths. `cargo xtask debug-costs` measures each tool on.
+//!
+//! Trace events (Linux's `kmem` and `compaction` tracepoints) and
+//! poisoning go to a [`Hooks`] value the machine owns.
 //!
 //! A machine is generic over its hooks, [`NoHooks`] by default, so calls
 //! into them are static: with [`NoHooks`] every call is an empty inline
@@ -261,6 +275,51 @@ bitflags::bitflags! {
     /// take in-use memory that migrated away). Free page reporting gives
     /// the host frames whose contents it may drop: do not report pages with
     /// `POISON` on.
+    ///
+    /// A kernel reads and writes frames through its map of physical memory;
+    /// here a buffer stands for the zone's RAM:
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    /// use pageframe::debug::{Event, Hooks, Poisoning};
+    /// use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr, ZoneKind};
+    ///
+    /// const BASE: u64 = 0x1000;
+    /// struct Ram(Mutex<Vec<u8>>, Mutex<Option<Event>>);
+    ///
+    /// impl Ram {
+    ///     fn at(p: Pfn) -> usize { ((p.get() - BASE) * PAGE_SIZE) as usize }
+    /// }
+    ///
+    /// impl Hooks for Ram {
+    ///     fn poisoning(&self) -> Poisoning { Poisoning::POISON }
+    ///     fn fill(&self, f: PfnRange, byte: u8) {
+    ///         self.0.lock().unwrap()[Ram::at(f.start)..Ram::at(f.end)].fill(byte);
+    ///     }
+    ///     fn check(&self, f: PfnRange, byte: u8) -> Option<PhysAddr> {
+    ///         let ram = self.0.lock().unwrap();
+    ///         let i = ram[Ram::at(f.start)..Ram::at(f.end)].iter().position(|&b| b != byte)?;
+    ///         Some(PhysAddr::new(f.start.get() * PAGE_SIZE + i as u64))
+    ///     }
+    ///     fn event(&self, e: &Event) {
+    ///         if let Event::UseAfterFree { .. } = e { *self.1.lock().unwrap() = Some(*e); }
+    ///     }
+    /// }
+    ///
+    /// let ram = Ram(Mutex::new(vec![0; 64 * PAGE_SIZE as usize]), Mutex::new(None));
+    /// let mut m = Machine::new_boxed_with_hooks(MachineConfig::SINGLE_NODE, ram);
+    /// let span = PfnRange::new(Pfn(BASE), Pfn(BASE + 64));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// m.add_free_range(span).unwrap(); // poisoned as it is handed over
+    /// let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    /// let at = Ram::at(b.pfn());
+    /// m.free(b).unwrap();
+    /// m.hooks().0.lock().unwrap()[at + 8] = 1; // a stale pointer writes
+    /// let again = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    /// let report = m.hooks().1.lock().unwrap().take();
+    /// assert!(matches!(report, Some(Event::UseAfterFree { pfn, .. }) if pfn == again.pfn()));
+    /// ```
     #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
     pub struct Poisoning: u8 {
         /// Zero blocks as they are handed out.

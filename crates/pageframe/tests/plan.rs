@@ -247,6 +247,8 @@ fn a_plan_builds_a_machine_with_hooks() {
     assert_eq!(COUNT.0.load(Relaxed), 1);
     m.free(a).unwrap();
 
+    /// Hooks of 64 KiB (their state never read: only their size counts).
+    #[allow(dead_code)]
     struct Huge([u8; 1 << 16]);
     impl Hooks for Huge {}
     let carved = Carved::for_plan(&plan);

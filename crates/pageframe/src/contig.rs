@@ -433,8 +433,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             _ => return Err(Refused::new(segment, FreeError::Foreign)),
         };
         self.poison_range_free(z, range);
-        z.free_range(range)
-            .map_err(|e| Refused::new(segment, e.why))
+        match z.free_range(range) {
+            Ok(()) => {
+                self.freed_range(z, range);
+                Ok(())
+            }
+            Err(e) => Err(Refused::new(segment, e.why)),
+        }
     }
 
     /// The range a kernel kept as numbers ([`Segment::into_raw`], a

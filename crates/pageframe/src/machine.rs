@@ -776,6 +776,17 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
+    /// Counts frames of `zone` freed other than as one block (a segment,
+    /// part of an allocation) and reports them to the hooks.
+    pub(crate) fn freed_range(&self, zone: &Zone<'a, R>, range: PfnRange) {
+        #[cfg(feature = "vmstat")]
+        zone.vm(None).free_pages(range.len());
+        let _ = zone;
+        if H::TRACE {
+            self.hooks.event(&Event::FreeRange { range });
+        }
+    }
+
     /// The hooks as a CPU's caches report to them.
     #[inline(always)]
     pub(crate) fn traced_cpu(&self, cpu: Option<CpuId>) -> Traced<'_, H> {

@@ -107,6 +107,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 Err(why) => return Err(err(p, why)),
             }
         }
+        self.freed_range(zone, range);
         Ok(())
     }
 }

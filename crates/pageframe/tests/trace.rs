@@ -337,5 +337,21 @@ fn a_contiguous_range_reports_its_isolation() {
             ok: true
         }]
     );
+    let range = seg.range();
     m.free_segment(seg).unwrap();
+    assert_eq!(m.hooks().take(), [Event::FreeRange { range }]);
+    // Part of an allocation given back by number: the part, named.
+    let b = m
+        .alloc(NodeId::ZERO, MOVABLE, Order::new(2).unwrap())
+        .unwrap();
+    let (p, _) = b.into_raw();
+    m.hooks().take();
+    // SAFETY: the block was allocated above and is held only as `p`.
+    unsafe { m.free_raw(pageframe::PfnRange::new(p, p + 4)) }.unwrap();
+    assert_eq!(
+        m.hooks().take(),
+        [Event::FreeRange {
+            range: pageframe::PfnRange::new(p, p + 4)
+        }]
+    );
 }

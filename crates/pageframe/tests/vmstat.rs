@@ -152,8 +152,14 @@ fn failures_ranges_and_compaction_are_counted() {
     assert_eq!(v.alloc_fail, 4, "three injected, one impossible order");
     assert_eq!((v.contig_alloc_success, v.contig_alloc_fail), (1, 1));
     assert_eq!((v.cma_alloc_success, v.cma_alloc_fail), (1, 1));
+    let before = m.vmstat().pgfree;
     m.free_segment(seg).unwrap();
     m.cma_release(buf).unwrap();
+    assert_eq!(
+        m.vmstat().pgfree,
+        before + 1024 + 512,
+        "ranges count as frees"
+    );
     // Compaction: a fragmented zone and an order-9 request that stalls.
     let kept = common::fragment(m, 0, &mut w);
     assert!(!kept.is_empty());
@@ -192,6 +198,7 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
         format!("        low      {}\n", w.low),
         format!("        high     {}\n", w.high),
         format!("        spanned  {}\n", 4 * GIB),
+        format!("        present  {}\n", 1 << 15),
         format!("        managed  {}\n", 1 << 15),
     ] {
         assert!(section.contains(&line), "{line:?} in\n{section}");

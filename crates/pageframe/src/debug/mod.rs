@@ -136,6 +136,13 @@ pub enum Event {
         /// one block taken from it (stolen).
         claimed: bool,
     },
+    /// Frames were given back other than as one block: a contiguous range
+    /// ([`crate::Machine::free_segment`], a CMA buffer) or part of an
+    /// allocation ([`crate::Machine::free_raw`]).
+    FreeRange {
+        /// The frames.
+        range: PfnRange,
+    },
     /// A per-CPU cache took blocks from its zone in one go (`rmqueue_bulk`).
     PcpRefill {
         /// The zone.

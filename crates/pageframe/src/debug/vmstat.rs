@@ -75,7 +75,12 @@ impl ZoneCounters {
 
     #[inline]
     pub(crate) fn free(&self, order: Order) {
-        self.pgfree.fetch_add(order.pages(), Relaxed);
+        self.free_pages(order.pages());
+    }
+
+    #[inline]
+    pub(crate) fn free_pages(&self, pages: u64) {
+        self.pgfree.fetch_add(pages, Relaxed);
     }
 
     #[inline]

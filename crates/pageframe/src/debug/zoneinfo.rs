@@ -38,6 +38,9 @@ fn zone<R: RawMutex>(f: &mut fmt::Formatter<'_>, z: &Zone<'_, R>, cpus: u32) -> 
     writeln!(f, "        high     {}", w.high)?;
     writeln!(f, "        promo    {}", w.promo)?;
     writeln!(f, "        spanned  {}", z.span().len())?;
+    // Frames handed over: the allocator cannot tell RAM the kernel kept
+    // from holes, so present and managed agree.
+    writeln!(f, "        present  {}", z.managed_pages())?;
     writeln!(f, "        managed  {}", z.managed_pages())?;
     write!(f, "        protection: (")?;
     for (i, k) in ZoneKind::ALL.into_iter().enumerate() {

@@ -1176,6 +1176,39 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 /// Free and managed frames, counters, and the walk that checks every
 /// invariant.
 impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+    /// Calls `f` with every free block on the zones' free lists (first
+    /// frame and order), zone by zone in frame order, each zone under its
+    /// lock: keep `f` short, and do not allocate or free from it. Frames in
+    /// per-CPU caches and the order-0 stripes are not on the lists: drain
+    /// them first ([`Machine::drain_pcp`], [`Machine::drain_stripes`]) to
+    /// see all free memory (to poison it before switching poisoning on,
+    /// say).
+    ///
+    /// ```
+    /// # use pageframe::{Machine, MachineConfig, NodeId, Pfn, PfnRange, ZoneKind};
+    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
+    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// let mut frames = 0;
+    /// m.for_each_free_block(|_pfn, order| frames += order.pages());
+    /// assert_eq!(frames, m.free_pages());
+    /// ```
+    pub fn for_each_free_block(&self, mut f: impl FnMut(Pfn, Order)) {
+        for z in self.all_zones() {
+            z.inspect(|mz| {
+                for (p, info) in mz.buddy().walk(z.span()) {
+                    if let pageframe_buddy::BlockInfo::Free { head, order, .. } = info
+                        && head == p
+                    {
+                        f(head, order);
+                    }
+                }
+            });
+        }
+    }
+
     /// Free frames over all nodes (not counting per-CPU caches).
     pub fn free_pages(&self) -> u64 {
         self.nodes().map(|n| n.free_pages()).sum()

@@ -218,3 +218,37 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
     let section = &text[text.find("zone   Normal").unwrap()..];
     assert!(section.contains(&format!("    cpu: 1\n              count: {count}\n")));
 }
+
+#[test]
+fn free_blocks_are_listed_once_each_and_add_up() {
+    let m = common::two_zones(1 << 13, 1 << 14);
+    let m = &*m;
+    let mut held = Vec::new();
+    let mut rng = StdRng::seed_from_u64(3);
+    for _ in 0..2000 {
+        if let Ok(b) = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(rng.gen_range(0..4))) {
+            held.push(b);
+        }
+    }
+    for i in (0..held.len()).rev().step_by(3) {
+        m.free(held.swap_remove(i)).unwrap();
+    }
+    m.drain_stripes();
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    m.for_each_free_block(|p, order| {
+        assert!(p.is_aligned(order), "{p:?} of order {order:?}");
+        seen.push((p.get(), p.get() + order.pages()));
+    });
+    seen.sort_unstable();
+    assert!(seen.windows(2).all(|w| w[0].1 <= w[1].0), "no overlap");
+    let total: u64 = seen.iter().map(|(a, b)| b - a).sum();
+    assert_eq!(total, m.free_pages());
+    // None of them is held.
+    for b in &held {
+        let p = b.pfn().get();
+        assert!(!seen.iter().any(|&(a, e)| a <= p && p < e));
+    }
+    for b in held {
+        m.free(b).unwrap();
+    }
+}

@@ -302,15 +302,9 @@ pub fn run(
     // Poisoning: free memory is filled, then a write after a free.
     m.drain_pcp(None, |_| {});
     m.drain_stripes();
-    for z in m.all_zones() {
-        z.inspect(|mz| {
-            for (_, info) in mz.buddy().walk(z.span()) {
-                if let pageframe::zone::BlockInfo::Free { head, order, .. } = info {
-                    HOOKS.fill(PfnRange::new(head, head + order.pages()), PAGE_POISON);
-                }
-            }
-        });
-    }
+    m.for_each_free_block(|head, order| {
+        HOOKS.fill(PfnRange::new(head, head + order.pages()), PAGE_POISON);
+    });
     HOOKS.poisoning.store(
         Poisoning::POISON.bits(),
         core::sync::atomic::Ordering::Release,

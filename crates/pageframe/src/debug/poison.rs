@@ -56,7 +56,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     #[cold]
     fn check_and_init(&self, b: &Block, p: Poisoning) {
-        let range = frames(b.pfn(), b.order());
+        let range = b.range();
         if p.contains(Poisoning::POISON)
             && let Some(addr) = self.hooks.check(range, PAGE_POISON)
         {

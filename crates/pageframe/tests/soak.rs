@@ -9,7 +9,8 @@
 //! compare-and-swap); at every checkpoint (each second) and at the end the
 //! books balance: free + cached + held = managed, and `validate()` passes.
 //! A watchdog fails the run, naming the CPUs still inside a call, if any
-//! call lasts over 10 s.
+//! call lasts over 10 s, and ends it at once, with the message, when any
+//! thread panics.
 //!
 //! In `cargo test` it runs for 2 s with 4 CPUs; `cargo xtask soak --minutes
 //! M [--cpus N]` runs it for longer in release (`PAGEFRAME_SOAK_SECS`,
@@ -21,9 +22,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use common::watchdog::{PollBarrier, Watchdog};
+use common::watchdog::Watchdog;
 use common::*;
-use pageframe::CpuId;
 use pageframe::{
     Block, CpuCache, Gfp, Machine, MachineConfig, Migrator, Order, Pfn, Segment, SlowPathHooks,
     ZoneKind,
@@ -365,19 +365,6 @@ impl Worker<'_, '_> {
     }
 }
 
-/// Threads meet at barriers: one that panics would leave the others
-/// waiting forever, so a panic ends the process (the test fails, loudly).
-struct AbortOnPanic;
-
-impl Drop for AbortOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("soak: a thread panicked; aborting");
-            std::process::abort();
-        }
-    }
-}
-
 fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let m = machine(workers);
     let managed = m.managed_pages();
@@ -390,8 +377,10 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let pause = AtomicBool::new(false);
     // Workers, the compactor and the clock meet at checkpoints; a worker
     // waiting there keeps serving drain requests to its caches.
-    let barrier = PollBarrier::new(workers as usize + 2);
+    // A thread that panics ends the run at once: the barriers give up and
+    // the watchdog prints its message.
     let dog = Watchdog::start(workers as usize + 1, CALLS, Duration::from_secs(10));
+    let barrier = dog.barrier(workers as usize + 2);
     let mailboxes: Vec<Mutex<Vec<Held>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
     let counted = AtomicU64::new(0);
     let (ops, checkpoints, moves) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
@@ -399,24 +388,15 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let start = Instant::now();
 
     std::thread::scope(|s| {
-        let _guard = AbortOnPanic;
         for w in 0..workers {
             let (stop, pause, barrier, mailboxes, dog) =
                 (&stop, &pause, &barrier, &mailboxes, &dog);
             let (counted, ops, drains, contigs, reports) =
                 (&counted, &ops, &drains, &contigs, &reports);
             s.spawn(move || {
-                let _guard = AbortOnPanic;
                 let i = w as usize;
-                // `Busy` while a worker already at work drains this
-                // unowned cache: retry, as the docs say.
-                let cpu = loop {
-                    match m.cpu(CpuId(w), n(i % 2)) {
-                        Ok(c) => break c,
-                        Err(pageframe::pcp::PcpError::Busy) => std::thread::yield_now(),
-                        Err(e) => panic!("{e:?}"),
-                    }
-                };
+                let _watched = dog.worker(i);
+                let cpu = claim_cpu(m, w, n(i % 2));
                 let mut me = Worker {
                     m,
                     cpu,
@@ -494,11 +474,11 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
         {
             let (stop, pause, barrier, moves, dog) = (&stop, &pause, &barrier, &moves, &dog);
             s.spawn(move || {
-                let _guard = AbortOnPanic;
+                let me = workers as usize;
+                let _watched = dog.worker(me);
                 m.set_proactiveness(50).unwrap();
                 let mut mover = Mover::new(books);
                 let mut rng = SmallRng::seed_from_u64(seed);
-                let me = workers as usize;
                 while !stop.load(Relaxed) {
                     if pause.load(Relaxed) {
                         for _ in 0..3 {
@@ -557,6 +537,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
         stop.store(true, Relaxed);
         barrier.wait(|| {});
         barrier.wait(|| {});
+        dog.joining();
     });
     dog.stop();
     assert_eq!(m.free_pages(), managed, "frames lost");

@@ -7,7 +7,8 @@ use std::mem::MaybeUninit;
 pub mod watchdog;
 
 use pageframe::{
-    Block, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks, ZoneKind,
+    Block, CpuCache, CpuId, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange,
+    SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
     topology::Topology,
 };
@@ -32,6 +33,19 @@ pub fn o(k: u8) -> Order {
 /// Memory for the test's whole run.
 pub fn leak(bytes: usize) -> &'static mut [MaybeUninit<u8>] {
     Box::leak(vec![MaybeUninit::uninit(); bytes].into_boxed_slice())
+}
+
+/// CPU `cpu`'s handle, for a CPU on `node`. A thread that starts while
+/// others already drain every CPU's caches finds its unowned cache `Busy`
+/// for the moment a drainer empties it: it retries, as the docs say.
+pub fn claim_cpu<'m>(m: &'m Machine<'static>, cpu: u32, node: NodeId) -> CpuCache<'m, 'static> {
+    loop {
+        match m.cpu(CpuId(cpu), node) {
+            Ok(c) => return c,
+            Err(pageframe::pcp::PcpError::Busy) => std::thread::yield_now(),
+            Err(e) => panic!("CPU {cpu}'s handle: {e:?}"),
+        }
+    }
 }
 
 /// An empty machine for `config`, on the heap, for the test's whole run.

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::watchdog::{PollBarrier, Watchdog};
+use common::watchdog::Watchdog;
 use common::*;
 use pageframe::CpuId;
 use pageframe::{
@@ -44,11 +43,12 @@ fn two_cpus_draining_two_zones_at_once_finish() {
     let rounds = if cfg!(miri) { 20 } else { 10_000 };
     let m = two_cached_zones(2, 32 * PB);
     let dog = Watchdog::start(2, &["drain_pcp"], LIMIT);
-    let barrier = Arc::new(PollBarrier::new(2));
+    let barrier = dog.barrier(2);
     std::thread::scope(|s| {
         for cpu in 0..2u32 {
             let (dog, barrier) = (&dog, &barrier);
             s.spawn(move || {
+                let _watched = dog.worker(cpu as usize);
                 let mut c = m.cpu(CpuId(cpu), NodeId::ZERO).unwrap();
                 for _ in 0..rounds {
                     for gfp in [Gfp::KERNEL | Gfp::DMA32, Gfp::KERNEL] {
@@ -65,6 +65,7 @@ fn two_cpus_draining_two_zones_at_once_finish() {
                 }
             });
         }
+        dog.joining();
     });
     dog.stop();
     settled(m, 0);
@@ -132,14 +133,16 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
     let m: &'static Machine<'static> = m;
     let steps = if cfg!(miri) { 50 } else { 4000 };
     let dog = Watchdog::start(cpus as usize, CALLS, LIMIT);
-    let barrier = PollBarrier::new(cpus as usize);
+    let barrier = dog.barrier(cpus as usize);
     let contig = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         for cpu in 0..cpus {
             let (dog, barrier, contig) = (&dog, &barrier, &contig);
             s.spawn(move || {
                 let i = cpu as usize;
-                let mut c = m.cpu(CpuId(cpu), n(i % 2)).unwrap();
+                let _watched = dog.worker(i);
+                // Others may already be draining: `claim_cpu` retries.
+                let mut c = claim_cpu(m, cpu, n(i % 2));
                 let mut rng = SmallRng::seed_from_u64(0x11fe + u64::from(cpu));
                 let mut held: Vec<Block> = Vec::new();
                 let gfps = [Gfp::KERNEL, Gfp::KERNEL | Gfp::DMA32, Gfp::HIGHUSER_MOVABLE];
@@ -205,6 +208,7 @@ fn drains_contiguous_ranges_and_reporting_on_several_zones_end() {
                 barrier.wait(|| c.poll());
             });
         }
+        dog.joining();
     });
     dog.stop();
     assert!(contig.load(std::sync::atomic::Ordering::Relaxed) > 0);

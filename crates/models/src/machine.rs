@@ -308,8 +308,12 @@ struct Owned {
 
 /// The allocated blocks whose heads lie in `range`, as the core sees them
 /// (the pieces of a segment, or what is left of a block given back in
-/// part).
+/// part). None in an empty range, wherever it starts (the range kept after
+/// a part that ends a zone's last block starts past the zone).
 fn allocated_in(m: &Machine<'_>, range: PfnRange) -> Result<Vec<(Pfn, Order)>, String> {
+    if range.is_empty() {
+        return Ok(Vec::new());
+    }
     let z = m.zone_of(range.start).ok_or("memory in no zone")?;
     Ok(z.inspect(|mz| {
         mz.buddy()

@@ -95,11 +95,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let sizing = self.pcp_sizing(local_cpus, 0)?;
         let n = sizing.suggested_slots();
         let (array, mut rest) = carve::carve::<PcpSlot<'a>>(mem, cpus as usize).ok_or(too_small)?;
+        // Order-0 lists keep to a home chunk: the caches keep the zone's
+        // fullest-first placement (see `PcpConfig::with_home`).
+        let chunk = self.inner.lock().buddy.buddy().chunk_order();
+        let config = PcpConfig::X86_64.with_home(chunk);
         for slot in array.iter_mut() {
             let (lists, r) = carve::carve_init(rest, n, |_| Slot::EMPTY).ok_or(too_small)?;
             rest = r;
-            let cache = PerCpuPages::new(lists, sizing, PcpConfig::X86_64)
-                .map_err(PcpSetupError::Sizing)?;
+            let cache = PerCpuPages::new(lists, sizing, config).map_err(PcpSetupError::Sizing)?;
             slot.write(PcpSlot::new(cache));
         }
         #[cfg(feature = "vmstat")]

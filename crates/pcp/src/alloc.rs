@@ -140,6 +140,12 @@ impl PerCpuPages<'_> {
         let mut sink = RefillSink::new(&mut self.lists, li, n as usize);
         zone.refill(order, mt, &mut sink);
         let got = sink.taken();
+        if order.get() == 0
+            && let Some(h) = self.config.home_order()
+            && let Some(last) = sink.last()
+        {
+            self.home[li.get()] = last.get() >> h.get();
+        }
         self.count += got as u32 * order.pages() as u32;
         self.stats.refills += 1;
         self.stats.refilled_blocks += got as u64;

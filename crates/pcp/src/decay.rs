@@ -40,6 +40,9 @@ impl PerCpuPages<'_> {
             self.spill(zone, excess as u32, first);
             more = true;
         }
+        // Foreign frees wait for a batch; an idle CPU must not keep them
+        // from their chunks for good.
+        self.spill_foreign(zone);
         more
     }
 }

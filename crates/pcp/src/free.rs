@@ -33,6 +33,12 @@ impl PerCpuPages<'_> {
         mt: MigrateType,
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
+        if order.get() == 0
+            && let Some(h) = self.config.home_order()
+            && frame.get() >> h.get() != self.home[li.get()]
+        {
+            return self.free_foreign(zone, frame);
+        }
         if order.get() != 0 || self.lists.is_full() {
             return self.free_slow(zone, frame, order, li);
         }
@@ -57,6 +63,38 @@ impl PerCpuPages<'_> {
         Ok(self.commit_threshold(zone, zflags, li, false, 0))
     }
 
+    /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
+    /// onto the foreign list, which goes back to the zone whole once it
+    /// holds a batch. The bookkeeping is an order-0 free's.
+    #[inline(never)]
+    fn free_foreign<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn) -> Result<FreeOutcome, PcpError> {
+        let mut spilled = 0;
+        if self.lists.is_full() {
+            spilled += self.spill_foreign(zone);
+            if self.lists.is_full() {
+                let first = ListIndex::new(0).expect("list 0 exists");
+                spilled += self.spill(zone, self.sizing.batch().max(1), first);
+            }
+        }
+        if self.lists.push_tail(ListIndex::FOREIGN, frame).is_err() {
+            return Err(PcpError::NoRoom);
+        }
+        self.foreign += 1;
+        self.alloc_factor >>= 1;
+        self.stats.frees += 1;
+        self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
+        if self.free_count < self.free_count_cap {
+            self.free_count += 1;
+        }
+        if self.foreign >= self.sizing.batch().max(1) {
+            spilled += self.spill_foreign(zone);
+        }
+        Ok(match spilled {
+            0 => FreeOutcome::Cached,
+            n => FreeOutcome::Spilled(n),
+        })
+    }
+
     /// Frees every block of `frames` (same order and list type), with the
     /// same result as calling [`free`](Self::free) on each in turn: runs of
     /// order-0 frees that keep `count` below `high` while the zone is calm
@@ -74,7 +112,8 @@ impl PerCpuPages<'_> {
             ListIndex::of(order, mt, self.config.thp_order()).ok_or((0, PcpError::NotCached))?;
         let mut i = 0;
         while i < frames.len() {
-            if order.get() == 0 && zone.flags().is_empty() {
+            // With a home, each frame's place decides its list: one by one.
+            if order.get() == 0 && self.config.home_order().is_none() && zone.flags().is_empty() {
                 // Each of these frees leaves count < high (§5.3 then keeps
                 // high and nothing spills).
                 let below = self.high.saturating_sub(self.count + 1) as usize;

@@ -45,12 +45,13 @@ const EMPTY_HEAD: Head = Head {
     len: 0,
 };
 
-/// Fourteen deques of frames sharing one slot arena.
+/// Fourteen deques of frames sharing one slot arena, and the foreign list
+/// ([`ListIndex::FOREIGN`]).
 #[derive(Debug)]
 pub(crate) struct Lists<'m> {
     slots: &'m mut [Slot],
     free: u32,
-    heads: [Head; NR_PCP_LISTS],
+    heads: [Head; NR_PCP_LISTS + 1],
 }
 
 impl<'m> Lists<'m> {
@@ -69,7 +70,7 @@ impl<'m> Lists<'m> {
         Lists {
             slots,
             free: 0,
-            heads: [EMPTY_HEAD; NR_PCP_LISTS],
+            heads: [EMPTY_HEAD; NR_PCP_LISTS + 1],
         }
     }
 

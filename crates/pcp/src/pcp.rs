@@ -8,7 +8,7 @@ use crate::error::PcpError;
 use crate::lists::{Lists, Slot};
 use crate::sizing::{PcpConfig, PcpSizing};
 use crate::stats::PcpStats;
-use crate::types::{ListIndex, NR_PCP_LISTS, Order};
+use crate::types::{ListIndex, NR_PCP_LISTS, Order, PCP_TYPES};
 
 bitflags::bitflags! {
     /// `PCPF_*` flags (spec 04 §2.1).
@@ -35,7 +35,15 @@ pub struct PerCpuPages<'m> {
     /// `batch << scale_max`: `free_count` stops growing there (§5.2).
     pub(crate) free_count_cap: u32,
     pub(crate) stats: PcpStats,
+    /// Per PCP type: the home region of its order-0 list (frame number
+    /// shifted by the home order; [`NO_HOME`] before the first refill).
+    pub(crate) home: [u64; PCP_TYPES],
+    /// Frames on the foreign list (not counted in `count`).
+    pub(crate) foreign: u32,
 }
+
+/// No home region yet: every free is foreign until the first refill.
+pub(crate) const NO_HOME: u64 = u64::MAX;
 
 impl<'m> PerCpuPages<'m> {
     /// A cache over the caller's `slots` (one per cached block; see
@@ -63,6 +71,8 @@ impl<'m> PerCpuPages<'m> {
             free_count: 0,
             free_count_cap: sizing.batch() << config.scale_max(),
             stats: PcpStats::default(),
+            home: [NO_HOME; PCP_TYPES],
+            foreign: 0,
         })
     }
 
@@ -78,10 +88,11 @@ impl<'m> PerCpuPages<'m> {
             .set(PcpFlags::FREE_HIGH_BATCH, sizing.free_high_batch());
     }
 
-    /// Base pages on all lists.
+    /// Base pages the cache holds: on its lists (Linux's `count`, which
+    /// `high` bounds) and on the foreign list.
     #[inline]
     pub fn count(&self) -> u32 {
-        self.count
+        self.count + self.foreign
     }
     /// The current, auto-tuned drain threshold.
     #[inline]
@@ -128,13 +139,22 @@ impl<'m> PerCpuPages<'m> {
     pub fn capacity(&self) -> usize {
         self.lists.capacity()
     }
-    /// Visits every cached block as `(list, frame)`, list by list, head first.
+    /// Frames on the foreign list (order-0 frees outside their home, on
+    /// their way back to the zone; see [`crate::PcpConfig::with_home`]).
+    #[inline]
+    pub fn foreign(&self) -> u32 {
+        self.foreign
+    }
+    /// Visits every cached block as `(list, frame)`, list by list, head
+    /// first, the foreign list ([`ListIndex::is_foreign`]) last.
     pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Pfn)) {
         for i in 0..NR_PCP_LISTS {
             if let Some(li) = ListIndex::new(i) {
                 self.lists.for_each(li, |fr| f(li, fr));
             }
         }
+        self.lists
+            .for_each(ListIndex::FOREIGN, |fr| f(ListIndex::FOREIGN, fr));
     }
 
     pub(crate) fn thp(&self) -> Order {
@@ -171,6 +191,12 @@ impl<'m> PerCpuPages<'m> {
         }
         if pages != self.count as u64 {
             return Err("count differs from the pages on the lists");
+        }
+        if self.lists.len(ListIndex::FOREIGN) != self.foreign {
+            return Err("foreign count differs from the foreign list");
+        }
+        if self.config.home_order().is_none() && self.foreign != 0 {
+            return Err("foreign frames without a home");
         }
         if self.high < self.sizing.high_min() || self.high > self.sizing.high_max() {
             return Err("high outside [high_min, high_max]");

@@ -181,6 +181,7 @@ impl PcpSizing {
 pub struct PcpConfig {
     thp_order: Option<Order>,
     scale_max: u8,
+    home_order: Option<Order>,
 }
 
 impl PcpConfig {
@@ -198,13 +199,33 @@ impl PcpConfig {
         Ok(PcpConfig {
             thp_order,
             scale_max,
+            home_order: None,
         })
+    }
+
+    /// Keeps order-0 placement (a departure from Linux, as the buddy core's
+    /// fullest-first choice is): each order-0 list has a *home*, the
+    /// aligned region of `2^home` frames its last refill came from (the
+    /// zone's chunk, a pageblock). A free inside the home goes on the list
+    /// and is handed out again; a free outside it goes on a separate
+    /// list that is never allocated from and goes back to the zone a batch
+    /// at a time. Linux's LIFO lists recycle every freed frame, so a CPU's
+    /// allocations drift over all of memory and, after churn, no pageblock
+    /// empties; with a home they stay in the chunks the zone chose (the
+    /// fullest), as the zone's own order-0 path keeps them (LLFree's
+    /// per-core reservation, ATC'23, with lists instead of a bitmap).
+    pub const fn with_home(self, home: Order) -> PcpConfig {
+        PcpConfig {
+            home_order: Some(home),
+            ..self
+        }
     }
 
     /// x86-64 defaults: THP order 9, scale max 5.
     pub const X86_64: PcpConfig = PcpConfig {
         thp_order: Some(Order::new_truncated(9)),
         scale_max: DEFAULT_SCALE_MAX,
+        home_order: None,
     };
 
     /// The cached pageblock order, if any.
@@ -216,6 +237,12 @@ impl PcpConfig {
     #[inline]
     pub const fn scale_max(&self) -> u8 {
         self.scale_max
+    }
+    /// The order of an order-0 list's home region, if placement is kept
+    /// ([`PcpConfig::with_home`]).
+    #[inline]
+    pub const fn home_order(&self) -> Option<Order> {
+        self.home_order
     }
 }
 

@@ -25,9 +25,25 @@ impl PerCpuPages<'_> {
         out
     }
 
+    /// Sends the whole foreign list back to the zone in one call. Returns
+    /// the frames spilled.
+    pub(crate) fn spill_foreign<Z: PcpZone>(&mut self, zone: &Z) -> u32 {
+        if self.foreign == 0 {
+            return 0;
+        }
+        let mut batch = SpillBatch::foreign(&mut self.lists, self.foreign);
+        zone.spill(&mut batch);
+        let out = batch.pages() as u32;
+        self.foreign -= out;
+        self.stats.spills += 1;
+        self.stats.spilled_pages += out as u64;
+        self.stats.zone_lock_acquisitions += 1;
+        out
+    }
+
     /// `drain_pages_zone` (spec 04 §7): empties the cache in chunks of
-    /// `batch << scale_max` pages, one zone-lock acquisition per chunk.
-    /// Returns the pages drained.
+    /// `batch << scale_max` pages, one zone-lock acquisition per chunk,
+    /// and the foreign list. Returns the pages drained.
     pub fn drain<Z: PcpZone>(&mut self, zone: &Z) -> u64 {
         let chunk = self.sizing.batch() << self.config.scale_max();
         let first = ListIndex::new(0).expect("list 0 exists");
@@ -39,6 +55,7 @@ impl PerCpuPages<'_> {
             }
             total += out as u64;
         }
+        total += u64::from(self.spill_foreign(zone));
         self.stats.drains += 1;
         total
     }

@@ -72,10 +72,23 @@ impl ListIndex {
         self.0 as usize
     }
 
+    /// The list of order-0 frames freed outside their list's home chunk
+    /// (see [`crate::PcpConfig::with_home`]): never allocated from, spilled
+    /// to the zone a batch at a time. Not one of the [`NR_PCP_LISTS`].
+    pub(crate) const FOREIGN: ListIndex = ListIndex(NR_PCP_LISTS as u8);
+
+    /// Whether this is the foreign list (see [`ListIndex::FOREIGN`]).
+    #[inline]
+    pub const fn is_foreign(self) -> bool {
+        self.0 as usize == NR_PCP_LISTS
+    }
+
     /// Order of the blocks on this list (the inverse map of spec 04 §2.2).
     #[inline]
     pub const fn order(self, thp: Order) -> Order {
-        if (self.0 as usize) < NR_LOWORDER_LISTS {
+        if self.0 as usize == NR_PCP_LISTS {
+            Order::new_truncated(0)
+        } else if (self.0 as usize) < NR_LOWORDER_LISTS {
             Order::new_truncated(self.0 / PCP_TYPES as u8)
         } else {
             thp

@@ -56,6 +56,7 @@ pub struct RefillSink<'a, 'm> {
     li: ListIndex,
     remaining: usize,
     taken: usize,
+    last: Option<Pfn>,
 }
 
 impl<'a, 'm> RefillSink<'a, 'm> {
@@ -65,6 +66,7 @@ impl<'a, 'm> RefillSink<'a, 'm> {
             li,
             remaining: max,
             taken: 0,
+            last: None,
         }
     }
 
@@ -88,6 +90,7 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         }
         self.remaining -= 1;
         self.taken += 1;
+        self.last = Some(frame);
         Ok(())
     }
 
@@ -99,12 +102,18 @@ impl<'a, 'm> RefillSink<'a, 'm> {
     pub fn push_extra(&mut self, frame: Pfn) -> Result<(), Pfn> {
         self.lists.push_tail(self.li, frame)?;
         self.taken += 1;
+        self.last = Some(frame);
         Ok(())
     }
 
     /// Blocks handed to the cache so far in this refill.
     pub fn taken(&self) -> usize {
         self.taken
+    }
+
+    /// The last block handed over (its region becomes the list's home).
+    pub(crate) fn last(&self) -> Option<Pfn> {
+        self.last
     }
 }
 
@@ -115,6 +124,8 @@ pub struct SpillBatch<'a, 'm> {
     thp: Order,
     idx: usize,
     in_list: bool,
+    /// Pulls from list `idx` alone (the foreign list), no round robin.
+    only: bool,
     remaining: i64,
     pages: u64,
     blocks: u32,
@@ -128,6 +139,21 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
             thp,
             idx: (start.get() + NR_PCP_LISTS - 1) % NR_PCP_LISTS,
             in_list: false,
+            only: false,
+            remaining: pages as i64,
+            pages: 0,
+            blocks: 0,
+        }
+    }
+
+    /// `pages` (order 0) from the tail of the foreign list alone.
+    pub(crate) fn foreign(lists: &'a mut Lists<'m>, pages: u32) -> Self {
+        SpillBatch {
+            lists,
+            thp: Order::new_truncated(0),
+            idx: ListIndex::FOREIGN.get(),
+            in_list: true,
+            only: true,
             remaining: pages as i64,
             pages: 0,
             blocks: 0,
@@ -151,6 +177,13 @@ impl Iterator for SpillBatch<'_, '_> {
     fn next(&mut self) -> Option<(Pfn, Order)> {
         if self.remaining <= 0 {
             return None;
+        }
+        if self.only {
+            let frame = self.lists.pop_tail(ListIndex::FOREIGN)?;
+            self.remaining -= 1;
+            self.pages += 1;
+            self.blocks += 1;
+            return Some((frame, Order::new_truncated(0)));
         }
         let mut li = ListIndex::new(self.idx)?;
         if !self.in_list || self.lists.is_empty(li) {

@@ -379,3 +379,93 @@ fn alloc_bulk_fills_the_slice() {
     assert_eq!(got, 5000 - 4096);
     c.validate().unwrap();
 }
+
+/// A cache that keeps order-0 placement in regions of 16 frames.
+fn homed(mem: &mut [Slot], s: PcpSizing) -> PerCpuPages<'_> {
+    PerCpuPages::new(mem, s, PcpConfig::X86_64.with_home(Order::new_truncated(4))).unwrap()
+}
+
+#[test]
+fn a_home_keeps_frees_inside_it_and_sends_the_others_back_in_batches() {
+    // Frames 0..16 are region 0, 16..32 region 1, ...
+    let zone = RefZone::with_blocks(O0, 0, 64);
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = homed(&mut mem, sizing(4, 64, 256));
+    // The first refill (4 frames, 0..4) makes region 0 the home.
+    let a = c.alloc(&zone, O0, U).unwrap();
+    assert_eq!(a, pageframe_pcp::Pfn(0));
+    // A free inside the home is cached and handed out again.
+    assert_eq!(c.free(&zone, a, O0, U), Ok(FreeOutcome::Cached));
+    assert_eq!((c.count(), c.foreign()), (4, 0));
+    assert_eq!(c.alloc(&zone, O0, U), Ok(a));
+    // Frees elsewhere (region 2) wait on the foreign list, are never handed
+    // out, and go back to the zone once a batch (4) has gathered.
+    let before = zone.free_blocks(O0);
+    for f in 32..35 {
+        assert_eq!(
+            c.free(&zone, pageframe_pcp::Pfn(f), O0, U),
+            Ok(FreeOutcome::Cached)
+        );
+    }
+    assert_eq!((c.count(), c.foreign()), (6, 3));
+    c.validate().unwrap();
+    for want in 1..4 {
+        assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(want)));
+    }
+    assert_eq!(
+        c.free(&zone, pageframe_pcp::Pfn(35), O0, U),
+        Ok(FreeOutcome::Spilled(4))
+    );
+    assert_eq!(c.foreign(), 0);
+    assert_eq!(zone.free_blocks(O0), before + 4);
+    // Another type's list has a home of its own (none yet): its frees are
+    // foreign.
+    assert_eq!(c.free(&zone, a, O0, M), Ok(FreeOutcome::Cached));
+    assert_eq!(c.foreign(), 1);
+    c.validate().unwrap();
+}
+
+#[test]
+fn the_home_moves_with_the_refill_and_idle_foreign_frees_leave() {
+    let zone = RefZone::with_blocks(O0, 0, 64);
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = homed(&mut mem, sizing(4, 64, 256));
+    // Take all of region 0 (16 frames) and the first frame of region 1:
+    // the refill that brought it made region 1 the home.
+    let got: Vec<_> = (0..17).map(|_| c.alloc(&zone, O0, U).unwrap()).collect();
+    assert_eq!(got[16], pageframe_pcp::Pfn(16));
+    // Region 0's frames are foreign now, region 1's are kept.
+    assert_eq!(c.free(&zone, got[0], O0, U), Ok(FreeOutcome::Cached));
+    assert_eq!(c.foreign(), 1);
+    assert_eq!(c.free(&zone, got[16], O0, U), Ok(FreeOutcome::Cached));
+    assert_eq!(c.foreign(), 1);
+    // A decay step sends foreign frees back even below a batch; a drain
+    // empties the foreign list too.
+    c.decay(&zone);
+    assert_eq!(c.foreign(), 0);
+    assert_eq!(c.free(&zone, got[1], O0, U), Ok(FreeOutcome::Cached));
+    assert_eq!(c.foreign(), 1);
+    c.drain(&zone);
+    assert_eq!((c.count(), c.foreign()), (0, 0));
+    c.validate().unwrap();
+}
+
+#[test]
+fn foreign_frees_never_lose_a_frame_when_slots_run_out() {
+    let zone = RefZone::with_blocks(O0, 0, 8);
+    // Three slots: the foreign list and the home list share them.
+    let mut mem = vec![Slot::EMPTY; 3];
+    let mut c = homed(&mut mem, sizing(8, 64, 256));
+    let a = c.alloc(&zone, O0, U).unwrap();
+    assert_eq!(c.count(), 2, "a refill of three, one handed out");
+    for f in [100, 200, 300] {
+        c.free(&zone, pageframe_pcp::Pfn(f), O0, U).unwrap();
+        c.validate().unwrap();
+    }
+    c.free(&zone, a, O0, U).unwrap();
+    c.drain(&zone);
+    assert_eq!(c.count(), 0);
+    let mut back = zone.blocks(O0);
+    back.sort();
+    assert_eq!(back, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 200, 300]);
+}

@@ -1,12 +1,15 @@
 //! Property tests against a reference zone (spec 04 §12): conservation of
 //! frames between the zone, the cache and the caller, count bounds, `high`
-//! within `[high_min, high_max]`, and the decay rule.
+//! within `[high_min, high_max]`, and the decay rule; with a home
+//! (`PcpConfig::with_home`), a frame freed outside it is never handed out
+//! before it has been back in the zone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
-    FreeOutcome, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot, ZoneFlags,
+    FreeOutcome, ListIndex, Order, PCP_LIST_TYPES, PcpConfig, PcpSizing, PerCpuPages, Pfn, Slot,
+    ZoneFlags,
 };
 use proptest::prelude::*;
 
@@ -75,6 +78,7 @@ proptest! {
         lo in 0u32..128,
         span in 0u32..512,
         ops in proptest::collection::vec(op(), 1..200),
+        home in proptest::option::of(0u8..6),
     ) {
         let zone = RefZone::new();
         for (o, first, n) in INITIAL {
@@ -82,14 +86,37 @@ proptest! {
         }
         let mut mem = vec![Slot::EMPTY; slots];
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
-        let mut c = PerCpuPages::new(&mut mem, sizing, PcpConfig::X86_64).unwrap();
+        let config = match home {
+            Some(h) => PcpConfig::X86_64.with_home(Order::new_truncated(h)),
+            None => PcpConfig::X86_64,
+        };
+        let mut c = PerCpuPages::new(&mut mem, sizing, config).unwrap();
         let mut held: Vec<(Pfn, Order)> = Vec::new();
+        // Order-0 frames freed outside their home and not yet back in the zone.
+        let mut foreign: BTreeSet<u64> = BTreeSet::new();
+        // Each order-0 list's home region as the model sees it: the region
+        // of the last frame its latest refill brought.
+        let mut homes: [Option<u64>; 3] = [None; 3];
         for op in ops {
             match op {
                 Op::Alloc { order, mt } => {
                     let o = Order::new_truncated(ORDERS[order]);
+                    let refills = c.stats().refills;
+                    let li = ListIndex::of(o, PCP_LIST_TYPES[mt as usize], Some(Order::new_truncated(9))).unwrap();
                     if let Ok(f) = c.alloc(&zone, o, PCP_LIST_TYPES[(mt) as usize]) {
+                        prop_assert!(
+                            o.get() != 0 || !foreign.contains(&f.get()),
+                            "frame {} freed outside its home was handed out again", f.get()
+                        );
                         held.push((f, o));
+                        if let (0, Some(h)) = (o.get(), home)
+                            && c.stats().refills != refills
+                        {
+                            // Refills go to the tail of an empty list.
+                            let mut last = f.get();
+                            c.for_each_block(|l, g| if l == li { last = g.get() });
+                            homes[mt as usize] = Some(last >> h);
+                        }
                     }
                 }
                 Op::Free { pick, mt } => {
@@ -97,6 +124,20 @@ proptest! {
                         let (f, o) = held.swap_remove(pick % held.len());
                         let count = c.count();
                         let r = c.free(&zone, f, o, PCP_LIST_TYPES[(mt) as usize]).unwrap();
+                        if let (0, Some(h)) = (o.get(), home) {
+                            // Kept on its list only inside the home, else
+                            // foreign (or already back in the zone).
+                            let inside = homes[mt as usize] == Some(f.get() >> h);
+                            let mut place = None;
+                            c.for_each_block(|l, g| if g == f { place = Some(l.is_foreign()) });
+                            prop_assert!(
+                                place.is_none() || place == Some(!inside),
+                                "frame {} freed {} its home went to the {} list",
+                                f.get(),
+                                if inside { "inside" } else { "outside" },
+                                if inside { "foreign" } else { "home" }
+                            );
+                        }
                         match r {
                             FreeOutcome::Cached => prop_assert_eq!(c.count(), count + o.pages() as u32),
                             // Whole blocks leave, so the spill may overshoot
@@ -109,7 +150,8 @@ proptest! {
                     }
                 }
                 Op::Decay => {
-                    let (h, count) = (c.high() as i64, c.count() as i64);
+                    // `high` follows the lists' pages (Linux's count).
+                    let (h, count) = (c.high() as i64, (c.count() - c.foreign()) as i64);
                     let s = c.sizing();
                     let min = s.high_min() as i64;
                     c.decay(&zone);
@@ -142,6 +184,15 @@ proptest! {
             }
             if let Err(e) = c.validate() {
                 prop_assert!(false, "validate: {}", e);
+            }
+            prop_assert!(home.is_some() || c.foreign() == 0);
+            c.for_each_block(|li, f| {
+                if li.is_foreign() {
+                    foreign.insert(f.get());
+                }
+            });
+            for f in zone.blocks(Order::new_truncated(0)) {
+                foreign.remove(&f);
             }
             let s = c.sizing();
             prop_assert!(c.high() >= s.high_min() && c.high() <= s.high_max());

@@ -12,13 +12,17 @@
 //!   ranges, reporting and compaction for M minutes
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
-//! * `lint`            rustfmt, clippy with warnings denied, `surface`
+//! * `lint`            rustfmt, clippy with warnings denied, `surface` (the
+//!   peers harness too, where llfree-rs is at its default place)
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
 //! * `bench-table`     only the table, from the last bench run
 //! * `debug-costs [rounds]` what each debugging tool costs on the order-0
 //!   pairs: the `debug` bench built without and with each tool, interleaved,
 //!   medians of the rounds (default 3)
+//! * `peers [--llfree DIR] [--rounds N] [--out FILE] ...` pageframe beside
+//!   llfree-rs (built from DIR, default `../shared/peers/llfree-rs`) in one
+//!   process: medians and spreads of interleaved rounds, as a table
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
@@ -30,6 +34,7 @@
 
 mod citations;
 mod docs_check;
+mod peers;
 mod surface;
 
 use std::env;
@@ -957,6 +962,7 @@ fn lint() -> Result<(), String> {
         "2021",
         "examples/kernel-bootloader/image/src/main.rs",
     ]))?;
+    peers::lint()?;
     // The OSTD adapter on stable (its `ostd` feature builds with the
     // OSTD kernel, `cargo xtask ostd`); the OSTD kernel's sources with the
     // stable rustfmt (its toolchain has none).
@@ -1041,8 +1047,9 @@ fn main() -> ExitCode {
             n => Err(format!("{n} unresolved citations:\n{}", bad.join("\n"))),
         }),
         Some("portability") => portability(),
+        Some("peers") => peers::peers(&args[1..]),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|ostd|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability>".into()),
+        _ => Err("usage: cargo xtask <test|ostd|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,10 +11,10 @@
 
 use core::mem::MaybeUninit;
 
-use pageframe_buddy::{FreeError, Order};
+use pageframe_buddy::{FreeError, Order, Pfn};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
-use crate::block::{Block, MachineId, Refused};
+use crate::block::{Block, MachineId, RawError, Refused};
 use crate::debug::{Caller, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
@@ -436,21 +436,55 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
         if block.machine() != self.id {
             return Err(Refused::new(block, FreeError::Foreign));
         }
-        match self.locals.entry(block.zone_ref()) {
-            Some((z, local, _)) => {
-                let hooks = self.machine.traced_cpu(Some(self.cpu));
-                let (pfn, order) = (block.pfn(), block.order());
-                self.machine.poison_block_free(z, pfn, order);
-                match z.free_cached(&hooks, local, pfn, order) {
-                    Ok(()) => {
-                        self.machine.freed(z, pfn, order, Some(self.cpu));
-                        Ok(())
-                    }
-                    Err(e) => Err(Refused::new(block, e)),
-                }
-            }
+        match self.free_in(block.zone_ref(), block.pfn(), block.order()) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(Refused::new(block, e)),
             None => self.machine.free(block),
         }
+    }
+
+    /// [`CpuCache::free`] of a block the kernel kept as a number
+    /// ([`Block::into_raw`]): the frame's zone is looked up once, where
+    /// [`Machine::block_from_raw`] and a free would each look. A number
+    /// that is not the head of a live allocation of `order` of this
+    /// machine gets a [`RawError`] naming the frame and the problem, and
+    /// changes nothing.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Machine::block_from_raw`]: if `(pfn, order)` is a live
+    /// allocation, it is the caller's (it came from this machine as a block
+    /// the caller turned into this number, and the caller keeps no other
+    /// block or number of it).
+    #[inline]
+    pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
+        let err = |why| RawError { pfn, why };
+        let r = self
+            .machine
+            .zone_ref_of(pfn)
+            .ok_or(err(FreeError::OutOfRange))?;
+        match self.free_in(r, pfn, order) {
+            Some(r) => r.map_err(err),
+            None => {
+                // SAFETY: the caller's promise, passed on.
+                let b = unsafe { self.machine.block_from_raw(pfn, order) }?;
+                // A refused block goes back to being the caller's number.
+                self.machine.free(b).map_err(|r| err(r.reason()))
+            }
+        }
+    }
+
+    /// Frees `(pfn, order)` through this CPU's cache of zone `r`: `None`
+    /// without a cache of that zone. The ownership byte decides (a frame
+    /// that is no live allocation of `order` is refused, nothing changed).
+    #[inline(always)]
+    fn free_in(&mut self, r: ZoneRef, pfn: Pfn, order: Order) -> Option<Result<(), FreeError>> {
+        let (z, local, _) = self.locals.entry(r)?;
+        let hooks = self.machine.traced_cpu(Some(self.cpu));
+        self.machine.poison_block_free(z, pfn, order);
+        Some(z.free_cached(&hooks, local, pfn, order).map(|()| {
+            self.machine.freed(z, pfn, order, Some(self.cpu));
+        }))
     }
 
     /// Honours the requests other CPUs posted to this CPU's caches (a

@@ -166,8 +166,9 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     /// The machine, built over the ranges gathered so far the first time it
     /// is asked for. Fails (and may be asked again after more memory is
     /// added) when the plan does: no memory yet, no room for metadata
-    /// inside the window.
-    pub fn machine(&self) -> Result<&Machine<'static, R>, PlanError> {
+    /// inside the window. The machine lives in memory handed over for
+    /// good, so it outlives `self` (`'static`).
+    pub fn machine(&self) -> Result<&'static Machine<'static, R>, PlanError> {
         if let Some(m) = self.built() {
             return Ok(m);
         }
@@ -218,7 +219,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     }
 
     /// The machine if it is built.
-    pub fn built(&self) -> Option<&Machine<'static, R>> {
+    pub fn built(&self) -> Option<&'static Machine<'static, R>> {
         let p = self.machine.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored once, from the
         // `&'static mut Machine` the plan built, and is never written

@@ -46,7 +46,7 @@ mod test {
     /// Free frames with every per-CPU cache emptied into the zones (the
     /// caches hold freed frames back from the zones' counts).
     fn settled(m: &Machine<'static>) -> u64 {
-        m.drain_pcp(None, |_| core::hint::spin_loop());
+        super::FRAMES.drain_caches();
         m.free_pages()
     }
 

@@ -3,18 +3,41 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
+use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use pageframe::boot::{AddError, Incremental};
 use pageframe::compact::NoMigration;
 use pageframe::{
-    CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
-    PhysAddr, RawError,
+    CpuCache, CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn,
+    PfnRange, PhysAddr, RawError,
 };
 
 /// Disjoint ranges gathered before the machine is built (OSTD hands over
 /// one per usable memory-map region, less the early allocator's).
 pub const RANGES: usize = 64;
+
+/// CPUs whose handles the allocator keeps for its local calls
+/// ([`FrameAllocator::alloc_frames_local`]); the others' calls claim their
+/// caches call by call.
+pub const LOCAL_CPUS: usize = 64;
+
+/// One CPU's kept handle, on cache lines of its own.
+#[repr(align(128))]
+struct Local(UnsafeCell<Option<CpuCache<'static, 'static>>>);
+
+// SAFETY: a slot is reached only by `FrameAllocator::local`, whose callers
+// run on that slot's CPU with interrupts and preemption off for the whole
+// call (the `# Safety` of the local calls): one reference at a time.
+unsafe impl Sync for Local {}
+
+/// How a call reaches its CPU's cache.
+enum Via<'h> {
+    /// Claimed for the call ([`Machine::alloc_on`]).
+    Claim,
+    /// The CPU's kept handle: no claim.
+    Local(&'h mut CpuCache<'static, 'static>),
+}
 
 /// pageframe behind the range contract of OSTD's frame allocator: any
 /// size and alignment in pages, any part of an allocation given back in
@@ -24,6 +47,8 @@ pub struct FrameAllocator {
     frames: Incremental<RANGES>,
     /// The CPU the caller runs on, for the per-CPU caches.
     current_cpu: fn() -> u32,
+    /// Per CPU: its handle, claimed at its first local call and kept.
+    locals: [Local; LOCAL_CPUS],
     refused_adds: AtomicU64,
     refused_frees: AtomicU64,
     failed_allocs: AtomicU64,
@@ -73,6 +98,7 @@ impl FrameAllocator {
         FrameAllocator {
             frames,
             current_cpu,
+            locals: [const { Local(UnsafeCell::new(None)) }; LOCAL_CPUS],
             refused_adds: AtomicU64::new(0),
             refused_frees: AtomicU64::new(0),
             failed_allocs: AtomicU64::new(0),
@@ -102,14 +128,82 @@ impl FrameAllocator {
     /// a maximal buddy block, a block of the next power of two whose frames
     /// past `frames` go straight back; beyond, a contiguous range.
     pub fn alloc_frames(&self, frames: u64, align: u64) -> Option<Pfn> {
-        let got = self.try_alloc(frames, align);
+        self.counted_alloc(frames, align, Via::Claim)
+    }
+
+    /// [`FrameAllocator::alloc_frames`] through the handle this allocator
+    /// keeps for the calling CPU (claimed at the CPU's first local call):
+    /// no claim per call, the cost of a per-CPU array. A CPU beyond
+    /// [`LOCAL_CPUS`], or one whose caches a drain holds for a moment at
+    /// its first call, takes the claimed path.
+    ///
+    /// # Safety
+    ///
+    /// The caller runs on the CPU `current_cpu()` names, with preemption
+    /// and every interrupt that may call into this allocator off for the
+    /// whole call (OSTD's `disable_local`, Linux's `local_lock`), and
+    /// `current_cpu` names each CPU by one number for the allocator's life:
+    /// so no two calls reach one CPU's handle at once.
+    pub unsafe fn alloc_frames_local(&self, frames: u64, align: u64) -> Option<Pfn> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { self.local() } {
+            Some(h) => self.counted_alloc(frames, align, Via::Local(h)),
+            None => self.counted_alloc(frames, align, Via::Claim),
+        }
+    }
+
+    /// Empties the calling CPU's kept handle's caches into the zones (frames
+    /// cached there are not free in the zones' counts); nothing without a
+    /// kept handle. Returns the frames given back.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::alloc_frames_local`].
+    pub unsafe fn drain_local(&self) -> u64 {
+        let Some(slot) = self.locals.get((self.current_cpu)() as usize) else {
+            return 0;
+        };
+        // SAFETY: as in `local`: the caller runs on this slot's CPU with
+        // interrupts and preemption off, and the reference ends here.
+        match unsafe { &mut *slot.0.get() } {
+            Some(h) => h.drain(),
+            None => 0,
+        }
+    }
+
+    /// This CPU's kept handle, claimed at its first local call. `None`
+    /// before the machine is built, beyond [`LOCAL_CPUS`], or while a
+    /// drain holds the CPU's unowned caches for a moment (the next call
+    /// claims them).
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::alloc_frames_local`]; the reference is
+    /// dropped before the call returns.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
+        let m = self.frames.machine().ok()?;
+        let cpu = (self.current_cpu)();
+        let slot = self.locals.get(cpu as usize)?;
+        // SAFETY: only calls running on `cpu` reach this slot, one at a
+        // time with interrupts and preemption off (the caller's promise),
+        // and a call drops the reference before it returns.
+        let h = unsafe { &mut *slot.0.get() };
+        if h.is_none() {
+            *h = m.cpu(CpuId(cpu), NodeId::ZERO).ok();
+        }
+        h.as_mut()
+    }
+
+    fn counted_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
+        let got = self.try_alloc(frames, align, via);
         if got.is_none() {
             self.failed_allocs.fetch_add(1, Relaxed);
         }
         got
     }
 
-    fn try_alloc(&self, frames: u64, align: u64) -> Option<Pfn> {
+    fn try_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
         if frames == 0 || !align.is_power_of_two() {
             return None;
         }
@@ -118,11 +212,14 @@ impl FrameAllocator {
         let max = m.mobility_config().buddy.max_order;
         if want <= max.pages() {
             let order = Order::new(want.trailing_zeros() as u8)?;
-            let cpu = CpuId((self.current_cpu)());
-            let (pfn, order) = m
-                .alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
-                .ok()?
-                .into_raw();
+            let block = match via {
+                Via::Local(h) => h.alloc(Gfp::KERNEL, order),
+                Via::Claim => {
+                    let cpu = CpuId((self.current_cpu)());
+                    m.alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
+                }
+            };
+            let (pfn, order) = block.ok()?.into_raw();
             if frames < order.pages() {
                 // SAFETY: the block was allocated just above and is held
                 // only as this number; its frames past `frames` are not
@@ -153,7 +250,40 @@ impl FrameAllocator {
     /// gives up; in both cases no longer used.
     pub unsafe fn dealloc_frames(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         // SAFETY: the caller's promise, passed on.
-        let r = unsafe { self.try_dealloc(pfn, frames) };
+        unsafe { self.counted_dealloc(pfn, frames, Via::Claim) }
+    }
+
+    /// [`FrameAllocator::dealloc_frames`] through the handle this allocator
+    /// keeps for the calling CPU (see
+    /// [`FrameAllocator::alloc_frames_local`]).
+    ///
+    /// # Safety
+    ///
+    /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
+    /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
+    pub unsafe fn dealloc_frames_local(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            match self.local() {
+                Some(h) => self.counted_dealloc(pfn, frames, Via::Local(h)),
+                None => self.counted_dealloc(pfn, frames, Via::Claim),
+            }
+        }
+    }
+
+    /// A dealloc, counted when refused.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames`].
+    unsafe fn counted_dealloc(
+        &self,
+        pfn: Pfn,
+        frames: u64,
+        via: Via<'_>,
+    ) -> Result<(), DeallocError> {
+        // SAFETY: the caller's promise, passed on.
+        let r = unsafe { self.try_dealloc(pfn, frames, via) };
         if r.is_err() {
             self.refused_frees.fetch_add(1, Relaxed);
         }
@@ -165,22 +295,34 @@ impl FrameAllocator {
     /// # Safety
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
-    unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+    unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64, via: Via<'_>) -> Result<(), DeallocError> {
         let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
         let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
         let range = PfnRange::new(pfn, end);
         // A whole block (the common case: a frame, or a power of two that
-        // came out as one block) goes back through this CPU's cache.
+        // came out as one block) goes back through this CPU's cache; a
+        // number that is no such block changes nothing there, and the
+        // general path below decides.
         if frames.is_power_of_two()
             && let Some(order) = Order::new(frames.trailing_zeros() as u8)
-            // SAFETY: the caller's promise: the frames are its own,
-            // allocated by this allocator, held as numbers only.
-            && let Ok(block) = unsafe { m.block_from_raw(pfn, order) }
         {
-            match m.free_on(CpuId((self.current_cpu)()), block) {
-                Ok(()) => return Ok(()),
-                // Back as a number; the general path decides.
-                Err(refused) => drop(refused.into_inner().into_raw()),
+            // SAFETY (both arms): the caller's promise: the frames are its
+            // own, allocated by this allocator, held as numbers only.
+            let freed = match via {
+                Via::Local(h) => unsafe { h.free_raw(pfn, order) }.is_ok(),
+                Via::Claim => unsafe { m.block_from_raw(pfn, order) }
+                    .map(|b| {
+                        m.free_on(CpuId((self.current_cpu)()), b)
+                            .map_err(|refused| {
+                                // Back as the caller's number.
+                                let _ = refused.into_inner().into_raw();
+                            })
+                            .is_ok()
+                    })
+                    .unwrap_or(false),
+            };
+            if freed {
+                return Ok(());
             }
         }
         // SAFETY: the caller's promise, passed on.
@@ -210,6 +352,22 @@ impl FrameAllocator {
         }
         // SAFETY: the caller's promise, passed on.
         unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
+    }
+
+    /// [`FrameAllocator::dealloc`] through the handle this allocator keeps
+    /// for the calling CPU (see [`FrameAllocator::alloc_frames_local`]).
+    ///
+    /// # Safety
+    ///
+    /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
+    /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
+    pub unsafe fn dealloc_local(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
+        if !addr.get().is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
+            self.refused_frees.fetch_add(1, Relaxed);
+            return Err(DeallocError::Misaligned);
+        }
+        // SAFETY: the caller's promises, passed on.
+        unsafe { self.dealloc_frames_local(addr.pfn_down(), size / PAGE_SIZE) }
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting

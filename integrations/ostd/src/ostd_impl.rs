@@ -3,7 +3,9 @@
 //! lock).
 
 use core::alloc::Layout;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
+use ostd::cpu::CpuSet;
 use ostd::mm::{Paddr, frame::GlobalFrameAllocator};
 use pageframe::{PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 
@@ -51,20 +53,63 @@ impl FrameAllocator {
     }
 }
 
+/// The allocator whose kept handles the inter-processor call of
+/// [`FrameAllocator::drain_caches`] drains (one drain at a time).
+static DRAINING: AtomicPtr<FrameAllocator> = AtomicPtr::new(core::ptr::null_mut());
+static DRAIN_BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Run on every CPU by [`FrameAllocator::drain_caches`], in interrupt
+/// context.
+fn drain_kept() {
+    let a = DRAINING.load(Ordering::Acquire);
+    // SAFETY: `drain_caches` stores a `&'static FrameAllocator` there and
+    // waits for this call on every CPU before clearing it.
+    let Some(a) = (unsafe { a.as_ref() }) else {
+        return;
+    };
+    // SAFETY: an interrupt handler runs on its CPU with interrupts off,
+    // and it cannot have interrupted a local call of this CPU (those run
+    // with interrupts off): nothing else reaches this CPU's handle now.
+    unsafe { a.drain_local() };
+}
+
+impl FrameAllocator {
+    /// Empties every CPU's cache into the zones, as Linux's
+    /// `drain_all_pages`: each CPU drains its own kept handle in an
+    /// inter-processor call, so no CPU waits on another's allocation.
+    /// Waits for every CPU: call it with interrupts on, never from an
+    /// interrupt handler or an allocation.
+    pub fn drain_caches(&'static self) {
+        while DRAIN_BUSY
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        DRAINING.store(core::ptr::from_ref(self).cast_mut(), Ordering::Release);
+        ostd::smp::inter_processor_call(&CpuSet::new_full(), drain_kept).wait();
+        DRAINING.store(core::ptr::null_mut(), Ordering::Release);
+        DRAIN_BUSY.store(false, Ordering::Release);
+    }
+}
+
 impl GlobalFrameAllocator for FrameAllocator {
     fn alloc(&self, layout: Layout) -> Option<Paddr> {
         let _irq = ostd::irq::disable_local();
         let frames = (layout.size() as u64).div_ceil(PAGE_SIZE);
         let align = (layout.align() as u64 / PAGE_SIZE).max(1);
-        self.alloc_frames(frames, align)
-            .map(|p| p.addr().get() as Paddr)
+        // SAFETY: interrupts are off for the call, so it cannot move to
+        // another CPU or be re-entered on this one; `current_cpu` is
+        // OSTD's own number of the CPU.
+        unsafe { self.alloc_frames_local(frames, align) }.map(|p| p.addr().get() as Paddr)
     }
 
     fn dealloc(&self, addr: Paddr, size: usize) {
         let _irq = ostd::irq::disable_local();
         // SAFETY: OSTD gives back only memory this allocator handed out,
-        // each frame once (the trait's contract). A refusal is counted.
-        let _ = unsafe { FrameAllocator::dealloc(self, PhysAddr::new(addr as u64), size as u64) };
+        // each frame once (the trait's contract); interrupts are off as
+        // for `alloc`. A refusal is counted.
+        let _ = unsafe { self.dealloc_local(PhysAddr::new(addr as u64), size as u64) };
     }
 
     fn add_free_memory(&self, addr: Paddr, size: usize) {

@@ -127,17 +127,69 @@ impl Books {
     }
 }
 
+/// How a test calls the allocator.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// The safe calls, which claim the CPU's cache call by call.
+    Claimed,
+    /// The local calls, through the handle kept for the thread's CPU (each
+    /// thread is one CPU, and one CPU is one thread).
+    Local,
+}
+
+fn alloc(a: &FrameAllocator, path: Path, frames: u64, align: u64) -> Option<Pfn> {
+    match path {
+        Path::Claimed => a.alloc_frames(frames, align),
+        // SAFETY: the test thread is the only one that runs as its CPU.
+        Path::Local => unsafe { a.alloc_frames_local(frames, align) },
+    }
+}
+
+/// # Safety
+///
+/// The frames are the caller's, as for `dealloc_frames`.
+unsafe fn dealloc(a: &FrameAllocator, path: Path, p: Pfn, n: u64) -> Result<(), DeallocError> {
+    match path {
+        // SAFETY: the caller's promise.
+        Path::Claimed => unsafe { a.dealloc_frames(p, n) },
+        // SAFETY: the caller's promise; the thread is its CPU's only one.
+        Path::Local => unsafe { a.dealloc_frames_local(p, n) },
+    }
+}
+
+/// Every CPU's caches emptied: a kept handle by its CPU, the others by a
+/// claim (the test thread plays each CPU in turn).
+fn drain_all(a: &FrameAllocator, cpus: u32) {
+    let m = a.machine().unwrap();
+    let was = this_cpu();
+    for cpu in 0..cpus {
+        CPU.with(|c| c.set(cpu));
+        // SAFETY: no other thread runs as any CPU now.
+        if unsafe { a.drain_local() } == 0
+            && let Ok(mut h) = m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
+        {
+            h.drain();
+        }
+    }
+    CPU.with(|c| c.set(was));
+}
+
 #[test]
 fn random_sizes_and_partial_frees_never_hand_a_frame_out_twice() {
-    random_sizes_and_partial_frees(0, false);
+    random_sizes_and_partial_frees(0, false, Path::Claimed);
 }
 
 #[test]
 fn random_sizes_and_partial_frees_through_per_cpu_caches() {
-    random_sizes_and_partial_frees(5, true);
+    random_sizes_and_partial_frees(5, true, Path::Claimed);
 }
 
-fn random_sizes_and_partial_frees(k: u64, pcp: bool) {
+#[test]
+fn random_sizes_and_partial_frees_through_kept_handles() {
+    random_sizes_and_partial_frees(6, true, Path::Local);
+}
+
+fn random_sizes_and_partial_frees(k: u64, pcp: bool, path: Path) {
     let (a, added) = allocator_with(k, pcp);
     let mut books = Books::default();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -150,31 +202,35 @@ fn random_sizes_and_partial_frees(k: u64, pcp: bool) {
                 _ => 1 + rng.below(4),
             };
             let align = 1 << rng.below(10);
-            if let Some(p) = a.alloc_frames(frames, align) {
+            if let Some(p) = alloc(a, path, frames, align) {
                 assert_eq!(p.get() % align, 0, "step {step}");
                 books.take(p, frames);
             }
         } else if let Some((p, n)) = books.give(&mut rng) {
             // SAFETY: the books say these frames are ours.
-            unsafe { a.dealloc_frames(p, n) }.unwrap();
+            unsafe { dealloc(a, path, p, n) }.unwrap();
         }
     }
     let m = a.machine().unwrap();
     m.validate().unwrap();
     while let Some((p, n)) = books.give(&mut rng) {
         // SAFETY: as above.
-        unsafe { a.dealloc_frames(p, n) }.unwrap();
+        unsafe { dealloc(a, path, p, n) }.unwrap();
     }
     m.validate().unwrap();
     // Everything back, nothing lost: what was added is managed, less the
     // frames carved for metadata and the machine (and, with per-CPU
     // caches, the frames their memory took).
+    if path == Path::Local {
+        // The local calls went through a handle kept for CPU 0: its caches
+        // are held for good.
+        assert!(
+            m.cpu(pageframe::CpuId(0), pageframe::NodeId::ZERO).is_err(),
+            "no handle kept"
+        );
+    }
     let pcp_frames = if pcp {
-        for cpu in 0..2 {
-            m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
-                .unwrap()
-                .drain();
-        }
+        drain_all(a, 2);
         m.managed_pages() - m.free_pages()
     } else {
         0
@@ -301,10 +357,20 @@ fn frames_never_handed_over_are_adopted_once() {
 
 #[test]
 fn threads_free_parts_of_each_others_allocations() {
-    let (a, _) = allocator_with(3, true);
+    threads_free_parts(3, Path::Claimed, 4);
+}
+
+#[test]
+fn threads_free_parts_of_each_others_allocations_through_kept_handles() {
+    threads_free_parts(7, Path::Local, 2);
+}
+
+/// `threads` threads, as CPUs 0 and 1 (the local path: one thread a CPU).
+fn threads_free_parts(k: u64, path: Path, threads: u64) {
+    let (a, _) = allocator_with(k, true);
     let shared: Mutex<Books> = Mutex::new(Books::default());
     std::thread::scope(|s| {
-        for t in 0..4u64 {
+        for t in 0..threads {
             let shared = &shared;
             s.spawn(move || {
                 CPU.with(|c| c.set(t as u32 % 2));
@@ -312,7 +378,7 @@ fn threads_free_parts_of_each_others_allocations() {
                 for _ in 0..5_000 {
                     if rng.below(2) == 0 {
                         let frames = 1 + rng.below(40);
-                        if let Some(p) = a.alloc_frames(frames, 1) {
+                        if let Some(p) = alloc(a, path, frames, 1) {
                             shared.lock().unwrap().take(p, frames);
                         }
                     } else {
@@ -320,7 +386,7 @@ fn threads_free_parts_of_each_others_allocations() {
                         if let Some((p, n)) = piece {
                             // SAFETY: taken out of the shared books, so
                             // this thread alone gives these frames back.
-                            unsafe { a.dealloc_frames(p, n) }.unwrap();
+                            unsafe { dealloc(a, path, p, n) }.unwrap();
                         }
                     }
                 }
@@ -334,11 +400,7 @@ fn threads_free_parts_of_each_others_allocations() {
         unsafe { a.dealloc_frames(p, n) }.unwrap();
     }
     let m = a.machine().unwrap();
-    for cpu in 0..2 {
-        m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
-            .unwrap()
-            .drain();
-    }
+    drain_all(a, 2);
     // Everything back but the caches' own memory.
     let used = m.managed_pages() - m.free_pages();
     assert!(used > 0 && used < 64, "{used}");

@@ -8,7 +8,7 @@ use crate::zone::{PcpZone, RefillSink, ZoneFlags};
 impl PerCpuPages<'_> {
     /// `rmqueue_pcplist` (spec 04 §4.1): pops the head of the `(order, mt)`
     /// list, refilling it from the zone in one batch when empty.
-    #[inline]
+    #[inline(always)]
     pub fn alloc<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -18,6 +18,11 @@ impl PerCpuPages<'_> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
         // An allocation breaks a free streak.
         self.free_count >>= 1;
+        if order.get() == 0
+            && let Some(shift) = self.config.home_order()
+        {
+            return self.alloc_home(zone, mt, li, shift.get());
+        }
         if let Some(f) = self.lists.pop_head(li) {
             self.count -= order.pages() as u32;
             self.stats.allocs += 1;
@@ -25,6 +30,25 @@ impl PerCpuPages<'_> {
             return Ok(f);
         }
         self.alloc_refill(zone, order, mt, li)
+    }
+
+    /// An order-0 allocation from the list's home (its lowest frame),
+    /// refilled from the zone when empty.
+    #[inline(always)]
+    fn alloc_home<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        mt: MigrateType,
+        li: ListIndex,
+        shift: u8,
+    ) -> Result<Pfn, AllocMiss> {
+        if let Some(f) = self.homes[li.get()].take(shift) {
+            self.count -= 1;
+            self.stats.allocs += 1;
+            self.stats.local_hits += 1;
+            return Ok(f);
+        }
+        self.alloc_refill(zone, Order::new_truncated(0), mt, li)
     }
 
     #[inline(never)]
@@ -37,7 +61,7 @@ impl PerCpuPages<'_> {
     ) -> Result<Pfn, AllocMiss> {
         let n = self.nr_pcp_alloc(zone.flags(), order);
         self.refill(zone, order, mt, li, n);
-        match self.lists.pop_head(li) {
+        match self.pop_head(li) {
             Some(f) => {
                 self.count -= order.pages() as u32;
                 self.stats.allocs += 1;
@@ -62,6 +86,18 @@ impl PerCpuPages<'_> {
         out: &mut [Pfn],
     ) -> Result<usize, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
+        if order.get() == 0 && self.config.home_order().is_some() {
+            // A home list is a bitmap: one frame at a time.
+            let mut done = 0;
+            while done < out.len() {
+                match self.alloc(zone, order, mt) {
+                    Ok(f) => out[done] = f,
+                    Err(_) => break,
+                }
+                done += 1;
+            }
+            return Ok(done);
+        }
         self.free_count >>= 1;
         let pages = order.pages() as u32;
         let mut done = 0;
@@ -79,7 +115,7 @@ impl PerCpuPages<'_> {
                 break;
             }
             // The first block after a refill is not a local hit.
-            if let Some(f) = self.lists.pop_head(li) {
+            if let Some(f) = self.pop_head(li) {
                 out[done] = f;
                 done += 1;
                 self.count -= pages;
@@ -87,6 +123,15 @@ impl PerCpuPages<'_> {
         }
         self.stats.allocs += done as u64;
         Ok(done)
+    }
+
+    /// The hottest block of list `li` (a home list's lowest frame).
+    #[inline]
+    fn pop_head(&mut self, li: ListIndex) -> Option<Pfn> {
+        match (self.config.home_order(), self.homes.get_mut(li.get())) {
+            (Some(shift), Some(h)) => h.take(shift.get()),
+            _ => self.lists.pop_head(li),
+        }
     }
 
     /// `nr_pcp_alloc` (spec 04 §4.2): refill size in blocks of `order`.
@@ -136,16 +181,15 @@ impl PerCpuPages<'_> {
             let b = self.sizing.batch().max(1);
             self.spill(zone, b, li);
         }
-        // The sink refuses blocks once the slots run out (the zone keeps them).
-        let mut sink = RefillSink::new(&mut self.lists, li, n as usize);
+        // The sink refuses blocks once the slots run out (the zone keeps
+        // them); a home list's sink, blocks of another region.
+        let home = match self.config.home_order() {
+            Some(shift) if order.get() == 0 => Some((&mut self.homes[li.get()], shift.get())),
+            _ => None,
+        };
+        let mut sink = RefillSink::new(&mut self.lists, home, li, n as usize);
         zone.refill(order, mt, &mut sink);
         let got = sink.taken();
-        if order.get() == 0
-            && let Some(h) = self.config.home_order()
-            && let Some(last) = sink.last()
-        {
-            self.home[li.get()] = last.get() >> h.get();
-        }
         self.count += got as u32 * order.pages() as u32;
         self.stats.refills += 1;
         self.stats.refilled_blocks += got as u64;

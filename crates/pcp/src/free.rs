@@ -24,7 +24,7 @@ impl PerCpuPages<'_> {
     /// [`pcp_list_type`](crate::pcp_list_type) first (ISOLATE pages must bypass the PCP).
     /// The PCP does not check that `frame` is allocated: the facade's checked
     /// free does that before calling. `Err(NotCached)` leaves state unchanged.
-    #[inline]
+    #[inline(always)]
     pub fn free<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -34,21 +34,21 @@ impl PerCpuPages<'_> {
     ) -> Result<FreeOutcome, PcpError> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(PcpError::NotCached)?;
         if order.get() == 0
-            && let Some(h) = self.config.home_order()
-            && frame.get() >> h.get() != self.home[li.get()]
+            && let Some(shift) = self.config.home_order()
         {
-            return self.free_foreign(zone, frame);
-        }
-        if order.get() != 0 || self.lists.is_full() {
+            // Into the home's bitmap, or foreign.
+            if !self.homes[li.get()].put(frame, shift.get()) {
+                return self.free_foreign(zone, frame);
+            }
+        } else if order.get() != 0 || self.lists.is_full() {
             return self.free_slow(zone, frame, order, li);
+        } else if self.lists.push_head(li, frame).is_err() {
+            return Err(PcpError::NoRoom);
         }
         // Order-0 fast path: the same steps as `free_slow` with the
         // high-order streak logic folded away, and a quick exit when the
         // zone is calm and `count` stays below `high`: `nr_pcp_high` would
         // then change nothing (high is kept within bounds between calls).
-        if self.lists.push_head(li, frame).is_err() {
-            return Err(PcpError::NoRoom);
-        }
         self.alloc_factor >>= 1;
         self.count += 1;
         self.stats.frees += 1;

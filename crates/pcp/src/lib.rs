@@ -9,6 +9,7 @@ mod alloc;
 mod decay;
 mod error;
 mod free;
+mod home;
 mod lists;
 mod pcp;
 pub mod percpu;
@@ -21,6 +22,7 @@ mod zone;
 
 pub use error::{AllocMiss, PcpError};
 pub use free::FreeOutcome;
+pub use home::MAX_HOME_ORDER;
 pub use lists::Slot;
 pub use pcp::{PcpFlags, PerCpuPages};
 pub use percpu::{DrainTicket, LocalPcp, PcpSet, PcpSlot};

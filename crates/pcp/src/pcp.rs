@@ -5,6 +5,7 @@
 //! one). Nothing here is atomic.
 
 use crate::error::PcpError;
+use crate::home::Home;
 use crate::lists::{Lists, Slot};
 use crate::sizing::{PcpConfig, PcpSizing};
 use crate::stats::PcpStats;
@@ -35,15 +36,13 @@ pub struct PerCpuPages<'m> {
     /// `batch << scale_max`: `free_count` stops growing there (§5.2).
     pub(crate) free_count_cap: u32,
     pub(crate) stats: PcpStats,
-    /// Per PCP type: the home region of its order-0 list (frame number
-    /// shifted by the home order; [`NO_HOME`] before the first refill).
-    pub(crate) home: [u64; PCP_TYPES],
+    /// Per PCP type, with a home ([`crate::PcpConfig::with_home`]): its
+    /// order-0 list, the frames of its home region (the linked order-0
+    /// lists stay empty then).
+    pub(crate) homes: [Home; PCP_TYPES],
     /// Frames on the foreign list (not counted in `count`).
     pub(crate) foreign: u32,
 }
-
-/// No home region yet: every free is foreign until the first refill.
-pub(crate) const NO_HOME: u64 = u64::MAX;
 
 impl<'m> PerCpuPages<'m> {
     /// A cache over the caller's `slots` (one per cached block; see
@@ -71,7 +70,7 @@ impl<'m> PerCpuPages<'m> {
             free_count: 0,
             free_count_cap: sizing.batch() << config.scale_max(),
             stats: PcpStats::default(),
-            home: [NO_HOME; PCP_TYPES],
+            homes: [Home::EMPTY; PCP_TYPES],
             foreign: 0,
         })
     }
@@ -132,7 +131,18 @@ impl<'m> PerCpuPages<'m> {
     /// Blocks on list `li`.
     #[inline]
     pub fn list_len(&self, li: ListIndex) -> u32 {
-        self.lists.len(li)
+        match self.home_of(li) {
+            Some(h) => h.len(),
+            None => self.lists.len(li),
+        }
+    }
+
+    /// The home that holds list `li`'s blocks, if the list has one (an
+    /// order-0 list with [`crate::PcpConfig::with_home`]).
+    #[inline]
+    pub(crate) fn home_of(&self, li: ListIndex) -> Option<&Home> {
+        self.config.home_order()?;
+        self.homes.get(li.get())
     }
     /// Slots (blocks) the cache can hold.
     #[inline]
@@ -150,6 +160,9 @@ impl<'m> PerCpuPages<'m> {
     pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Pfn)) {
         for i in 0..NR_PCP_LISTS {
             if let Some(li) = ListIndex::new(i) {
+                if let (Some(h), Some(shift)) = (self.home_of(li), self.config.home_order()) {
+                    h.for_each(shift.get(), |fr| f(li, fr));
+                }
                 self.lists.for_each(li, |fr| f(li, fr));
             }
         }
@@ -182,7 +195,13 @@ impl<'m> PerCpuPages<'m> {
         let mut pages = 0u64;
         for i in 0..NR_PCP_LISTS {
             let li = ListIndex::new(i).ok_or("list index")?;
-            let len = self.lists.len(li) as u64;
+            if let (Some(h), Some(shift)) = (self.home_of(li), self.config.home_order()) {
+                h.check(shift.get())?;
+                if self.lists.len(li) != 0 {
+                    return Err("a home list's frames on the linked list");
+                }
+            }
+            let len = self.list_len(li) as u64;
             if i >= crate::types::NR_LOWORDER_LISTS && self.config.thp_order().is_none() && len > 0
             {
                 return Err("THP list used without a THP order");

@@ -425,7 +425,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     }
 
     /// [`PerCpuPages::alloc`] on this CPU's cache.
-    #[inline]
+    #[inline(always)]
     pub fn alloc<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -450,7 +450,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     }
 
     /// [`PerCpuPages::free`] on this CPU's cache.
-    #[inline]
+    #[inline(always)]
     pub fn free<Z: PcpZone>(
         &mut self,
         zone: &Z,

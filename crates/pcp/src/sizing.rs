@@ -213,12 +213,18 @@ impl PcpConfig {
     /// allocations drift over all of memory and, after churn, no pageblock
     /// empties; with a home they stay in the chunks the zone chose (the
     /// fullest), as the zone's own order-0 path keeps them (LLFree's
-    /// per-core reservation, ATC'23, with lists instead of a bitmap).
-    pub const fn with_home(self, home: Order) -> PcpConfig {
-        PcpConfig {
+    /// per-core reservation, ATC'23). A home list is a bitmap of its
+    /// region: the lowest frame goes out first.
+    ///
+    /// `InvalidConfig` for a home larger than [`crate::MAX_HOME_ORDER`].
+    pub const fn with_home(self, home: Order) -> Result<PcpConfig, PcpError> {
+        if home.get() > crate::home::MAX_HOME_ORDER {
+            return Err(PcpError::InvalidConfig);
+        }
+        Ok(PcpConfig {
             home_order: Some(home),
             ..self
-        }
+        })
     }
 
     /// x86-64 defaults: THP order 9, scale max 5.

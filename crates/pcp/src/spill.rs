@@ -15,7 +15,11 @@ impl PerCpuPages<'_> {
             return 0;
         }
         let thp = self.thp();
-        let mut batch = SpillBatch::new(&mut self.lists, thp, n, start);
+        let homes = self
+            .config
+            .home_order()
+            .map(|shift| (&mut self.homes, shift.get()));
+        let mut batch = SpillBatch::new(&mut self.lists, homes, thp, n, start);
         zone.spill(&mut batch);
         let out = batch.pages() as u32;
         self.count -= out;

@@ -4,8 +4,9 @@
 //! the zone, which takes its lock once for the whole batch (spec 04 §4.1
 //! `rmqueue_bulk`, §5.5 `free_pcppages_bulk`).
 
+use crate::home::Home;
 use crate::lists::Lists;
-use crate::types::{ListIndex, MigrateType, NR_PCP_LISTS, Order, Pfn};
+use crate::types::{ListIndex, MigrateType, NR_PCP_LISTS, Order, PCP_TYPES, Pfn};
 
 bitflags::bitflags! {
     /// Zone state the PCP consults (spec 04 §2.3).
@@ -50,23 +51,44 @@ pub trait PcpZone {
     fn recheck_below_high(&self) {}
 }
 
-/// Receives the blocks of one refill, appending them to the list's tail.
+/// Receives the blocks of one refill, appending them to the list's tail
+/// (a home list's: into its bitmap, refusing blocks of another region).
 pub struct RefillSink<'a, 'm> {
     lists: &'a mut Lists<'m>,
+    home: Option<(&'a mut Home, u8)>,
     li: ListIndex,
     remaining: usize,
     taken: usize,
-    last: Option<Pfn>,
 }
 
 impl<'a, 'm> RefillSink<'a, 'm> {
-    pub(crate) fn new(lists: &'a mut Lists<'m>, li: ListIndex, max: usize) -> Self {
+    pub(crate) fn new(
+        lists: &'a mut Lists<'m>,
+        home: Option<(&'a mut Home, u8)>,
+        li: ListIndex,
+        max: usize,
+    ) -> Self {
         RefillSink {
             lists,
+            home,
             li,
             remaining: max,
             taken: 0,
-            last: None,
+        }
+    }
+
+    /// Files one block: on the list's tail, or in the home.
+    #[inline]
+    fn file(&mut self, frame: Pfn) -> Result<(), Pfn> {
+        match &mut self.home {
+            Some((h, shift)) => {
+                if h.accept(frame, *shift) {
+                    Ok(())
+                } else {
+                    Err(frame)
+                }
+            }
+            None => self.lists.push_tail(self.li, frame),
         }
     }
 
@@ -84,25 +106,23 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         if self.remaining == 0 {
             return Err(frame);
         }
-        if let Err(f) = self.lists.push_tail(self.li, frame) {
-            self.remaining = 0; // slot memory full
+        if let Err(f) = self.file(frame) {
+            self.remaining = 0; // slot memory full, or another region
             return Err(f);
         }
         self.remaining -= 1;
         self.taken += 1;
-        self.last = Some(frame);
         Ok(())
     }
 
     /// Hands one block beyond what the cache asked for: a zone may round a
     /// refill up (to keep two CPUs' caches off one line of its per-frame
     /// metadata, say). `Err(frame)` (the zone keeps it) when the slot
-    /// memory is full.
+    /// memory is full or the block lies outside a home list's region.
     #[inline]
     pub fn push_extra(&mut self, frame: Pfn) -> Result<(), Pfn> {
-        self.lists.push_tail(self.li, frame)?;
+        self.file(frame)?;
         self.taken += 1;
-        self.last = Some(frame);
         Ok(())
     }
 
@@ -110,17 +130,14 @@ impl<'a, 'm> RefillSink<'a, 'm> {
     pub fn taken(&self) -> usize {
         self.taken
     }
-
-    /// The last block handed over (its region becomes the list's home).
-    pub(crate) fn last(&self) -> Option<Pfn> {
-        self.last
-    }
 }
 
 /// The blocks of one spill, popped lazily from the lists' tails in the
 /// round-robin order of spec 04 §5.5.
 pub struct SpillBatch<'a, 'm> {
     lists: &'a mut Lists<'m>,
+    /// The home lists and the home order, with homes.
+    homes: Option<(&'a mut [Home; PCP_TYPES], u8)>,
     thp: Order,
     idx: usize,
     in_list: bool,
@@ -133,9 +150,16 @@ pub struct SpillBatch<'a, 'm> {
 
 impl<'a, 'm> SpillBatch<'a, 'm> {
     /// `pages` to free starting at list `start` (the list just freed to).
-    pub(crate) fn new(lists: &'a mut Lists<'m>, thp: Order, pages: u32, start: ListIndex) -> Self {
+    pub(crate) fn new(
+        lists: &'a mut Lists<'m>,
+        homes: Option<(&'a mut [Home; PCP_TYPES], u8)>,
+        thp: Order,
+        pages: u32,
+        start: ListIndex,
+    ) -> Self {
         SpillBatch {
             lists,
+            homes,
             thp,
             idx: (start.get() + NR_PCP_LISTS - 1) % NR_PCP_LISTS,
             in_list: false,
@@ -150,6 +174,7 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
     pub(crate) fn foreign(lists: &'a mut Lists<'m>, pages: u32) -> Self {
         SpillBatch {
             lists,
+            homes: None,
             thp: Order::new_truncated(0),
             idx: ListIndex::FOREIGN.get(),
             in_list: true,
@@ -171,6 +196,24 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
     }
 }
 
+impl SpillBatch<'_, '_> {
+    fn is_empty(&self, li: ListIndex) -> bool {
+        match &self.homes {
+            Some((homes, _)) if li.get() < PCP_TYPES => homes[li.get()].len() == 0,
+            _ => self.lists.is_empty(li),
+        }
+    }
+
+    /// The coldest block of list `li`: a linked list's tail, a home's
+    /// highest frame.
+    fn pop_cold(&mut self, li: ListIndex) -> Option<Pfn> {
+        match &mut self.homes {
+            Some((homes, shift)) if li.get() < PCP_TYPES => homes[li.get()].take_high(*shift),
+            _ => self.lists.pop_tail(li),
+        }
+    }
+}
+
 impl Iterator for SpillBatch<'_, '_> {
     type Item = (Pfn, Order);
 
@@ -186,13 +229,13 @@ impl Iterator for SpillBatch<'_, '_> {
             return Some((frame, Order::new_truncated(0)));
         }
         let mut li = ListIndex::new(self.idx)?;
-        if !self.in_list || self.lists.is_empty(li) {
+        if !self.in_list || self.is_empty(li) {
             // spec 04 §5.5: advance round robin to the next non-empty list.
             let mut tries = 0;
             loop {
                 self.idx = (self.idx + 1) % NR_PCP_LISTS;
                 li = ListIndex::new(self.idx)?;
-                if !self.lists.is_empty(li) {
+                if !self.is_empty(li) {
                     break;
                 }
                 tries += 1;
@@ -202,7 +245,7 @@ impl Iterator for SpillBatch<'_, '_> {
             }
             self.in_list = true;
         }
-        let frame = self.lists.pop_tail(li)?;
+        let frame = self.pop_cold(li)?;
         let order = li.order(self.thp);
         let pages = order.pages() as u32;
         // Whole blocks leave, so the total may overshoot by < 2^order (§5.5).

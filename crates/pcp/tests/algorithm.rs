@@ -382,7 +382,10 @@ fn alloc_bulk_fills_the_slice() {
 
 /// A cache that keeps order-0 placement in regions of 16 frames.
 fn homed(mem: &mut [Slot], s: PcpSizing) -> PerCpuPages<'_> {
-    PerCpuPages::new(mem, s, PcpConfig::X86_64.with_home(Order::new_truncated(4))).unwrap()
+    let config = PcpConfig::X86_64
+        .with_home(Order::new_truncated(4))
+        .unwrap();
+    PerCpuPages::new(mem, s, config).unwrap()
 }
 
 #[test]
@@ -453,13 +456,20 @@ fn the_home_moves_with_the_refill_and_idle_foreign_frees_leave() {
 #[test]
 fn foreign_frees_never_lose_a_frame_when_slots_run_out() {
     let zone = RefZone::with_blocks(O0, 0, 8);
-    // Three slots: the foreign list and the home list share them.
+    // Three slots, for the foreign list (a home list needs none).
     let mut mem = vec![Slot::EMPTY; 3];
     let mut c = homed(&mut mem, sizing(8, 64, 256));
     let a = c.alloc(&zone, O0, U).unwrap();
-    assert_eq!(c.count(), 2, "a refill of three, one handed out");
-    for f in [100, 200, 300] {
-        c.free(&zone, pageframe_pcp::Pfn(f), O0, U).unwrap();
+    assert_eq!(c.count(), 7, "a refill of eight, one handed out");
+    // The fourth foreign free finds every slot taken: the foreign list
+    // goes back first.
+    for (f, spilled) in [(100, 0), (200, 0), (300, 0), (400, 3)] {
+        let out = c.free(&zone, pageframe_pcp::Pfn(f), O0, U).unwrap();
+        let want = match spilled {
+            0 => FreeOutcome::Cached,
+            n => FreeOutcome::Spilled(n),
+        };
+        assert_eq!(out, want, "free of {f}");
         c.validate().unwrap();
     }
     c.free(&zone, a, O0, U).unwrap();
@@ -467,5 +477,5 @@ fn foreign_frees_never_lose_a_frame_when_slots_run_out() {
     assert_eq!(c.count(), 0);
     let mut back = zone.blocks(O0);
     back.sort();
-    assert_eq!(back, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 200, 300]);
+    assert_eq!(back, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 200, 300, 400]);
 }

@@ -87,7 +87,7 @@ proptest! {
         let mut mem = vec![Slot::EMPTY; slots];
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
         let config = match home {
-            Some(h) => PcpConfig::X86_64.with_home(Order::new_truncated(h)),
+            Some(h) => PcpConfig::X86_64.with_home(Order::new_truncated(h)).unwrap(),
             None => PcpConfig::X86_64,
         };
         let mut c = PerCpuPages::new(&mut mem, sizing, config).unwrap();

@@ -1,0 +1,177 @@
+//! An order-0 list's home (see [`crate::PcpConfig::with_home`]): the
+//! aligned region of `2^home` frames its frames come from, and the frames
+//! of it the cache holds, one bit each.
+//!
+//! Every frame of a home list lies in one region, so the list is a bitmap
+//! of that region rather than a linked list: taking a frame is two bit
+//! scans, giving one back is a bit set, and neither touches the slot arena
+//! (LLFree's per-core reservation keeps its frames the same way, ATC'23).
+//! The lowest frame goes out first: a frame freed and wanted again at once
+//! (the common pair) is the same frame, still warm in the CPU's cache.
+
+use crate::types::Pfn;
+
+/// Largest home order: a region of 1024 frames, sixteen words of bits.
+pub const MAX_HOME_ORDER: u8 = 10;
+const WORDS: usize = 1 << (MAX_HOME_ORDER - 6);
+
+/// No region yet (before the first refill).
+const NONE: u64 = u64::MAX;
+
+/// One order-0 list's home region and the frames of it the cache holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Home {
+    /// The region: a frame number shifted right by the home order.
+    region: u64,
+    /// Bit `i`: frame `region << order | i` is cached.
+    bits: [u64; WORDS],
+    /// Bit `w`: word `w` of `bits` is not zero.
+    words: u16,
+    /// Frames held (the bits set).
+    len: u32,
+}
+
+impl Home {
+    pub(crate) const EMPTY: Home = Home {
+        region: NONE,
+        bits: [0; WORDS],
+        words: 0,
+        len: 0,
+    };
+
+    /// Frames held.
+    #[inline]
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether `frame` lies in the home region (`shift`: the home order).
+    #[inline(always)]
+    pub(crate) fn contains(&self, frame: Pfn, shift: u8) -> bool {
+        frame.get() >> shift == self.region
+    }
+
+    #[inline(always)]
+    fn frame(&self, shift: u8, w: usize, b: u32) -> Pfn {
+        Pfn((self.region << shift) | (w as u64) << 6 | u64::from(b))
+    }
+
+    /// The lowest frame held, now taken.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, shift: u8) -> Option<Pfn> {
+        if self.words == 0 {
+            return None;
+        }
+        let w = self.words.trailing_zeros() as usize;
+        let word = self.bits[w];
+        let b = word.trailing_zeros();
+        self.clear(w, word & (word - 1));
+        Some(self.frame(shift, w, b))
+    }
+
+    /// The highest frame held, now taken (a spill's: the zone gets the
+    /// frames a take would reach last).
+    #[inline]
+    pub(crate) fn take_high(&mut self, shift: u8) -> Option<Pfn> {
+        if self.words == 0 {
+            return None;
+        }
+        let w = 15 - self.words.leading_zeros() as usize;
+        let word = self.bits[w];
+        let b = 63 - word.leading_zeros();
+        self.clear(w, word & !(1 << b));
+        Some(self.frame(shift, w, b))
+    }
+
+    #[inline(always)]
+    fn clear(&mut self, w: usize, rest: u64) {
+        self.bits[w] = rest;
+        if rest == 0 {
+            self.words &= !(1 << w);
+        }
+        self.len -= 1;
+    }
+
+    /// Holds `frame`, a frame of the region the cache does not hold yet;
+    /// `false` (nothing changed) for any other frame.
+    #[inline(always)]
+    pub(crate) fn put(&mut self, frame: Pfn, shift: u8) -> bool {
+        if !self.contains(frame, shift) {
+            return false;
+        }
+        let i = (frame.get() & ((1 << shift) - 1)) as usize;
+        let (w, m) = (i >> 6, 1u64 << (i & 63));
+        if self.bits[w] & m != 0 {
+            return false;
+        }
+        self.bits[w] |= m;
+        self.words |= 1 << w;
+        self.len += 1;
+        true
+    }
+
+    /// A refill's frame: an empty home moves to the frame's region, so
+    /// every frame of one refill lies in one region; `false` for a frame
+    /// of another region while the home holds frames.
+    #[inline]
+    pub(crate) fn accept(&mut self, frame: Pfn, shift: u8) -> bool {
+        if self.len == 0 {
+            self.region = frame.get() >> shift;
+        }
+        self.put(frame, shift)
+    }
+
+    /// Visits every frame held, lowest first.
+    pub(crate) fn for_each(&self, shift: u8, mut f: impl FnMut(Pfn)) {
+        for (w, &word) in self.bits.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                let b = word.trailing_zeros();
+                word &= word - 1;
+                f(self.frame(shift, w, b));
+            }
+        }
+    }
+
+    /// The bookkeeping agrees with the bits.
+    pub(crate) fn check(&self, shift: u8) -> Result<(), &'static str> {
+        let ones: u32 = self.bits.iter().map(|w| w.count_ones()).sum();
+        if ones != self.len {
+            return Err("home length differs from its bits");
+        }
+        for (w, &word) in self.bits.iter().enumerate() {
+            if (word != 0) != (self.words & (1 << w) != 0) {
+                return Err("home word summary differs from its bits");
+            }
+            if word != 0 && (w << 6) >= 1 << shift {
+                return Err("home bit beyond its region");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_out_first_highest_spilled_first() {
+        let mut h = Home::EMPTY;
+        assert!(h.accept(Pfn(1024 + 700), 10));
+        assert!(h.accept(Pfn(1024 + 3), 10));
+        assert!(!h.accept(Pfn(3000), 10), "another region");
+        assert!(!h.put(Pfn(1024 + 3), 10), "held already");
+        assert!(h.put(Pfn(1024 + 64), 10));
+        h.check(10).unwrap();
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.take(10), Some(Pfn(1027)));
+        assert_eq!(h.take_high(10), Some(Pfn(1724)));
+        assert_eq!(h.take(10), Some(Pfn(1088)));
+        assert_eq!((h.take(10), h.take_high(10), h.len()), (None, None, 0));
+        h.check(10).unwrap();
+        // Empty, it moves with the next refill.
+        assert!(h.accept(Pfn(3000), 10));
+        assert!(h.contains(Pfn(2048), 10) && !h.contains(Pfn(1027), 10));
+    }
+}

@@ -64,6 +64,60 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         Ok(self.pfn(self.first(k)))
     }
 
+    /// Up to `max` more order-0 frames of `list` from the chunk that holds
+    /// `pfn` (a frame an order-0 allocation just took), lowest first, each
+    /// allocated with `tag` and offered to `take`; a frame `take` refuses
+    /// stays free and ends the run. Returns how many were taken. For a
+    /// layer that fills a cache from one chunk (a per-CPU cache's home,
+    /// which holds the frames of one chunk): the chunk's counts are redone
+    /// and it is refiled once for the run, not once a frame. Nothing is
+    /// taken from a chunk of another list, one that is not split into
+    /// frames, or outside the zone.
+    pub fn alloc_run(
+        &mut self,
+        pfn: Pfn,
+        list: ListId,
+        max: usize,
+        tag: u32,
+        mut take: impl FnMut(Pfn) -> bool,
+    ) -> usize {
+        if max == 0 || !self.span.contains(pfn) || self.c == 0 {
+            return 0;
+        }
+        let k = self.chunk_of(self.idx(pfn));
+        let ch = &self.chunks[k];
+        if ch.mode != Mode::Split || ch.free == 0 || ch.list != list.get() {
+            return 0;
+        }
+        let tag = tag & TAG_MASK;
+        let first = self.first(k);
+        let mut taken = 0;
+        let mut w = 0;
+        'words: while w < self.wpc as usize && taken < max {
+            let mut word = self.words(k)[w];
+            while word != 0 {
+                let x = (w as u32) << 6 | word.trailing_zeros();
+                let i = first + x;
+                if !take(self.pfn(i)) {
+                    break 'words;
+                }
+                word &= word - 1;
+                self.words_mut(k)[w] = word;
+                self.frames.set(i, crate::frame::Word::head(0, tag));
+                taken += 1;
+                if taken == max {
+                    break 'words;
+                }
+            }
+            w += 1;
+        }
+        if taken > 0 {
+            self.recount(k, taken as u16);
+            self.stats.allocs += taken as u64;
+        }
+        taken
+    }
+
     /// Allocates the specific block of `order` at `pfn` (for contiguous
     /// allocation or to reserve a known range), splitting the free block that
     /// contains it; the pieces around it stay free on that block's list.

@@ -48,6 +48,26 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.first(k) + x
     }
 
+    /// Redoes split chunk `k`'s counts of free blocks per order (and the
+    /// zone's) from its bitmap after `taken` frames left it by bits, and
+    /// refiles it.
+    pub(crate) fn recount(&mut self, k: Idx, taken: u16) {
+        let c = self.c;
+        let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
+        for o in 0..c {
+            let old = self.chunks[k].counts[o as usize];
+            let new = bits::maximal_blocks(self.words(k), o).count() as u16;
+            if old != new {
+                self.chunks[k].add_count(o, i32::from(new) - i32::from(old));
+                let b = self.sub.blocks_mut(l, o);
+                *b = *b + u64::from(new) - u64::from(old);
+            }
+        }
+        self.chunks[k].free -= taken;
+        self.sub.sub_pages(l, u64::from(taken));
+        self.refile(k);
+    }
+
     /// Takes the block of `order` at bit `t` of split chunk `k` out of the
     /// free block of order `j` at bit `x` that holds it (`j` the chunk order
     /// for a wholly free chunk), leaving the other halves free, and marks

@@ -235,3 +235,50 @@ fn free_room_counts_a_range_and_finds_its_largest_block() {
     );
     assert_eq!(room(&z, 4 * CHUNK, 8 * CHUNK), (0, None));
 }
+
+/// A run takes a chunk's lowest free frames after the one just allocated,
+/// as many as asked, stops where the taker refuses, leaves the zone as
+/// frame-by-frame allocations would, and takes nothing from a chunk of
+/// another list or one not split into frames.
+#[test]
+fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
+    use pageframe_buddy::{ListId, Order, SingleList};
+    let span = PfnRange::new(Pfn(0), Pfn(2048));
+    let mut m = common::meta(span, 10);
+    let mut z = BuddyZone::new(span, common::config(10), &mut m, SingleList).unwrap();
+    z.add_free_range(span).unwrap();
+    let l = ListId::DEFAULT;
+    let p = z.alloc(Order::ZERO, l).unwrap();
+    let free = z.free_pages();
+    let mut got = Vec::new();
+    let n = z.alloc_run(p, l, 10, 0, |f| {
+        got.push(f);
+        true
+    });
+    assert_eq!(n, 10);
+    let chunk = p.get() & !511;
+    let want: Vec<_> = (1..=10).map(|i| Pfn(chunk + i)).collect();
+    assert_eq!(got, want, "the lowest free frames after the first");
+    assert_eq!(z.free_pages(), free - 10);
+    z.validate().unwrap();
+    // A refusal ends the run, the refused frame free.
+    let n = z.alloc_run(p, l, 100, 0, |f| f != Pfn(chunk + 14));
+    assert_eq!(n, 3);
+    assert!(z.free(Pfn(chunk + 14), Order::ZERO).is_err(), "still free");
+    z.validate().unwrap();
+    // Every frame taken is an order-0 block the zone frees as any other.
+    for f in got.into_iter().chain((11..14).map(|i| Pfn(chunk + i))) {
+        z.free(f, Order::ZERO).unwrap();
+    }
+    z.free(p, Order::ZERO).unwrap();
+    z.validate().unwrap();
+    assert_eq!(z.free_pages(), 2048);
+    // A wholly free chunk (not split) and a frame outside the zone give
+    // nothing; neither does a zero-length run.
+    assert_eq!(z.alloc_run(Pfn(0), l, 5, 0, |_| true), 0);
+    assert_eq!(z.alloc_run(Pfn(4096), l, 5, 0, |_| true), 0);
+    let q = z.alloc(Order::ZERO, l).unwrap();
+    assert_eq!(z.alloc_run(q, l, 0, 0, |_| true), 0);
+    z.free(q, Order::ZERO).unwrap();
+    z.validate().unwrap();
+}

@@ -176,6 +176,30 @@ impl<'a> MobileZone<'a> {
         self.buddy.add_free_range(range)
     }
 
+    /// Up to `max` more order-0 frames for a request of type `mt` from the
+    /// chunk of `pfn`, an order-0 frame just allocated for one, while that
+    /// chunk is on `mt`'s own list (a claim may have just put it there; a
+    /// steal leaves it on another's, and nothing more is taken): see
+    /// `BuddyZone::alloc_run`. Each frame is tagged with `mt`, as
+    /// [`MobileZone::alloc`] tags it.
+    pub fn alloc_run(
+        &mut self,
+        pfn: Pfn,
+        mt: MigrateType,
+        max: usize,
+        take: impl FnMut(Pfn) -> bool,
+    ) -> usize {
+        let mt = if self.mobility().grouping {
+            mt
+        } else {
+            MigrateType::Unmovable
+        };
+        if !mt.is_mergeable() {
+            return 0;
+        }
+        self.buddy.alloc_run(pfn, list_of(mt), max, mt as u32, take)
+    }
+
     /// Allocates `2^order` frames for a request of type `mt`: its own lists
     /// first, then claiming a fallback block, then stealing one (spec 02
     /// §5.2), with the highatomic reserve as `mode` allows. The block's tag

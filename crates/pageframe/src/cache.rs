@@ -98,7 +98,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         // Order-0 lists keep to a home chunk: the caches keep the zone's
         // fullest-first placement (see `PcpConfig::with_home`).
         let chunk = self.inner.lock().buddy.buddy().chunk_order();
-        let config = PcpConfig::X86_64.with_home(chunk);
+        let config = PcpConfig::X86_64
+            .with_home(chunk)
+            .map_err(PcpSetupError::Sizing)?;
         for slot in array.iter_mut() {
             let (lists, r) = carve::carve_init(rest, n, |_| Slot::EMPTY).ok_or(too_small)?;
             rest = r;
@@ -137,7 +139,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// A block from this CPU's cache (refilled from the zone if empty), or
     /// `None` when the request is not one the cache serves or the cache and
     /// its refill come back empty.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn cache_hit<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
@@ -156,7 +158,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
     /// A block of `order` off this CPU's own list (refilled from the zone
     /// if empty), marked allocated: it came off our list, so it is ours.
-    #[inline]
+    #[inline(always)]
     fn take_cached<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
@@ -207,7 +209,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// a free racing another, a block being migrated, a frame that is no
     /// allocation) takes the zone path, which names the problem precisely
     /// and changes nothing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_cached<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
@@ -358,7 +360,23 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 break;
             }
             if order == Order::ZERO {
-                line = self.states.line_of(p);
+                let mut last = p;
+                if !extra {
+                    // The rest of the refill from the same chunk, as one
+                    // run of the core's (one refile, not one a frame).
+                    let room = z.buddy.free_pages().saturating_sub(z.wmark.low + 1);
+                    let want = sink.remaining().min(room as usize);
+                    let states = &self.states;
+                    z.buddy.alloc_run(p, mt, want, |f| {
+                        if sink.push(f).is_err() {
+                            return false;
+                        }
+                        states.set_cached(f, order);
+                        last = f;
+                        true
+                    });
+                }
+                line = self.states.line_of(last);
             }
         }
         if let Some(before) = before {

@@ -183,6 +183,12 @@ impl Block {
         ZoneRef::from_index(self.byte(ZONE_SHIFT))
     }
 
+    /// [`ZoneRef::index`] of the block's zone, without decoding it.
+    #[inline]
+    pub(crate) fn zone_index(&self) -> usize {
+        usize::from(self.byte(ZONE_SHIFT)) % crate::zonelist::MAX_ZONES
+    }
+
     #[inline]
     pub(crate) fn machine(&self) -> MachineId {
         MachineId(self.meta as u32)

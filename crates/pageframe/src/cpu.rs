@@ -48,7 +48,13 @@ impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
 
     #[inline]
     fn entry(&mut self, r: ZoneRef) -> Option<&mut Claimed<'m, 'a, R>> {
-        self.by_zone[r.index()].as_mut()
+        self.at(r.index())
+    }
+
+    /// The claimed cache of the zone of index `i` ([`ZoneRef::index`]).
+    #[inline(always)]
+    fn at(&mut self, i: usize) -> Option<&mut Claimed<'m, 'a, R>> {
+        self.by_zone.get_mut(i)?.as_mut()
     }
 }
 
@@ -412,35 +418,63 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
     #[inline(always)]
     fn alloc_as(&mut self, gfp: Gfp, order: Order, caller: Caller) -> Result<Block, AllocError> {
         let (m, node, cpu) = (self.machine, self.node, self.cpu);
-        m.traced(node, gfp, order, Some(cpu), caller, || {
-            // The common case first: a hit in this CPU's cache of the first
-            // zone the request would try. Anything else walks the zonelist.
-            if let Some((r, highest)) = m.preferred(node, gfp)
-                && let Some((z, local, meta)) = self.locals.entry(r)
-            {
-                let flags = m.fast_flags_at(node, gfp, r);
-                let hooks = m.traced_cpu(Some(cpu));
-                if let Some(pfn) = z.cache_hit(&hooks, local, gfp, order, flags, highest) {
-                    return Ok(Block::with_zone_meta(*meta, pfn, order));
+        m.traced(
+            node,
+            gfp,
+            order,
+            Some(cpu),
+            caller,
+            #[inline(always)]
+            || {
+                // The common case first, inline at the caller (whose request is
+                // usually a constant): a hit in this CPU's cache of the first
+                // zone the request would try. Anything else walks the zonelist.
+                match self.hit(gfp, order) {
+                    Some(b) => Ok(b),
+                    None => self.miss(gfp, order),
                 }
-            }
-            m.alloc_fast(node, gfp, order, Some(&mut self.locals))
-        })
+            },
+        )
+    }
+
+    /// A block from this CPU's cache of the first zone the request tries.
+    #[inline(always)]
+    fn hit(&mut self, gfp: Gfp, order: Order) -> Option<Block> {
+        let (m, node) = (self.machine, self.node);
+        let (r, highest) = m.preferred(node, gfp)?;
+        let (z, local, meta) = self.locals.entry(r)?;
+        let flags = m.fast_flags_at(node, gfp, r);
+        let hooks = m.traced_cpu(Some(self.cpu));
+        let pfn = z.cache_hit(&hooks, local, gfp, order, flags, highest)?;
+        Some(Block::with_zone_meta(*meta, pfn, order))
+    }
+
+    /// The zonelist walk after a cache miss.
+    #[inline(never)]
+    fn miss(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
+        self.machine
+            .alloc_fast(self.node, gfp, order, Some(&mut self.locals))
     }
 
     /// [`Machine::free`] through this CPU's cache of the block's zone
     /// (spilled to the zone in batches). A block of another machine is
     /// refused and handed back.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, block: Block) -> Result<(), Refused<Block>> {
         if block.machine() != self.id {
             return Err(Refused::new(block, FreeError::Foreign));
         }
-        match self.free_in(block.zone_ref(), block.pfn(), block.order()) {
+        match self.free_in(block.zone_index(), block.pfn(), block.order()) {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(Refused::new(block, e)),
-            None => self.machine.free(block),
+            None => self.free_uncached(block),
         }
+    }
+
+    /// A block of a zone this handle has no cache of.
+    #[inline(never)]
+    fn free_uncached(&self, block: Block) -> Result<(), Refused<Block>> {
+        self.machine.free(block)
     }
 
     /// [`CpuCache::free`] of a block the kernel kept as a number
@@ -463,7 +497,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
             .machine
             .zone_ref_of(pfn)
             .ok_or(err(FreeError::OutOfRange))?;
-        match self.free_in(r, pfn, order) {
+        match self.free_in(r.index(), pfn, order) {
             Some(r) => r.map_err(err),
             None => {
                 // SAFETY: the caller's promise, passed on.
@@ -474,12 +508,13 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
         }
     }
 
-    /// Frees `(pfn, order)` through this CPU's cache of zone `r`: `None`
-    /// without a cache of that zone. The ownership byte decides (a frame
-    /// that is no live allocation of `order` is refused, nothing changed).
+    /// Frees `(pfn, order)` through this CPU's cache of the zone of index
+    /// `i`: `None` without a cache of that zone. The ownership byte decides
+    /// (a frame that is no live allocation of `order` is refused, nothing
+    /// changed).
     #[inline(always)]
-    fn free_in(&mut self, r: ZoneRef, pfn: Pfn, order: Order) -> Option<Result<(), FreeError>> {
-        let (z, local, _) = self.locals.entry(r)?;
+    fn free_in(&mut self, i: usize, pfn: Pfn, order: Order) -> Option<Result<(), FreeError>> {
+        let (z, local, _) = self.locals.at(i)?;
         let hooks = self.machine.traced_cpu(Some(self.cpu));
         self.machine.poison_block_free(z, pfn, order);
         Some(z.free_cached(&hooks, local, pfn, order).map(|()| {

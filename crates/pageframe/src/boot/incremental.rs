@@ -168,10 +168,18 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     /// added) when the plan does: no memory yet, no room for metadata
     /// inside the window. The machine lives in memory handed over for
     /// good, so it outlives `self` (`'static`).
+    #[inline]
     pub fn machine(&self) -> Result<&'static Machine<'static, R>, PlanError> {
-        if let Some(m) = self.built() {
-            return Ok(m);
+        match self.built() {
+            Some(m) => Ok(m),
+            None => self.build(),
         }
+    }
+
+    /// The first [`Incremental::machine`]: builds the machine (once).
+    #[cold]
+    #[inline(never)]
+    fn build(&self) -> Result<&'static Machine<'static, R>, PlanError> {
         let g = self.gathered.lock();
         if let Some(m) = self.built() {
             return Ok(m);
@@ -219,6 +227,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     }
 
     /// The machine if it is built.
+    #[inline]
     pub fn built(&self) -> Option<&'static Machine<'static, R>> {
         let p = self.machine.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored once, from the

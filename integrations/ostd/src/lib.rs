@@ -181,8 +181,8 @@ impl FrameAllocator {
     /// As for [`FrameAllocator::alloc_frames_local`]; the reference is
     /// dropped before the call returns.
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
-        let m = self.frames.machine().ok()?;
         let cpu = (self.current_cpu)();
         let slot = self.locals.get(cpu as usize)?;
         // SAFETY: only calls running on `cpu` reach this slot, one at a
@@ -190,11 +190,23 @@ impl FrameAllocator {
         // and a call drops the reference before it returns.
         let h = unsafe { &mut *slot.0.get() };
         if h.is_none() {
-            *h = m.cpu(CpuId(cpu), NodeId::ZERO).ok();
+            *h = self.claim(cpu);
         }
         h.as_mut()
     }
 
+    /// CPU `cpu`'s handle, at its first local call.
+    #[cold]
+    #[inline(never)]
+    fn claim(&self, cpu: u32) -> Option<CpuCache<'static, 'static>> {
+        self.frames
+            .machine()
+            .ok()?
+            .cpu(CpuId(cpu), NodeId::ZERO)
+            .ok()
+    }
+
+    #[inline(always)]
     fn counted_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
         let got = self.try_alloc(frames, align, via);
         if got.is_none() {
@@ -203,6 +215,7 @@ impl FrameAllocator {
         got
     }
 
+    #[inline(always)]
     fn try_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
         if frames == 0 || !align.is_power_of_two() {
             return None;
@@ -210,25 +223,36 @@ impl FrameAllocator {
         let m = self.frames.machine().ok()?;
         let want = frames.next_power_of_two().max(align);
         let max = m.mobility_config().buddy.max_order;
-        if want <= max.pages() {
-            let order = Order::new(want.trailing_zeros() as u8)?;
-            let block = match via {
-                Via::Local(h) => h.alloc(Gfp::KERNEL, order),
-                Via::Claim => {
-                    let cpu = CpuId((self.current_cpu)());
-                    m.alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
-                }
-            };
-            let (pfn, order) = block.ok()?.into_raw();
-            if frames < order.pages() {
-                // SAFETY: the block was allocated just above and is held
-                // only as this number; its frames past `frames` are not
-                // handed to anyone.
-                let spare = unsafe { m.free_raw(PfnRange::new(pfn + frames, pfn + order.pages())) };
-                debug_assert!(spare.is_ok(), "{spare:?}");
-            }
-            return Some(pfn);
+        if want > max.pages() {
+            return Self::alloc_range(m, frames, align);
         }
+        let order = Order::new(want.trailing_zeros() as u8)?;
+        let block = match via {
+            Via::Local(h) => h.alloc(Gfp::KERNEL, order),
+            Via::Claim => {
+                let cpu = CpuId((self.current_cpu)());
+                m.alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
+            }
+        };
+        let (pfn, order) = block.ok()?.into_raw();
+        if frames < order.pages() {
+            Self::free_spare(m, pfn, frames, order);
+        }
+        Some(pfn)
+    }
+
+    /// The frames of a block allocated for `frames` past them.
+    #[cold]
+    fn free_spare(m: &Machine<'static>, pfn: Pfn, frames: u64, order: Order) {
+        // SAFETY: the block was allocated just above and is held only as
+        // this number; its frames past `frames` are not handed to anyone.
+        let spare = unsafe { m.free_raw(PfnRange::new(pfn + frames, pfn + order.pages())) };
+        debug_assert!(spare.is_ok(), "{spare:?}");
+    }
+
+    /// More frames than a buddy block: a contiguous range.
+    #[cold]
+    fn alloc_range(m: &Machine<'static>, frames: u64, align: u64) -> Option<Pfn> {
         let seg = m
             .alloc_contig(NodeId::ZERO, Gfp::KERNEL, frames, align, &mut NoMigration)
             .ok()?;
@@ -276,6 +300,7 @@ impl FrameAllocator {
     /// # Safety
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
+    #[inline(always)]
     unsafe fn counted_dealloc(
         &self,
         pfn: Pfn,
@@ -295,10 +320,9 @@ impl FrameAllocator {
     /// # Safety
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
+    #[inline(always)]
     unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64, via: Via<'_>) -> Result<(), DeallocError> {
         let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
-        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
-        let range = PfnRange::new(pfn, end);
         // A whole block (the common case: a frame, or a power of two that
         // came out as one block) goes back through this CPU's cache; a
         // number that is no such block changes nothing there, and the
@@ -306,10 +330,11 @@ impl FrameAllocator {
         if frames.is_power_of_two()
             && let Some(order) = Order::new(frames.trailing_zeros() as u8)
         {
-            // SAFETY (both arms): the caller's promise: the frames are its
-            // own, allocated by this allocator, held as numbers only.
             let freed = match via {
+                // SAFETY: the caller's promise: the frames are its own,
+                // allocated by this allocator, held as numbers only.
                 Via::Local(h) => unsafe { h.free_raw(pfn, order) }.is_ok(),
+                // SAFETY: as above.
                 Via::Claim => unsafe { m.block_from_raw(pfn, order) }
                     .map(|b| {
                         m.free_on(CpuId((self.current_cpu)()), b)
@@ -325,6 +350,25 @@ impl FrameAllocator {
                 return Ok(());
             }
         }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.dealloc_range(m, pfn, frames) }
+    }
+
+    /// [`FrameAllocator::dealloc_frames`] of anything but a whole block:
+    /// parts of allocations, frames never handed over.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames`].
+    #[cold]
+    unsafe fn dealloc_range(
+        &self,
+        m: &Machine<'static>,
+        pfn: Pfn,
+        frames: u64,
+    ) -> Result<(), DeallocError> {
+        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
+        let range = PfnRange::new(pfn, end);
         // SAFETY: the caller's promise, passed on.
         match unsafe { m.free_raw(range) } {
             Ok(()) => Ok(()),

@@ -5,6 +5,9 @@
 //! * `ostd`            the OSTD adapter's host tests, then the OSTD kernel
 //!   through cargo-osdk: its ktests (OSTD's own among them) and a run with
 //!   the side-by-side table (installs OSTD's nightly, cargo-osdk, GRUB)
+//! * `ostd-bench [--boots N] [--icount]` only the OSTD kernel's side-by-side
+//!   rows, medians of N boots (default 3), under `-icount shift=0` with
+//!   `--icount` (guest instructions instead of the host's cycles)
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
@@ -34,6 +37,7 @@
 
 mod citations;
 mod docs_check;
+mod ostd_bench;
 mod peers;
 mod surface;
 
@@ -321,20 +325,42 @@ fn ostd() -> Result<(), String> {
         eprintln!("{tests}");
         return Err("OSTD kernel ktests failed".into());
     }
-    let boot = run_capture(
-        OSTD_KERNEL,
-        Command::new("cargo").args(["osdk", "run", "--release"]),
-    )?;
-    for l in boot
-        .lines()
-        .filter(|l| l.starts_with("bench:") || l.starts_with("pageframe"))
-    {
-        println!("{l}");
+    ostd_boots(3, false)
+}
+
+/// Boots the OSTD kernel `boots` times (with `-icount shift=0` if
+/// `icount`: see `ostd_bench`), checks that each run ends well, and prints
+/// its side-by-side rows as medians over the boots with their spreads.
+fn ostd_boots(boots: usize, icount: bool) -> Result<(), String> {
+    let mut rows = ostd_bench::Rows::default();
+    for i in 0..boots {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["osdk", "run", "--release"]);
+        if icount {
+            cmd.arg("--qemu-args=-icount shift=0");
+        }
+        let boot = run_capture(OSTD_KERNEL, &mut cmd)?;
+        if i == 0 {
+            for l in boot.lines().filter(|l| l.starts_with("pageframe")) {
+                println!("{l}");
+            }
+        }
+        if !boot.contains("pageframe-ostd-kernel: OK") {
+            eprintln!("{boot}");
+            return Err("the OSTD kernel's run did not finish".into());
+        }
+        rows.add_boot(&boot);
     }
-    if !boot.contains("pageframe-ostd-kernel: OK") {
-        eprintln!("{boot}");
-        return Err("the OSTD kernel's run did not finish".into());
-    }
+    println!(
+        "OSTD kernel, {} boots, {}: medians (lowest-highest)",
+        rows.boots(),
+        if icount {
+            "-icount shift=0 (guest instructions, load-independent)"
+        } else {
+            "TSC cycles under TCG"
+        }
+    );
+    print!("{}", rows.table());
     Ok(())
 }
 
@@ -1008,6 +1034,17 @@ fn main() -> ExitCode {
             .and_then(|()| run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest())))
             .and_then(|()| ostd()),
         Some("ostd") => ostd(),
+        Some("ostd-bench") => {
+            let boots = args
+                .iter()
+                .position(|a| a == "--boots")
+                .and_then(|i| args.get(i + 1)?.parse().ok())
+                .unwrap_or(3);
+            let icount = args.iter().any(|a| a == "--icount");
+            ensure_qemu()
+                .and_then(|()| ensure_osdk())
+                .and_then(|()| ostd_boots(boots, icount))
+        }
         Some("fuzz") => match (args.get(1), args.get(2)) {
             (Some(t), Some(s)) => fuzz(t, s),
             _ => Err("usage: cargo xtask fuzz <target|all> <seconds>".into()),
@@ -1049,7 +1086,7 @@ fn main() -> ExitCode {
         Some("portability") => portability(),
         Some("peers") => peers::peers(&args[1..]),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|ostd|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
+        _ => Err("usage: cargo xtask <test|ostd|ostd-bench [--boots N] [--icount]|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

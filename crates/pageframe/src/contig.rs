@@ -160,6 +160,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             return Err(ContigError::NotOnline { pfn });
         }
         let (z, moved, _running) = self.empty_range(range, migrator)?;
+        // The range leaves the zone and the watermarks follow under the
+        // set-up lock, as a hand-over brings memory in.
+        let setup = self.setup();
         z.with_zone(|m| {
             let r = m
                 .take_free_range(range, MigrateType::Unmovable)
@@ -167,7 +170,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             let _ = m.unisolate_range(range);
             r.map_err(|e| busy_at(e, range))
         })?;
-        self.recompute_watermarks();
+        self.recompute_watermarks_locked(&setup);
         Ok(moved)
     }
 

@@ -33,7 +33,7 @@ use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::{RawMutex, SpinLock};
+use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
 use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
@@ -166,6 +166,17 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     owner_seq: AtomicU64,
     /// Blocks found written while free ([`crate::debug::Poisoning`]).
     pub(crate) uaf_reports: AtomicU64,
+    /// Held by every call that changes which memory the machine manages
+    /// (hand-over, hot-add, offline) or the watermarks derived from it:
+    /// each checks and commits under it, so a call that another CPU's beats
+    /// is refused with nothing changed, and watermarks are computed from
+    /// one state at a time. Taken before any zone lock.
+    setup: Mutex<R, ()>,
+}
+
+/// Proof that the caller holds the machine's set-up lock.
+pub(crate) struct SetupGuard<'g, R: RawMutex> {
+    _held: lock_api::MutexGuard<'g, R, ()>,
 }
 
 /// # A machine with the default lock
@@ -271,6 +282,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             #[cfg(feature = "page-owner")]
             addr_of_mut!((*p).owner_seq).write(AtomicU64::new(0));
             addr_of_mut!((*p).uaf_reports).write(AtomicU64::new(0));
+            addr_of_mut!((*p).setup).write(Mutex::new(()));
             slot.assume_init_mut()
         }
     }
@@ -319,13 +331,26 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// Hands usable RAM over, split across the zones whose spans it meets.
     /// Every frame must fall in some zone's span and never have been handed
-    /// over: checked before any zone changes (all or nothing). Watermarks
-    /// are recomputed. The frames are numbers to the allocator, which never
-    /// reads or writes them.
+    /// over: checked before any zone changes (all or nothing, also when
+    /// another CPU hands memory over at the same time). Watermarks are
+    /// recomputed. The frames are numbers to the allocator, which never
+    /// reads them, and writes them only when poisoning asks, once they are
+    /// its own.
     pub fn add_free_range(&self, range: PfnRange) -> Result<(), SetupError> {
+        let setup = self.setup();
+        self.add_free_range_locked(&setup, range)
+    }
+
+    /// [`Machine::add_free_range`] under the set-up lock.
+    pub(crate) fn add_free_range_locked(
+        &self,
+        setup: &SetupGuard<'_, R>,
+        range: PfnRange,
+    ) -> Result<(), SetupError> {
         if range.is_empty() {
             return Err(pageframe_buddy::RangeError::Empty.into());
         }
+        self.check_width(range)?;
         let covered: u64 = self
             .all_zones()
             .map(|z| z.span().intersect(&range).len())
@@ -333,6 +358,10 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if covered != range.len() {
             return Err(pageframe_buddy::RangeError::OutOfSpan.into());
         }
+        // Every zone's part is checked, and then taken, under the set-up
+        // lock: no other hand-over can take a frame in between, so every
+        // zone takes its part, and the poisoning writes only frames that
+        // are about to be the allocator's.
         for z in self.all_zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
@@ -343,11 +372,20 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         for z in self.all_zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
-                z.add_free_range(part)?;
+                let r = z.add_free_range(part);
+                debug_assert!(r.is_ok(), "checked above under the set-up lock: {r:?}");
+                r?;
             }
         }
-        self.recompute_watermarks();
+        self.recompute_watermarks_locked(setup);
         Ok(())
+    }
+
+    /// Takes the set-up lock (see the field).
+    pub(crate) fn setup(&self) -> SetupGuard<'_, R> {
+        SetupGuard {
+            _held: self.setup.lock(),
+        }
     }
 
     /// Whether `span` lies below the physical address width.
@@ -641,6 +679,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// machine in proportion to their size; Movable zones keep a small
     /// fixed min. Saturating arithmetic throughout.
     pub fn recompute_watermarks(&self) {
+        let setup = self.setup();
+        self.recompute_watermarks_locked(&setup);
+    }
+
+    /// [`Machine::recompute_watermarks`] under the set-up lock, so that the
+    /// managed counts it reads do not change while it runs.
+    pub(crate) fn recompute_watermarks_locked(&self, _setup: &SetupGuard<'_, R>) {
         let pages_min = self.min_free_kbytes() / (PAGE_SIZE / 1024);
         let lowmem = self.lowmem_pages().max(1);
         let factor = self.tunables.watermark_scale_factor.load(Relaxed);

@@ -14,7 +14,7 @@ use core::mem::MaybeUninit;
 use pageframe_buddy::{FreeError, Order};
 use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
 
-use crate::block::{Block, MachineId, Refused};
+use crate::block::{Block, MachineId, Refused, ZoneMeta};
 use crate::debug::{Caller, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
@@ -30,7 +30,7 @@ pub const MAX_CPUS: usize = 4096;
 
 /// A zone, this CPU's claimed cache of it, and what every block of the
 /// zone carries ([`Block::zone_meta`]).
-type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, u64);
+type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, ZoneMeta);
 
 /// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
 /// its zone.

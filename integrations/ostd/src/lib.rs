@@ -114,7 +114,9 @@ impl FrameAllocator {
             return None;
         }
         let m = self.frames.machine().ok()?;
-        let want = frames.next_power_of_two().max(align);
+        // Checked: past 2^63 frames the power of two does not exist (a
+        // wrapped one would be a single frame).
+        let want = frames.checked_next_power_of_two()?.max(align);
         let max = m.mobility_config().buddy.max_order;
         if want <= max.pages() {
             let order = Order::new(want.trailing_zeros() as u8)?;

@@ -198,7 +198,12 @@ fn layouts_are_honoured_and_impossible_ones_refused() {
     assert_eq!(a.alloc_frames(0, 1), None);
     assert_eq!(a.alloc_frames(1, 3), None);
     assert_eq!(a.alloc_frames(PART * 2, 1), None);
-    assert_eq!(a.counters().failed_allocs, 3);
+    // Sizes whose power of two or alignment lies beyond 64 bits: no frame
+    // (a wrapped size would have been one frame).
+    for (frames, align) in [(1 << 63 | 1, 1), (u64::MAX, 1), (1, 1 << 63), (u64::MAX, 1 << 63)] {
+        assert_eq!(a.alloc_frames(frames, align), None, "{frames:#x}, {align:#x}");
+    }
+    assert_eq!(a.counters().failed_allocs, 7);
     let m = a.machine().unwrap();
     assert_eq!(m.free_pages(), m.managed_pages());
 }

@@ -215,17 +215,26 @@ impl FrameAllocator {
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting
-    /// refusals: see [`Incremental::add`].
+    /// refusals: see [`Incremental::add`]. A range that reaches beyond the
+    /// physical address width, or whose end overflows 64 bits, is refused
+    /// whole ([`AddError::AddressWidth`]).
     ///
     /// # Safety
     ///
     /// Usable RAM the caller gives up to the allocator, mapped at `virt`
     /// inside the window whenever an allocation may come.
     pub unsafe fn add_free_memory(&self, addr: PhysAddr, size: u64) -> Result<(), AddError> {
-        let end = PhysAddr::new(addr.get().saturating_add(size));
-        let range = PfnRange::new(addr.pfn_up(), end.pfn_down().max(addr.pfn_up()));
-        // SAFETY: the caller's promise, passed on.
-        let r = unsafe { self.frames.add(range) };
+        let r = match addr.get().checked_add(size) {
+            Some(end) => {
+                let end = PhysAddr::new(end).pfn_down().max(addr.pfn_up());
+                // SAFETY: the caller's promise, passed on.
+                unsafe { self.frames.add(PfnRange::new(addr.pfn_up(), end)) }
+            }
+            // Past the end of a 64-bit address space, so beyond any width.
+            None => Err(AddError::AddressWidth {
+                pfn: addr.pfn_up().max(PhysAddr::new(u64::MAX).pfn_down()),
+            }),
+        };
         if r.is_err() {
             self.refused_adds.fetch_add(1, Relaxed);
         }

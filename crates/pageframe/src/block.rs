@@ -357,19 +357,49 @@ impl CmaBuffer {
     }
 }
 
-/// A free the machine would not do: the memory handed back to the caller,
+/// A call the machine would not make with the memory given (a free, a
+/// split, a guard, a release): the memory handed back to the caller,
 /// still allocated and still the caller's, with the reason. From safe code
-/// the one reason is [`FreeError::Foreign`]: it belongs to another machine.
+/// the reasons are [`FreeError::Foreign`] (it belongs to another machine)
+/// and, for a split, [`FreeError::SingleFrame`] and [`FreeError::Busy`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refused<T> {
     held: T,
     reason: FreeError,
+    call: Call,
+}
+
+/// Which call refused (for the message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Free,
+    Split,
+    Guard,
+    Release,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::Free => "free",
+            Call::Split => "split",
+            Call::Guard => "guard",
+            Call::Release => "release",
+        }
+    }
 }
 
 impl<T> Refused<T> {
+    /// A refused free.
     #[cold]
     pub(crate) fn new(held: T, reason: FreeError) -> Self {
-        Refused { held, reason }
+        Self::by(Call::Free, held, reason)
+    }
+
+    /// A refusal by `call`.
+    #[cold]
+    pub(crate) fn by(call: Call, held: T, reason: FreeError) -> Self {
+        Refused { held, reason, call }
     }
 
     /// Why.
@@ -385,7 +415,13 @@ impl<T> Refused<T> {
 
 impl<T: fmt::Debug> fmt::Display for Refused<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "free of {:?} refused: {}", self.held, self.reason)
+        write!(
+            f,
+            "{} of {:?} refused: {}",
+            self.call.name(),
+            self.held,
+            self.reason
+        )
     }
 }
 
@@ -449,7 +485,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
     }
 }
 
-impl<R: RawMutex> core::ops::Deref for BlockGuard<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> core::ops::Deref for BlockGuard<'_, '_, R, H> {
     type Target = Block;
     fn deref(&self) -> &Block {
         self.block.as_ref().unwrap_or_else(|| unreachable!())
@@ -466,7 +502,7 @@ impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex> fmt::Debug for BlockGuard<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> fmt::Debug for BlockGuard<'_, '_, R, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("BlockGuard").field(&self.block).finish()
     }

@@ -228,6 +228,22 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                     _ => ContigError::OutOfRange { pfn: range.start },
                 })
             });
+            // A frame free in a CPU's cache reads as an allocation of its
+            // type to the core (unmovable for most): it is free memory the
+            // kernel's drain gives back, not memory in the way (Linux's
+            // isolation passes over frames with no reference for the same
+            // reason, and drains the caches after).
+            let cached = |pfn| matches!(z.states.get(pfn), State::Cached(_));
+            let r = match r {
+                Err(ContigError::Blocked { pfn, .. }) if cached(pfn) && tries < 3 => {
+                    migrator.drain_caches();
+                    continue;
+                }
+                Err(ContigError::Blocked { pfn, .. }) if cached(pfn) => {
+                    Err(ContigError::Busy { pfn })
+                }
+                r => r,
+            };
             match r {
                 Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
                 r => {
@@ -509,6 +525,10 @@ impl<R: RawMutex> Zone<'_, R> {
                             return Err(err(p, FreeError::AlreadyFree));
                         }
                     }
+                }
+                // Its head in the range, its end past it.
+                BlockInfo::Allocated { head, order, .. } if head == p => {
+                    return Err(err(p, FreeError::PartOfBlock { head, order }));
                 }
                 BlockInfo::Allocated { head, order, .. } => {
                     return Err(err(p, FreeError::NotBlockHead { head, order }));

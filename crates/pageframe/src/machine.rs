@@ -28,7 +28,7 @@ use pageframe_mobility::{
     MobilityConfig, Watermarks, default_min_free_kbytes,
 };
 
-use crate::block::{Block, BlockGuard, MachineId, RawError, Refused};
+use crate::block::{Block, BlockGuard, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
@@ -1134,7 +1134,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     pub fn split(&self, block: Block) -> Result<(Block, Block), Refused<Block>> {
         let Some(z) = self.zone_of_block(&block) else {
-            return Err(Refused::new(block, FreeError::Foreign));
+            return Err(Refused::by(Call::Split, block, FreeError::Foreign));
         };
         match z.split(block.pfn(), block.order()) {
             Ok(upper) => {
@@ -1146,7 +1146,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                     Block::new(self.id, r, upper, half),
                 ))
             }
-            Err(e) => Err(Refused::new(block, e)),
+            Err(e) => Err(Refused::by(Call::Split, block, e)),
         }
     }
 
@@ -1165,7 +1165,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// another machine is refused.
     pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
         if block.machine() != self.id {
-            return Err(Refused::new(block, FreeError::Foreign));
+            return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
         }
         Ok(BlockGuard::new(self, block))
     }

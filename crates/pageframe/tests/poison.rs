@@ -251,3 +251,17 @@ fn cached_frees_and_migration_leave_poison_behind() {
         m.free(b).unwrap();
     }
 }
+
+/// A machine with hooks hands out guards that read as the block they hold.
+#[test]
+fn a_guard_of_a_machine_with_hooks_reads_as_its_block() {
+    let m: &_ = machine(Poisoning::empty());
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
+    let (pfn, free) = (b.pfn(), m.free_pages());
+    {
+        let g = m.guard(b).unwrap();
+        assert_eq!((g.pfn(), g.order()), (pfn, o(2)));
+        assert!(format!("{g:?}").contains("order 2"), "{g:?}");
+    }
+    assert_eq!(m.free_pages(), free + 4, "freed when dropped");
+}

@@ -35,6 +35,9 @@ pub struct FrameAllocator {
 pub enum DeallocError {
     /// The address or size is not a whole number of frames.
     Misaligned,
+    /// The frames run past the last frame number: no allocation is that
+    /// large.
+    Overflow,
     /// No memory was ever handed over (no machine to give it to).
     NoMachine,
     /// A frame of the range is not allocated (never added, free already,
@@ -169,7 +172,10 @@ impl FrameAllocator {
     /// As for [`FrameAllocator::dealloc_frames`].
     unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
-        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
+        let end = pfn
+            .checked_add(frames)
+            .filter(|e| e.get() <= pageframe::zone::MAX_PFN)
+            .ok_or(DeallocError::Overflow)?;
         let range = PfnRange::new(pfn, end);
         // A whole block (the common case: a frame, or a power of two that
         // came out as one block) goes back through this CPU's cache.

@@ -261,13 +261,15 @@ fn bad_input_is_refused_counted_and_changes_nothing() {
             Err(DeallocError::Misaligned)
         );
         assert_eq!(a.dealloc(p.addr(), 100), Err(DeallocError::Misaligned));
+        // A size that runs past the last frame number says so.
+        assert_eq!(a.dealloc_frames(p, u64::MAX), Err(DeallocError::Overflow));
     }
     assert_eq!(m.free_pages(), free);
     assert_eq!(
         a.counters(),
         Counters {
             refused_adds: 1,
-            refused_frees: 7,
+            refused_frees: 8,
             failed_allocs: 0,
             adopted_frames: 0
         }

@@ -15,7 +15,7 @@ use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
 use crate::block::{Call, CmaBuffer, Refused};
-use crate::debug::Hooks;
+use crate::debug::{Caller, Hooks};
 use crate::error::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
@@ -199,6 +199,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// `frames` contiguous frames aligned to `align` frames from area `id`
     /// (`cma_alloc`): the movable memory in the way migrates out through
     /// `migrator` (see [`Machine::alloc_contig_range`]).
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn cma_alloc<M: Migrator + ?Sized>(
         &self,
         id: CmaId,
@@ -215,7 +216,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             .ok_or(ContigError::OutOfRange {
                 pfn: area.range.start,
             })?;
-        let r = self.contig_in(z, area.range, frames, align, migrator);
+        let r = self.contig_in(z, area.range, frames, align, migrator, Caller::here());
         #[cfg(feature = "vmstat")]
         crate::debug::vmstat::MachineCounters::outcome(&self.vm.cma_success, &self.vm.cma_fail, &r);
         match r {

@@ -776,8 +776,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if let Ok(b) = &r
             && let Some(z) = self.zone(b.zone_ref())
         {
-            let seq = self.owner_seq.fetch_add(1, Relaxed);
-            z.owners.set(b.pfn(), order, caller.owner(seq));
+            z.owners
+                .set(b.pfn(), order, caller.owner(self.next_owner_seq()));
         }
         #[cfg(feature = "vmstat")]
         match &r {
@@ -871,6 +871,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.owner_seq.load(Relaxed)
     }
 
+    /// A new allocation's sequence number.
+    #[cfg(feature = "page-owner")]
+    pub(crate) fn next_owner_seq(&self) -> u64 {
+        self.owner_seq.fetch_add(1, Relaxed)
+    }
+
     /// The block holding `pfn` and its owner (`live`), or, for a free
     /// frame, the last block that started there (`live: false`). `None`
     /// for a frame outside every zone or never allocated.
@@ -905,9 +911,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         })
     }
 
-    /// Calls `f` with every block allocated now that has an owner record
-    /// (blocks from contiguous ranges and CMA have none), zone by zone in
-    /// frame order.
+    /// Calls `f` with every block allocated now that has an owner record,
+    /// zone by zone in frame order. A contiguous range (or CMA buffer) is
+    /// listed as the blocks that tile it, each with the range's record.
     #[cfg(feature = "page-owner")]
     pub fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
         use crate::frame_state::State;

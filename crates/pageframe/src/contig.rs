@@ -574,7 +574,8 @@ impl<R: RawMutex> Zone<'_, R> {
             for (p, info) in z.buddy.buddy().walk(PfnRange::new(range.start, at)) {
                 if let BlockInfo::Allocated { order, .. } = info {
                     let mt = z.buddy.allocated_type(p).unwrap_or(MigrateType::Unmovable);
-                    self.states.set_allocated(p, order, mt);
+                    self.states
+                        .set_allocated_as(p, order, mt, z.buddy.is_pinned(p));
                 }
             }
             return Err(RawError { pfn: at, why: e });

@@ -1212,7 +1212,20 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if z.with_zone(|m| m.buddy().tag(pfn).is_none()) {
             z.release_stripes();
         }
-        if z.with_zone(|m| m.set_pinned(pfn, pinned)) {
+        // The pin goes in the core's books and in the ownership byte, under
+        // the zone lock: the lock-free free path reads the byte, and sends
+        // a pinned block to the zone, whose free ends the pin.
+        let done = z.with_zone(|m| {
+            if !z.states.set_pinned(pfn, block.order(), pinned) {
+                return false;
+            }
+            if m.set_pinned(pfn, pinned) {
+                return true;
+            }
+            z.states.set_pinned(pfn, block.order(), !pinned);
+            false
+        });
+        if done {
             Ok(())
         } else {
             Err(PinError::NotAllocated)

@@ -533,14 +533,16 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                     self.owners.set(pfn, half, o);
                     self.owners.set(upper, half, o);
                 }
-                self.states
-                    .set_allocated(upper, Order::new_truncated(order.get() - 1), mt);
+                // The upper half's byte is the lower half's (pinned if the
+                // block was).
+                self.states.mirror(pfn, upper);
                 Ok(upper)
             }
             Err(e) => {
                 // The byte said "allocated with this order", so the core
                 // agrees; should it not, the block is still the caller's.
-                self.states.set_allocated(pfn, order, mt);
+                let pinned = self.states.is_pinned(pfn);
+                self.states.set_allocated_as(pfn, order, mt, pinned);
                 Err(e)
             }
         }
@@ -754,6 +756,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             }
             if at_rest && matches!(self.states.get(p), State::Isolated(_) | State::MovedOut(_)) {
                 return Err(bad(OWNERSHIP, "frame left busy by no operation", p));
+            }
+            // The pin is in both books (a reserved chunk's frames read as
+            // untagged: a stripe's frames are never pinned).
+            if let BlockInfo::Allocated { head, tag, .. } = info
+                && head == p
+                && !z.buddy.buddy().is_reserved(p)
+                && matches!(self.states.get(p), State::Allocated(..))
+                && (tag & pageframe_mobility::tag::PINNED != 0) != self.states.is_pinned(p)
+            {
+                return Err(bad(
+                    OWNERSHIP,
+                    "pin in the core and in the ownership byte disagree",
+                    p,
+                ));
             }
             let (first_free, end) = match info {
                 BlockInfo::Hole => (p, p + 1),

@@ -10,8 +10,9 @@
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
-//! * `soak --minutes M [--cpus N]` threads, caches, drains, contiguous
-//!   ranges, reporting and compaction for M minutes
+//! * `soak --minutes M [--cpus N]` threads, caches, drains, splits,
+//!   partial frees, contiguous ranges, offline and online, reporting and
+//!   compaction for M minutes, with `validate()` running alongside
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
 //! * `lint`            rustfmt, clippy with warnings denied, `surface`

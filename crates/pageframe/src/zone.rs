@@ -774,13 +774,23 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             let (first_free, end) = match info {
                 BlockInfo::Hole => (p, p + 1),
                 BlockInfo::Free { head, order, .. } => (p, head + order.pages()),
-                BlockInfo::Allocated { head, order, .. } => {
+                BlockInfo::Allocated {
+                    head, order, tag, ..
+                } => {
                     if head == p {
                         match self.states.get(p) {
                             State::Allocated(o, _) | State::Cached(o) | State::Isolated(o)
                                 if o == order => {}
                             // A frame an order-0 stripe holds free.
                             State::Free if z.buddy.buddy().is_reserved(p) => {}
+                            // A free block a compactor took as a migration
+                            // destination: nobody's until a move into it;
+                            // and a source whose contents moved, until the
+                            // compactor frees it (books settled, or not
+                            // yet). The marks check finds either if left.
+                            State::Free if tag & pageframe_compact::tag::MASK != 0 => {}
+                            State::MovedOut(o)
+                                if o == order && tag & pageframe_compact::tag::ISOLATED != 0 => {}
                             State::Free => {
                                 return Err(bad(OWNERSHIP, "allocated block without an owner", p));
                             }

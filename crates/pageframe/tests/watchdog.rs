@@ -103,7 +103,7 @@ fn main() {
             "case {case}: the test passed although a worker panicked"
         );
         assert!(
-            err.contains(&format!("watchdog: CPU 2 panicked at")) && err.contains(MESSAGE),
+            err.contains("watchdog: CPU 2 panicked at") && err.contains(MESSAGE),
             "case {case}: the panic's message is not on stderr:\n{err}"
         );
         assert!(took < budget, "case {case}: took {took:?}");

@@ -116,10 +116,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if m == 0 {
             0
         } else {
-            let m =
-                m + Stripes::<R>::bytes(span, config.core().chunk_order) + FrameStates::bytes(span);
+            // Saturating, as the layers below: on a 32-bit target a large
+            // span's parts exceed `usize`, and no buffer then suffices.
+            let m = m
+                .saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
+                .saturating_add(FrameStates::bytes(span));
             #[cfg(feature = "page-owner")]
-            let m = m + crate::debug::owner::Owners::bytes(span);
+            let m = m.saturating_add(crate::debug::owner::Owners::bytes(span));
             m
         }
     }

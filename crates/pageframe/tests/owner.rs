@@ -285,3 +285,46 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
     assert_eq!(last.owner.seq, s0);
     m.validate().unwrap();
 }
+
+/// Hot-added memory: its zone starts with no records, and every
+/// allocation from it (a block, a range) records its owner; memory taken
+/// offline and brought back names its last owner, never a live one.
+#[test]
+fn hot_added_memory_records_its_owners() {
+    let m = pageframe::Machine::new_boxed(pageframe::MachineConfig::SINGLE_NODE);
+    let m = Box::leak(m);
+    let boot = PfnRange::new(pageframe::Pfn(4 * GIB), pageframe::Pfn(4 * GIB + 16 * PB));
+    common::zone(m, NodeId::ZERO, pageframe::ZoneKind::Normal, boot, boot);
+    let dimm = PfnRange::new(pageframe::Pfn(8 * GIB), pageframe::Pfn(8 * GIB + 16 * PB));
+    m.declare_hotplug(NodeId::ZERO, pageframe::ZoneKind::Movable, dimm)
+        .unwrap();
+    let m = &*m;
+    m.hot_add_zone(
+        NodeId::ZERO,
+        pageframe::ZoneKind::Movable,
+        dimm,
+        leak(m.zone_metadata_bytes(dimm)),
+    )
+    .unwrap();
+    assert!(m.owner_of(dimm.start).is_none(), "no record yet");
+    m.add_free_range(dimm).unwrap();
+    let b = m
+        .alloc_tagged(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(2), 5)
+        .unwrap();
+    assert!(dimm.contains(b.pfn()));
+    let got = m.owner_of(b.pfn() + 3).unwrap();
+    assert_eq!((got.pfn, got.owner.tag, got.live), (b.pfn(), 5, true));
+    let mut w = Words::default();
+    let line = line!() + 1;
+    let seg = m.alloc_contig_range(PfnRange::new(dimm.start + PB, dimm.start + 2 * PB), &mut w);
+    let seg = seg.unwrap();
+    let got = m.owner_of(seg.start()).unwrap();
+    assert_eq!((got.live, got.owner.site.unwrap().line()), (true, line));
+    m.free_segment(seg).unwrap();
+    let off = PfnRange::new(dimm.start + 8 * PB, dimm.start + 9 * PB);
+    m.offline_range(off, &mut w).unwrap();
+    m.add_free_range(off).unwrap();
+    assert!(m.owner_of(off.start).is_none_or(|o| !o.live));
+    m.free(b).unwrap();
+    m.validate().unwrap();
+}

@@ -96,7 +96,10 @@ pub(crate) struct Owners<'a> {
 impl<'a> Owners<'a> {
     /// Bytes for `span`'s records, alignment slack included.
     pub(crate) const fn bytes(span: PfnRange) -> usize {
-        span.len() as usize * size_of::<Record>() + align_of::<Record>() - 1
+        match pageframe_types::carve::bytes_for::<Record>(span.len() as usize) {
+            Some(b) => b,
+            None => usize::MAX,
+        }
     }
 
     /// Carves the records of `span` off the front of `mem`; returns them

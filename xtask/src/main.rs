@@ -1,8 +1,10 @@
 //! `cargo xtask <command>`: the project's chores in one place.
 //!
 //! * `test`            install QEMU and OVMF if missing (root + apt) and the
-//!   bootloader crate's nightly, then every test, `ostd` included
-//! * `ostd`            the OSTD adapter's host tests, then the OSTD kernel
+//!   bootloader crate's nightly, then every test, `ostd` included (the
+//!   planner's, the incremental machine's and the adapter's in release too)
+//! * `ostd`            the OSTD adapter's host tests (debug and release),
+//!   then the OSTD kernel
 //!   through cargo-osdk: its ktests (OSTD's own among them) and a run with
 //!   the side-by-side table (installs OSTD's nightly, cargo-osdk, GRUB)
 //! * `ostd-bench [--boots N] [--icount]` only the OSTD kernel's side-by-side
@@ -11,8 +13,9 @@
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
-//! * `soak --minutes M [--cpus N]` threads, caches, drains, contiguous
-//!   ranges, reporting and compaction for M minutes
+//! * `soak --minutes M [--cpus N]` threads, caches, drains, splits,
+//!   partial frees, contiguous ranges, offline and online, reporting and
+//!   compaction for M minutes, with `validate()` running alongside
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
 //! * `lint`            rustfmt, clippy with warnings denied, `surface` (the
@@ -305,7 +308,15 @@ fn ensure_osdk() -> Result<(), String> {
 /// OSTD's) and its run: the side-by-side table it prints, and a check that
 /// it ended well.
 fn ostd() -> Result<(), String> {
+    // Both profiles: a size that overflows panics in one and wraps in the
+    // other, and the adapter takes sizes from its callers.
     run(Command::new("cargo").args(["test", "--manifest-path", "integrations/ostd/Cargo.toml"]))?;
+    run(Command::new("cargo").args([
+        "test",
+        "--release",
+        "--manifest-path",
+        "integrations/ostd/Cargo.toml",
+    ]))?;
     ensure_qemu()?;
     ensure_osdk()?;
     let tests = run_capture(
@@ -362,6 +373,25 @@ fn ostd_boots(boots: usize, icount: bool) -> Result<(), String> {
     );
     print!("{}", rows.table());
     Ok(())
+}
+
+/// The tests of the calls that take sizes from a memory map or a caller
+/// (the planner, the incremental machine) in release too, where an
+/// overflow wraps instead of panicking.
+fn release_sizes() -> Result<(), String> {
+    run(Command::new("cargo").args([
+        "test",
+        "--release",
+        "-p",
+        "pageframe",
+        "--all-features",
+        "--test",
+        "plan",
+        "--test",
+        "incremental",
+        "--test",
+        "setup",
+    ]))
 }
 
 /// The example kernel's target: rust-toolchain.toml lists it, but older
@@ -1032,6 +1062,7 @@ fn main() -> ExitCode {
             .and_then(|()| ensure_kernel_target())
             .and_then(|()| ensure_loader_toolchain())
             .and_then(|()| run(Command::new("cargo").args(["test", "--workspace", "--all-features"]).args(rest())))
+            .and_then(|()| release_sizes())
             .and_then(|()| ostd()),
         Some("ostd") => ostd(),
         Some("ostd-bench") => {

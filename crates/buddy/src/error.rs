@@ -92,6 +92,14 @@ pub enum FreeError {
         /// That block's order.
         order: Order,
     },
+    /// A range holds only part of an allocated block: the block starts in
+    /// it but reaches past its end.
+    PartOfBlock {
+        /// Head of the block.
+        head: Pfn,
+        /// The block's order.
+        order: Order,
+    },
     /// The block was allocated with another order.
     WrongOrder {
         /// The order it was allocated with.
@@ -186,6 +194,12 @@ impl fmt::Display for FreeError {
                 write!(
                     f,
                     "the frame lies inside the order-{order} block at {head}, not at its head"
+                )
+            }
+            FreeError::PartOfBlock { head, order } => {
+                write!(
+                    f,
+                    "the range holds only part of the order-{order} block at {head}"
                 )
             }
             FreeError::WrongOrder { allocated } => {

@@ -315,11 +315,22 @@ impl<'a> MobileZone<'a> {
         }
     }
 
-    /// Splits an allocated block into its two halves, both allocated with
-    /// the block's type and tag (`BuddyZone::split_allocated`): returns the
-    /// upper half's head.
+    /// Splits an allocated block into its two halves
+    /// (`BuddyZone::split_allocated`): returns the upper half's head. Both
+    /// halves keep this layer's bits of the tag (the type, the pin: each
+    /// frame keeps what it was). The bits a layer above set with
+    /// [`MobileZone::set_tag_bits`] mark the block by its head (a
+    /// compactor's mark on a block it moves): they stay with the lower
+    /// half, whose head that is, and the upper half starts without them,
+    /// since whoever set them will clear them at that head only.
     pub fn split_allocated(&mut self, pfn: Pfn, order: Order) -> Result<Pfn, FreeError> {
-        self.buddy.split_allocated(pfn, order)
+        let upper = self.buddy.split_allocated(pfn, order)?;
+        if let Some(t) = self.buddy.tag(upper)
+            && t & !tag::RESERVED != 0
+        {
+            self.buddy.set_tag(upper, t & tag::RESERVED);
+        }
+        Ok(upper)
     }
 
     /// Reserves one chunk's free frames of type `mt` for order-0

@@ -594,3 +594,19 @@ fn tag_bits_above_the_kept_ones_are_refused_not_dropped() {
     assert!(z.set_tag_bits(a, !tag::RESERVED, tag::KEPT & !tag::RESERVED));
     assert_eq!(z.tag(a), Some(before | (tag::KEPT & !tag::RESERVED)));
 }
+
+/// A split gives both halves this layer's bits (type, pin) and leaves the
+/// bits a layer above set on the block (a compactor's mark) with the lower
+/// half, whose head is the one the marker knows: the upper half starts
+/// without them, so nothing is left marked that nobody will unmark.
+#[test]
+fn a_split_leaves_marks_from_above_with_the_head() {
+    zone!(m, z, 2);
+    let a = z.alloc(o(3), M::Movable, AllocMode::empty()).unwrap();
+    assert!(z.set_pinned(a, true));
+    assert!(z.set_tag_bits(a, 1 << 8, 1 << 8));
+    let upper = z.split_allocated(a, o(3)).unwrap();
+    assert_eq!(z.tag(a), Some(1 << 8 | tag::PINNED | M::Movable as u32));
+    assert_eq!(z.tag(upper), Some(tag::PINNED | M::Movable as u32));
+    z.validate().unwrap();
+}

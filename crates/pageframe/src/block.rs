@@ -69,7 +69,9 @@
 //! which frees it when dropped.
 
 use core::fmt;
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
+
+use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, PhysAddr};
 
@@ -82,11 +84,13 @@ use crate::zone_kind::ZoneKind;
 use crate::zonelist::ZoneRef;
 
 /// Which machine a block belongs to: a number no other machine of this
-/// program has (counted from 1).
+/// program has (counted from 1). Sixty-four bits, so that it never comes
+/// round again: a program that made a machine every nanosecond would need
+/// five centuries to run the counter out.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) struct MachineId(u32);
+pub(crate) struct MachineId(u64);
 
-static NEXT_MACHINE: AtomicU32 = AtomicU32::new(1);
+static NEXT_MACHINE: AtomicU64 = AtomicU64::new(1);
 
 impl MachineId {
     /// A new machine's identity.
@@ -95,23 +99,38 @@ impl MachineId {
     }
 }
 
+/// What every block of one zone of one machine carries besides its frame
+/// and order ([`Block::zone_meta`]).
+#[derive(Clone, Copy)]
+pub(crate) struct ZoneMeta {
+    machine: MachineId,
+    /// The zone's index, in place in the head word.
+    zone: u64,
+}
+
 /// `2^order` naturally aligned frames of one machine, owned: handed out by
 /// an allocation, consumed by [`crate::Machine::free`] (or a CPU's
 /// [`crate::CpuCache::free`]).
 #[must_use = "a block dropped without being freed stays allocated"]
 #[derive(PartialEq, Eq, Hash)]
 pub struct Block {
-    pfn: Pfn,
-    /// The machine's identity (bits 0..32), the order (32..40) and the
-    /// zone's index, `node * NR_ZONE_KINDS + kind` (40..48). Two words, so
-    /// that a block moves in two registers and through memory as two whole
-    /// words (a struct of five fields goes through the stack field by
-    /// field).
-    meta: u64,
+    /// The first frame (bits 0..52: every frame number is below
+    /// [`pageframe_buddy::MAX_PFN`]), the order (52..56) and the zone's
+    /// index, `node * NR_ZONE_KINDS + kind` (56..64). Two words, so that a
+    /// block moves in two registers and through memory as two whole words
+    /// (a struct of five fields goes through the stack field by field).
+    head: u64,
+    /// The machine's identity, whole.
+    machine: MachineId,
 }
 
-const ORDER_SHIFT: u32 = 32;
-const ZONE_SHIFT: u32 = 40;
+const PFN_MASK: u64 = pageframe_buddy::MAX_PFN - 1;
+const ORDER_SHIFT: u32 = 52;
+const ORDER_MASK: u64 = 0xf;
+const ZONE_SHIFT: u32 = 56;
+// The head word holds every frame number and every order.
+const _: () = assert!(pageframe_buddy::MAX_PFN == 1 << ORDER_SHIFT);
+const _: () = assert!(pageframe_types::ORDER_LIMIT as u64 <= ORDER_MASK);
 
 impl Block {
     /// Made by the machine only: for a block it just handed out, or one
@@ -124,46 +143,45 @@ impl Block {
     /// What every block of zone `r` of `machine` carries besides its frame
     /// and order (computed once, where blocks of one zone are made often).
     #[inline]
-    pub(crate) fn zone_meta(machine: MachineId, r: ZoneRef) -> u64 {
-        u64::from(machine.0) | (r.index() as u64) << ZONE_SHIFT
+    pub(crate) fn zone_meta(machine: MachineId, r: ZoneRef) -> ZoneMeta {
+        ZoneMeta {
+            machine,
+            zone: (r.index() as u64) << ZONE_SHIFT,
+        }
     }
 
     /// A block of the zone whose [`Block::zone_meta`] is `meta`.
     #[inline]
-    pub(crate) fn with_zone_meta(meta: u64, pfn: Pfn, order: Order) -> Block {
+    pub(crate) fn with_zone_meta(meta: ZoneMeta, pfn: Pfn, order: Order) -> Block {
         Block {
-            pfn,
-            meta: meta | u64::from(order.get()) << ORDER_SHIFT,
+            head: (pfn.get() & PFN_MASK) | u64::from(order.get()) << ORDER_SHIFT | meta.zone,
+            machine: meta.machine,
         }
-    }
-
-    #[inline]
-    fn byte(&self, shift: u32) -> u8 {
-        (self.meta >> shift) as u8
     }
 
     /// The first frame.
     #[inline]
     pub fn pfn(&self) -> Pfn {
-        self.pfn
+        Pfn(self.head & PFN_MASK)
     }
 
     /// The first byte.
     #[inline]
     pub fn addr(&self) -> PhysAddr {
-        self.pfn.addr()
+        self.pfn().addr()
     }
 
     /// The block's order: it holds `2^order` frames.
     #[inline]
     pub fn order(&self) -> Order {
-        Order::new_truncated(self.byte(ORDER_SHIFT))
+        Order::new_truncated(((self.head >> ORDER_SHIFT) & ORDER_MASK) as u8)
     }
 
     /// Its frames.
     #[inline]
     pub fn range(&self) -> PfnRange {
-        PfnRange::new(self.pfn, self.pfn + self.order().pages())
+        let pfn = self.pfn();
+        PfnRange::new(pfn, pfn + self.order().pages())
     }
 
     /// The node whose memory it is.
@@ -180,18 +198,18 @@ impl Block {
 
     #[inline]
     pub(crate) fn zone_ref(&self) -> ZoneRef {
-        ZoneRef::from_index(self.byte(ZONE_SHIFT))
+        ZoneRef::from_index((self.head >> ZONE_SHIFT) as u8)
     }
 
     /// [`ZoneRef::index`] of the block's zone, without decoding it.
     #[inline]
     pub(crate) fn zone_index(&self) -> usize {
-        usize::from(self.byte(ZONE_SHIFT)) % crate::zonelist::MAX_ZONES
+        (self.head >> ZONE_SHIFT) as usize % crate::zonelist::MAX_ZONES
     }
 
     #[inline]
     pub(crate) fn machine(&self) -> MachineId {
-        MachineId(self.meta as u32)
+        self.machine
     }
 
     /// Gives up the typed ownership: the block's first frame and order. It
@@ -199,7 +217,7 @@ impl Block {
     /// [`crate::Machine::block_from_raw`] makes it a block again.
     #[inline]
     pub fn into_raw(self) -> (Pfn, Order) {
-        (self.pfn, self.order())
+        (self.pfn(), self.order())
     }
 }
 
@@ -208,7 +226,7 @@ impl fmt::Debug for Block {
         write!(
             f,
             "Block({}, order {}, {} {})",
-            self.pfn,
+            self.pfn(),
             self.order().get(),
             self.node(),
             self.zone()
@@ -345,19 +363,49 @@ impl CmaBuffer {
     }
 }
 
-/// A free the machine would not do: the memory handed back to the caller,
+/// A call the machine would not make with the memory given (a free, a
+/// split, a guard, a release): the memory handed back to the caller,
 /// still allocated and still the caller's, with the reason. From safe code
-/// the one reason is [`FreeError::Foreign`]: it belongs to another machine.
+/// the reasons are [`FreeError::Foreign`] (it belongs to another machine)
+/// and, for a split, [`FreeError::SingleFrame`] and [`FreeError::Busy`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refused<T> {
     held: T,
     reason: FreeError,
+    call: Call,
+}
+
+/// Which call refused (for the message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Free,
+    Split,
+    Guard,
+    Release,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::Free => "free",
+            Call::Split => "split",
+            Call::Guard => "guard",
+            Call::Release => "release",
+        }
+    }
 }
 
 impl<T> Refused<T> {
+    /// A refused free.
     #[cold]
     pub(crate) fn new(held: T, reason: FreeError) -> Self {
-        Refused { held, reason }
+        Self::by(Call::Free, held, reason)
+    }
+
+    /// A refusal by `call`.
+    #[cold]
+    pub(crate) fn by(call: Call, held: T, reason: FreeError) -> Self {
+        Refused { held, reason, call }
     }
 
     /// Why.
@@ -373,7 +421,13 @@ impl<T> Refused<T> {
 
 impl<T: fmt::Debug> fmt::Display for Refused<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "free of {:?} refused: {}", self.held, self.reason)
+        write!(
+            f,
+            "{} of {:?} refused: {}",
+            self.call.name(),
+            self.held,
+            self.reason
+        )
     }
 }
 
@@ -437,7 +491,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
     }
 }
 
-impl<R: RawMutex> core::ops::Deref for BlockGuard<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> core::ops::Deref for BlockGuard<'_, '_, R, H> {
     type Target = Block;
     fn deref(&self) -> &Block {
         self.block.as_ref().unwrap_or_else(|| unreachable!())
@@ -454,8 +508,35 @@ impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex> fmt::Debug for BlockGuard<'_, '_, R> {
+impl<R: RawMutex, H: Hooks> fmt::Debug for BlockGuard<'_, '_, R, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("BlockGuard").field(&self.block).finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Ids keep counting where a 32-bit counter would have wrapped to a
+    /// number an older machine has, and a block carries its whole id.
+    #[test]
+    fn machine_ids_never_come_round() {
+        NEXT_MACHINE.fetch_max(u32::MAX as _, Relaxed);
+        let a = MachineId::next();
+        let b = MachineId::next();
+        assert!(b.0 > a.0, "{a:?} then {b:?}");
+        let last = ZoneRef::from_index(u8::MAX);
+        for (pfn, order) in [
+            (Pfn(0x1234), Order::new(3)),
+            (Pfn(pageframe_buddy::MAX_PFN - 8), Order::new(3)),
+            (Pfn(0), Order::new(pageframe_types::ORDER_LIMIT)),
+        ] {
+            let order = order.unwrap();
+            let blk = Block::new(b, last, pfn, order);
+            assert_eq!(blk.machine(), b);
+            assert_eq!(blk.zone_ref(), last);
+            assert_eq!(blk.into_raw(), (pfn, order));
+        }
     }
 }

@@ -14,8 +14,8 @@ use pageframe_types::atomic::AtomicU64;
 use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
-use crate::block::{CmaBuffer, Refused};
-use crate::debug::Hooks;
+use crate::block::{Call, CmaBuffer, Refused};
+use crate::debug::{Caller, Hooks};
 use crate::error::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
@@ -117,7 +117,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             .flatten()
             .find(|a| !a.range.intersect(&range).is_empty())
         {
-            return Err(ContigError::Isolated {
+            return Err(ContigError::Overlap {
                 pfn: a.range.intersect(&range).start,
             });
         }
@@ -143,10 +143,25 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                     _ => ContigError::Busy { pfn: p },
                 });
             }
+            // Every pageblock is checked before any is retyped: one that is
+            // isolated or a highatomic reserve keeps its type, and then so
+            // does every other.
+            let blocks = m.mobility().pageblocks();
             let mut p = range.start;
             while p < range.end {
-                m.set_block_type(p, MigrateType::Cma)
-                    .map_err(|_| ContigError::Busy { pfn: p })?;
+                if blocks.is_isolated(p) {
+                    return Err(ContigError::Isolated { pfn: p });
+                }
+                if blocks.get(p) == Some(MigrateType::HighAtomic) {
+                    return Err(ContigError::Busy { pfn: p });
+                }
+                p = p + pb.pages();
+            }
+            let mut p = range.start;
+            while p < range.end {
+                let r = m.set_block_type(p, MigrateType::Cma);
+                debug_assert!(r.is_ok(), "checked above under the same lock: {r:?}");
+                r.map_err(|_| ContigError::Busy { pfn: p })?;
                 p = p + pb.pages();
             }
             Ok(())
@@ -184,6 +199,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// `frames` contiguous frames aligned to `align` frames from area `id`
     /// (`cma_alloc`): the movable memory in the way migrates out through
     /// `migrator` (see [`Machine::alloc_contig_range`]).
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn cma_alloc<M: Migrator + ?Sized>(
         &self,
         id: CmaId,
@@ -200,7 +216,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             .ok_or(ContigError::OutOfRange {
                 pfn: area.range.start,
             })?;
-        let r = self.contig_in(z, area.range, frames, align, migrator);
+        let r = self.contig_in(z, area.range, frames, align, migrator, Caller::here());
         #[cfg(feature = "vmstat")]
         crate::debug::vmstat::MachineCounters::outcome(&self.vm.cma_success, &self.vm.cma_fail, &r);
         match r {
@@ -223,7 +239,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     pub fn cma_release(&self, buffer: CmaBuffer) -> Result<(), Refused<CmaBuffer>> {
         let (id, segment) = buffer.into_parts();
         let (Some(area), true) = (self.cma_area(id), segment.machine() == self.id) else {
-            return Err(Refused::new(
+            return Err(Refused::by(
+                Call::Release,
                 CmaBuffer::new(id, segment),
                 FreeError::Foreign,
             ));
@@ -236,7 +253,11 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             }
             Err(r) => {
                 let why = r.reason();
-                Err(Refused::new(CmaBuffer::new(id, r.into_inner()), why))
+                Err(Refused::by(
+                    Call::Release,
+                    CmaBuffer::new(id, r.into_inner()),
+                    why,
+                ))
             }
         }
     }

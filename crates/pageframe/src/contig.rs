@@ -23,7 +23,7 @@ pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 #[cfg(feature = "vmstat")]
 use crate::debug::vmstat::MachineCounters;
-use crate::debug::{Event, Hooks};
+use crate::debug::{Caller, Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
 pub use crate::hotplug::MemmapOnMemory;
@@ -52,12 +52,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// range is taken once free. The rest of the edge pageblocks goes back
     /// to circulation. Unmovable or pinned memory in the range is reported
     /// before anything moves.
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_contig_range<M: Migrator + ?Sized>(
         &self,
         range: PfnRange,
         migrator: &mut M,
     ) -> Result<Segment, ContigError> {
-        let r = self.contig_range(range, migrator);
+        let r = self.contig_range(range, migrator, Caller::here());
         #[cfg(feature = "vmstat")]
         MachineCounters::outcome(&self.vm.contig_success, &self.vm.contig_fail, &r);
         r
@@ -68,15 +69,24 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         &self,
         range: PfnRange,
         migrator: &mut M,
+        caller: Caller,
     ) -> Result<Segment, ContigError> {
         let (z, moved, _running) = self.empty_range(range, migrator)?;
+        let _ = caller;
         z.with_zone(|m| {
             let taken = m.take_free_range(range, MigrateType::Unmovable);
             if taken.is_ok() {
+                // One allocation: one owner record, in every block that
+                // tiles it (a frame's record is never an older block's
+                // while the range holds it).
+                #[cfg(feature = "page-owner")]
+                let owner = caller.owner(self.next_owner_seq());
                 for (p, info) in m.buddy().walk(range) {
                     if let BlockInfo::Allocated { head, order, .. } = info
                         && head == p
                     {
+                        #[cfg(feature = "page-owner")]
+                        z.owners.set(p, order, owner);
                         z.states.set_allocated(p, order, MigrateType::Unmovable);
                     }
                 }
@@ -160,6 +170,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             return Err(ContigError::NotOnline { pfn });
         }
         let (z, moved, _running) = self.empty_range(range, migrator)?;
+        // The range leaves the zone and the watermarks follow under the
+        // set-up lock, as a hand-over brings memory in.
+        let setup = self.setup();
         z.with_zone(|m| {
             let r = m
                 .take_free_range(range, MigrateType::Unmovable)
@@ -167,7 +180,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             let _ = m.unisolate_range(range);
             r.map_err(|e| busy_at(e, range))
         })?;
-        self.recompute_watermarks();
+        self.recompute_watermarks_locked(&setup);
         Ok(moved)
     }
 
@@ -225,6 +238,22 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                     _ => ContigError::OutOfRange { pfn: range.start },
                 })
             });
+            // A frame free in a CPU's cache reads as an allocation of its
+            // type to the core (unmovable for most): it is free memory the
+            // kernel's drain gives back, not memory in the way (Linux's
+            // isolation passes over frames with no reference for the same
+            // reason, and drains the caches after).
+            let cached = |pfn| matches!(z.states.get(pfn), State::Cached(_));
+            let r = match r {
+                Err(ContigError::Blocked { pfn, .. }) if cached(pfn) && tries < 3 => {
+                    migrator.drain_caches();
+                    continue;
+                }
+                Err(ContigError::Blocked { pfn, .. }) if cached(pfn) => {
+                    Err(ContigError::Busy { pfn })
+                }
+                r => r,
+            };
             match r {
                 Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
                 r => {
@@ -293,6 +322,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// m.free_segment(giant).unwrap();
     /// assert_eq!(m.free_pages(), m.managed_pages());
     /// ```
+    #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_contig<M: Migrator + ?Sized>(
         &self,
         node: NodeId,
@@ -301,7 +331,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         align: u64,
         migrator: &mut M,
     ) -> Result<Segment, ContigError> {
-        let r = self.contig(node, gfp, frames, align, migrator);
+        let r = self.contig(node, gfp, frames, align, migrator, Caller::here());
         #[cfg(feature = "vmstat")]
         MachineCounters::outcome(&self.vm.contig_success, &self.vm.contig_fail, &r);
         r
@@ -314,6 +344,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         frames: u64,
         align: u64,
         migrator: &mut M,
+        caller: Caller,
     ) -> Result<Segment, ContigError> {
         if frames == 0 || frames > MAX_PFN || !align.is_power_of_two() || align > MAX_PFN {
             return Err(ContigError::Invalid);
@@ -322,7 +353,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         let mut last = ContigError::NotFound;
         for r in list.eligible(highest) {
             let Some(z) = self.zone(r) else { continue };
-            match self.contig_in(z, z.span(), frames, align, migrator) {
+            match self.contig_in(z, z.span(), frames, align, migrator, caller) {
                 Ok(a) => return Ok(a),
                 Err(ContigError::Invalid) => return Err(ContigError::Invalid),
                 Err(e) => last = e,
@@ -343,6 +374,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         frames: u64,
         align: u64,
         migrator: &mut M,
+        caller: Caller,
     ) -> Result<Segment, ContigError> {
         let span = z.span();
         let area = within.intersect(&span);
@@ -382,7 +414,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             ranked[..n].sort_unstable();
             for &(_, start) in &ranked[..n] {
                 let cand = candidate(start).ok_or(ContigError::NotFound)?;
-                match self.contig_range(cand, migrator) {
+                match self.contig_range(cand, migrator, caller) {
                     Ok(a) => return Ok(a),
                     Err(ContigError::NoMemory) => return Err(ContigError::NoMemory),
                     Err(_) => {}
@@ -394,7 +426,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         while let Some(cand) = candidate(start) {
             let skip_to = match cost(cand) {
                 Err(p) => Some(p),
-                Ok(_) => match self.contig_range(cand, migrator) {
+                Ok(_) => match self.contig_range(cand, migrator, caller) {
                     Ok(a) => return Ok(a),
                     Err(ContigError::Blocked { pfn, .. } | ContigError::Refused { pfn }) => {
                         Some(pfn)
@@ -507,6 +539,10 @@ impl<R: RawMutex> Zone<'_, R> {
                         }
                     }
                 }
+                // Its head in the range, its end past it.
+                BlockInfo::Allocated { head, order, .. } if head == p => {
+                    return Err(err(p, FreeError::PartOfBlock { head, order }));
+                }
                 BlockInfo::Allocated { head, order, .. } => {
                     return Err(err(p, FreeError::NotBlockHead { head, order }));
                 }
@@ -538,7 +574,8 @@ impl<R: RawMutex> Zone<'_, R> {
             for (p, info) in z.buddy.buddy().walk(PfnRange::new(range.start, at)) {
                 if let BlockInfo::Allocated { order, .. } = info {
                     let mt = z.buddy.allocated_type(p).unwrap_or(MigrateType::Unmovable);
-                    self.states.set_allocated(p, order, mt);
+                    self.states
+                        .set_allocated_as(p, order, mt, z.buddy.is_pinned(p));
                 }
             }
             return Err(RawError { pfn: at, why: e });

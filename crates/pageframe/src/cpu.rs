@@ -12,11 +12,11 @@
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{FreeError, Order, Pfn};
-use pageframe_pcp::{CpuId, LocalPcp, PcpError, PcpStats};
+use pageframe_pcp::{CpuId, LocalPcp, PcpStats};
 
-use crate::block::{Block, MachineId, RawError, Refused};
+use crate::block::{Block, MachineId, RawError, Refused, ZoneMeta};
 use crate::debug::{Caller, Hooks, NoHooks};
-use crate::error::{AllocError, PcpSetupError, SetupError};
+use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
 use crate::machine::Machine;
@@ -30,7 +30,7 @@ pub const MAX_CPUS: usize = 4096;
 
 /// A zone, this CPU's claimed cache of it, and what every block of the
 /// zone carries ([`Block::zone_meta`]).
-type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, u64);
+type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, ZoneMeta);
 
 /// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
 /// its zone.
@@ -225,11 +225,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// (the node its allocations prefer). `Busy` if the CPU's handle is
     /// already out, or, for a moment, while a [`Machine::drain_pcp`] on
     /// another CPU empties this unowned cache (claim handles before starting
-    /// drainers, or retry); `NoSuchCpu` beyond the CPUs set up. Without
+    /// drainers, or retry); `NoSuchCpu` beyond the CPUs set up;
+    /// `NoSuchNode` for a node outside the topology ([`CpuError`]). Without
     /// per-CPU caches the handle allocates from the zones.
-    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R, H>, PcpError> {
+    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R, H>, CpuError> {
         if !self.topology().contains(node) {
-            return Err(PcpError::NoSuchCpu);
+            return Err(CpuError::NoSuchNode(node));
         }
         let mut locals = Locals {
             by_zone: core::array::from_fn(|_| None),

@@ -246,6 +246,34 @@ impl fmt::Display for PinError {
 
 impl core::error::Error for PinError {}
 
+/// Why a CPU's handle ([`crate::Machine::cpu`]) was not handed out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CpuError {
+    /// The node is not one of the machine's topology.
+    NoSuchNode(NodeId),
+    /// The caches refused the claim: [`PcpError::Busy`] (the handle is
+    /// out, or a drain on another CPU holds a cache for a moment: retry)
+    /// or [`PcpError::NoSuchCpu`] (beyond the CPUs set up).
+    Pcp(PcpError),
+}
+
+impl From<PcpError> for CpuError {
+    fn from(e: PcpError) -> Self {
+        CpuError::Pcp(e)
+    }
+}
+
+impl fmt::Display for CpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuError::NoSuchNode(n) => write!(f, "{n} is not part of the topology"),
+            CpuError::Pcp(e) => write!(f, "per-CPU caches: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for CpuError {}
+
 /// Why a contiguous allocation failed. The machine is as it was, except
 /// that movable allocations may have moved out of the range (intact, with
 /// the kernel told through its [`Migrator`](crate::Migrator)).
@@ -278,6 +306,12 @@ pub enum ContigError {
     /// allocation or an offline in progress.
     Isolated {
         /// A frame of that pageblock.
+        pfn: Pfn,
+    },
+    /// [`Machine::add_cma_area`](crate::Machine::add_cma_area): the range
+    /// meets an area set aside before.
+    Overlap {
+        /// The first frame of the range in that area.
         pfn: Pfn,
     },
     /// [`Machine::offline_range`](crate::Machine::offline_range): the frame is not online (offline
@@ -326,6 +360,9 @@ impl fmt::Display for ContigError {
                     f,
                     "the pageblock of frame {pfn} is isolated by someone else"
                 )
+            }
+            ContigError::Overlap { pfn } => {
+                write!(f, "frame {pfn} lies in a CMA area set aside before")
             }
             ContigError::NotOnline { pfn } => write!(f, "frame {pfn} is not online"),
             ContigError::Refused { pfn } => {

@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | free | in the buddy core (free, a hole, or inside a block) | an allocation (store: the frame came from the core under the lock, or from the caller's own cache) |
 //! | allocated(order, type) | the owner's block | free: CAS to free (zone, lock held) or to cached (per-CPU cache); isolation: CAS to isolated |
+//! | allocated, pinned | the owner's block, pinned ([`crate::Machine::set_pinned`]) | free: CAS to free (zone only: the pin ends with the owner, in the core's books, so it never reaches a cache and the next owner); unpin |
 //! | cached(order) | on one CPU's cache list | only that CPU (store) |
 //! | isolated(order) | a migration source, or a destination being filled | the compactor: back to allocated, or moved out |
 //! | moved out(order) | a source whose contents moved, books not yet settled | the compactor: free |
@@ -31,6 +32,8 @@ use pageframe_mobility::MigrateType;
 
 /// The kind in the high nibble, the order in the low one.
 const KIND_SHIFT: u32 = 4;
+/// An allocated kind with this bit is pinned.
+const PINNED: u8 = 8 << KIND_SHIFT;
 const FREE: u8 = 0;
 const CACHED: u8 = 4;
 const ISOLATED: u8 = 5;
@@ -65,9 +68,9 @@ const fn allocated(order: Order, mt: MigrateType) -> u8 {
 const fn decode(v: u8) -> State {
     let order = Order::new_truncated(v & 0xf);
     match v >> KIND_SHIFT {
-        1 => State::Allocated(order, MigrateType::Unmovable),
-        2 => State::Allocated(order, MigrateType::Movable),
-        3 => State::Allocated(order, MigrateType::Reclaimable),
+        1 | 9 => State::Allocated(order, MigrateType::Unmovable),
+        2 | 10 => State::Allocated(order, MigrateType::Movable),
+        3 | 11 => State::Allocated(order, MigrateType::Reclaimable),
         CACHED => State::Cached(order),
         ISOLATED => State::Isolated(order),
         MOVED_OUT => State::MovedOut(order),
@@ -218,8 +221,9 @@ impl<'a> FrameStates<'a> {
         }
     }
 
-    /// Moves a live allocation of `order` from "allocated" to `to` by
-    /// compare-and-swap: returns the type it was allocated as, or the
+    /// Moves a live allocation of `order` from "allocated" to what `to`
+    /// makes of its type and pin bit by compare-and-swap (`None` from `to`:
+    /// refused, `Busy`): returns the type it was allocated as, or the
     /// reason it is not a live allocation of that order. Exactly one of
     /// several concurrent callers on one frame succeeds.
     #[inline]
@@ -227,14 +231,15 @@ impl<'a> FrameStates<'a> {
         &self,
         pfn: Pfn,
         order: Order,
-        to: impl Fn(MigrateType) -> u8,
+        to: impl Fn(MigrateType, u8) -> Option<u8>,
     ) -> Result<MigrateType, FreeError> {
         let s = self.slot(pfn).ok_or(FreeError::OutOfRange)?;
         let mut v = s.load(Relaxed);
         loop {
             match decode(v) {
                 State::Allocated(o, mt) if o == order => {
-                    match s.compare_exchange_weak(v, to(mt), Relaxed, Relaxed) {
+                    let new = to(mt, v & PINNED).ok_or(FreeError::Busy)?;
+                    match s.compare_exchange_weak(v, new, Relaxed, Relaxed) {
                         Ok(_) => return Ok(mt),
                         Err(now) => v = now,
                     }
@@ -253,13 +258,18 @@ impl<'a> FrameStates<'a> {
     /// can be told in the same critical section).
     #[inline]
     pub(crate) fn take_for_free(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, |_| FREE)
+        self.take(pfn, order, |_, _| Some(FREE))
     }
 
-    /// A free into this CPU's cache: the block becomes cached.
+    /// A free into this CPU's cache: the block becomes cached. A pinned
+    /// block is refused (`Busy`, nothing changed): its pin is in the
+    /// core's books, which only a free to the zone clears, and a cache
+    /// would hand it to the next owner still pinned.
     #[inline]
     pub(crate) fn take_for_cache(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, |_| encode(CACHED, order))
+        self.take(pfn, order, |_, pin| {
+            (pin == 0).then_some(encode(CACHED, order))
+        })
     }
 
     /// A free of a whole range ([`crate::Machine::free_segment`]): the
@@ -267,17 +277,70 @@ impl<'a> FrameStates<'a> {
     /// free of it gets `Busy`), or given back with `set_allocated`.
     #[inline]
     pub(crate) fn take_for_range(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        self.take(pfn, order, |_| encode(ISOLATED, order))
+        self.take(pfn, order, |_, _| Some(encode(ISOLATED, order)))
     }
 
     /// A split of a live allocation of `order` (at least 1) into halves
-    /// (zone lock held): the head's byte says "allocated, `order - 1`", as
-    /// the lower half; the caller marks the upper half once the core has
-    /// split the block, or puts this byte back if it refuses.
+    /// (zone lock held): the head's byte says "allocated, `order - 1`" (and
+    /// pinned if the block was), as the lower half; the caller gives the
+    /// upper half the same byte once the core has split the block
+    /// ([`FrameStates::mirror`]), or puts the block's back if it refuses.
     #[inline]
     pub(crate) fn take_for_split(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
         let half = order.get().checked_sub(1).ok_or(FreeError::SingleFrame)?;
-        self.take(pfn, order, |mt| allocated(Order::new_truncated(half), mt))
+        self.take(pfn, order, |mt, pin| {
+            Some(allocated(Order::new_truncated(half), mt) | pin)
+        })
+    }
+
+    /// `to` gets `from`'s byte: the upper half of a split, the lower's.
+    #[inline]
+    pub(crate) fn mirror(&self, from: Pfn, to: Pfn) {
+        if let (Some(f), Some(t)) = (self.slot(from), self.slot(to)) {
+            t.store(f.load(Relaxed), Relaxed);
+        }
+    }
+
+    /// Records a block as allocated, pinned or not as the core says (a
+    /// change undone under the zone lock).
+    #[inline]
+    pub(crate) fn set_allocated_as(&self, pfn: Pfn, order: Order, mt: MigrateType, pinned: bool) {
+        if let Some(s) = self.slot(pfn) {
+            let pin = if pinned { PINNED } else { 0 };
+            s.store(allocated(order, mt) | pin, Relaxed);
+        }
+    }
+
+    /// Pins or unpins the live allocation of `order` at `pfn` (zone lock
+    /// held, with the core's pin): `false`, nothing changed, if it is not
+    /// one.
+    pub(crate) fn set_pinned(&self, pfn: Pfn, order: Order, pinned: bool) -> bool {
+        let Some(s) = self.slot(pfn) else {
+            return false;
+        };
+        let mut v = s.load(Relaxed);
+        loop {
+            let State::Allocated(o, _) = decode(v) else {
+                return false;
+            };
+            if o != order {
+                return false;
+            }
+            let new = if pinned { v | PINNED } else { v & !PINNED };
+            match s.compare_exchange_weak(v, new, Relaxed, Relaxed) {
+                Ok(_) => return true,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Whether the live allocation at `pfn` is pinned.
+    #[inline]
+    pub(crate) fn is_pinned(&self, pfn: Pfn) -> bool {
+        self.slot(pfn).is_some_and(|s| {
+            let v = s.load(Relaxed);
+            matches!(decode(v), State::Allocated(..)) && v & PINNED != 0
+        })
     }
 
     /// Isolation of a movable live allocation for migration: `false` (state
@@ -393,6 +456,37 @@ mod tests {
         assert!(FrameStates::new(span, &mut short).is_none());
     }
 
+    /// A pinned block is still the owner's allocation to every reader; a
+    /// cache refuses it, a free or a split takes it (both halves pinned),
+    /// isolation never does.
+    #[test]
+    fn pinned_blocks_skip_the_caches() {
+        let span = PfnRange::new(Pfn(0), Pfn(64));
+        let mut mem = [MaybeUninit::<u8>::uninit(); 64];
+        let st = FrameStates::new(span, &mut mem).unwrap();
+        let (o1, o2) = (Order::new(1).unwrap(), Order::new(2).unwrap());
+        let p = Pfn(8);
+        assert!(!st.set_pinned(p, o2, true), "not allocated");
+        st.set_allocated(p, o2, MigrateType::Movable);
+        assert!(!st.set_pinned(p, o1, true), "another order");
+        assert!(st.set_pinned(p, o2, true));
+        assert!(st.is_pinned(p));
+        assert_eq!(st.get(p), State::Allocated(o2, MigrateType::Movable));
+        assert_eq!(st.take_for_cache(p, o2), Err(FreeError::Busy));
+        assert!(!st.isolate(p, o2));
+        assert_eq!(st.take_for_split(p, o2), Ok(MigrateType::Movable));
+        st.mirror(p, p + 2);
+        for h in [p, p + 2] {
+            assert_eq!(st.get(h), State::Allocated(o1, MigrateType::Movable));
+            assert!(st.is_pinned(h));
+        }
+        assert!(st.set_pinned(p + 2, o1, false));
+        assert_eq!(st.take_for_cache(p + 2, o1), Ok(MigrateType::Movable));
+        assert_eq!(st.take_for_free(p, o1), Ok(MigrateType::Movable));
+        assert_eq!(st.get(p), State::Free);
+        assert!(!st.is_pinned(p));
+    }
+
     #[test]
     fn every_state_round_trips() {
         for o in 0..=pageframe_buddy::ORDER_LIMIT {
@@ -403,6 +497,7 @@ mod tests {
                 MigrateType::Reclaimable,
             ] {
                 assert_eq!(decode(allocated(o, mt)), State::Allocated(o, mt));
+                assert_eq!(decode(allocated(o, mt) | PINNED), State::Allocated(o, mt));
             }
             assert_eq!(decode(encode(CACHED, o)), State::Cached(o));
             assert_eq!(decode(encode(ISOLATED, o)), State::Isolated(o));

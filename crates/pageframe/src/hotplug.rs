@@ -145,6 +145,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         meta: &'a mut [MaybeUninit<u8>],
     ) -> Result<&Zone<'a, R>, SetupError> {
         let n = self.node(node).ok_or(SetupError::NoSuchNode(node))?;
+        let setup = self.setup();
         let declared = self.hotplug[node.index()][kind.index()]
             .ok_or(SetupError::NotHotpluggable(node, kind))?;
         if span.is_empty() {
@@ -161,7 +162,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             .slot(kind)
             .fill_shared(zone)
             .ok_or(SetupError::DuplicateZone(node, kind))?;
-        self.recompute_watermarks();
+        self.recompute_watermarks_locked(&setup);
         Ok(z)
     }
 

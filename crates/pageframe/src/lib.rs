@@ -136,7 +136,7 @@ pub mod compact {
 /// CPU reaches its caches through its [`CpuCache`] handle.
 pub mod pcp {
     pub use crate::cpu::{CacheInfo, MAX_CPUS};
-    pub use crate::error::PcpSetupError;
+    pub use crate::error::{CpuError, PcpSetupError};
     pub use pageframe_pcp::{PcpError, PcpStats};
 }
 

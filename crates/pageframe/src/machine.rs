@@ -28,12 +28,12 @@ use pageframe_mobility::{
     MobilityConfig, Watermarks, default_min_free_kbytes,
 };
 
-use crate::block::{Block, BlockGuard, MachineId, RawError, Refused};
+use crate::block::{Block, BlockGuard, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, ConfigError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::{RawMutex, SpinLock};
+use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
 use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
@@ -166,6 +166,17 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     owner_seq: AtomicU64,
     /// Blocks found written while free ([`crate::debug::Poisoning`]).
     pub(crate) uaf_reports: AtomicU64,
+    /// Held by every call that changes which memory the machine manages
+    /// (hand-over, hot-add, offline) or the watermarks derived from it:
+    /// each checks and commits under it, so a call that another CPU's beats
+    /// is refused with nothing changed, and watermarks are computed from
+    /// one state at a time. Taken before any zone lock.
+    setup: Mutex<R, ()>,
+}
+
+/// Proof that the caller holds the machine's set-up lock.
+pub(crate) struct SetupGuard<'g, R: RawMutex> {
+    _held: lock_api::MutexGuard<'g, R, ()>,
 }
 
 /// # A machine with the default lock
@@ -271,6 +282,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             #[cfg(feature = "page-owner")]
             addr_of_mut!((*p).owner_seq).write(AtomicU64::new(0));
             addr_of_mut!((*p).uaf_reports).write(AtomicU64::new(0));
+            addr_of_mut!((*p).setup).write(Mutex::new(()));
             slot.assume_init_mut()
         }
     }
@@ -319,13 +331,26 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// Hands usable RAM over, split across the zones whose spans it meets.
     /// Every frame must fall in some zone's span and never have been handed
-    /// over: checked before any zone changes (all or nothing). Watermarks
-    /// are recomputed. The frames are numbers to the allocator, which never
-    /// reads or writes them.
+    /// over: checked before any zone changes (all or nothing, also when
+    /// another CPU hands memory over at the same time). Watermarks are
+    /// recomputed. The frames are numbers to the allocator, which never
+    /// reads them, and writes them only when poisoning asks, once they are
+    /// its own.
     pub fn add_free_range(&self, range: PfnRange) -> Result<(), SetupError> {
+        let setup = self.setup();
+        self.add_free_range_locked(&setup, range)
+    }
+
+    /// [`Machine::add_free_range`] under the set-up lock.
+    pub(crate) fn add_free_range_locked(
+        &self,
+        setup: &SetupGuard<'_, R>,
+        range: PfnRange,
+    ) -> Result<(), SetupError> {
         if range.is_empty() {
             return Err(pageframe_buddy::RangeError::Empty.into());
         }
+        self.check_width(range)?;
         let covered: u64 = self
             .all_zones()
             .map(|z| z.span().intersect(&range).len())
@@ -333,6 +358,10 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if covered != range.len() {
             return Err(pageframe_buddy::RangeError::OutOfSpan.into());
         }
+        // Every zone's part is checked, and then taken, under the set-up
+        // lock: no other hand-over can take a frame in between, so every
+        // zone takes its part, and the poisoning writes only frames that
+        // are about to be the allocator's.
         for z in self.all_zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
@@ -343,11 +372,20 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         for z in self.all_zones() {
             let part = z.span().intersect(&range);
             if !part.is_empty() {
-                z.add_free_range(part)?;
+                let r = z.add_free_range(part);
+                debug_assert!(r.is_ok(), "checked above under the set-up lock: {r:?}");
+                r?;
             }
         }
-        self.recompute_watermarks();
+        self.recompute_watermarks_locked(setup);
         Ok(())
+    }
+
+    /// Takes the set-up lock (see the field).
+    pub(crate) fn setup(&self) -> SetupGuard<'_, R> {
+        SetupGuard {
+            _held: self.setup.lock(),
+        }
     }
 
     /// Whether `span` lies below the physical address width.
@@ -641,6 +679,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// machine in proportion to their size; Movable zones keep a small
     /// fixed min. Saturating arithmetic throughout.
     pub fn recompute_watermarks(&self) {
+        let setup = self.setup();
+        self.recompute_watermarks_locked(&setup);
+    }
+
+    /// [`Machine::recompute_watermarks`] under the set-up lock, so that the
+    /// managed counts it reads do not change while it runs.
+    pub(crate) fn recompute_watermarks_locked(&self, _setup: &SetupGuard<'_, R>) {
         let pages_min = self.min_free_kbytes() / (PAGE_SIZE / 1024);
         let lowmem = self.lowmem_pages().max(1);
         let factor = self.tunables.watermark_scale_factor.load(Relaxed);
@@ -731,8 +776,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if let Ok(b) = &r
             && let Some(z) = self.zone(b.zone_ref())
         {
-            let seq = self.owner_seq.fetch_add(1, Relaxed);
-            z.owners.set(b.pfn(), order, caller.owner(seq));
+            z.owners
+                .set(b.pfn(), order, caller.owner(self.next_owner_seq()));
         }
         #[cfg(feature = "vmstat")]
         match &r {
@@ -826,6 +871,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.owner_seq.load(Relaxed)
     }
 
+    /// A new allocation's sequence number.
+    #[cfg(feature = "page-owner")]
+    pub(crate) fn next_owner_seq(&self) -> u64 {
+        self.owner_seq.fetch_add(1, Relaxed)
+    }
+
     /// The block holding `pfn` and its owner (`live`), or, for a free
     /// frame, the last block that started there (`live: false`). `None`
     /// for a frame outside every zone or never allocated.
@@ -860,9 +911,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         })
     }
 
-    /// Calls `f` with every block allocated now that has an owner record
-    /// (blocks from contiguous ranges and CMA have none), zone by zone in
-    /// frame order.
+    /// Calls `f` with every block allocated now that has an owner record,
+    /// zone by zone in frame order. A contiguous range (or CMA buffer) is
+    /// listed as the blocks that tile it, each with the range's record.
     #[cfg(feature = "page-owner")]
     pub fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
         use crate::frame_state::State;
@@ -1089,7 +1140,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     pub fn split(&self, block: Block) -> Result<(Block, Block), Refused<Block>> {
         let Some(z) = self.zone_of_block(&block) else {
-            return Err(Refused::new(block, FreeError::Foreign));
+            return Err(Refused::by(Call::Split, block, FreeError::Foreign));
         };
         match z.split(block.pfn(), block.order()) {
             Ok(upper) => {
@@ -1101,7 +1152,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                     Block::new(self.id, r, upper, half),
                 ))
             }
-            Err(e) => Err(Refused::new(block, e)),
+            Err(e) => Err(Refused::by(Call::Split, block, e)),
         }
     }
 
@@ -1120,7 +1171,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// another machine is refused.
     pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
         if block.machine() != self.id {
-            return Err(Refused::new(block, FreeError::Foreign));
+            return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
         }
         Ok(BlockGuard::new(self, block))
     }
@@ -1161,7 +1212,20 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if z.with_zone(|m| m.buddy().tag(pfn).is_none()) {
             z.release_stripes();
         }
-        if z.with_zone(|m| m.set_pinned(pfn, pinned)) {
+        // The pin goes in the core's books and in the ownership byte, under
+        // the zone lock: the lock-free free path reads the byte, and sends
+        // a pinned block to the zone, whose free ends the pin.
+        let done = z.with_zone(|m| {
+            if !z.states.set_pinned(pfn, block.order(), pinned) {
+                return false;
+            }
+            if m.set_pinned(pfn, pinned) {
+                return true;
+            }
+            z.states.set_pinned(pfn, block.order(), !pinned);
+            false
+        });
+        if done {
             Ok(())
         } else {
             Err(PinError::NotAllocated)

@@ -116,10 +116,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if m == 0 {
             0
         } else {
-            let m =
-                m + Stripes::<R>::bytes(span, config.core().chunk_order) + FrameStates::bytes(span);
+            // Saturating, as the layers below: on a 32-bit target a large
+            // span's parts exceed `usize`, and no buffer then suffices.
+            let m = m
+                .saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
+                .saturating_add(FrameStates::bytes(span));
             #[cfg(feature = "page-owner")]
-            let m = m + crate::debug::owner::Owners::bytes(span);
+            let m = m.saturating_add(crate::debug::owner::Owners::bytes(span));
             m
         }
     }
@@ -533,14 +536,16 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                     self.owners.set(pfn, half, o);
                     self.owners.set(upper, half, o);
                 }
-                self.states
-                    .set_allocated(upper, Order::new_truncated(order.get() - 1), mt);
+                // The upper half's byte is the lower half's (pinned if the
+                // block was).
+                self.states.mirror(pfn, upper);
                 Ok(upper)
             }
             Err(e) => {
                 // The byte said "allocated with this order", so the core
                 // agrees; should it not, the block is still the caller's.
-                self.states.set_allocated(pfn, order, mt);
+                let pinned = self.states.is_pinned(pfn);
+                self.states.set_allocated_as(pfn, order, mt, pinned);
                 Err(e)
             }
         }
@@ -755,16 +760,40 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             if at_rest && matches!(self.states.get(p), State::Isolated(_) | State::MovedOut(_)) {
                 return Err(bad(OWNERSHIP, "frame left busy by no operation", p));
             }
+            // The pin is in both books (a reserved chunk's frames read as
+            // untagged: a stripe's frames are never pinned).
+            if let BlockInfo::Allocated { head, tag, .. } = info
+                && head == p
+                && !z.buddy.buddy().is_reserved(p)
+                && matches!(self.states.get(p), State::Allocated(..))
+                && (tag & pageframe_mobility::tag::PINNED != 0) != self.states.is_pinned(p)
+            {
+                return Err(bad(
+                    OWNERSHIP,
+                    "pin in the core and in the ownership byte disagree",
+                    p,
+                ));
+            }
             let (first_free, end) = match info {
                 BlockInfo::Hole => (p, p + 1),
                 BlockInfo::Free { head, order, .. } => (p, head + order.pages()),
-                BlockInfo::Allocated { head, order, .. } => {
+                BlockInfo::Allocated {
+                    head, order, tag, ..
+                } => {
                     if head == p {
                         match self.states.get(p) {
                             State::Allocated(o, _) | State::Cached(o) | State::Isolated(o)
                                 if o == order => {}
                             // A frame an order-0 stripe holds free.
                             State::Free if z.buddy.buddy().is_reserved(p) => {}
+                            // A free block a compactor took as a migration
+                            // destination: nobody's until a move into it;
+                            // and a source whose contents moved, until the
+                            // compactor frees it (books settled, or not
+                            // yet). The marks check finds either if left.
+                            State::Free if tag & pageframe_compact::tag::MASK != 0 => {}
+                            State::MovedOut(o)
+                                if o == order && tag & pageframe_compact::tag::ISOLATED != 0 => {}
                             State::Free => {
                                 return Err(bad(OWNERSHIP, "allocated block without an owner", p));
                             }

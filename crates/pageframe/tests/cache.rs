@@ -10,7 +10,10 @@ use pageframe::{
     Block, FreeError, Gfp, Machine, Migrator, NodeId, Order, Pfn, ZoneKind,
     compact::{MigrateError, MigrateMode},
 };
-use pageframe::{CpuId, pcp::PcpError};
+use pageframe::{
+    CpuId,
+    pcp::{CpuError, PcpError},
+};
 
 const FRAMES: u64 = if cfg!(miri) { 8 << 10 } else { 64 << 10 }; // 256 MiB (32 MiB under Miri)
 
@@ -35,12 +38,19 @@ fn cached_machine(cpus: u32) -> &'static Machine<'static> {
 fn handles_are_claimed_once() {
     let m = cached_machine(2);
     let c0 = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
-    assert_eq!(m.cpu(CpuId(0), NodeId::ZERO).err(), Some(PcpError::Busy));
+    assert_eq!(
+        m.cpu(CpuId(0), NodeId::ZERO).err(),
+        Some(CpuError::Pcp(PcpError::Busy))
+    );
     assert_eq!(
         m.cpu(CpuId(2), NodeId::ZERO).err(),
-        Some(PcpError::NoSuchCpu)
+        Some(CpuError::Pcp(PcpError::NoSuchCpu))
     );
-    assert_eq!(m.cpu(CpuId(1), n(5)).err(), Some(PcpError::NoSuchCpu));
+    // A node the topology does not have is named as such, not as a CPU.
+    assert_eq!(
+        m.cpu(CpuId(1), n(5)).err(),
+        Some(CpuError::NoSuchNode(n(5)))
+    );
     drop(c0);
     assert!(
         m.cpu(CpuId(0), NodeId::ZERO).is_ok(),

@@ -137,7 +137,7 @@ fn bad_areas_and_requests_get_typed_errors() {
     let id = m.add_cma_area(r(base + 40 * PB, base + 48 * PB)).unwrap();
     assert_eq!(
         m.add_cma_area(r(base + 47 * PB, base + 50 * PB)),
-        Err(ContigError::Isolated {
+        Err(ContigError::Overlap {
             pfn: Pfn(base + 47 * PB)
         }),
         "overlapping areas"
@@ -186,5 +186,51 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
         let _ = a.into_raw(); // kept to the end of the test
     }
     drop(cpu);
+    m.validate().unwrap();
+}
+
+/// An area whose pageblocks cannot all become CMA (one is a highatomic
+/// reserve) is refused before any pageblock changes type.
+#[test]
+fn an_area_refused_leaves_every_pageblock_its_type() {
+    let m = one_zone(128 * PB);
+    let base = 4 * GIB;
+    let zone = m.zone_of(Pfn(base)).unwrap();
+    let low = zone.watermarks().low;
+    // A high-order atomic success near the watermark reserves its
+    // pageblock (spec 02 §7); freed, the pageblock stays reserved.
+    let mut held = Vec::new();
+    while m.free_pages() > low {
+        held.push(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap());
+    }
+    let a = m
+        .alloc(NodeId::ZERO, Gfp::ATOMIC, Order::new(2).unwrap())
+        .unwrap();
+    let reserved = a.pfn().get() / PB * PB;
+    m.free(a).unwrap();
+    for b in held {
+        m.free(b).unwrap();
+    }
+    let types = |m: &Machine<'static>| {
+        m.zone_of(Pfn(base)).unwrap().inspect(|mz| {
+            (0..128)
+                .map(|i| mz.block_type(Pfn(base + i * PB)))
+                .collect::<Vec<_>>()
+        })
+    };
+    let before = types(m);
+    assert_eq!(
+        before[((reserved - base) / PB) as usize],
+        Some(pageframe::zone::MigrateType::HighAtomic)
+    );
+    // The area starts two pageblocks below the reserved one (whichever
+    // it is, the area holds free pageblocks before it).
+    let start = reserved.saturating_sub(2 * PB).max(base);
+    let area = r(start, reserved + PB);
+    assert_eq!(
+        m.add_cma_area(area),
+        Err(ContigError::Busy { pfn: Pfn(reserved) })
+    );
+    assert_eq!(types(m), before, "no pageblock retyped");
     m.validate().unwrap();
 }

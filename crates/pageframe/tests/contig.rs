@@ -671,3 +671,104 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
     w.free_all(m);
     assert_eq!(m.free_pages(), managed);
 }
+
+/// A range that holds only part of a block is named as that, with the
+/// block's real head; a range that starts inside one names its head.
+#[test]
+fn a_range_that_cuts_a_block_says_so() {
+    let m = one_zone(4 * PB);
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(3)).unwrap();
+    let p = b.pfn();
+    let before = m.free_pages();
+    let cut = |s: Pfn, e: Pfn| raw_range(m, PfnRange::new(s, e));
+    assert_eq!(
+        cut(p, p + 4),
+        Err(pageframe::RawError {
+            pfn: p,
+            why: FreeError::PartOfBlock {
+                head: p,
+                order: o(3)
+            }
+        }),
+        "the lower half"
+    );
+    assert_eq!(
+        cut(p + 4, p + 8),
+        Err(pageframe::RawError {
+            pfn: p + 4,
+            why: FreeError::NotBlockHead {
+                head: p,
+                order: o(3)
+            }
+        }),
+        "the upper half"
+    );
+    assert_eq!(m.free_pages(), before);
+    assert!(
+        FreeError::PartOfBlock {
+            head: p,
+            order: o(3)
+        }
+        .to_string()
+        .contains("only part of the order-3 block")
+    );
+    m.free(b).unwrap();
+    m.validate().unwrap();
+}
+
+/// A frame parked free in a CPU's cache is no unmovable memory: offlining
+/// its pageblock drains the caches through the migrator and goes on; with
+/// a migrator that drains nothing, the frame is named busy.
+#[test]
+fn a_frame_free_in_a_cpu_cache_does_not_block_an_offline() {
+    let m = one_zone(64 * PB);
+    m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
+    let m: &Machine<'static> = m;
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    let p = a.pfn();
+    c.free(a).unwrap();
+    assert!(c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count > 0);
+    let pb = r(p.get() / PB * PB, p.get() / PB * PB + PB);
+    let managed = m.managed_pages();
+    let busy = m.offline_range(pb, &mut pageframe::compact::NoMigration);
+    assert!(
+        matches!(busy, Err(ContigError::Busy { pfn }) if pb.contains(pfn)),
+        "{busy:?}"
+    );
+    assert_eq!(m.managed_pages(), managed);
+    m.validate().unwrap();
+
+    /// A kernel whose drain empties this CPU's caches.
+    struct Draining<'c, 'm>(&'c mut pageframe::CpuCache<'m, 'static>);
+    impl pageframe::Migrator for Draining<'_, '_> {
+        fn isolate(&mut self, _: Pfn, _: Order) -> Option<pageframe::Block> {
+            None
+        }
+        fn migrate(
+            &mut self,
+            _: Pfn,
+            _: Pfn,
+            _: Order,
+            _: pageframe::compact::MigrateMode,
+        ) -> Result<(), pageframe::compact::MigrateError> {
+            Err(pageframe::compact::MigrateError::Busy)
+        }
+        fn putback(&mut self, b: pageframe::Block) {
+            let _ = b.into_raw();
+        }
+        fn migrated(&mut self, b: pageframe::Block, _: Pfn) {
+            let _ = b.into_raw();
+        }
+        fn drain_caches(&mut self) {
+            self.0.drain();
+        }
+    }
+    assert_eq!(m.offline_range(pb, &mut Draining(&mut c)), Ok(0));
+    assert_eq!(m.managed_pages(), managed - PB);
+    m.validate().unwrap();
+    m.add_free_range(pb).unwrap();
+    drop(c);
+    m.drain_pcp(None, |_| {});
+    assert_eq!(m.free_pages(), managed);
+}

@@ -216,3 +216,47 @@ fn miri_per_cpu_caches_are_set_up_at_the_build_from_the_machine_itself() {
     m.free_on(pageframe::CpuId(1), b).unwrap();
     m.validate().unwrap();
 }
+
+#[test]
+fn memory_beyond_the_address_width_is_refused_at_the_door() {
+    let (inc, r) = leaked(0);
+    let limit = MachineConfig::SINGLE_NODE.pfn_limit();
+    let beyond = [
+        PfnRange::new(limit, limit + 16),
+        PfnRange::new(Pfn(limit.get() - 1), limit + 1),
+        PfnRange::new(Pfn(1 << 48), Pfn(u64::MAX)),
+    ];
+    // SAFETY: simulated RAM given up for good, or ranges the call refuses.
+    unsafe {
+        inc.add(r(0x100, 0x2000)).unwrap();
+        for far in beyond {
+            assert_eq!(
+                inc.add(far),
+                Err(AddError::AddressWidth {
+                    pfn: far.start.max(limit)
+                }),
+                "{far:?} before the build"
+            );
+        }
+    }
+    assert_eq!(inc.gathered_frames(), 0x1f00, "nothing taken");
+    // The machine is built over what was taken...
+    let m = inc.machine().unwrap();
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    m.free(b).unwrap();
+    // ...and refuses the same after the build.
+    let managed = m.managed_pages();
+    for far in beyond {
+        // SAFETY: refused.
+        let after = unsafe { inc.add(far) };
+        assert_eq!(
+            after,
+            Err(AddError::AddressWidth {
+                pfn: far.start.max(limit)
+            }),
+            "{far:?} after the build"
+        );
+    }
+    assert_eq!(m.managed_pages(), managed);
+    m.validate().unwrap();
+}

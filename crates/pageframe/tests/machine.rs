@@ -494,3 +494,39 @@ fn machine_is_the_size_the_docs_say() {
         "Machine is {size} bytes: update the docs"
     );
 }
+
+/// Orders above 10 exist because a machine's maximum order is its
+/// configuration's: the default refuses them, one configured for them
+/// hands them out, and nothing goes beyond `ORDER_LIMIT`.
+#[test]
+fn orders_above_ten_are_served_by_machines_configured_for_them() {
+    assert_eq!(
+        Order::new(
+            pageframe::zone::MobilityConfig::DEFAULT
+                .buddy
+                .max_order
+                .get()
+                + 1
+        )
+        .map(Order::get),
+        Some(11)
+    );
+    assert_eq!(Order::new(16), None);
+    let m = one_zone(1 << 16);
+    assert_eq!(
+        m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(11).unwrap())
+            .err(),
+        Some(AllocError::OrderTooLarge)
+    );
+    let mut config = MachineConfig::SINGLE_NODE;
+    config.mobility.buddy.max_order = Order::new(15).unwrap();
+    let big = machine_with(config);
+    let span = r(4 * GIB, 4 * GIB + (1 << 16));
+    zone(big, NodeId::ZERO, ZoneKind::Normal, span, span);
+    let b = big
+        .alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(15).unwrap())
+        .unwrap();
+    assert_eq!(b.order().pages(), 1 << 15);
+    big.free(b).unwrap();
+    big.validate().unwrap();
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Words, leak, o, one_zone};
+use common::{GIB, PB, Words, leak, o, one_zone};
 use pageframe::debug::owner::OwnedBlock;
 use pageframe::{CpuId, Gfp, NodeId, Order, PfnRange};
 
@@ -215,4 +215,116 @@ fn miri_records_round_trip() {
     }
     m.free(lo).unwrap();
     m.free(hi).unwrap();
+}
+
+/// Contiguous ranges and CMA buffers get records of their own: a range
+/// taken over a freed block names its taker, never the block's last
+/// owner as live.
+#[test]
+fn contiguous_ranges_and_cma_buffers_record_their_owner() {
+    let m = one_zone(64 * PB);
+    let base = m.zone_of(pageframe::Pfn(4 * GIB)).unwrap().span().start;
+    let cma = m
+        .add_cma_area(PfnRange::new(base + 32 * PB, base + 40 * PB))
+        .unwrap();
+    let m = &*m;
+    let mut w = Words::default();
+    let old = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, o(3), 42).unwrap();
+    let p = old.pfn();
+    m.free(old).unwrap();
+    let pb = PfnRange::new(
+        p.align_down(Order::HUGE_2M),
+        p.align_down(Order::HUGE_2M) + PB,
+    );
+    let s0 = m.owner_seq();
+    let line = line!() + 1;
+    let seg = m.alloc_contig_range(pb, &mut w).unwrap();
+    let lc = line!() + 1;
+    let buf = m.cma_alloc(cma, 3 * PB / 2, 1, &mut w).unwrap();
+    let la = line!() + 1;
+    let any = m.alloc_contig(NodeId::ZERO, Gfp::KERNEL, 1000, 8, &mut w);
+    let any = any.unwrap();
+    for (range, line, seq) in [
+        (seg.range(), line, s0),
+        (buf.range(), lc, s0 + 1),
+        (any.range(), la, s0 + 2),
+    ] {
+        let last = pageframe::Pfn(range.end.get() - 1);
+        for f in [range.start, p, range.start + range.len() / 2, last] {
+            if !range.contains(f) {
+                continue;
+            }
+            let got = m.owner_of(f).unwrap();
+            assert!(got.live);
+            assert!(
+                range.contains_range(&PfnRange::new(got.pfn, got.pfn + got.order.pages())),
+                "{f:?}: a block of the range, not the old one: {got:?}"
+            );
+            assert_eq!(got.owner.seq, seq, "{f:?}");
+            assert_ne!(got.owner.tag, 42, "{f:?}");
+            let site = got.owner.site.unwrap();
+            assert_eq!((site.file(), site.line()), (file!(), line), "{f:?}");
+        }
+    }
+    assert_eq!(m.owner_seq(), s0 + 3, "one record a range");
+    // Every frame listed is covered once, by the range's own record.
+    let mut listed = 0;
+    m.for_each_owned(|b: OwnedBlock| {
+        if seg.range().contains(b.pfn) {
+            assert_eq!(b.owner.seq, s0, "{b:?}");
+            listed += b.order.pages();
+        }
+    });
+    assert_eq!(listed, PB);
+    m.free_segment(seg).unwrap();
+    m.cma_release(buf).unwrap();
+    m.free_segment(any).unwrap();
+    // Freed, each frame names the range as its last owner.
+    let last = m.owner_of(p).unwrap();
+    assert!(!last.live);
+    assert_eq!(last.owner.seq, s0);
+    m.validate().unwrap();
+}
+
+/// Hot-added memory: its zone starts with no records, and every
+/// allocation from it (a block, a range) records its owner; memory taken
+/// offline and brought back names its last owner, never a live one.
+#[test]
+fn hot_added_memory_records_its_owners() {
+    let m = pageframe::Machine::new_boxed(pageframe::MachineConfig::SINGLE_NODE);
+    let m = Box::leak(m);
+    let boot = PfnRange::new(pageframe::Pfn(4 * GIB), pageframe::Pfn(4 * GIB + 16 * PB));
+    common::zone(m, NodeId::ZERO, pageframe::ZoneKind::Normal, boot, boot);
+    let dimm = PfnRange::new(pageframe::Pfn(8 * GIB), pageframe::Pfn(8 * GIB + 16 * PB));
+    m.declare_hotplug(NodeId::ZERO, pageframe::ZoneKind::Movable, dimm)
+        .unwrap();
+    let m = &*m;
+    m.hot_add_zone(
+        NodeId::ZERO,
+        pageframe::ZoneKind::Movable,
+        dimm,
+        leak(m.zone_metadata_bytes(dimm)),
+    )
+    .unwrap();
+    assert!(m.owner_of(dimm.start).is_none(), "no record yet");
+    m.add_free_range(dimm).unwrap();
+    let b = m
+        .alloc_tagged(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(2), 5)
+        .unwrap();
+    assert!(dimm.contains(b.pfn()));
+    let got = m.owner_of(b.pfn() + 3).unwrap();
+    assert_eq!((got.pfn, got.owner.tag, got.live), (b.pfn(), 5, true));
+    let mut w = Words::default();
+    let line = line!() + 1;
+    let seg = m.alloc_contig_range(PfnRange::new(dimm.start + PB, dimm.start + 2 * PB), &mut w);
+    let seg = seg.unwrap();
+    let got = m.owner_of(seg.start()).unwrap();
+    assert_eq!((got.live, got.owner.site.unwrap().line()), (true, line));
+    m.free_segment(seg).unwrap();
+    let off = PfnRange::new(dimm.start + 8 * PB, dimm.start + 9 * PB);
+    m.offline_range(off, &mut w).unwrap();
+    m.add_free_range(off).unwrap();
+    assert!(m.owner_of(off.start).is_none_or(|o| !o.live));
+    m.free(b).unwrap();
+    m.validate().unwrap();
 }

@@ -251,3 +251,144 @@ fn cached_frees_and_migration_leave_poison_behind() {
         m.free(b).unwrap();
     }
 }
+
+/// A machine with hooks hands out guards that read as the block they hold.
+#[test]
+fn a_guard_of_a_machine_with_hooks_reads_as_its_block() {
+    let m: &_ = machine(Poisoning::empty());
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
+    let (pfn, free) = (b.pfn(), m.free_pages());
+    {
+        let g = m.guard(b).unwrap();
+        assert_eq!((g.pfn(), g.order()), (pfn, o(2)));
+        assert!(format!("{g:?}").contains("order 2"), "{g:?}");
+    }
+    assert_eq!(m.free_pages(), free + 4, "freed when dropped");
+}
+
+// The poison row of docs/block-state.md: what each transition writes.
+
+/// A split writes nothing: both halves hold what their owner wrote.
+#[test]
+fn poison_split() {
+    let m: &_ = machine(Poisoning::POISON);
+    let mem = m.hooks();
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
+    let all = frames(&b);
+    mem.fill(all, 0x11);
+    let (lo, hi) = m.split(b).unwrap();
+    assert!(mem.read(all).iter().all(|&x| x == 0x11));
+    m.free(lo).unwrap();
+    m.free(hi).unwrap();
+    assert!(mem.read(all).iter().all(|&x| x == PAGE_POISON));
+}
+
+/// A partial free poisons the frames freed and nothing else.
+#[test]
+fn poison_partial_free() {
+    let m: &_ = machine(Poisoning::POISON);
+    let mem = m.hooks();
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
+    mem.fill(frames(&b), 0x22);
+    let (p, _) = b.into_raw();
+    // SAFETY: the block is ours, held as this number only.
+    unsafe { m.free_raw(PfnRange::new(p + 2, p + 4)) }.unwrap();
+    assert!(mem.read(PfnRange::new(p, p + 2)).iter().all(|&x| x == 0x22));
+    assert!(
+        mem.read(PfnRange::new(p + 2, p + 4))
+            .iter()
+            .all(|&x| x == PAGE_POISON)
+    );
+    // SAFETY: the rest is still ours.
+    unsafe { m.free_raw(PfnRange::new(p, p + 2)) }.unwrap();
+}
+
+/// A migration poisons the source once the contents live at the
+/// destination.
+#[test]
+fn poison_migration() {
+    let m: &_ = machine(Poisoning::POISON);
+    let mem = m.hooks();
+    let b = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(2)).unwrap();
+    let src = frames(&b);
+    mem.fill(src, 0x66);
+    let pb = PfnRange::new(
+        b.pfn().align_down(Order::HUGE_2M),
+        b.pfn().align_down(Order::HUGE_2M) + 512,
+    );
+    let mut w = Words::default();
+    w.keep(b);
+    let seg = m.alloc_contig_range(pb, &mut w).unwrap();
+    assert_eq!(w.moves, 1);
+    assert!(mem.read(src).iter().all(|&x| x == PAGE_POISON));
+    m.free_segment(seg).unwrap();
+    for (_, b) in w.blocks.drain() {
+        m.free(b).unwrap();
+    }
+}
+
+/// A free poisons the block; a write after it is reported when the frame
+/// is handed out again.
+#[test]
+fn poison_free() {
+    let m: &_ = machine(Poisoning::POISON);
+    let mem = m.hooks();
+    let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let f = frames(&b);
+    mem.fill(f, 0x33);
+    m.free(b).unwrap();
+    assert!(mem.read(f).iter().all(|&x| x == PAGE_POISON));
+    mem.write(f.start.addr(), 0x01);
+    let again = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(again.pfn(), f.start);
+    assert_eq!(mem.uaf().len(), 1);
+    m.free(again).unwrap();
+}
+
+/// A free into a CPU's cache poisons the block on the way in; the cache's
+/// next owner gets it checked.
+#[test]
+fn poison_cache() {
+    let m = machine(Poisoning::POISON);
+    m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
+    let m: &_ = m;
+    let mem = m.hooks();
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    let f = frames(&b);
+    mem.fill(f, 0x44);
+    c.free(b).unwrap();
+    assert!(mem.read(f).iter().all(|&x| x == PAGE_POISON));
+    mem.write(f.start.addr(), 0x01);
+    let again = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    assert_eq!(again.pfn(), f.start, "the cache's last frame first");
+    assert_eq!(mem.uaf().len(), 1);
+    c.free(again).unwrap();
+}
+
+/// A drain writes nothing (the frames were poisoned on their way into the
+/// cache): a write made while cached is still there, and reported when
+/// the zone hands the frame out.
+#[test]
+fn poison_drain() {
+    let m = machine(Poisoning::POISON);
+    m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
+    let m: &_ = m;
+    let mem = m.hooks();
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    let f = frames(&b);
+    c.free(b).unwrap();
+    mem.write(f.start.addr(), 0x01);
+    assert!(c.drain() > 0);
+    assert_eq!(mem.read(f)[0], 0x01, "the drain wrote nothing");
+    drop(c);
+    let mut held = Vec::new();
+    while let Ok(b) = m.alloc(NodeId::ZERO, Gfp::KERNEL | Gfp::MEMALLOC, Order::ZERO) {
+        held.push(b);
+    }
+    assert_eq!(mem.uaf().len(), 1);
+    for b in held {
+        m.free(b).unwrap();
+    }
+}

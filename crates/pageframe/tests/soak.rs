@@ -1,14 +1,17 @@
 //! Soak: several threads, each a CPU with its handle on a two-node machine,
 //! allocate and free at random through their per-CPU caches, the zone path
-//! and the slow path, hand blocks to each other (cross-CPU frees), try bad
-//! frees, drain every CPU's caches of every zone, take contiguous ranges
-//! (their migrator drains with the CPU's own handle) and run free page
-//! reporting passes, while a compactor thread runs kcompactd and
-//! whole-node compaction that moves the workers' blocks under them. A
-//! table proves every frame has one owner at a time (claimed by
-//! compare-and-swap); at every checkpoint (each second) and at the end the
-//! books balance: free + cached + held = managed, and `validate()` passes.
-//! A watchdog fails the run, naming the CPUs still inside a call, if any
+//! and the slow path, hand blocks to each other (cross-CPU frees), split
+//! blocks, free parts of them by number, try bad frees, drain every CPU's
+//! caches of every zone, take contiguous ranges (by size and by place;
+//! their migrator drains with the CPU's own handle), take memory offline
+//! and bring it back, and run free page reporting passes, while a
+//! compactor thread runs kcompactd and whole-node compaction that moves
+//! the workers' blocks under them, and a checker thread runs `validate()`
+//! every few milliseconds, in the middle of all of it. A table proves
+//! every frame has one owner at a time (claimed by compare-and-swap); at
+//! every checkpoint (each second) and at the end the books balance: free +
+//! cached + held = managed, and `validate()` passes at rest too. A
+//! watchdog fails the run, naming the CPUs still inside a call, if any
 //! call lasts over 10 s, and ends it at once, with the message, when any
 //! thread panics.
 //!
@@ -25,8 +28,8 @@ use std::time::{Duration, Instant};
 use common::watchdog::Watchdog;
 use common::*;
 use pageframe::{
-    Block, CpuCache, Gfp, Machine, MachineConfig, Migrator, Order, Pfn, Segment, SlowPathHooks,
-    ZoneKind,
+    Block, CpuCache, Gfp, Machine, MachineConfig, Migrator, Order, Pfn, PfnRange, Segment,
+    SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
     topology::Topology,
 };
@@ -49,19 +52,19 @@ impl Owners {
         &self.0[(pfn - BASE) as usize]
     }
 
-    /// Claims every frame of a block just allocated or moved to: one
-    /// already owned would be a frame handed out twice.
-    fn claim(&self, pfn: u64, order: Order, id: u32) {
-        for f in pfn..pfn + order.pages() {
+    /// Claims every frame of `pages` frames just allocated or moved to:
+    /// one already owned would be a frame handed out twice.
+    fn claim(&self, pfn: u64, pages: u64, id: u32) {
+        for f in pfn..pfn + pages {
             if let Err(other) = self.slot(f).compare_exchange(0, id, Relaxed, Relaxed) {
                 panic!("frame {f:#x} handed to block {id} while block {other} owns it");
             }
         }
     }
 
-    /// Gives a block's frames up.
-    fn release(&self, pfn: u64, order: Order, id: u32) {
-        for f in pfn..pfn + order.pages() {
+    /// Gives `pages` frames up.
+    fn release(&self, pfn: u64, pages: u64, id: u32) {
+        for f in pfn..pfn + pages {
             assert_eq!(self.slot(f).swap(0, Relaxed), id, "owner of frame {f:#x}");
         }
     }
@@ -156,10 +159,10 @@ impl Migrator for Mover<'_, '_, '_> {
     }
 
     fn migrated(&mut self, b: Block, from: Pfn) {
-        let order = b.order();
+        let pages = b.order().pages();
         let id = self.books.owners.slot(from.get()).load(Relaxed);
-        self.books.owners.release(from.get(), order, id);
-        self.books.owners.claim(b.pfn().get(), order, id);
+        self.books.owners.release(from.get(), pages, id);
+        self.books.owners.claim(b.pfn().get(), pages, id);
         self.books.put(id, Thing::Block(b));
         self.moves += 1;
     }
@@ -178,9 +181,9 @@ fn machine(workers: u32) -> &'static Machine<'static> {
     m
 }
 
-/// A block a worker holds: its id, its order, and whether it is a
+/// A block a worker holds: its id, its frames, and whether it is a
 /// contiguous range (freed with `free_segment`).
-type Held = (u32, Order, bool);
+type Held = (u32, u64, bool);
 
 /// The calls the watchdog names.
 const CALLS: &[&str] = &[
@@ -192,6 +195,12 @@ const CALLS: &[&str] = &[
     "tick",
     "kcompactd",
     "bad free",
+    "split",
+    "free_raw",
+    "alloc_contig_range",
+    "offline_range",
+    "add_free_range",
+    "validate",
 ];
 
 /// One worker: a CPU with its handle, its blocks and its free ids.
@@ -231,11 +240,153 @@ impl Worker<'_, '_> {
         };
         if let Ok(a) = got {
             self.ids.pop();
-            self.books.owners.claim(a.pfn().get(), order, id);
-            self.books.put(id, Thing::Block(a));
-            self.held.push((id, order, false));
-            self.done += 1;
+            self.keep(id, Thing::Block(a));
         }
+    }
+
+    /// Records `t` as id `id`'s, held by this worker.
+    fn keep(&mut self, id: u32, t: Thing) {
+        let (pfn, pages, contig) = match &t {
+            Thing::Block(b) => (b.pfn().get(), b.order().pages(), false),
+            Thing::Segment(s) => (s.start().get(), s.len(), true),
+        };
+        self.books.owners.claim(pfn, pages, id);
+        self.books.put(id, t);
+        self.held.push((id, pages, contig));
+        self.done += 1;
+    }
+
+    /// Takes the block of `held[i]` out of the books (its frames given up
+    /// in the owner table), unless the compactor holds it or it is a
+    /// range: `None`, nothing changed.
+    fn take_block(&mut self, i: usize) -> Option<Block> {
+        let (id, pages, contig) = self.held[i];
+        if contig {
+            return None;
+        }
+        let Thing::Block(b) = self.books.take(id)? else {
+            unreachable!("id {id} holds a block")
+        };
+        self.books.owners.release(b.pfn().get(), pages, id);
+        self.held.swap_remove(i);
+        self.ids.push(id);
+        Some(b)
+    }
+
+    /// Splits block `held[i]` into its halves, each a block of its own.
+    fn split(&mut self, i: usize) {
+        // The halves need the block's id and one more.
+        if self.ids.is_empty() {
+            return;
+        }
+        let Some(b) = self.take_block(i) else { return };
+        match self.m.split(b) {
+            Ok((lo, hi)) => {
+                for half in [lo, hi] {
+                    let id = self.ids.pop().unwrap();
+                    self.keep(id, Thing::Block(half));
+                }
+            }
+            // One frame, or a block a compactor is moving: still ours.
+            Err(refused) => {
+                let id = self.ids.pop().unwrap();
+                self.keep(id, Thing::Block(refused.into_inner()));
+            }
+        }
+    }
+
+    /// Frees a random part of block `held[i]` by number; the rest stays
+    /// allocated as the blocks that tile it, made blocks again (or freed
+    /// by number too, when this worker is short of ids).
+    fn free_part(&mut self, i: usize) {
+        let Some(b) = self.take_block(i) else { return };
+        let (p, order) = b.into_raw();
+        let n = order.pages();
+        let a = self.rng.gen_range(0..n);
+        let e = self.rng.gen_range(a + 1..=n);
+        let part = PfnRange::new(p + a, p + e);
+        // SAFETY: the block was this worker's, held only as this number
+        // from here on (its frames left the owner table, so the mover
+        // leaves it alone).
+        unsafe { self.m.free_raw(part) }.unwrap();
+        self.done += 1;
+        let rest = [PfnRange::new(p, p + a), PfnRange::new(p + e, p + n)];
+        for r in rest {
+            if r.is_empty() {
+                continue;
+            }
+            if self.ids.len() < 32 {
+                // SAFETY: as above: still this worker's, as numbers.
+                unsafe { self.m.free_raw(r) }.unwrap();
+                continue;
+            }
+            for (q, o) in r.blocks(order) {
+                // SAFETY: a piece of the block the partial free left
+                // allocated (the blocks tiling the rest), this worker's.
+                let piece = unsafe { self.m.block_from_raw(q, o) }.unwrap_or_else(|e| {
+                    panic!(
+                        "piece {q:?}/{} of {p:?}/{} freed in {part:?}: {e}",
+                        o.get(),
+                        order.get()
+                    )
+                });
+                let id = self.ids.pop().unwrap();
+                self.keep(id, Thing::Block(piece));
+            }
+        }
+    }
+
+    /// A contiguous range at a random place of a random zone (any length
+    /// up to two pageblocks, any alignment), its blocks moved out of the
+    /// way by a migrator that drains the caches with this CPU's handle.
+    fn alloc_contig_range(&mut self) -> bool {
+        let Some(&id) = self.ids.last() else {
+            return false;
+        };
+        let len = self.rng.gen_range(1..=1024);
+        let start = BASE + self.rng.gen_range(0..FRAMES - len);
+        let range = PfnRange::new(Pfn(start), Pfn(start + len));
+        let mut mover = Mover {
+            cpu: Some(&mut self.cpu),
+            ..Mover::new(self.books)
+        };
+        let Ok(s) = self.m.alloc_contig_range(range, &mut mover) else {
+            return false;
+        };
+        assert_eq!(s.range(), range);
+        self.ids.pop();
+        self.keep(id, Thing::Segment(s));
+        true
+    }
+
+    /// Takes one or two pageblocks offline (their blocks moved out), or
+    /// brings a range taken offline before back: which it did, if any.
+    fn offline_or_online(&mut self, offline: &Mutex<Vec<PfnRange>>) -> Option<Onoff> {
+        let back = {
+            let mut o = offline.lock().unwrap();
+            if !o.is_empty() && self.rng.gen_bool(0.5) {
+                let k = self.rng.gen_range(0..o.len());
+                Some(o.swap_remove(k))
+            } else {
+                None
+            }
+        };
+        if let Some(r) = back {
+            self.m.add_free_range(r).unwrap();
+            return Some(Onoff::Online);
+        }
+        let zone = self.rng.gen_range(0..3);
+        let blocks = self.rng.gen_range(1..=2);
+        let first = self.rng.gen_range(0..ZONE / PB - blocks + 1);
+        let start = BASE + zone * ZONE + first * PB;
+        let range = PfnRange::new(Pfn(start), Pfn(start + blocks * PB));
+        let mut mover = Mover {
+            cpu: Some(&mut self.cpu),
+            ..Mover::new(self.books)
+        };
+        self.m.offline_range(range, &mut mover).ok()?;
+        offline.lock().unwrap().push(range);
+        Some(Onoff::Offline)
     }
 
     /// A contiguous range of `2^k` frames (unmovable: compaction leaves
@@ -256,10 +407,7 @@ impl Worker<'_, '_> {
         {
             assert_eq!(a.len(), pages);
             self.ids.pop();
-            self.books.owners.claim(a.start().get(), order, id);
-            self.books.put(id, Thing::Segment(a));
-            self.held.push((id, order, true));
-            self.done += 1;
+            self.keep(id, Thing::Segment(a));
         }
     }
 
@@ -279,15 +427,15 @@ impl Worker<'_, '_> {
     /// Frees block `i` of `held` through the cache or the zone path; false
     /// if the compactor holds it for a move (retry later).
     fn free(&mut self, i: usize) -> bool {
-        let (id, order, _) = self.held[i];
+        let (id, pages, _) = self.held[i];
         let Some(thing) = self.books.take(id) else {
             return false;
         };
         let pfn = thing.start();
-        self.books.owners.release(pfn, order, id);
+        self.books.owners.release(pfn, pages, id);
         match thing {
             Thing::Segment(s) => {
-                assert_eq!(s.len(), order.pages());
+                assert_eq!(s.len(), pages);
                 self.m.free_segment(s).unwrap();
             }
             Thing::Block(b) => {
@@ -298,10 +446,9 @@ impl Worker<'_, '_> {
                     .inspect(|z| z.buddy().block_at(b.pfn()));
                 match core {
                     Some(pageframe::zone::BlockInfo::Allocated { head, order: o, .. })
-                        if head == b.pfn() && o == order => {}
+                        if head == b.pfn() && o.pages() == pages => {}
                     other => panic!(
-                        "held block {pfn:#x}/{} (id {id}) is {other:?} in the core",
-                        order.get()
+                        "held block {pfn:#x} of {pages} frames (id {id}) is {other:?} in the core"
                     ),
                 }
                 let r = if self.rng.gen_bool(0.7) {
@@ -325,7 +472,7 @@ impl Worker<'_, '_> {
         if self.held.is_empty() {
             return;
         }
-        let (id, order, contig) = self.held[self.rng.gen_range(0..self.held.len())];
+        let (id, _, contig) = self.held[self.rng.gen_range(0..self.held.len())];
         if contig {
             return;
         }
@@ -333,7 +480,7 @@ impl Worker<'_, '_> {
         let Some(Thing::Block(b)) = slot.as_ref() else {
             return;
         };
-        let pfn = b.pfn().get();
+        let (pfn, order) = (b.pfn().get(), b.order());
         let wrong = Order::new(order.get() ^ 1).unwrap();
         let mut tries = vec![(pfn, wrong)];
         if order.get() > 0 {
@@ -354,7 +501,7 @@ impl Worker<'_, '_> {
 
     /// Base pages this worker holds, and those in its caches.
     fn pages(&mut self) -> (u64, u64) {
-        let held = self.held.iter().map(|&(_, o, _)| o.pages()).sum();
+        let held = self.held.iter().map(|&(_, pages, _)| pages).sum();
         let cached = self
             .m
             .all_zones()
@@ -363,6 +510,31 @@ impl Worker<'_, '_> {
             .sum();
         (held, cached)
     }
+}
+
+/// What [`Worker::offline_or_online`] did.
+enum Onoff {
+    Offline,
+    Online,
+}
+
+/// What the run did, counted by its threads.
+#[derive(Default)]
+struct Counts {
+    ops: AtomicU64,
+    checkpoints: AtomicU64,
+    moves: AtomicU64,
+    drains: AtomicU64,
+    contigs: AtomicU64,
+    reports: AtomicU64,
+    splits: AtomicU64,
+    part_frees: AtomicU64,
+    ranges: AtomicU64,
+    ranges_taken: AtomicU64,
+    offlines: AtomicU64,
+    offlined: AtomicU64,
+    onlined: AtomicU64,
+    validations: AtomicU64,
 }
 
 fn soak_for(duration: Duration, seed: u64, workers: u32) {
@@ -375,24 +547,24 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let books = &books;
     let stop = AtomicBool::new(false);
     let pause = AtomicBool::new(false);
-    // Workers, the compactor and the clock meet at checkpoints; a worker
-    // waiting there keeps serving drain requests to its caches.
-    // A thread that panics ends the run at once: the barriers give up and
-    // the watchdog prints its message.
-    let dog = Watchdog::start(workers as usize + 1, CALLS, Duration::from_secs(10));
-    let barrier = dog.barrier(workers as usize + 2);
+    // Ranges taken offline, to bring back.
+    let offline: Mutex<Vec<PfnRange>> = Mutex::new(Vec::new());
+    // Workers, the compactor, the checker and the clock meet at
+    // checkpoints; a worker waiting there keeps serving drain requests to
+    // its caches. A thread that panics ends the run at once: the barriers
+    // give up and the watchdog prints its message.
+    let dog = Watchdog::start(workers as usize + 2, CALLS, Duration::from_secs(10));
+    let barrier = dog.barrier(workers as usize + 3);
     let mailboxes: Vec<Mutex<Vec<Held>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
     let counted = AtomicU64::new(0);
-    let (ops, checkpoints, moves) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let (drains, contigs, reports) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let tally = Counts::default();
     let start = Instant::now();
 
     std::thread::scope(|s| {
         for w in 0..workers {
-            let (stop, pause, barrier, mailboxes, dog) =
-                (&stop, &pause, &barrier, &mailboxes, &dog);
-            let (counted, ops, drains, contigs, reports) =
-                (&counted, &ops, &drains, &contigs, &reports);
+            let (stop, pause, barrier, mailboxes, dog, offline) =
+                (&stop, &pause, &barrier, &mailboxes, &dog, &offline);
+            let (counted, tally) = (&counted, &tally);
             s.spawn(move || {
                 let i = w as usize;
                 let _watched = dog.worker(i);
@@ -406,6 +578,9 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                     rng: SmallRng::seed_from_u64(seed ^ (u64::from(w) << 32)),
                     done: 0,
                 };
+                let count = |c: &AtomicU64| {
+                    c.fetch_add(1, Relaxed);
+                };
                 while !stop.load(Relaxed) {
                     if pause.load(Relaxed) {
                         // Everyone at rest first: a drain another CPU is
@@ -418,45 +593,71 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                         barrier.wait(|| me.cpu.poll());
                         continue;
                     }
+                    let some = |me: &mut Worker| me.rng.gen_range(0..me.held.len());
                     match me.rng.gen_range(0..1000) {
-                        0..=439 => dog.call(i, 0, || me.alloc()),
-                        440..=839 if !me.held.is_empty() => {
-                            let k = me.rng.gen_range(0..me.held.len());
+                        0..=409 => dog.call(i, 0, || me.alloc()),
+                        410..=759 if !me.held.is_empty() => {
+                            let k = some(&mut me);
                             dog.call(i, 1, || me.free(k));
                         }
-                        840..=889 if !me.held.is_empty() => {
+                        760..=789 if !me.held.is_empty() => {
+                            let k = some(&mut me);
+                            dog.call(i, 8, || me.split(k));
+                            count(&tally.splits);
+                        }
+                        790..=819 if !me.held.is_empty() => {
+                            let k = some(&mut me);
+                            dog.call(i, 9, || me.free_part(k));
+                            count(&tally.part_frees);
+                        }
+                        820..=869 if !me.held.is_empty() => {
                             // Hand a block (and its id) to the next CPU.
-                            let k = me.rng.gen_range(0..me.held.len());
+                            let k = some(&mut me);
                             let b = me.held.swap_remove(k);
                             mailboxes[(w as usize + 1) % workers as usize]
                                 .lock()
                                 .unwrap()
                                 .push(b);
                         }
-                        890..=929 => {
+                        870..=909 => {
                             let got = std::mem::take(&mut *mailboxes[i].lock().unwrap());
                             me.held.extend(got);
                         }
-                        930..=959 => dog.call(i, 7, || me.bad_free()),
-                        960..=969 => {
+                        910..=929 => dog.call(i, 7, || me.bad_free()),
+                        930..=939 => {
                             dog.call(i, 2, || {
                                 m.drain_pcp(Some(&mut me.cpu), |_| std::thread::yield_now())
                             });
-                            drains.fetch_add(1, Relaxed);
+                            count(&tally.drains);
                         }
-                        970..=979 => {
+                        940..=949 => {
                             dog.call(i, 3, || me.alloc_contig());
-                            contigs.fetch_add(1, Relaxed);
+                            count(&tally.contigs);
                         }
-                        980..=984 => {
+                        950..=959 => {
+                            if dog.call(i, 10, || me.alloc_contig_range()) {
+                                count(&tally.ranges_taken);
+                            }
+                            count(&tally.ranges);
+                        }
+                        960..=964 => {
+                            match dog.call(i, 11, || me.offline_or_online(offline)) {
+                                Some(Onoff::Offline) => count(&tally.offlined),
+                                Some(Onoff::Online) => count(&tally.onlined),
+                                None => {}
+                            }
+                            count(&tally.offlines);
+                        }
+                        965..=969 => {
                             dog.call(i, 4, || me.report());
-                            reports.fetch_add(1, Relaxed);
+                            count(&tally.reports);
                         }
                         _ => dog.call(i, 5, || me.cpu.tick()),
                     }
                 }
                 // The end: everything back, twice (hand-overs made after
-                // the first pass land before the second).
+                // the first pass land before the second), and every range
+                // taken offline online again.
                 for _ in 0..2 {
                     let got = std::mem::take(&mut *mailboxes[i].lock().unwrap());
                     me.held.extend(got);
@@ -466,13 +667,16 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                     }
                     barrier.wait(|| me.cpu.poll());
                 }
+                while let Some(r) = offline.lock().unwrap().pop() {
+                    dog.call(i, 12, || m.add_free_range(r)).unwrap();
+                }
                 me.cpu.drain();
-                ops.fetch_add(me.done, Relaxed);
+                tally.ops.fetch_add(me.done, Relaxed);
             });
         }
         // The compactor: kcompactd of both nodes and whole-node compaction.
         {
-            let (stop, pause, barrier, moves, dog) = (&stop, &pause, &barrier, &moves, &dog);
+            let (stop, pause, barrier, dog, tally) = (&stop, &pause, &barrier, &dog, &tally);
             s.spawn(move || {
                 let me = workers as usize;
                 let _watched = dog.worker(me);
@@ -496,7 +700,34 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                     });
                     std::thread::yield_now();
                 }
-                moves.store(mover.moves, Relaxed);
+                tally.moves.store(mover.moves, Relaxed);
+                barrier.wait(|| {});
+                barrier.wait(|| {});
+            });
+        }
+        // The checker: `validate()` every few milliseconds while everything
+        // above runs (at rest, the clock checks too).
+        {
+            let (stop, pause, barrier, dog, tally) = (&stop, &pause, &barrier, &dog, &tally);
+            s.spawn(move || {
+                let me = workers as usize + 1;
+                let _watched = dog.worker(me);
+                while !stop.load(Relaxed) {
+                    if pause.load(Relaxed) {
+                        for _ in 0..3 {
+                            barrier.wait(|| {});
+                        }
+                        continue;
+                    }
+                    if let Err(e) = dog.call(me, 13, || m.validate()) {
+                        panic!(
+                            "validate() while running, after {} passes: {e}",
+                            tally.validations.load(Relaxed)
+                        );
+                    }
+                    tally.validations.fetch_add(1, Relaxed);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 barrier.wait(|| {});
                 barrier.wait(|| {});
             });
@@ -518,18 +749,21 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                     mb.lock()
                         .unwrap()
                         .iter()
-                        .map(|&(_, o, _)| o.pages())
+                        .map(|&(_, pages, _)| pages)
                         .sum::<u64>()
                 })
                 .sum();
             let in_use = counted.load(Relaxed) + mailed;
+            // Memory offline is neither free nor managed.
+            let off: u64 = offline.lock().unwrap().iter().map(PfnRange::len).sum();
+            assert_eq!(m.managed_pages() + off, managed, "checkpoint: managed");
             assert_eq!(
                 m.free_pages() + in_use,
-                managed,
+                m.managed_pages(),
                 "checkpoint: free + held/cached/mailed"
             );
             m.validate().unwrap();
-            checkpoints.fetch_add(1, Relaxed);
+            tally.checkpoints.fetch_add(1, Relaxed);
             pause.store(false, Relaxed);
             barrier.wait(|| {});
             next = Instant::now() + Duration::from_secs(1);
@@ -540,6 +774,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
         dog.joining();
     });
     dog.stop();
+    assert_eq!(m.managed_pages(), managed, "memory left offline");
     assert_eq!(m.free_pages(), managed, "frames lost");
     assert!(
         books.owners.0.iter().all(|o| o.load(Relaxed) == 0),
@@ -547,19 +782,32 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     );
     m.validate().unwrap();
     let c = m.total_stats().compact;
+    let get = |a: &AtomicU64| a.load(Relaxed);
     println!(
-        "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} drains of every cache, {} contiguous allocations tried, {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",
-        ops.load(Relaxed),
+        "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} validate() passes while running, 0 failed; {} splits, {} partial frees, {} drains of every cache, {} contiguous allocations and {} ranges tried ({} ranges taken), {} offlines or onlines tried ({} offline, {} online), {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",
+        get(&tally.ops),
         start.elapsed().as_secs_f64(),
-        checkpoints.load(Relaxed),
-        drains.load(Relaxed),
-        contigs.load(Relaxed),
-        reports.load(Relaxed),
-        moves.load(Relaxed),
+        get(&tally.checkpoints),
+        get(&tally.validations),
+        get(&tally.splits),
+        get(&tally.part_frees),
+        get(&tally.drains),
+        get(&tally.contigs),
+        get(&tally.ranges),
+        get(&tally.ranges_taken),
+        get(&tally.offlines),
+        get(&tally.offlined),
+        get(&tally.onlined),
+        get(&tally.reports),
+        get(&tally.moves),
         c.migrate_success,
         c.runs
     );
-    assert!(checkpoints.load(Relaxed) >= 1, "no checkpoint ran");
+    assert!(get(&tally.checkpoints) >= 1, "no checkpoint ran");
+    assert!(
+        get(&tally.validations) >= 1,
+        "validate() never ran alongside"
+    );
 }
 
 #[test]

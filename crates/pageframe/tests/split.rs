@@ -91,10 +91,28 @@ fn bad_splits_hand_the_block_back_unchanged() {
     let one = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     let refused = m.split(one).unwrap_err();
     assert_eq!(refused.reason(), FreeError::SingleFrame);
+    // The message names the call that refused, not a free.
+    assert!(
+        refused.to_string().starts_with("split of Block(")
+            && refused
+                .to_string()
+                .ends_with(": a block of one frame cannot be split"),
+        "{refused}"
+    );
     let one = refused.into_inner();
     let foreign = other.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
     let refused = m.split(foreign).unwrap_err();
     assert_eq!(refused.reason(), FreeError::Foreign);
+    let refused = m.guard(refused.into_inner()).unwrap_err();
+    assert!(
+        refused.to_string().starts_with("guard of Block("),
+        "{refused}"
+    );
+    let refused = m.free(refused.into_inner()).unwrap_err();
+    assert!(
+        refused.to_string().starts_with("free of Block("),
+        "{refused}"
+    );
     other.free(refused.into_inner()).unwrap();
     m.free(one).unwrap();
     assert_eq!(m.free_pages(), 4 * PB);

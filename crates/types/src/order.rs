@@ -26,7 +26,11 @@ impl Order {
     /// The order of a 2 MiB huge page with 4 KiB frames.
     pub const HUGE_2M: Order = Order(9);
 
-    /// `Some(order)` if `n <= ORDER_LIMIT`.
+    /// `Some(order)` if `n <= ORDER_LIMIT`. Orders above the default
+    /// maximum (10) are real: a zone's maximum order is its configuration's
+    /// (Linux's `CONFIG_ARCH_FORCE_MAX_ORDER`), up to [`ORDER_LIMIT`], and
+    /// a zone refuses only the orders above its own maximum (in
+    /// `pageframe`, `AllocError::OrderTooLarge`).
     #[inline]
     pub const fn new(n: u8) -> Option<Order> {
         if n <= ORDER_LIMIT {

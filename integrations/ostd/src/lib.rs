@@ -60,6 +60,9 @@ pub struct FrameAllocator {
 pub enum DeallocError {
     /// The address or size is not a whole number of frames.
     Misaligned,
+    /// The frames run past the last frame number: no allocation is that
+    /// large.
+    Overflow,
     /// No memory was ever handed over (no machine to give it to).
     NoMachine,
     /// A frame of the range is not allocated (never added, free already,
@@ -221,7 +224,9 @@ impl FrameAllocator {
             return None;
         }
         let m = self.frames.machine().ok()?;
-        let want = frames.next_power_of_two().max(align);
+        // Checked: past 2^63 frames the power of two does not exist (a
+        // wrapped one would be a single frame).
+        let want = frames.checked_next_power_of_two()?.max(align);
         let max = m.mobility_config().buddy.max_order;
         if want > max.pages() {
             return Self::alloc_range(m, frames, align);
@@ -367,7 +372,10 @@ impl FrameAllocator {
         pfn: Pfn,
         frames: u64,
     ) -> Result<(), DeallocError> {
-        let end = pfn.checked_add(frames).ok_or(DeallocError::Misaligned)?;
+        let end = pfn
+            .checked_add(frames)
+            .filter(|e| e.get() <= pageframe::zone::MAX_PFN)
+            .ok_or(DeallocError::Overflow)?;
         let range = PfnRange::new(pfn, end);
         // SAFETY: the caller's promise, passed on.
         match unsafe { m.free_raw(range) } {
@@ -415,17 +423,26 @@ impl FrameAllocator {
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting
-    /// refusals: see [`Incremental::add`].
+    /// refusals: see [`Incremental::add`]. A range that reaches beyond the
+    /// physical address width, or whose end overflows 64 bits, is refused
+    /// whole ([`AddError::AddressWidth`]).
     ///
     /// # Safety
     ///
     /// Usable RAM the caller gives up to the allocator, mapped at `virt`
     /// inside the window whenever an allocation may come.
     pub unsafe fn add_free_memory(&self, addr: PhysAddr, size: u64) -> Result<(), AddError> {
-        let end = PhysAddr::new(addr.get().saturating_add(size));
-        let range = PfnRange::new(addr.pfn_up(), end.pfn_down().max(addr.pfn_up()));
-        // SAFETY: the caller's promise, passed on.
-        let r = unsafe { self.frames.add(range) };
+        let r = match addr.get().checked_add(size) {
+            Some(end) => {
+                let end = PhysAddr::new(end).pfn_down().max(addr.pfn_up());
+                // SAFETY: the caller's promise, passed on.
+                unsafe { self.frames.add(PfnRange::new(addr.pfn_up(), end)) }
+            }
+            // Past the end of a 64-bit address space, so beyond any width.
+            None => Err(AddError::AddressWidth {
+                pfn: addr.pfn_up().max(PhysAddr::new(u64::MAX).pfn_down()),
+            }),
+        };
         if r.is_err() {
             self.refused_adds.fetch_add(1, Relaxed);
         }

@@ -254,7 +254,21 @@ fn layouts_are_honoured_and_impossible_ones_refused() {
     assert_eq!(a.alloc_frames(0, 1), None);
     assert_eq!(a.alloc_frames(1, 3), None);
     assert_eq!(a.alloc_frames(PART * 2, 1), None);
-    assert_eq!(a.counters().failed_allocs, 3);
+    // Sizes whose power of two or alignment lies beyond 64 bits: no frame
+    // (a wrapped size would have been one frame).
+    for (frames, align) in [
+        (1 << 63 | 1, 1),
+        (u64::MAX, 1),
+        (1, 1 << 63),
+        (u64::MAX, 1 << 63),
+    ] {
+        assert_eq!(
+            a.alloc_frames(frames, align),
+            None,
+            "{frames:#x}, {align:#x}"
+        );
+    }
+    assert_eq!(a.counters().failed_allocs, 7);
     let m = a.machine().unwrap();
     assert_eq!(m.free_pages(), m.managed_pages());
 }
@@ -303,13 +317,15 @@ fn bad_input_is_refused_counted_and_changes_nothing() {
             Err(DeallocError::Misaligned)
         );
         assert_eq!(a.dealloc(p.addr(), 100), Err(DeallocError::Misaligned));
+        // A size that runs past the last frame number says so.
+        assert_eq!(a.dealloc_frames(p, u64::MAX), Err(DeallocError::Overflow));
     }
     assert_eq!(m.free_pages(), free);
     assert_eq!(
         a.counters(),
         Counters {
             refused_adds: 1,
-            refused_frees: 7,
+            refused_frees: 8,
             failed_allocs: 0,
             adopted_frames: 0
         }
@@ -404,5 +420,32 @@ fn threads_free_parts(k: u64, path: Path, threads: u64) {
     // Everything back but the caches' own memory.
     let used = m.managed_pages() - m.free_pages();
     assert!(used > 0 && used < 64, "{used}");
+    m.validate().unwrap();
+}
+
+#[test]
+fn memory_beyond_the_address_width_is_refused_and_the_rest_works() {
+    let (a, added) = allocator(6);
+    // SAFETY: each call is refused, with nothing taken.
+    unsafe {
+        for (addr, size) in [
+            (1 << 60, u64::MAX),
+            (1 << 60, 1 << 20),
+            (u64::MAX - 4095, 8192),
+        ] {
+            let r = a.add_free_memory(PhysAddr::new(addr), size);
+            assert!(
+                matches!(r, Err(AddError::AddressWidth { .. })),
+                "{addr:#x} + {size:#x}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(a.counters().refused_adds, 3);
+    let p = a.alloc_frames(16, 16).unwrap();
+    let m = a.machine().unwrap();
+    assert!(m.managed_pages() <= added);
+    // SAFETY: just allocated, not used.
+    unsafe { a.dealloc_frames(p, 16) }.unwrap();
+    assert_eq!(m.free_pages(), m.managed_pages());
     m.validate().unwrap();
 }

@@ -26,8 +26,15 @@ pub enum AddError {
     /// More disjoint ranges than the machine gathers before it is built.
     TooManyRanges,
     /// Handed over after the machine was built, outside the zones it was
-    /// built with (or beyond the address width): the caller keeps it.
+    /// built with: the caller keeps it.
     NotCovered(SetupError),
+    /// The range reaches beyond the physical address width of the
+    /// machine's configuration ([`MachineConfig::phys_bits`]): a kernel
+    /// could not map those frames, so none of it is taken.
+    AddressWidth {
+        /// The first frame of the range beyond the width.
+        pfn: Pfn,
+    },
 }
 
 impl core::fmt::Display for AddError {
@@ -36,6 +43,9 @@ impl core::fmt::Display for AddError {
             AddError::Overlap(r) => write!(f, "{r:?} was handed over before"),
             AddError::TooManyRanges => f.write_str("more disjoint ranges than the set holds"),
             AddError::NotCovered(e) => write!(f, "no zone holds the range: {e}"),
+            AddError::AddressWidth { pfn } => {
+                write!(f, "frame {pfn} lies beyond the physical address width")
+            }
         }
     }
 }
@@ -131,8 +141,10 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     /// Hands `range` over. Before the machine is built it is gathered;
     /// after, it is onlined in the zones whose spans hold it. Refused,
     /// with nothing taken: a range that meets one handed over before, one
-    /// more disjoint range than `N` before the build, or after the build
-    /// a range outside the zones built.
+    /// more disjoint range than `N` before the build, one beyond the
+    /// physical address width (checked here, before and after the build:
+    /// the plan would refuse to build over it), or after the build a range
+    /// outside the zones built.
     ///
     /// # Safety
     ///
@@ -143,6 +155,12 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     pub unsafe fn add(&self, range: PfnRange) -> Result<(), AddError> {
         if range.is_empty() {
             return Ok(());
+        }
+        let limit = self.config.pfn_limit();
+        if range.end > limit {
+            return Err(AddError::AddressWidth {
+                pfn: range.start.max(limit),
+            });
         }
         let mut g = self.gathered.lock();
         let meets =

@@ -1,8 +1,9 @@
 //! Who holds each block (Linux's `page_owner`, feature `page-owner`): every
-//! block handed out records its caller's tag, the call site and an
-//! allocation sequence number; the record follows the block when it is
-//! split or migrated and stays after it is freed (the last owner, for
-//! use-after-free reports).
+//! allocation (a block, a contiguous range, a CMA buffer) records its
+//! caller's tag, the call site and an allocation sequence number; the
+//! record follows the block when it is split or migrated and stays after
+//! it is freed (the last owner, for use-after-free reports). A range is
+//! held as the blocks that tile it, each with the range's record.
 //!
 //! The tag is the kernel's ([`crate::Machine::alloc_tagged`]: a task id, a
 //! subsystem, a return address) or, for the untagged entry points, the
@@ -95,7 +96,10 @@ pub(crate) struct Owners<'a> {
 impl<'a> Owners<'a> {
     /// Bytes for `span`'s records, alignment slack included.
     pub(crate) const fn bytes(span: PfnRange) -> usize {
-        span.len() as usize * size_of::<Record>() + align_of::<Record>() - 1
+        match pageframe_types::carve::bytes_for::<Record>(span.len() as usize) {
+            Some(b) => b,
+            None => usize::MAX,
+        }
     }
 
     /// Carves the records of `span` off the front of `mem`; returns them

@@ -42,7 +42,9 @@ pub fn claim_cpu<'m>(m: &'m Machine<'static>, cpu: u32, node: NodeId) -> CpuCach
     loop {
         match m.cpu(CpuId(cpu), node) {
             Ok(c) => return c,
-            Err(pageframe::pcp::PcpError::Busy) => std::thread::yield_now(),
+            Err(pageframe::pcp::CpuError::Pcp(pageframe::pcp::PcpError::Busy)) => {
+                std::thread::yield_now()
+            }
             Err(e) => panic!("CPU {cpu}'s handle: {e:?}"),
         }
     }

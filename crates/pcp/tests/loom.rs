@@ -169,3 +169,42 @@ fn concurrent_drains_of_two_zones_end() {
         }
     });
 }
+
+/// With a home ([`PcpConfig::with_home`]): a drainer and an owner whose
+/// cache holds frames of its home and a foreign free at once; whatever the
+/// interleaving, every frame ends up in the zone and the owner keeps
+/// working.
+#[test]
+fn drain_takes_home_and_foreign_frames() {
+    builder().check(|| {
+        let sizing = PcpSizing::new(2, 8, 8).unwrap();
+        let config = PcpConfig::X86_64
+            .with_home(Order::new_truncated(2))
+            .unwrap();
+        let mem: &'static mut [Slot] = Box::leak(vec![Slot::EMPTY; 4].into_boxed_slice());
+        let slots = Box::leak(
+            vec![PcpSlot::new(PerCpuPages::new(mem, sizing, config).unwrap())].into_boxed_slice(),
+        );
+        let set: &'static PcpSet<'static, 'static> = Box::leak(Box::new(PcpSet::new(slots)));
+        let zone = leak_zone();
+        zone.free.lock().unwrap().extend([1, 0]);
+        let mut owner = set.claim(CpuId(0)).unwrap();
+        let mt = MigrateType::Movable;
+        let o0 = Order::new_truncated(0);
+        // A refill of two from region 0 (frames 0..4): the home.
+        let a = owner.alloc(zone, o0, mt).unwrap();
+        let t = thread::spawn(move || {
+            owner.free(zone, a, o0, mt).unwrap();
+            owner.free(zone, Pfn(9), o0, mt).unwrap();
+            owner.poll(zone);
+            drop(owner);
+        });
+        set.drain_cpu(zone, CpuId(0), None, |_| thread::yield_now())
+            .unwrap();
+        t.join().unwrap();
+        set.drain_cpu(zone, CpuId(0), None, |_| {}).unwrap();
+        let mut v = zone.free.lock().unwrap().clone();
+        v.sort();
+        assert_eq!(v, vec![0, 1, 9]);
+    });
+}

@@ -444,7 +444,9 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
         let (m, node) = (self.machine, self.node);
         let (r, highest) = m.preferred(node, gfp)?;
         let (z, local, meta) = self.locals.entry(r)?;
-        let flags = m.fast_flags_at(node, gfp, r);
+        // The request's own flags: a hit needs only its mark and whether it
+        // may use the reserves (a refill takes no fallback flags either).
+        let flags = crate::gfp::AllocFlags::fast(gfp);
         let hooks = m.traced_cpu(Some(self.cpu));
         let pfn = z.cache_hit(&hooks, local, gfp, order, flags, highest)?;
         Some(Block::with_zone_meta(*meta, pfn, order))

@@ -149,7 +149,30 @@ impl FrameAllocator {
     /// so no two calls reach one CPU's handle at once.
     pub unsafe fn alloc_frames_local(&self, frames: u64, align: u64) -> Option<Pfn> {
         // SAFETY: the caller's promise, passed on.
-        match unsafe { self.local() } {
+        let h = unsafe { self.local() };
+        // One frame, the common case, straight from the handle.
+        if frames == 1
+            && align <= 1
+            && let Some(h) = h
+        {
+            if let Ok(b) = h.alloc(Gfp::KERNEL, Order::ZERO) {
+                return Some(b.into_raw().0);
+            }
+            self.failed_allocs.fetch_add(1, Relaxed);
+            return None;
+        }
+        self.alloc_general(frames, align, h)
+    }
+
+    /// [`FrameAllocator::alloc_frames_local`] of anything but one frame.
+    #[inline(never)]
+    fn alloc_general(
+        &self,
+        frames: u64,
+        align: u64,
+        h: Option<&mut CpuCache<'static, 'static>>,
+    ) -> Option<Pfn> {
+        match h {
             Some(h) => self.counted_alloc(frames, align, Via::Local(h)),
             None => self.counted_alloc(frames, align, Via::Claim),
         }
@@ -292,8 +315,39 @@ impl FrameAllocator {
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
     pub unsafe fn dealloc_frames_local(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         // SAFETY: the caller's promises, passed on.
+        let h = unsafe { self.local() };
+        // One frame, the common case, straight to the handle; anything it
+        // refuses (changing nothing) takes the general path.
+        if frames == 1
+            && let Some(h) = h
+        {
+            // SAFETY: the caller's promise: the frame is its own,
+            // allocated by this allocator, held as a number only.
+            if unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok() {
+                return Ok(());
+            }
+            // SAFETY: as above.
+            return unsafe { self.counted_dealloc(pfn, frames, Via::Claim) };
+        }
+        // SAFETY: the caller's promises, passed on.
+        unsafe { self.dealloc_general(pfn, frames, h) }
+    }
+
+    /// [`FrameAllocator::dealloc_frames_local`] of anything but one frame.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames`].
+    #[inline(never)]
+    unsafe fn dealloc_general(
+        &self,
+        pfn: Pfn,
+        frames: u64,
+        h: Option<&mut CpuCache<'static, 'static>>,
+    ) -> Result<(), DeallocError> {
+        // SAFETY: the caller's promise, passed on.
         unsafe {
-            match self.local() {
+            match h {
                 Some(h) => self.counted_dealloc(pfn, frames, Via::Local(h)),
                 None => self.counted_dealloc(pfn, frames, Via::Claim),
             }

@@ -190,6 +190,11 @@ impl PerCpuPages<'_> {
             self.free_count += pages;
         }
         let zflags = zone.flags();
+        // The order-0 path's quick exit: a calm zone, no free-high drain
+        // and `count` below `high` leave `nr_pcp_high` nothing to change.
+        if made_room == 0 && !free_high && zflags.is_empty() && self.count < self.high {
+            return Ok(FreeOutcome::Cached);
+        }
         Ok(self.commit_threshold(zone, zflags, li, free_high, made_room))
     }
 

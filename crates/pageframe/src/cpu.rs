@@ -286,9 +286,15 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         gfp: Gfp,
         order: Order,
     ) -> Result<Block, AllocError> {
-        self.traced(node, gfp, order, Some(cpu), Caller::here(), || {
-            self.alloc_on_untraced(cpu, node, gfp, order)
-        })
+        self.traced(
+            node,
+            gfp,
+            order,
+            Some(cpu),
+            Caller::here(),
+            #[inline(always)]
+            || self.alloc_on_untraced(cpu, node, gfp, order),
+        )
     }
 
     #[inline(always)]

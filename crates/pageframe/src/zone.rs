@@ -572,18 +572,28 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
     /// Whether `pfn` heads a live allocation of `order` (for a kernel's
     /// number turned back into a block): the reason it does not.
+    #[inline]
     pub(crate) fn check_live(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
-        let e = match self.states.get(pfn) {
-            State::Allocated(o, _) if o == order => return Ok(()),
+        match self.states.get(pfn) {
+            State::Allocated(o, _) if o == order => Ok(()),
+            s => Err(self.not_live(pfn, order, s)),
+        }
+    }
+
+    /// Why `(pfn, order)`, whose ownership byte says `s`, is no live
+    /// allocation (see [`Zone::refusal`]).
+    #[cold]
+    fn not_live(&self, pfn: Pfn, order: Order, s: State) -> FreeError {
+        let e = match s {
             State::Allocated(o, _) => FreeError::WrongOrder { allocated: o },
             State::Isolated(_) | State::MovedOut(_) => FreeError::Busy,
             State::Cached(_) | State::Free => FreeError::AlreadyFree,
         };
         let z = self.inner.lock();
-        Err(self.refusal(&z, pfn, order, e))
+        self.refusal(&z, pfn, order, e)
     }
 
     /// Gives every stripe's reservation back to the zone (before a range is

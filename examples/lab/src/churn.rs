@@ -1,14 +1,17 @@
 //! The allocators the order-0 churn scenarios (`frag`, `scattered-movable`)
 //! run side by side: pageframe's `Machine` as a kernel uses it (default
-//! configuration, zone path), the buddy core as it was before chunks (the
-//! old default, frozen in `benches/legacy`), and `buddy_system_allocator`.
+//! configuration, zone path, and through a CPU's per-CPU cache), the buddy
+//! core as it was before chunks (the old default, frozen in
+//! `benches/legacy`), and `buddy_system_allocator`.
 //! Each is asked the same questions: one frame, give one back, and how
 //! much free memory is whole 2 MiB blocks.
 
 use std::mem::MaybeUninit;
 
 use buddy_system_allocator::FrameAllocator as Bsa;
-use pageframe::{Block, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+use pageframe::{
+    Block, CpuCache, CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind,
+};
 
 /// Frames in a 2 MiB block.
 pub const HUGE: u64 = 512;
@@ -31,6 +34,7 @@ pub trait Churn {
 pub fn all(frames: u64) -> Vec<Box<dyn Churn>> {
     vec![
         Box::new(MachineZone::new(frames)),
+        Box::new(MachineCached::new(frames)),
         Box::new(Legacy::new(frames)),
         Box::new(Peer::new(frames)),
     ]
@@ -45,21 +49,89 @@ pub struct MachineZone {
     held: Vec<Option<Block>>,
 }
 
+/// The one-node machine over `[0, frames)` the `Machine` rows use, with
+/// per-CPU caches for one CPU if `pcp`.
+fn machine(frames: u64, pcp: bool) -> &'static Machine<'static> {
+    let span = PfnRange::new(Pfn(0), Pfn(frames));
+    // Leaked with its metadata: the lab is a short-lived host program.
+    let m: &'static mut Machine<'static> =
+        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+    let meta: &'static mut [MaybeUninit<u8>] =
+        Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
+    m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
+        .expect("zone");
+    m.add_free_range(span).expect("memory");
+    m.set_min_free_kbytes(0);
+    if pcp {
+        let mem = Box::leak(Box::new_uninit_slice(m.pcp_bytes(1).expect("sizing")));
+        m.enable_pcp(1, mem).expect("caches");
+    }
+    m
+}
+
+/// Frames in free, aligned 2 MiB blocks of the machine's zone.
+fn machine_huge_free(m: &Machine<'static>) -> u64 {
+    let z = m
+        .node(NodeId::ZERO)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .expect("zone");
+    z.inspect(|z| {
+        z.nr_free()
+            .iter()
+            .enumerate()
+            .skip(9)
+            .map(|(o, n)| n << o)
+            .sum()
+    })
+}
+
+/// The same machine allocating through CPU 0's per-CPU cache
+/// (`CpuCache::alloc`/`free`); its cache is drained before each count (the
+/// frames it holds are free, but not the zone's).
+pub struct MachineCached {
+    m: &'static Machine<'static>,
+    cpu: CpuCache<'static, 'static>,
+    held: Vec<Option<Block>>,
+}
+
+impl MachineCached {
+    /// The machine over `[0, frames)`, with caches.
+    pub fn new(frames: u64) -> MachineCached {
+        let m = machine(frames, true);
+        MachineCached {
+            m,
+            cpu: m.cpu(CpuId(0), NodeId::ZERO).expect("CPU 0"),
+            held: (0..frames).map(|_| None).collect(),
+        }
+    }
+}
+
+impl Churn for MachineCached {
+    fn name(&self) -> &'static str {
+        "pageframe Machine, per-CPU cache"
+    }
+    fn alloc(&mut self) -> Option<u64> {
+        let b = self.cpu.alloc(Gfp::HIGHUSER_MOVABLE, Order::ZERO).ok()?;
+        let p = b.pfn().get();
+        self.held[p as usize] = Some(b);
+        Some(p)
+    }
+    fn free(&mut self, pfn: u64) {
+        let b = self.held[pfn as usize].take().expect("a held frame");
+        self.cpu.free(b).expect("free");
+    }
+    fn huge_free(&mut self) -> u64 {
+        self.cpu.drain();
+        self.m.drain_stripes();
+        machine_huge_free(self.m)
+    }
+}
+
 impl MachineZone {
     /// The machine over `[0, frames)`.
     pub fn new(frames: u64) -> MachineZone {
-        let span = PfnRange::new(Pfn(0), Pfn(frames));
-        // Leaked with its metadata: the lab is a short-lived host program.
-        let m: &'static mut Machine<'static> =
-            Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
-        let meta: &'static mut [MaybeUninit<u8>] =
-            Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
-        m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
-            .expect("zone");
-        m.add_free_range(span).expect("memory");
-        m.set_min_free_kbytes(0);
         MachineZone {
-            m,
+            m: machine(frames, false),
             held: (0..frames).map(|_| None).collect(),
         }
     }
@@ -83,19 +155,7 @@ impl Churn for MachineZone {
         self.m.free(b).expect("free");
     }
     fn huge_free(&mut self) -> u64 {
-        let z = self
-            .m
-            .node(NodeId::ZERO)
-            .and_then(|n| n.zone(ZoneKind::Normal))
-            .expect("zone");
-        z.inspect(|z| {
-            z.nr_free()
-                .iter()
-                .enumerate()
-                .skip(9)
-                .map(|(o, n)| n << o)
-                .sum()
-        })
+        machine_huge_free(self.m)
     }
 }
 

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pageframe_benches::{
-    FRAMES_4G, Facade, Frames, core_zone, fill, legacy_meta, legacy_zone, machine, meta,
-    mobile_meta, mobile_zone, peer, span,
+    FRAMES_4G, Facade, Frames, core_zone, fill, machine, meta, mobile_meta, mobile_zone, peer, span,
 };
 use pageframe_buddy::{BuddyConfig, BuddyZone, SingleList};
 use rand::rngs::SmallRng;
@@ -53,12 +52,6 @@ macro_rules! each_allocator {
             let mut z = core_zone(s, &mut m);
             let $a = &mut z;
             $g.bench_function(BenchmarkId::new($name, "buddy"), $body);
-        }
-        {
-            let mut m = legacy_meta(s);
-            let mut z = legacy_zone(s, &mut m);
-            let $a = &mut z;
-            $g.bench_function(BenchmarkId::new($name, "legacy"), $body);
         }
         {
             let mut f = Facade(machine(s, 0, pageframe::zone::MobilityConfig::DEFAULT));

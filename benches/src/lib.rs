@@ -87,67 +87,6 @@ pub fn machine_with_hooks<H: Hooks>(
     m
 }
 
-/// The buddy core as it was before chunks (every block on a LIFO free list,
-/// 16 bytes a frame), frozen in `benches/legacy`: the old default, run
-/// side by side with the current core.
-pub type Legacy<'a> = pageframe_legacy_buddy::BuddyZone<'a>;
-
-/// An owned, untouched metadata buffer for the legacy core over `span`.
-pub fn legacy_meta(span: PfnRange) -> Box<[MaybeUninit<u8>]> {
-    Box::new_uninit_slice(Legacy::metadata_bytes(
-        legacy_span(span),
-        pageframe_legacy_buddy::BuddyConfig::default(),
-    ))
-}
-
-fn legacy_span(span: PfnRange) -> pageframe_legacy_buddy::PfnRange {
-    pageframe_legacy_buddy::PfnRange::new(
-        pageframe_legacy_buddy::Pfn(span.start.get()),
-        pageframe_legacy_buddy::Pfn(span.end.get()),
-    )
-}
-
-/// The legacy core over `span`, all of it free.
-pub fn legacy_zone(span: PfnRange, meta: &mut [MaybeUninit<u8>]) -> Legacy<'_> {
-    let s = legacy_span(span);
-    let mut z = Legacy::new(
-        s,
-        pageframe_legacy_buddy::BuddyConfig::default(),
-        meta,
-        pageframe_legacy_buddy::SingleList,
-    )
-    .expect("zone");
-    z.add_free_range(s).expect("range");
-    z
-}
-
-impl Frames for Legacy<'_> {
-    type Handle = u64;
-    #[inline]
-    fn pfn(block: &u64) -> u64 {
-        *block
-    }
-    #[inline]
-    fn alloc(&mut self, order: u8) -> Option<u64> {
-        Legacy::alloc(
-            self,
-            pageframe_legacy_buddy::Order::new(order)?,
-            pageframe_legacy_buddy::ListId::DEFAULT,
-        )
-        .ok()
-        .map(|p| p.get())
-    }
-    #[inline]
-    fn free(&mut self, pfn: u64, order: u8) {
-        Legacy::free(
-            self,
-            pageframe_legacy_buddy::Pfn(pfn),
-            pageframe_legacy_buddy::Order::new(order).expect("order"),
-        )
-        .expect("free");
-    }
-}
-
 /// The peer over the same frames.
 pub fn peer(span: PfnRange) -> Peer<33> {
     let mut p = Peer::<33>::new();

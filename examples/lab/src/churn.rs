@@ -1,8 +1,7 @@
 //! The allocators the order-0 churn scenarios (`frag`, `scattered-movable`)
 //! run side by side: pageframe's `Machine` as a kernel uses it (default
-//! configuration, zone path, and through a CPU's per-CPU cache), the buddy
-//! core as it was before chunks (the old default, frozen in
-//! `benches/legacy`), and `buddy_system_allocator`.
+//! configuration, zone path, and through a CPU's per-CPU cache) and
+//! `buddy_system_allocator`.
 //! Each is asked the same questions: one frame, give one back, and how
 //! much free memory is whole 2 MiB blocks.
 
@@ -35,7 +34,6 @@ pub fn all(frames: u64) -> Vec<Box<dyn Churn>> {
     vec![
         Box::new(MachineZone::new(frames)),
         Box::new(MachineCached::new(frames)),
-        Box::new(Legacy::new(frames)),
         Box::new(Peer::new(frames)),
     ]
 }
@@ -156,49 +154,6 @@ impl Churn for MachineZone {
     }
     fn huge_free(&mut self) -> u64 {
         machine_huge_free(self.m)
-    }
-}
-
-/// The buddy core before chunks: every free block on a LIFO list.
-pub struct Legacy {
-    z: pageframe_legacy_buddy::BuddyZone<'static>,
-}
-
-impl Legacy {
-    /// The legacy core over `[0, frames)`.
-    pub fn new(frames: u64) -> Legacy {
-        use pageframe_legacy_buddy as l;
-        let span = l::PfnRange::new(l::Pfn(0), l::Pfn(frames));
-        let cfg = l::BuddyConfig::default();
-        let meta: &'static mut [MaybeUninit<u8>] = Box::leak(Box::new_uninit_slice(
-            l::BuddyZone::<l::SingleList>::metadata_bytes(span, cfg),
-        ));
-        let mut z = l::BuddyZone::new(span, cfg, meta, l::SingleList).expect("zone");
-        z.add_free_range(span).expect("memory");
-        Legacy { z }
-    }
-}
-
-impl Churn for Legacy {
-    fn name(&self) -> &'static str {
-        "legacy core (old default)"
-    }
-    fn alloc(&mut self) -> Option<u64> {
-        use pageframe_legacy_buddy as l;
-        self.z
-            .alloc(l::Order::ZERO, l::ListId::DEFAULT)
-            .ok()
-            .map(|p| p.get())
-    }
-    fn free(&mut self, pfn: u64) {
-        use pageframe_legacy_buddy as l;
-        self.z.free(l::Pfn(pfn), l::Order::ZERO).expect("free");
-    }
-    fn huge_free(&mut self) -> u64 {
-        use pageframe_legacy_buddy as l;
-        (9..=10)
-            .map(|o| self.z.free_blocks(l::Order::new(o).unwrap_or_default()) << o)
-            .sum()
     }
 }
 

@@ -1,8 +1,8 @@
 //! scattered-movable: order-0 movable churn over a large zone, and
 //! how much free memory stays usable as 2 MiB blocks. Migratetypes alone
 //! cannot help here (every frame is movable); filling the fullest pageblock
-//! first (the buddy core's default) can. The old default
-//! core and `buddy_system_allocator` run beside it.
+//! first (the buddy core's default) can, through the zone and through a
+//! CPU's cache. `buddy_system_allocator` runs beside it.
 //!
 //! Protocol: allocate 90% of the zone's frames at order 0 (movable), free a
 //! random half, then iterate: free a random 10% of the zone's frames (from

@@ -65,7 +65,10 @@ impl PerCpuPages<'_> {
 
     /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
     /// onto the foreign list, which goes back to the zone whole once it
-    /// holds a batch. The bookkeeping is an order-0 free's.
+    /// holds a batch, or more during a streak of frees, as `nr_pcp_free`
+    /// spills more then (spec 04 §5.4): a CPU that only frees (another
+    /// CPU's pages) takes the zone lock once per streak-sized batch. The
+    /// bookkeeping is an order-0 free's.
     #[inline(never)]
     fn free_foreign<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn) -> Result<FreeOutcome, PcpError> {
         let mut spilled = 0;
@@ -86,7 +89,8 @@ impl PerCpuPages<'_> {
         if self.free_count < self.free_count_cap {
             self.free_count += 1;
         }
-        if self.foreign >= self.sizing.batch().max(1) {
+        let threshold = self.free_count.max(self.sizing.batch()).max(1);
+        if self.foreign >= threshold {
             spilled += self.spill_foreign(zone);
         }
         Ok(match spilled {

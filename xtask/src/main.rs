@@ -10,6 +10,9 @@
 //! * `ostd-bench [--boots N] [--icount]` only the OSTD kernel's side-by-side
 //!   rows, medians of N boots (default 3), under `-icount shift=0` with
 //!   `--icount` (guest instructions instead of the host's cycles)
+//! * `instructions [path]` instructions a pair of each allocation path
+//!   (zone, a CPU's cache, `alloc_on`, the OSTD adapter's calls), counted
+//!   by callgrind: `benches/src/bin/pairs.rs`
 //! * `fuzz <t|all> <s>` run a cargo-fuzz target (or all) for `s` seconds
 //! * `miri`            the Miri subset (crates with `unsafe`)
 //! * `loom`            the loom models of the cross-CPU protocols
@@ -1065,6 +1068,7 @@ fn main() -> ExitCode {
             .and_then(|()| release_sizes())
             .and_then(|()| ostd()),
         Some("ostd") => ostd(),
+        Some("instructions") => instructions(args.get(1).map(String::as_str)),
         Some("ostd-bench") => {
             let boots = args
                 .iter()
@@ -1117,7 +1121,7 @@ fn main() -> ExitCode {
         Some("portability") => portability(),
         Some("peers") => peers::peers(&args[1..]),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|ostd|ostd-bench [--boots N] [--icount]|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
+        _ => Err("usage: cargo xtask <test|ostd|ostd-bench [--boots N] [--icount]|instructions [path]|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -1126,4 +1130,52 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The paths `benches/src/bin/pairs.rs` runs.
+const PAIR_PATHS: &[&str] = &[
+    "zone",
+    "cached",
+    "on-cpu",
+    "ostd-local",
+    "ostd-claimed",
+    "ostd-local-2m",
+];
+
+/// Instructions a pair of each path (or of `only`): the `pairs` program
+/// under callgrind with 100 000 and 200 000 pairs, the difference over
+/// 100 000 (the set-up cancels out). Counts, unlike times, repeat exactly
+/// whatever else the machine does.
+fn instructions(only: Option<&str>) -> Result<(), String> {
+    if !have("valgrind") {
+        return Err("valgrind missing; install with: apt-get install -y valgrind".into());
+    }
+    run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-p",
+        "pageframe-benches",
+        "--bin",
+        "pairs",
+    ]))?;
+    let bin = root().join("target/release/pairs");
+    let count = |path: &str, n: u64| -> Result<u64, String> {
+        let out = Command::new("valgrind")
+            .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+            .arg(&bin)
+            .args([path, &n.to_string()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        err.lines()
+            .find_map(|l| l.split("Collected : ").nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("{path}: no count from callgrind:\n{err}"))
+    };
+    println!("| path | instructions a pair |\n|---|---:|");
+    for path in PAIR_PATHS.iter().filter(|p| only.is_none_or(|o| o == **p)) {
+        let (a, b) = (count(path, 100_000)?, count(path, 200_000)?);
+        println!("| {path} | {:.1} |", (b - a) as f64 / 100_000.0);
+    }
+    Ok(())
 }

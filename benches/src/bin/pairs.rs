@@ -1,0 +1,139 @@
+//! `pairs <path> <n>`: `n` alloc+free pairs through one path, for an
+//! instruction counter (`cargo xtask instructions` runs it under
+//! callgrind twice, with two `n`, and prints the difference a pair: the
+//! set-up cancels out). Every path goes through the public API.
+//!
+//! Paths: `zone` (`Machine::alloc`/`free`), `cached` (a `CpuCache` held by
+//! its CPU), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
+//! number between), `ostd-local` and `ostd-claimed` (one frame through
+//! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
+//! segment through the local calls).
+
+use std::hint::black_box;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use pageframe::{
+    CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, PhysAddr, ZoneKind,
+};
+use pageframe_ostd::FrameAllocator;
+
+fn leak(n: usize) -> &'static mut [MaybeUninit<u8>] {
+    Box::leak(Box::new_uninit_slice(n))
+}
+
+/// A 4 GiB machine with caches for two CPUs.
+fn machine() -> &'static Machine<'static> {
+    let m: &'static mut Machine<'static> =
+        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+    let span = PfnRange::new(Pfn(1 << 20), Pfn(2 << 20));
+    m.add_zone(
+        NodeId::ZERO,
+        ZoneKind::Normal,
+        span,
+        leak(m.zone_metadata_bytes(span)),
+    )
+    .expect("zone");
+    m.add_free_range(span).expect("memory");
+    let bytes = m.pcp_bytes(2).expect("sizing");
+    m.enable_pcp(2, leak(bytes)).expect("caches");
+    m
+}
+
+/// Host memory standing for 256 MiB of physical memory from 0, for the
+/// OSTD adapter (which carves its metadata from the memory it is given).
+static BASE: AtomicU64 = AtomicU64::new(0);
+
+fn virt(pa: PhysAddr) -> *mut u8 {
+    (BASE.load(Relaxed) + pa.get()) as *mut u8
+}
+
+fn two_cpus() -> u32 {
+    2
+}
+
+fn cpu_zero() -> u32 {
+    0
+}
+
+fn ostd() -> &'static FrameAllocator {
+    let frames = 1u64 << 16;
+    let ram: &'static mut [MaybeUninit<u8>] = leak((frames * 4096) as usize + 4096);
+    let base = ram.as_mut_ptr() as u64;
+    BASE.store(base.next_multiple_of(4096), Relaxed);
+    let a: &'static FrameAllocator = Box::leak(Box::new(FrameAllocator::with_pcp(
+        PfnRange::new(Pfn(0), Pfn(frames)),
+        virt,
+        two_cpus,
+        cpu_zero,
+    )));
+    // SAFETY: the simulated memory is this program's alone, given up to the
+    // allocator for good and reachable at `virt`.
+    unsafe { a.add_free_memory(PhysAddr::new(4096), (frames - 1) * 4096) }.expect("memory");
+    a
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (path, n) = match args.as_slice() {
+        [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
+        _ => panic!("usage: pairs <zone|cached|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"),
+    };
+    let o0 = Order::ZERO;
+    match path {
+        "zone" => {
+            let m = machine();
+            for _ in 0..n {
+                let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame");
+                m.free(black_box(b)).expect("freed");
+            }
+        }
+        "cached" => {
+            let m = machine();
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).expect("CPU 0");
+            for _ in 0..n {
+                let b = c.alloc(Gfp::KERNEL, o0).expect("a frame");
+                c.free(black_box(b)).expect("freed");
+            }
+        }
+        "on-cpu" => {
+            let m = machine();
+            for _ in 0..n {
+                let (p, o) = m
+                    .alloc_on(CpuId(0), NodeId::ZERO, Gfp::KERNEL, o0)
+                    .expect("a frame")
+                    .into_raw();
+                // SAFETY: the block allocated just above, kept only as
+                // this number.
+                let b = unsafe { m.block_from_raw(black_box(p), o) }.expect("live");
+                m.free_on(CpuId(0), b).expect("freed");
+            }
+        }
+        "ostd-local" | "ostd-claimed" | "ostd-local-2m" => {
+            let a = ostd();
+            let k = if path == "ostd-local-2m" { 512 } else { 1 };
+            let local = path != "ostd-claimed";
+            for _ in 0..n {
+                let p = if local {
+                    // SAFETY: this program is one thread, CPU 0 for the
+                    // allocator.
+                    unsafe { a.alloc_frames_local(k, k) }
+                } else {
+                    a.alloc_frames(k, k)
+                }
+                .expect("frames");
+                let p = black_box(p);
+                if local {
+                    // SAFETY: the frames allocated just above; one thread,
+                    // CPU 0.
+                    unsafe { a.dealloc_frames_local(p, k) }
+                } else {
+                    // SAFETY: the frames allocated just above.
+                    unsafe { a.dealloc_frames(p, k) }
+                }
+                .expect("freed");
+            }
+        }
+        other => panic!("no path {other}"),
+    }
+}

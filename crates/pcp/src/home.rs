@@ -1,6 +1,6 @@
-//! An order-0 list's home (see [`crate::PcpConfig::with_home`]): the
-//! aligned region of `2^home` frames its frames come from, and the frames
-//! of it the cache holds, one bit each.
+//! An order-0 list's home (see [`crate::PcpConfig::with_home`], spec 04
+//! §5.6): the aligned region of `2^home` frames its frames come from, and
+//! the frames of it the cache holds, one bit each.
 //!
 //! Every frame of a home list lies in one region, so the list is a bitmap
 //! of that region rather than a linked list: taking a frame is two bit

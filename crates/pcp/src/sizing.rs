@@ -203,8 +203,8 @@ impl PcpConfig {
         })
     }
 
-    /// Keeps order-0 placement (a departure from Linux, as the buddy core's
-    /// fullest-first choice is): each order-0 list has a *home*, the
+    /// Keeps order-0 placement (a departure from Linux, spec 04 §5.6, as the
+    /// buddy core's fullest-first choice is): each order-0 list has a *home*, the
     /// aligned region of `2^home` frames its last refill came from (the
     /// zone's chunk, a pageblock). A free inside the home goes on the list
     /// and is handed out again; a free outside it goes on a separate

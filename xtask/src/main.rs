@@ -1135,6 +1135,7 @@ fn main() -> ExitCode {
 /// The paths `benches/src/bin/pairs.rs` runs.
 const PAIR_PATHS: &[&str] = &[
     "zone",
+    "zone-2m",
     "cached",
     "on-cpu",
     "ostd-local",

@@ -3,7 +3,8 @@
 //! callgrind twice, with two `n`, and prints the difference a pair: the
 //! set-up cancels out). Every path goes through the public API.
 //!
-//! Paths: `zone` (`Machine::alloc`/`free`), `cached` (a `CpuCache` held by
+//! Paths: `zone` (`Machine::alloc`/`free`), `zone-2m` (the same, a 2 MiB
+//! block), `cached` (a `CpuCache` held by
 //! its CPU), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
@@ -77,14 +78,17 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
-        _ => panic!("usage: pairs <zone|cached|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"),
+        _ => panic!(
+            "usage: pairs <zone|zone-2m|cached|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"
+        ),
     };
     let o0 = Order::ZERO;
     match path {
-        "zone" => {
+        "zone" | "zone-2m" => {
             let m = machine();
+            let o = if path == "zone" { o0 } else { Order::HUGE_2M };
             for _ in 0..n {
-                let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame");
+                let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o).expect("a block");
                 m.free(black_box(b)).expect("freed");
             }
         }
@@ -132,6 +136,28 @@ fn main() {
                     unsafe { a.dealloc_frames(p, k) }
                 }
                 .expect("freed");
+            }
+        }
+        // `n` order-0 blocks taken through the zone, then (`-free`) given
+        // back in a random order: the difference is the frees' cost.
+        "zone-fill" | "zone-fill-free" => {
+            let m = machine();
+            let mut held: Vec<_> = (0..n)
+                .map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame"))
+                .collect();
+            if path == "zone-fill-free" {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                for i in (1..held.len()).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    held.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+                for b in held {
+                    m.free(b).expect("freed");
+                }
+            } else {
+                black_box(held);
             }
         }
         other => panic!("no path {other}"),

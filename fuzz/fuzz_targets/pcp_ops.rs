@@ -72,6 +72,14 @@ fn run(data: &[u8]) -> Result<()> {
         }
     };
     let nslots = u.int_in_range(1..=300usize)?;
+    // Linux's lists, or order-0 lists that keep to a home (spec 04 §5.6)
+    // of 2^0 .. 2^10 frames.
+    let config = match u.int_in_range(0..=13u8)? {
+        h @ 0..=10 => PcpConfig::X86_64
+            .with_home(Order::new_truncated(h))
+            .expect("a home of at most 2^10 frames"),
+        _ => PcpConfig::X86_64,
+    };
     let zone = RefZone::new();
     for (o, first, n) in INITIAL {
         zone.add_blocks(Order::new_truncated(o), first, n);
@@ -79,7 +87,7 @@ fn run(data: &[u8]) -> Result<()> {
     let mut mems: Vec<Vec<Slot>> = (0..2).map(|_| vec![Slot::EMPTY; nslots]).collect();
     let slots: Vec<PcpSlot<'_>> = mems
         .iter_mut()
-        .map(|m| PcpSlot::new(PerCpuPages::new(m, sizing, PcpConfig::X86_64).unwrap()))
+        .map(|m| PcpSlot::new(PerCpuPages::new(m, sizing, config).unwrap()))
         .collect();
     let set = PcpSet::new(&slots);
     let mut cpus: Vec<Option<LocalPcp<'_, '_>>> =

@@ -107,6 +107,7 @@ fn run(data: &[u8]) -> Result<()> {
                             assert!((o.get() > 3 && o.get() != 9) || !mt.has_pcp_lists())
                         }
                         Err(AllocMiss::ZoneEmpty) => {}
+                        Err(AllocMiss::Busy) => panic!("alloc waits: it never answers Busy"),
                     }
                 }
             }

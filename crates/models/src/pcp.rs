@@ -106,21 +106,42 @@ impl RefZone {
             v.push(frame.0);
         }
     }
+
+    /// Holds the zone's lock until the guard drops: a caller that must
+    /// not wait then finds it busy ([`PcpZone::try_refill`]).
+    pub fn hold(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u64>>> {
+        self.lock()
+    }
+}
+
+/// Hands blocks of `order` from `pools` to `sink` until it is full.
+fn fill(pools: &mut [Vec<u64>], order: Order, sink: &mut RefillSink<'_, '_>) {
+    let Some(pool) = pools.get_mut(order.get() as usize) else {
+        return;
+    };
+    while sink.remaining() > 0 {
+        let Some(f) = pool.pop() else { break };
+        if let Err(back) = sink.push(Pfn(f)) {
+            pool.push(back.0);
+            break;
+        }
+    }
 }
 
 impl PcpZone for RefZone {
     fn refill(&self, order: Order, _mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
-        let mut p = self.lock();
-        let Some(pool) = p.get_mut(order.get() as usize) else {
-            return;
+        fill(&mut self.lock(), order, sink);
+    }
+
+    fn try_refill(&self, order: Order, _mt: MigrateType, sink: &mut RefillSink<'_, '_>) -> bool {
+        let mut p = match self.pools.try_lock() {
+            Ok(p) => p,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
         };
-        while sink.remaining() > 0 {
-            let Some(f) = pool.pop() else { break };
-            if let Err(back) = sink.push(Pfn(f)) {
-                pool.push(back.0);
-                break;
-            }
-        }
+        self.locks.fetch_add(1, Ordering::Relaxed);
+        fill(&mut p, order, sink);
+        true
     }
 
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {

@@ -61,6 +61,12 @@ impl PerCpuPages<'_> {
     ) -> Result<Pfn, AllocMiss> {
         let n = self.nr_pcp_alloc(zone.flags(), order);
         self.refill(zone, order, mt, li, n);
+        self.take_refilled(order, li)
+    }
+
+    /// The first block after a refill of list `li` (no local hit), or a
+    /// miss when the refill brought none.
+    fn take_refilled(&mut self, order: Order, li: ListIndex) -> Result<Pfn, AllocMiss> {
         match self.pop_head(li) {
             Some(f) => {
                 self.count -= order.pages() as u32;
@@ -72,6 +78,55 @@ impl PerCpuPages<'_> {
                 Err(AllocMiss::ZoneEmpty)
             }
         }
+    }
+
+    /// [`alloc`](Self::alloc) for a caller that must not wait (an NMI
+    /// handler, a tracer): a block off the list, or one from a refill the
+    /// zone grants at once ([`PcpZone::try_refill`]); never a spill. A
+    /// refill that would have to spill first (every slot in use) or that
+    /// the zone refuses returns [`AllocMiss::Busy`] with nothing changed:
+    /// not the lists, the counters or the tuning of `high`.
+    #[inline]
+    pub fn try_alloc<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: MigrateType,
+    ) -> Result<Pfn, AllocMiss> {
+        let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
+        if self.list_len(li) > 0 {
+            // A hit, which `alloc` takes without calling the zone.
+            return self.alloc(zone, order, mt);
+        }
+        self.try_alloc_refill(zone, order, mt, li)
+    }
+
+    /// [`try_alloc`](Self::try_alloc) after a miss: a refill the zone
+    /// grants at once.
+    #[inline(never)]
+    fn try_alloc_refill<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: MigrateType,
+        li: ListIndex,
+    ) -> Result<Pfn, AllocMiss> {
+        if self.lists.is_full() {
+            return Err(AllocMiss::Busy);
+        }
+        // `nr_pcp_alloc` tunes `high` as it sizes the refill: undone if
+        // the zone refuses.
+        let tuning = (self.high, self.alloc_factor);
+        let n = self.nr_pcp_alloc(zone.flags(), order);
+        if self
+            .refill_with(order, li, n, |sink| zone.try_refill(order, mt, sink))
+            .is_none()
+        {
+            (self.high, self.alloc_factor) = tuning;
+            return Err(AllocMiss::Busy);
+        }
+        self.free_count >>= 1;
+        self.take_refilled(order, li)
     }
 
     /// Fills `out` with blocks of `(order, mt)`, refilling as needed; returns
@@ -181,6 +236,23 @@ impl PerCpuPages<'_> {
             let b = self.sizing.batch().max(1);
             self.spill(zone, b, li);
         }
+        self.refill_with(order, li, n, |sink| {
+            zone.refill(order, mt, sink);
+            true
+        })
+        .unwrap_or(0)
+    }
+
+    /// A refill of list `li` by up to `n` blocks of `order` through `ask`
+    /// (one call into the zone): the blocks received, or `None`, with
+    /// nothing counted, when `ask` says the zone refused.
+    fn refill_with(
+        &mut self,
+        order: Order,
+        li: ListIndex,
+        n: u32,
+        ask: impl FnOnce(&mut RefillSink<'_, '_>) -> bool,
+    ) -> Option<usize> {
         // The sink refuses blocks once the slots run out (the zone keeps
         // them); a home list's sink, blocks of another region.
         let home = match self.config.home_order() {
@@ -188,12 +260,14 @@ impl PerCpuPages<'_> {
             _ => None,
         };
         let mut sink = RefillSink::new(&mut self.lists, home, li, n as usize);
-        zone.refill(order, mt, &mut sink);
+        if !ask(&mut sink) {
+            return None;
+        }
         let got = sink.taken();
         self.count += got as u32 * order.pages() as u32;
         self.stats.refills += 1;
         self.stats.refilled_blocks += got as u64;
         self.stats.zone_lock_acquisitions += 1;
-        got
+        Some(got)
     }
 }

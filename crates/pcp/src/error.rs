@@ -51,4 +51,9 @@ pub enum AllocMiss {
     /// The list was empty and the zone gave nothing on refill: the caller
     /// falls back to the zone path / slow path (spec 04 §4.1).
     ZoneEmpty,
+    /// A caller that must not wait was not served: the cache has remote
+    /// requests to honour first, or its list is empty and a refill would
+    /// have to wait for the zone or spill first
+    /// ([`crate::LocalPcp::try_alloc`]). Nothing changed.
+    Busy,
 }

@@ -436,6 +436,30 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.alloc(zone, order, mt))
     }
 
+    /// [`PerCpuPages::try_alloc`] on this CPU's cache, for a caller that
+    /// must not wait (it may have interrupted a holder of the zone lock).
+    /// Unlike every other operation it does not honour pending requests:
+    /// a drain spills to the zone, which may mean waiting for its lock,
+    /// and a drain acknowledged with frames left in the cache would let
+    /// its requester go on too early. So while a request is pending it
+    /// leaves the cache alone and returns [`AllocMiss::Busy`]; the owner,
+    /// or the requester once the handle is released, honours it as
+    /// before. Without a pending request, a block it takes or a refill it
+    /// makes is what any allocation does between two drains: a drain
+    /// requested meanwhile is honoured later, and empties the cache.
+    #[inline]
+    pub fn try_alloc<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        order: Order,
+        mt: MigrateType,
+    ) -> Result<Pfn, AllocMiss> {
+        if self.has_requests() {
+            return Err(AllocMiss::Busy);
+        }
+        self.with(|c| c.try_alloc(zone, order, mt))
+    }
+
     /// [`PerCpuPages::alloc_bulk`] on this CPU's cache.
     #[inline]
     pub fn alloc_bulk<Z: PcpZone>(

@@ -33,6 +33,17 @@ pub trait PcpZone {
     /// with the zone.
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>);
 
+    /// [`PcpZone::refill`] for a caller that must not wait
+    /// ([`crate::LocalPcp::try_alloc`]): `false`, with nothing pushed,
+    /// when the zone cannot be taken at once (its lock is held, on this
+    /// CPU too: an interrupted holder); `true` when it was, whatever it
+    /// pushed. The default refuses: a zone that does not implement it
+    /// serves such callers from what the cache holds.
+    fn try_refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) -> bool {
+        let _ = (order, mt, sink);
+        false
+    }
+
     /// `free_pcppages_bulk`: under one acquisition of the zone lock, free
     /// every block the batch yields (it yields `(frame, order)`, coldest
     /// first). The zone looks up each block's pageblock type itself (spec 04

@@ -3,7 +3,7 @@
 use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
     AllocMiss, FreeOutcome, ListIndex, MigrateType, Order, PcpConfig, PcpError, PcpFlags,
-    PcpSizing, PerCpuPages, Slot, ZoneFlags,
+    PcpSizing, PcpZone, PerCpuPages, Slot, ZoneFlags,
 };
 
 const O0: Order = Order::new_truncated(0);
@@ -478,4 +478,108 @@ fn foreign_frees_never_lose_a_frame_when_slots_run_out() {
     let mut back = zone.blocks(O0);
     back.sort();
     assert_eq!(back, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 200, 300, 400]);
+}
+
+/// Everything `try_alloc` may change, to compare before and after.
+fn snapshot(c: &PerCpuPages<'_>) -> (u32, u32, u8, u32, pageframe_pcp::PcpStats) {
+    (
+        c.count(),
+        c.high(),
+        c.alloc_factor(),
+        c.free_count(),
+        *c.stats(),
+    )
+}
+
+/// With the zone free, `try_alloc` hands out what `alloc` hands out, and
+/// leaves the cache as `alloc` leaves it: hits, refills and the tuning of
+/// `high` alike.
+#[test]
+fn try_alloc_with_a_free_zone_is_alloc() {
+    let (za, zb) = (
+        RefZone::with_blocks(O0, 0, 1000),
+        RefZone::with_blocks(O0, 0, 1000),
+    );
+    let (mut ma, mut mb) = (vec![Slot::EMPTY; 128], vec![Slot::EMPTY; 128]);
+    let (mut a, mut b) = (
+        cache(&mut ma, sizing(4, 16, 64)),
+        cache(&mut mb, sizing(4, 16, 64)),
+    );
+    for i in 0..300 {
+        // Frees now and then, so that streaks and spills play their part.
+        if i % 7 == 3 {
+            let f = pageframe_pcp::Pfn(5000 + i);
+            a.free(&za, f, O0, U).unwrap();
+            b.free(&zb, f, O0, U).unwrap();
+        }
+        assert_eq!(a.alloc(&za, O0, U), b.try_alloc(&zb, O0, U), "step {i}");
+        assert_eq!(snapshot(&a), snapshot(&b), "step {i}");
+    }
+    assert!(b.stats().refills > 5);
+    b.validate().unwrap();
+}
+
+/// The zone's lock is held (by this very thread: the interrupted holder
+/// of an NMI): `try_alloc` on an empty list returns `Busy` at once and
+/// changes nothing, neither the cache, its counters and tuning nor the
+/// zone; with the lock free again it refills.
+#[test]
+fn try_alloc_with_the_zone_busy_changes_nothing() {
+    let zone = RefZone::with_blocks(O0, 0, 100);
+    let mut mem = vec![Slot::EMPTY; 64];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    // A hit needs no zone: one frame cached, taken while the lock is held.
+    c.free(&zone, pageframe_pcp::Pfn(500), O0, U).unwrap();
+    let held = zone.hold();
+    assert_eq!(c.try_alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(500)));
+    let before = snapshot(&c);
+    assert_eq!(c.try_alloc(&zone, O0, U), Err(AllocMiss::Busy));
+    assert_eq!(snapshot(&c), before);
+    drop(held);
+    assert_eq!(zone.free_blocks(O0), 100);
+    assert_eq!(c.try_alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(0)));
+    assert_eq!(c.stats().refills, 1);
+    assert!(c.count() > 0);
+    c.validate().unwrap();
+}
+
+/// A zone that never implemented `try_refill` refuses it: such a zone's
+/// callers that must not wait get the cache's hits only.
+#[test]
+fn try_refill_is_refused_by_default() {
+    struct Plain(RefZone);
+    impl PcpZone for Plain {
+        fn refill(&self, o: Order, mt: MigrateType, sink: &mut pageframe_pcp::RefillSink<'_, '_>) {
+            self.0.refill(o, mt, sink)
+        }
+        fn spill(&self, batch: &mut pageframe_pcp::SpillBatch<'_, '_>) {
+            self.0.spill(batch)
+        }
+    }
+    let zone = Plain(RefZone::with_blocks(O0, 0, 100));
+    let mut mem = vec![Slot::EMPTY; 64];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    assert_eq!(c.try_alloc(&zone, O0, U), Err(AllocMiss::Busy));
+    assert_eq!((c.count(), c.stats().refills), (0, 0));
+    assert_eq!(zone.0.free_blocks(O0), 100);
+}
+
+/// Every slot holds another list's block: a refill would spill a batch
+/// first (the zone lock), so `try_alloc` returns `Busy` and nothing moves.
+#[test]
+fn try_alloc_never_spills_to_make_room() {
+    let zone = RefZone::with_blocks(O0, 0, 100);
+    let mut mem = vec![Slot::EMPTY; 4];
+    let mut c = cache(&mut mem, sizing(4, 16, 64));
+    for i in 0..4 {
+        c.free(&zone, pageframe_pcp::Pfn(1000 + i), O0, M).unwrap();
+    }
+    assert_eq!(c.count(), 4);
+    let before = snapshot(&c);
+    assert_eq!(c.try_alloc(&zone, O0, U), Err(AllocMiss::Busy));
+    assert_eq!(snapshot(&c), before);
+    assert_eq!(zone.free_blocks(O0), 100);
+    // The ordinary path spills to make room and refills.
+    c.alloc(&zone, O0, U).unwrap();
+    assert!(c.stats().spills > 0);
 }

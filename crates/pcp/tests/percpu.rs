@@ -69,6 +69,35 @@ fn drain_request_is_honoured_at_the_next_operation() {
     assert_eq!(owner.stats().drains, 1);
 }
 
+/// A caller that must not wait never honours a pending drain (that
+/// spills to the zone, and acknowledging it with frames left would let the
+/// requester go on too early): it leaves the cache alone, hits included,
+/// and the request stays pending until the owner's next operation.
+#[test]
+fn try_alloc_leaves_a_cache_with_a_pending_request_alone() {
+    let zone = RefZone::with_blocks(O0, 0, 100);
+    let mut mems = vec![vec![Slot::EMPTY; 64]; 1];
+    let s = slots(&mut mems, sizing());
+    let set = PcpSet::new(&s);
+    let mut owner = set.claim(CpuId(0)).unwrap();
+    let f = owner.alloc(&zone, O0, U).unwrap();
+    owner.free(&zone, f, O0, U).unwrap();
+    let (count, stats) = (owner.count(), owner.stats());
+    assert!(count > 0);
+    let t = set.request_drain(CpuId(0)).unwrap();
+    assert_eq!(
+        owner.try_alloc(&zone, O0, U),
+        Err(pageframe_pcp::AllocMiss::Busy)
+    );
+    assert_eq!((owner.count(), owner.stats()), (count, stats));
+    assert!(!set.is_drained(t));
+    // The owner's next operation honours it, and then serves.
+    owner.poll(&zone);
+    assert!(set.is_drained(t));
+    assert_eq!((owner.count(), zone.free_pages()), (0, 100));
+    assert!(owner.try_alloc(&zone, O0, U).is_ok());
+}
+
 #[test]
 fn drain_all_empties_unowned_and_local_caches() {
     let zone = RefZone::with_blocks(O0, 0, 1000);

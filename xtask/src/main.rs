@@ -683,6 +683,7 @@ const TSAN: &[(&str, &str)] = &[
     ("pageframe", "cache"),
     ("pageframe", "soundness"),
     ("pageframe", "hotplug"),
+    ("pageframe", "any_context"),
     ("pageframe-pcp", "stress"),
     ("pageframe-swap", "stress"),
 ];

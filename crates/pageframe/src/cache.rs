@@ -327,7 +327,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         mt: MigrateType,
         sink: &mut RefillSink<'_, '_>,
     ) {
-        let mut z = self.inner.lock();
+        self.refill_locked(self.inner.lock(), hooks, order, mt, sink)
+    }
+
+    /// [`Zone::refill_traced`] with the lock `z` already taken.
+    pub(crate) fn refill_locked<H: Hooks>(
+        &self,
+        mut z: crate::zone::ZoneGuard<'_, 'a, R>,
+        hooks: &H,
+        order: Order,
+        mt: MigrateType,
+        sink: &mut RefillSink<'_, '_>,
+    ) {
         // The movable list holds CMA frames too (Linux's pcp lists do).
         let mode = if mt == MigrateType::Movable {
             pageframe_mobility::AllocMode::CMA

@@ -23,12 +23,18 @@ pub enum AllocError {
     /// The order exceeds the zones' maximum order.
     OrderTooLarge,
     /// The GFP flags combine incompatible bits (two zone selectors, movable
-    /// and reclaimable at once).
+    /// and reclaimable at once), or ask [`crate::Machine::try_alloc`] for
+    /// what it never does (reclaim, reserves).
     InvalidGfp,
     /// No zone the GFP flags allow exists for the requesting node.
     NoEligibleZone,
     /// The node is not one of the machine's topology.
     NoSuchNode,
+    /// [`crate::Machine::try_alloc`] would have had to wait for a lock
+    /// (a zone's, held by another CPU or by code this call interrupted),
+    /// and no zone could serve without one: nothing changed. Retry later,
+    /// or from a context that may wait.
+    Busy,
 }
 
 impl From<pageframe_buddy::AllocError> for AllocError {
@@ -53,6 +59,7 @@ impl fmt::Display for AllocError {
             AllocError::InvalidGfp => "the GFP flags combine incompatible bits",
             AllocError::NoEligibleZone => "no zone the GFP flags allow exists for this node",
             AllocError::NoSuchNode => "the node is not part of the machine's topology",
+            AllocError::Busy => "a lock the call may not wait for was held",
         })
     }
 }

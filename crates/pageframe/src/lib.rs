@@ -62,12 +62,15 @@ extern crate std;
 // The files that add to `Machine`, in the order its docs read (rustdoc
 // lists impl blocks in the order of the modules): set-up, nodes and zones,
 // tuning, allocation and counting; the slow path; per-CPU caches;
-// contiguous ranges, CMA, hotplug; background compaction; reporting.
+// allocation from any context; contiguous ranges, CMA, hotplug;
+// background compaction; reporting.
 mod machine;
 
 mod slow_path;
 
 mod cpu;
+
+mod nolock;
 
 pub mod contig;
 

@@ -106,6 +106,12 @@
 //!
 //! ### What never waits
 //!
+//! [`crate::Machine::try_alloc`], the allocation from any context, takes
+//! every lock with `try_lock` (a CPU's cache by compare-and-swap, without
+//! honouring its requests; a stripe; the zone) and fails with
+//! [`crate::AllocError::Busy`] where it would wait, so it may run while
+//! its own CPU holds any of them (an NMI handler).
+//!
 //! A free of a block being migrated, reported or isolated returns
 //! [`crate::FreeError::Busy`] at once; compaction and contiguous ranges
 //! skip or refuse memory that is busy, and their passes are bounded. A free

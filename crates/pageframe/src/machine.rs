@@ -757,10 +757,44 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         caller: Caller,
         f: impl FnOnce() -> Result<Block, AllocError>,
     ) -> Result<Block, AllocError> {
-        let _ = caller;
         if H::TRACE {
             self.hooks.event(&Event::AllocStart { order, cpu });
         }
+        let r = self.accounted(gfp, order, cpu, caller, true, f);
+        if H::TRACE {
+            self.hooks.event(&match &r {
+                Ok(b) => Event::Alloc {
+                    pfn: b.pfn(),
+                    order,
+                    gfp,
+                    cpu,
+                },
+                Err(e) => Event::AllocFail {
+                    node,
+                    order,
+                    gfp,
+                    error: *e,
+                    cpu,
+                },
+            });
+        }
+        r
+    }
+
+    /// The allocation `f` with what every allocation gets besides trace
+    /// events: fault injection, poisoning (its use-after-free report an
+    /// event only with `events`), the owner record and the counters.
+    #[inline(always)]
+    pub(crate) fn accounted(
+        &self,
+        gfp: Gfp,
+        order: Order,
+        cpu: Option<CpuId>,
+        caller: Caller,
+        events: bool,
+        f: impl FnOnce() -> Result<Block, AllocError>,
+    ) -> Result<Block, AllocError> {
+        let _ = (gfp, order, cpu, caller);
         #[cfg(feature = "fail-alloc")]
         let r = if self.fail.should_fail(gfp, order) {
             Err(AllocError::OutOfMemory)
@@ -770,7 +804,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         #[cfg(not(feature = "fail-alloc"))]
         let r = f();
         if let Ok(b) = &r {
-            self.poison_alloc(b);
+            self.poison_alloc(b, events);
         }
         #[cfg(feature = "page-owner")]
         if let Ok(b) = &r
@@ -789,23 +823,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             Err(_) => {
                 self.vm.alloc_fail.fetch_add(1, Relaxed);
             }
-        }
-        if H::TRACE {
-            self.hooks.event(&match &r {
-                Ok(b) => Event::Alloc {
-                    pfn: b.pfn(),
-                    order,
-                    gfp,
-                    cpu,
-                },
-                Err(e) => Event::AllocFail {
-                    node,
-                    order,
-                    gfp,
-                    error: *e,
-                    cpu,
-                },
-            });
         }
         r
     }

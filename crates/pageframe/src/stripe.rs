@@ -210,6 +210,25 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         p
     }
 
+    /// [`Stripes::alloc`] for a caller that must not wait: a frame from
+    /// the reservation of the first stripe free at once that has one,
+    /// never a new reservation (that takes the zone lock); `None`
+    /// otherwise, with nothing changed.
+    pub(crate) fn try_alloc(&self, mt: MigrateType, mark: impl FnOnce(Pfn)) -> Option<Pfn> {
+        let t = type_index(mt)?;
+        let h = hint();
+        let mut mark = Some(mark);
+        (0..STRIPES).find_map(|i| {
+            let mut held = self.locks[(h + i) % STRIPES].try_lock()?;
+            let p = held[t].as_mut().and_then(Reservation::alloc)?;
+            // Under the stripe's lock, as `alloc` marks.
+            if let Some(mark) = mark.take() {
+                mark(p);
+            }
+            Some(p)
+        })
+    }
+
     /// Gives the order-0 frame `pfn` back to the stripe whose reservation
     /// holds its chunk, if one does: `take` (the ownership check, under
     /// the stripe's lock) decides whether it may be freed. `None` when no

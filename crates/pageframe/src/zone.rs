@@ -46,6 +46,9 @@ use crate::zonelist::ZoneRef;
 #[cfg(feature = "vmstat")]
 use pageframe_pcp::CpuId;
 
+/// The zone lock, held.
+pub(crate) type ZoneGuard<'g, 'a, R> = lock_api::MutexGuard<'g, R, ZoneInner<'a>>;
+
 /// What the zone lock protects.
 pub(crate) struct ZoneInner<'a> {
     pub buddy: MobileZone<'a>,
@@ -371,12 +374,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         // the zone; requests with reserve access, zones with CMA areas (whose
         // rule of use needs the zone's counts) and watermark trouble take
         // the zone path.
-        if order == Order::ZERO
-            && self.cma_span.is_empty()
-            && !flags.intersects(AllocFlags::RESERVES)
-            && (flags.contains(AllocFlags::NO_WATERMARKS)
-                || self.watermark_fast(order, flags, highest))
-        {
+        if self.striped(order, flags, highest) {
             let mt = gfp.migratetype();
             let got = self.stripes.alloc(
                 mt,
@@ -406,6 +404,16 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
     }
 
+    /// Whether a request may take its frame from the order-0 stripes.
+    #[inline(always)]
+    pub(crate) fn striped(&self, order: Order, flags: AllocFlags, highest: ZoneKind) -> bool {
+        order == Order::ZERO
+            && self.cma_span.is_empty()
+            && !flags.intersects(AllocFlags::RESERVES)
+            && (flags.contains(AllocFlags::NO_WATERMARKS)
+                || self.watermark_fast(order, flags, highest))
+    }
+
     /// [`Zone::try_alloc`] under the zone lock, without the stripes.
     fn try_alloc_locked<H: Hooks>(
         &self,
@@ -415,7 +423,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
-        let mut z = self.inner.lock();
+        self.alloc_locked(self.inner.lock(), hooks, gfp, order, flags, highest)
+    }
+
+    /// [`Zone::try_alloc_locked`] with the lock `z` already taken.
+    #[inline(always)]
+    pub(crate) fn alloc_locked<H: Hooks>(
+        &self,
+        mut z: ZoneGuard<'_, 'a, R>,
+        hooks: &H,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
         if order > z.buddy.buddy().max_order() {
             return Err(AllocError::OrderTooLarge);
         }

@@ -25,7 +25,10 @@
 //! Hooks run on the path that raised the event, sometimes with a zone lock
 //! held or inside the per-CPU fast path: they must not allocate from the
 //! machine or block, and should be short (count, timestamp, push to a
-//! ring).
+//! ring). The allocation from any context ([`crate::Machine::try_alloc`],
+//! possibly an NMI handler) raises no event; it calls only
+//! [`Hooks::poisoning`], [`Hooks::fill`] and [`Hooks::check`], which touch
+//! memory and nothing else.
 //!
 //! ```
 //! use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -254,13 +257,16 @@ pub trait Hooks: Sync {
     }
 
     /// Writes `byte` into every byte of `frames` (through the kernel's map
-    /// of physical memory: the allocator never maps memory itself).
+    /// of physical memory: the allocator never maps memory itself). Called
+    /// from any context, [`crate::Machine::try_alloc`]'s included: write
+    /// the memory and do nothing that may wait.
     #[inline]
     fn fill(&self, frames: PfnRange, byte: u8) {
         let _ = (frames, byte);
     }
 
-    /// The address of the first byte of `frames` that is not `byte`.
+    /// The address of the first byte of `frames` that is not `byte`. As
+    /// [`Hooks::fill`], called from any context.
     #[inline]
     fn check(&self, frames: PfnRange, byte: u8) -> Option<PhysAddr> {
         let _ = (frames, byte);

@@ -3,7 +3,7 @@
 
 use core::sync::atomic::Ordering::Relaxed;
 
-use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_buddy::{Order, Pfn, PfnRange, PhysAddr};
 
 use crate::block::Block;
 use crate::debug::{Event, Hooks, PAGE_POISON, Poisoning};
@@ -45,39 +45,48 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 
     /// A block being handed out: checked for writes since it was freed,
-    /// then initialised.
+    /// then initialised. A write found is counted, and reported to the
+    /// hooks' `event` with `events` (the any-context call calls only
+    /// `fill` and `check`).
     #[inline(always)]
-    pub(crate) fn poison_alloc(&self, b: &Block) {
+    pub(crate) fn poison_alloc(&self, b: &Block, events: bool) {
         let p = self.hooks.poisoning();
         if !p.is_empty() {
-            self.check_and_init(b, p);
+            self.check_and_init(b, p, events);
         }
     }
 
     #[cold]
-    fn check_and_init(&self, b: &Block, p: Poisoning) {
+    fn check_and_init(&self, b: &Block, p: Poisoning, events: bool) {
         let range = b.range();
         if p.contains(Poisoning::POISON)
             && let Some(addr) = self.hooks.check(range, PAGE_POISON)
         {
             self.uaf_reports.fetch_add(1, Relaxed);
-            #[cfg(feature = "page-owner")]
-            let last_owner = self
-                .zone(b.zone_ref())
-                .and_then(|z| z.owners.get(addr.pfn_down()))
-                .map(|o| o.tag);
-            #[cfg(not(feature = "page-owner"))]
-            let last_owner = None;
-            self.hooks.event(&Event::UseAfterFree {
-                addr,
-                pfn: b.pfn(),
-                order: b.order(),
-                last_owner,
-            });
+            if events {
+                self.report_use_after_free(b, addr);
+            }
         }
         if p.contains(Poisoning::INIT_ON_ALLOC) {
             self.hooks.fill(range, 0);
         }
+    }
+
+    /// [`Event::UseAfterFree`] for `b`, whose byte at `addr` was written.
+    fn report_use_after_free(&self, b: &Block, addr: PhysAddr) {
+        #[cfg(feature = "page-owner")]
+        let last_owner = self
+            .zone(b.zone_ref())
+            .and_then(|z| z.owners.get(addr.pfn_down()))
+            .map(|o| o.tag);
+        #[cfg(not(feature = "page-owner"))]
+        let last_owner = None;
+        self.hooks.event(&Event::UseAfterFree {
+            addr,
+            pfn: b.pfn(),
+            order: b.order(),
+            last_owner,
+        });
     }
 
     /// Blocks handed out that were found written while free

@@ -1,10 +1,12 @@
 //! Loom models of the cross-CPU ownership protocol: the per-CPU caches of a
 //! real (tiny) machine, its ownership bytes and its zone lock, with every
-//! interleaving loom explores within its bounds. Run with `cargo xtask
+//! interleaving loom explores within its bounds; and of the allocation
+//! from any context, whose thread the lock refuses to `lock` for. Run with `cargo xtask
 //! loom` (`RUSTFLAGS="--cfg loom" cargo test -p pageframe --lib --release
 //! loom_model`).
 
 use std::boxed::Box;
+use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 use std::vec;
@@ -37,6 +39,10 @@ unsafe impl RawMutex for LoomLock {
     type GuardMarker = GuardSend;
 
     fn lock(&self) {
+        assert!(
+            !NO_WAIT.with(Cell::get),
+            "a call that must not wait took a lock with `lock`"
+        );
         while !self.try_lock() {
             thread::yield_now();
         }
@@ -51,6 +57,20 @@ unsafe impl RawMutex for LoomLock {
     unsafe fn unlock(&self) {
         self.flag().store(false, Ordering::Release);
     }
+}
+
+loom::thread_local! {
+    /// Whether this thread is in a call that must not wait
+    /// ([`Machine::try_alloc`]): [`LoomLock`] then refuses `lock`.
+    static NO_WAIT: Cell<bool> = Cell::new(false);
+}
+
+/// `f` as a call that must not wait: any `lock` in it fails the model.
+fn no_wait<T>(f: impl FnOnce() -> T) -> T {
+    NO_WAIT.with(|w| w.set(true));
+    let r = f();
+    NO_WAIT.with(|w| w.set(false));
+    r
 }
 
 type LoomMachine = Machine<'static, LoomLock>;
@@ -328,6 +348,92 @@ fn two_cpus_draining_two_zones_at_once() {
         m.drain_pcp(Some(&mut c0), |_| thread::yield_now());
         drop(c0);
         t.join().unwrap();
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A call from any context on CPU 0 while another CPU drains every cache:
+/// CPU 0's cache holds frames its owner left there. In every interleaving
+/// the call takes locks only with `try_lock` (a `lock` fails the model),
+/// gets a frame or `Busy`, the drain ends, and, unless the call refilled
+/// the cache after the drain, the drain left it empty: the call never
+/// acknowledges a drain it did not do.
+#[test]
+fn any_context_alloc_racing_a_drain() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let cached = {
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+            let b = c.alloc(Gfp::empty(), Order::ZERO).unwrap();
+            c.free(b).unwrap();
+            c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap()
+        };
+        assert!(cached.count > 0);
+        let t = thread::spawn(move || {
+            no_wait(|| m.try_alloc(CpuId(0), NodeId::ZERO, Gfp::empty(), Order::ZERO))
+        });
+        m.drain_pcp(None, |_| thread::yield_now());
+        let got = t.join().unwrap();
+        let after = m
+            .cpu(CpuId(0), NodeId::ZERO)
+            .unwrap()
+            .cache_info(NodeId::ZERO, ZoneKind::Normal)
+            .unwrap();
+        if after.stats.refills == cached.stats.refills {
+            assert_eq!(after.count, 0, "the drain left frames in the cache");
+        }
+        match got {
+            Ok(b) => m.free(b).unwrap(),
+            Err(e) => assert_eq!(e, crate::AllocError::Busy),
+        }
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A call from any context on CPU 0 while CPU 1 allocates through the
+/// zone and through its cache (a refill under the zone lock): the call
+/// only ever `try_lock`s, every block handed out is distinct (a refill
+/// may leave the zone empty for the others), and all come back.
+#[test]
+fn any_context_alloc_beside_the_zone_path() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+        let t = thread::spawn(move || {
+            let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new_truncated(1));
+            let a = c.alloc(Gfp::KERNEL, Order::ZERO);
+            [a.ok(), b.ok()]
+        });
+        let got = no_wait(|| m.try_alloc(CpuId(0), NodeId::ZERO, Gfp::empty(), Order::ZERO));
+        let mut all: std::vec::Vec<Block> = t.join().unwrap().into_iter().flatten().collect();
+        match got {
+            Ok(g) => all.push(g),
+            Err(e) => assert!(
+                matches!(e, crate::AllocError::Busy | crate::AllocError::OutOfMemory),
+                "{e:?}"
+            ),
+        }
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert!(
+                    x.range().intersect(&y.range()).is_empty(),
+                    "{x:?} and {y:?}"
+                );
+            }
+        }
+        for b in all {
+            m.free(b).unwrap();
+        }
         settled(m);
     });
     std::println!(

@@ -1,15 +1,16 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
-//! The machine's public paths, as a kernel calls them: a CPU's
-//! cached path and the zone path, order 0, on a 4 GiB zone with per-CPU
-//! caches for two CPUs. Every "iteration" is one operation (an alloc or a
-//! free). Run: `cargo bench -p pageframe-benches --bench machine`.
+//! The machine's public paths, as a kernel calls them: a CPU's cached
+//! path (with a handle, without one, from any context) and the zone path,
+//! order 0, on a 4 GiB zone with per-CPU caches for two CPUs. Every
+//! "iteration" is one operation (an alloc or a free). Run:
+//! `cargo bench -p pageframe-benches --bench machine`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pageframe::zone::MobilityConfig;
-use pageframe_benches::{Cached, FRAMES_4G, Facade, Frames, OnCpu, machine, span};
+use pageframe_benches::{AnyContext, Cached, FRAMES_4G, Facade, Frames, OnCpu, machine, span};
 
 fn pairs<F: Frames>(a: &mut F, iters: u64) -> Duration {
     let t = Instant::now();
@@ -55,6 +56,10 @@ fn cached_paths(c: &mut Criterion) {
     let mut on = OnCpu(m, 0);
     g.bench_function("on_cpu_order0_pair", |b| {
         b.iter_custom(|n| pairs(&mut on, n))
+    });
+    let mut any = AnyContext(m, 0);
+    g.bench_function("any_context_order0_pair", |b| {
+        b.iter_custom(|n| pairs(&mut any, n))
     });
     let mut zone = Facade(m);
     g.bench_function("zone_order0_pair", |b| {

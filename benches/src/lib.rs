@@ -195,6 +195,35 @@ impl Frames for OnCpu {
     }
 }
 
+/// Allocation from any context (`Machine::try_alloc`: the CPU's cache
+/// claimed for the call, every lock by `try_lock`), freed through the
+/// same CPU's cache (`Machine::free_on`), as a tracer's buffer pages would
+/// be.
+pub struct AnyContext(pub &'static Machine<'static>, pub u32);
+
+impl Frames for AnyContext {
+    type Handle = Block;
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<Block> {
+        self.0
+            .try_alloc(
+                CpuId(self.1),
+                NodeId::ZERO,
+                Gfp::MOVABLE,
+                Order::new(order)?,
+            )
+            .ok()
+    }
+    #[inline]
+    fn free(&mut self, block: Block, _: u8) {
+        self.0.free_on(CpuId(self.1), block).expect("free");
+    }
+    #[inline]
+    fn pfn(block: &Block) -> u64 {
+        block.pfn().get()
+    }
+}
+
 impl Frames for Peer<33> {
     type Handle = u64;
     #[inline]

@@ -1,6 +1,7 @@
 //! Behaviour of the individual rules: result order, deferral, suitability,
 //! capture, async direct compaction's type rule, skip hints and their
-//! reset, aborts, pinning, kcompactd wakeups, the retry policy.
+//! reset, aborts, pinning, kcompactd wakeups, the retry policy, and the
+//! batches the migrator is handed.
 
 use std::cell::RefCell;
 
@@ -45,6 +46,31 @@ fn gupta(blocks: u64, seed: u64) -> World<'static> {
             .unwrap();
         }
     }
+    w
+}
+
+/// The Gupta pattern over `blocks` pageblocks of 512 frames (2 MiB of
+/// 4 KiB pages): 128 movable frames kept in each.
+fn gupta_2m(blocks: u64, seed: u64) -> World<'static> {
+    let span = PfnRange::new(Pfn(0), Pfn(blocks * 512));
+    let cfg = MobilityConfig {
+        buddy: BuddyConfig::new(Order::new(10).unwrap()),
+        pageblock_order: Order::HUGE_2M,
+        grouping: true,
+    };
+    let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
+    let mut z = MobileZone::new(span, cfg, meta).unwrap();
+    z.add_free_range(span).unwrap();
+    let mut w = World::new(z, seed);
+    while w.alloc(Order::ZERO, MigrateType::Movable).is_some() {}
+    let heads: Vec<u64> = w.mig.owners.keys().copied().collect();
+    let mut zone = w.zone.borrow_mut();
+    for h in heads {
+        if h % 4 != 0 && zone.free(Pfn(h), Order::ZERO).is_ok() {
+            w.mig.release(h);
+        }
+    }
+    drop(zone);
     w
 }
 
@@ -503,5 +529,52 @@ fn kernel_tag_bits_travel_with_a_moved_block() {
             "block {h} (moved: {})",
             moved.contains(&h)
         );
+    }
+}
+
+/// The moves of a batch the kernel refuses (again, busy, pinned) leave
+/// their sources where they were, their owners' again; the others are
+/// made. The model checks every owner's words and clean books.
+#[test]
+fn moves_refused_in_a_batch_go_back_and_the_rest_are_made() {
+    let mut w = gupta_2m(8, 7);
+    w.mig.batched = true;
+    w.mig.refuse_migrate = 30;
+    let free = w.zone.borrow().free_pages();
+    w.step(&Op::Full).unwrap();
+    let st = w.state.stats();
+    assert!(st.migrate_success > 0 && st.migrate_fail > 0, "{st:?}");
+    assert_eq!(w.zone.borrow().free_pages(), free);
+    // A kernel that refuses every move: nothing moves, nothing is lost.
+    let mut r = gupta_2m(8, 7);
+    r.mig.batched = true;
+    r.mig.refuse_migrate = 100;
+    let before: Vec<u64> = r.mig.owners.keys().copied().collect();
+    r.step(&Op::Full).unwrap();
+    assert!(r.mig.moves.is_empty() && !r.mig.batches.is_empty());
+    assert_eq!(r.mig.owners.keys().copied().collect::<Vec<_>>(), before);
+    assert_eq!(r.zone.borrow().free_pages(), free);
+}
+
+/// A kernel that panics in the middle of a batch: the moves it made before
+/// count (their owners live at the destinations), the others never
+/// happened, and nothing is lost or left isolated.
+#[test]
+fn a_migrator_panicking_mid_batch_keeps_the_moves_it_made() {
+    for made in [0u8, 1, 20, 31] {
+        let mut w = gupta_2m(4, 11);
+        let free = w.zone.borrow().free_pages();
+        w.step(&Op::PanicInBatch(made)).unwrap();
+        assert_eq!(
+            w.results.get("panicked").map(|r| r.values().sum::<u64>()),
+            Some(1),
+            "{:?}",
+            w.results
+        );
+        assert_eq!(w.mig.moves.len(), usize::from(made));
+        assert_eq!(w.zone.borrow().free_pages(), free);
+        // The next run goes on from there.
+        w.step(&Op::Full).unwrap();
+        assert!(!w.mig.moves.is_empty());
     }
 }

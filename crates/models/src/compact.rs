@@ -668,7 +668,11 @@ impl<'a> World<'a> {
         let index = |p: u64| (p - blocks.block_start(0).get()) >> pb;
         let mut last: Option<(u64, u64)> = None;
         for &(m, f) in &self.mig.checkpoints {
-            if m >> pb >= f >> pb {
+            // The free scanner stays above the pageblock of the last frame
+            // the migrate scanner scanned: its cursor's, or the one below
+            // when the cursor sits at the start of a block it has not
+            // scanned yet.
+            if (m.max(1) - 1) >> pb >= f >> pb {
                 return Err(format!(
                     "scanners crossed at a checkpoint: migrate {m:#x}, free {f:#x}"
                 ));

@@ -211,11 +211,14 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
             m.ap_reads, m.ap_mismatches, m.shootdowns
         );
         println!(
-            "smp: migration phase {}: {} pages migrated, {} TLB shootdowns, {} per migrated page",
+            "smp: migration phase {}: {} pages migrated in {} batches, {} TLB shootdowns, {} per migrated page; \
+             the second CPU waited on a page being migrated {} times",
             rate.duration(phase),
             m.migrated,
+            m.batches,
             m.shootdowns,
-            PerPage(m.shootdowns, m.migrated)
+            PerPage(m.shootdowns, m.migrated),
+            m.migration_waits
         );
         println!("smp: PASS");
         took("smp", t, rate);

@@ -2,7 +2,8 @@
 //! a fragmentation recipe, and a sequence of operations
 //! (allocations, frees, pins, skip hints, direct compaction at every
 //! priority, whole-zone compaction, kcompactd ticks and wakeups, refusal
-//! rates, aborts). The shared model checks after every step that no frame
+//! rates, aborts, a migrator moving whole batches, one panicking in the
+//! middle of a batch). The shared model checks after every step that no frame
 //! is lost, every owner finds its data, nothing stays isolated, and that
 //! the scanners never crossed and respected honoured skip hints.
 #![no_main]
@@ -16,7 +17,10 @@ use pageframe_models::compact::{Op, World};
 use pageframe_mobility::{MobileZone, MobilityConfig};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=19u8)? {
+    Ok(match u.int_in_range(0..=21u8)? {
+        20 => Op::Batched(u.arbitrary()?),
+        // A no-op where panics abort (cargo-fuzz's default build).
+        21 => Op::PanicInBatch(u.arbitrary()?),
         0..=2 => Op::Alloc(u.arbitrary()?, u.arbitrary()?),
         3..=5 => Op::Free(u.arbitrary()?),
         6 => Op::Pin(u.arbitrary()?, u.arbitrary()?),

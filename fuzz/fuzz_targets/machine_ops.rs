@@ -16,8 +16,9 @@ use pageframe_models::machine::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;
-    Ok(match u.int_in_range(0..=32u8)? {
+    Ok(match u.int_in_range(0..=33u8)? {
         31 => Op::Split { index: u.arbitrary()? },
+        33 => Op::Batching { on: u.arbitrary()?, refuse_every: u.int_in_range(0..=5u8)? },
         32 => Op::FreePart { index: u.arbitrary()?, from: u.arbitrary()?, len: u.arbitrary()? },
         0..=7 => Op::Alloc {
             node: u.int_in_range(0..=2u8)?,

@@ -11,7 +11,7 @@ use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 use pageframe_mobility::{AllocMode, Blocker, MigrateType, tag as mtag};
 
 use crate::access::locked;
-use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
+use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
 
 /// Sources taken per critical section.
 const BATCH: usize = 32;
@@ -124,38 +124,16 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
                 .ok_or(EvacuateError::Contended)??;
             retry |= held;
             moving_on |= held;
-            let mut moving = Moving {
-                zone,
-                mig: &mut *mig,
-                batch,
-                n,
-                at: 0,
-                confirmed: false,
-                dst: None,
-                moved: false,
-            };
-            while moving.at < n {
-                let s = moving.batch[moving.at];
-                let r = moving.move_one(mode);
-                moving.at += 1;
-                match r? {
-                    Moved::Yes => {
-                        out.moved += s.order.pages();
-                        moving_on = true;
-                    }
-                    Moved::Again => {
-                        retry = true;
-                        moving_on = true;
-                    }
-                    Moved::Kept => {
-                        retry = true;
-                        kept += 1;
-                    }
-                    Moved::Refused => {
-                        refused.get_or_insert(s.pfn);
-                        retry = true;
-                    }
-                }
+            let t = Moving::new(zone, &mut *mig, batch, n).run(mode);
+            out.moved += t.moved;
+            moving_on |= t.moved > 0 || t.again;
+            retry |= t.again || t.kept > 0 || t.refused.is_some();
+            kept += t.kept;
+            if let Some(p) = t.refused {
+                refused.get_or_insert(p);
+            }
+            if t.no_memory {
+                return Err(EvacuateError::NoMemory);
             }
             match next {
                 Some(p) => from = p,
@@ -241,126 +219,219 @@ fn collect(
     Ok((n, next, held))
 }
 
-enum Moved {
-    Yes,
-    /// The kernel's migrate said `Again`.
-    Again,
-    /// The kernel kept the block (`isolate` said no).
-    Kept,
-    Refused,
+/// How a batch of sources went.
+#[derive(Default)]
+struct Tally {
+    /// Frames moved.
+    moved: u64,
+    /// Some move said `Again`.
+    again: bool,
+    /// Blocks the kernel kept (`isolate` said no).
+    kept: usize,
+    /// The first block whose move the kernel refused.
+    refused: Option<Pfn>,
+    /// A destination could not be found.
+    no_memory: bool,
 }
 
-/// A batch being moved: the sources `collect` marked, and where the move
-/// of `batch[at]` stands. Whatever ends the batch early (an error, or a
-/// panic in the kernel's migrator), dropping it unmarks the sources not yet
-/// moved and gives back the one in flight: its destination to the zone,
-/// itself to the kernel if the kernel had isolated it.
+/// Where a source of the batch stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Marked by `collect` only: the kernel was not asked, or kept it.
+    Marked,
+    /// The kernel isolated it: it gets the block back unless it moves.
+    Isolated,
+    /// Its move failed: unmarked, its destination given back; the kernel
+    /// is still to get it back.
+    Failed,
+    /// Done with: moved, or unmarked and given back.
+    Done,
+}
+
+/// A batch being moved: the sources `collect` marked and their moves, made
+/// by the kernel in one [`Migrator::migrate_batch`]. Whatever ends the batch
+/// early (a panic in the kernel's migrator), dropping it finishes what
+/// [`Moving::run`] would have: moves the kernel reported made go into the
+/// books, destinations of the others go back to the zone, sources not
+/// moved are unmarked and given back to the kernel if it had isolated them.
 struct Moving<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     zone: &'m Z,
     mig: &'m mut M,
     batch: [Src; BATCH],
     n: usize,
-    /// The source in hand; those before it are done with.
-    at: usize,
-    /// The kernel isolated `batch[at]`.
-    confirmed: bool,
-    /// `batch[at]`'s destination, taken from the zone.
-    dst: Option<Pfn>,
-    /// `batch[at]` moved and the kernel is hearing of it: its source goes
-    /// back to the zone whatever the kernel does.
-    moved: bool,
+    stage: [Stage; BATCH],
+    /// `moves[k]` is the move of source `of[k]`.
+    moves: [Move; BATCH],
+    of: [usize; BATCH],
+    m: usize,
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'_, Z, M> {
-    /// `batch[at]` through the migration protocol; its isolation mark is
-    /// gone on return, whatever happened.
-    fn move_one(&mut self, mode: MigrateMode) -> Result<Moved, EvacuateError> {
-        let s = self.batch[self.at];
-        self.confirmed = false;
-        self.dst = None;
+impl<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'m, Z, M> {
+    fn new(zone: &'m Z, mig: &'m mut M, batch: [Src; BATCH], n: usize) -> Self {
+        Moving {
+            zone,
+            mig,
+            batch,
+            n,
+            stage: [Stage::Marked; BATCH],
+            moves: [Move::new(Pfn(0), Pfn(0), Order::ZERO); BATCH],
+            of: [0; BATCH],
+            m: 0,
+        }
+    }
+
+    /// The migration protocol for the whole batch: the kernel isolates each
+    /// source, each gets a destination, the kernel makes the moves in one
+    /// call, and the books follow. Every mark is gone on return.
+    fn run(mut self, mode: MigrateMode) -> Tally {
+        let mut t = Tally::default();
+        for i in 0..self.n {
+            let s = self.batch[i];
+            if self.mig.isolate(s.pfn, s.order, s.tag) {
+                self.stage[i] = Stage::Isolated;
+            } else {
+                t.kept += 1;
+            }
+        }
         let zone = self.zone;
-        let unmark = |z: &mut pageframe_mobility::MobileZone<'_>| {
-            z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
-        };
-        if !self.mig.isolate(s.pfn, s.order, s.tag) {
-            locked(zone, unmark);
-            return Ok(Moved::Kept);
-        }
-        self.confirmed = true;
-        let dst = locked(zone, |z| {
-            let d = z
-                .alloc(s.order, MigrateType::Movable, AllocMode::empty())
-                .ok()?;
-            z.set_tag_bits(d, tag::TARGET, tag::TARGET);
-            Some(d)
-        })
-        .flatten();
-        let Some(dst) = dst else {
-            self.confirmed = false;
-            locked(zone, unmark);
-            self.mig.putback(s.pfn, s.order);
-            return Err(EvacuateError::NoMemory);
-        };
-        self.dst = Some(dst);
-        let r = self.mig.migrate(s.pfn, dst, s.order, mode);
-        self.dst = None;
-        self.confirmed = false;
-        match r {
-            Ok(()) => {
-                locked(zone, |z| {
-                    z.set_tag_bits(dst, !mtag::RESERVED, s.tag & tag::CARRIED)
-                });
-                // The kernel settles its books before the source goes back
-                // (as compaction does).
-                self.moved = true;
-                self.mig.migrated(s.pfn, dst, s.order);
-                self.moved = false;
-                locked(zone, |z| {
-                    // The source lies in an isolated pageblock: it joins the
-                    // isolate lists, out of circulation.
-                    let _ = z.free(s.pfn, s.order);
-                });
-                Ok(Moved::Yes)
+        let (batch, stage, moves, of) = (&self.batch, &self.stage, &mut self.moves, &mut self.of);
+        let mut m = 0;
+        let mut no_memory = false;
+        locked(zone, |z| {
+            for (i, s) in batch.iter().enumerate().take(self.n) {
+                if stage[i] != Stage::Isolated {
+                    continue;
+                }
+                let Ok(d) = z.alloc(s.order, MigrateType::Movable, AllocMode::empty()) else {
+                    // spec 03 §12: without a destination the batch stops;
+                    // what has one still moves.
+                    no_memory = true;
+                    break;
+                };
+                z.set_tag_bits(d, tag::TARGET, tag::TARGET);
+                moves[m] = Move::new(s.pfn, d, s.order);
+                of[m] = i;
+                m += 1;
             }
-            Err(e) => {
-                locked(zone, |z| {
-                    let _ = z.free(dst, s.order);
-                    unmark(z);
-                });
-                self.mig.putback(s.pfn, s.order);
-                Ok(if e == MigrateError::Again {
-                    Moved::Again
+        });
+        t.no_memory = no_memory;
+        self.m = m;
+        if m > 0 {
+            self.mig.migrate_batch(&mut self.moves[..m], mode);
+        }
+        let f = self.finish();
+        Tally {
+            moved: f.moved,
+            again: f.again,
+            refused: f.refused,
+            ..t
+        }
+    }
+
+    /// Settles the batch (see [`Moving`]). Each source's stage moves on
+    /// before the kernel hears of it, so that finishing again (after a
+    /// panic in the kernel's `putback` or `migrated_batch`) goes on where
+    /// it stopped, and finishing a settled batch does nothing.
+    fn finish(&mut self) -> Tally {
+        let mut t = Tally::default();
+        let zone = self.zone;
+        let m = self.m;
+        let made = |mv: &Move| mv.moved();
+        let (batch, stage, moves, of) = (&self.batch, &mut self.stage, &self.moves, &self.of);
+        let _ = locked(zone, |z| {
+            for (mv, &i) in moves[..m].iter().zip(of) {
+                if stage[i] != Stage::Isolated {
+                    continue;
+                }
+                if made(mv) {
+                    z.set_tag_bits(mv.dst(), !mtag::RESERVED, batch[i].tag & tag::CARRIED);
                 } else {
-                    Moved::Refused
-                })
+                    let _ = z.free(mv.dst(), mv.order());
+                    z.set_tag_bits(mv.src(), tag::ISOLATED, 0);
+                    stage[i] = Stage::Failed;
+                }
+            }
+        });
+        // The sources whose moves failed go back to the kernel.
+        for k in 0..m {
+            let (mv, i) = (self.moves[k], self.of[k]);
+            if self.stage[i] != Stage::Failed {
+                continue;
+            }
+            self.stage[i] = Stage::Done;
+            match mv.outcome() {
+                Some(Err(MigrateError::Again)) => t.again = true,
+                _ => {
+                    t.refused.get_or_insert(mv.src());
+                }
+            }
+            self.mig.putback(mv.src(), mv.order());
+        }
+        // The moves made: the kernel settles its books (as compaction
+        // does) before their sources go back to the zone, where they join
+        // the isolate lists, out of circulation.
+        let mut d = 0;
+        for k in 0..m {
+            let i = self.of[k];
+            if self.stage[i] == Stage::Isolated && made(&self.moves[k]) {
+                self.stage[i] = Stage::Done;
+                self.moves[d] = self.moves[k];
+                t.moved += self.moves[d].order().pages();
+                d += 1;
             }
         }
+        self.m = 0;
+        if d > 0 {
+            let back = FreeSources {
+                zone,
+                moves: &self.moves[..d],
+            };
+            self.mig.migrated_batch(&self.moves[..d]);
+            drop(back);
+        }
+        // Sources that never had a destination: unmarked, and given back
+        // to the kernel if it isolated them.
+        let (batch, stage) = (&self.batch, &self.stage);
+        let _ = locked(zone, |z| {
+            for (s, st) in batch.iter().zip(stage).take(self.n) {
+                if *st != Stage::Done {
+                    z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+                }
+            }
+        });
+        for i in 0..self.n {
+            let st = core::mem::replace(&mut self.stage[i], Stage::Done);
+            if st == Stage::Isolated {
+                let s = self.batch[i];
+                self.mig.putback(s.pfn, s.order);
+            }
+        }
+        t
     }
 }
 
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Moving<'_, Z, M> {
     fn drop(&mut self) {
-        let in_hand = self.at < self.n && (self.confirmed || self.dst.is_some());
-        let (dst, rest) = (self.dst.take(), self.at..self.n);
-        // A source whose move the kernel was hearing of is freed, not
-        // unmarked: the kernel holds its new block.
-        let moved = self.moved && self.at < self.n;
-        let batch = self.batch;
+        // Only a panic in the kernel's migrator leaves a batch unfinished.
+        let _ = self.finish();
+    }
+}
+
+/// The sources of moves made, freed into the zone when dropped: after the
+/// kernel's `migrated_batch` returns, or when it panics.
+struct FreeSources<'a, Z: ZoneLock + ?Sized> {
+    zone: &'a Z,
+    moves: &'a [Move],
+}
+
+impl<Z: ZoneLock + ?Sized> Drop for FreeSources<'_, Z> {
+    fn drop(&mut self) {
+        let moves = self.moves;
         let _ = locked(self.zone, |z| {
-            if let Some(d) = dst {
-                let _ = z.free(d, batch[rest.start].order);
-            }
-            if moved {
-                let s = batch[rest.start];
-                let _ = z.free(s.pfn, s.order);
-            }
-            for s in &batch[rest.start + usize::from(moved)..rest.end] {
-                z.set_tag_bits(s.pfn, tag::ISOLATED, 0);
+            for mv in moves {
+                // An error: the kernel broke the protocol and freed it.
+                let _ = z.free(mv.src(), mv.order());
             }
         });
-        if in_hand && self.confirmed {
-            let s = batch[self.at];
-            self.mig.putback(s.pfn, s.order);
-        }
     }
 }

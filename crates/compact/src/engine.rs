@@ -1,6 +1,7 @@
 //! The zone compaction loop (`compact_zone`, spec 03 §5) and its finish
 //! test (`compact_finished`, §5.1).
 
+use core::ops::Range;
 use core::sync::atomic::Ordering::Relaxed;
 
 use pageframe_buddy::{Order, Pfn};
@@ -8,12 +9,12 @@ use pageframe_mobility::{MigrateType, MobileZone, fallbacks};
 
 use crate::access::locked;
 use crate::control::{CompactOutcome, CompactRequest, RunKind, RunStats};
-use crate::isolated::{FreePages, Sources};
+use crate::isolated::{FreePages, SOURCE_CAP, Sources};
 use crate::migrate_scan::Isolate;
 use crate::skip::reset_skip_hints;
 use crate::state::UNSET;
 use crate::suitable::suit_allocation_order;
-use crate::{CompactResult, CompactState, CompactStats, MigrateMode, Migrator, ZoneLock};
+use crate::{CompactResult, CompactState, CompactStats, MigrateMode, Migrator, Move, ZoneLock};
 
 /// One run's working state (`compact_control`, spec 03 §3.3).
 pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
@@ -44,10 +45,13 @@ pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     pub stats: RunStats,
     pub captured: Option<Pfn>,
     pub contended: bool,
-    /// The batch being migrated (`migrate_batch`).
-    pub batch: Option<crate::migrate::BatchState>,
-    /// The destination of the migration the kernel is doing now.
-    pub in_flight: Option<(Pfn, Order)>,
+    /// The moves of the batch being migrated: `moves[i]` is source `i`'s
+    /// (`migrate_batch`).
+    pub moves: [Move; SOURCE_CAP],
+    /// A batch is being migrated: its moves are not settled yet.
+    pub migrating: bool,
+    /// The moves the kernel is making now (`moves[range]`).
+    pub in_flight: Option<Range<usize>>,
 }
 
 /// A run ends in [`Run::finish`], which leaves it holding nothing; a run
@@ -255,7 +259,8 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         stats: RunStats::default(),
         captured: None,
         contended: false,
-        batch: None,
+        moves: [Move::new(Pfn(0), Pfn(0), Order::ZERO); SOURCE_CAP],
+        migrating: false,
         in_flight: None,
     };
     run.init_positions();

@@ -28,7 +28,11 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let mut start = self.free_pfn;
         let mut blk = self.block_start(start);
         let mut blk_end = (blk + pb).min(self.end);
-        let low_limit = self.block_end(self.migrate_pfn);
+        // Never into the migrate scanner's pageblock or below (spec 03
+        // §10.1): the one holding the last frame it scanned. A batch that
+        // took the rest of a pageblock leaves the cursor on the next one,
+        // which it has not scanned and which still serves as destination.
+        let low_limit = self.block_end(self.migrate_pfn.max(self.start + 1) - 1);
         let mut stride = self.free_stride;
         while blk >= low_limit {
             if self.mig.checkpoint(Pfn(self.migrate_pfn), Pfn(start)) {

@@ -4,11 +4,11 @@
 
 use pageframe_buddy::{Order, Pfn};
 
-use crate::COMPACT_CLUSTER_MAX;
+use crate::MIGRATE_BATCH_MAX;
 
-/// Source capacity: a batch stops at `COMPACT_CLUSTER_MAX` frames, and every
+/// Source capacity: a batch stops at `MIGRATE_BATCH_MAX` frames, and every
 /// source holds at least one.
-pub(crate) const SOURCE_CAP: usize = COMPACT_CLUSTER_MAX as usize;
+pub(crate) const SOURCE_CAP: usize = MIGRATE_BATCH_MAX as usize;
 /// The free scanner stops isolating at this many blocks...
 pub(crate) const FREE_LIMIT: usize = 48;
 /// ...which leaves room for the pieces of splitting one block down from the

@@ -18,6 +18,7 @@ mod kcompactd;
 mod migrate;
 mod migrate_scan;
 mod migrator;
+mod moves;
 mod proactive;
 mod result;
 mod skip;
@@ -35,6 +36,7 @@ pub use kcompactd::{
     Kcompactd, KcompactdStats, KcompactdWake, ProactivenessError, TickReport, compact_memory,
 };
 pub use migrator::{MigrateError, Migrator};
+pub use moves::{MIGRATE_BATCH_MAX, Move};
 pub use pageframe_mobility::{Mark, ReserveAccess, Watermarks, ZoneMarks};
 pub use proactive::{Thresholds, fragmentation_score, node_score, thresholds, weighted_score};
 pub use result::{CompactResult, MigrateMode, Priority};

@@ -1,7 +1,8 @@
 //! Migrating a batch (spec 03 §10.4, §12): destinations come from the free
 //! scanner's blocks (`compaction_alloc`, split on demand), the kernel moves
-//! each block, and the allocator's books follow: the destination takes the
-//! source's tag, the source is freed (and captured if it completes the
+//! the blocks in batches ([`Migrator::migrate_batch`]: one TLB flush for
+//! many), and the allocator's books follow: each destination takes its
+//! source's tag, each source is freed (and captured if it completes the
 //! requested block, §8).
 
 use core::ops::Range;
@@ -11,8 +12,8 @@ use pageframe_mobility::{MigrateType, MobileZone, tag as mtag};
 
 use crate::access::locked;
 use crate::engine::Run;
-use crate::isolated::{FreePages, NO_SOURCE, SOURCE_CAP, Source};
-use crate::{MigrateError, MigrateMode, Migrator, ZoneLock, tag};
+use crate::isolated::FreePages;
+use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
 
 /// How a batch went.
 #[derive(Default)]
@@ -23,34 +24,13 @@ pub(crate) struct Batch {
     pub no_memory: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fate {
-    Pending,
-    Done,
-    Failed,
-}
-
-/// The batch being migrated: each source's fate and, once moved, its
-/// destination.
-pub(crate) struct BatchState {
-    fate: [Fate; SOURCE_CAP],
-    dsts: [Pfn; SOURCE_CAP],
-}
-
-impl BatchState {
-    fn new() -> Self {
-        BatchState {
-            fate: [Fate::Pending; SOURCE_CAP],
-            dsts: [Pfn(0); SOURCE_CAP],
-        }
-    }
-}
-
-enum Step {
-    Done,
-    Again,
-    Failed,
-    NoMemory,
+/// How one pass went.
+#[derive(Default)]
+struct Pass {
+    /// Some move said `Again`: worth another pass.
+    again: bool,
+    /// A destination could not be found: the batch stops.
+    no_memory: bool,
 }
 
 /// Passes over the whole batch in async mode (spec 03 §12): all of them for
@@ -60,137 +40,167 @@ const SYNC_FIRST_PASSES: usize = 3;
 /// ...which then retry each remaining block alone in their own mode.
 const SYNC_PASSES: usize = 7;
 
+/// Whether the move of a source is still to be tried: never tried, or the
+/// kernel said `Again`.
+fn pending(m: &Move) -> bool {
+    matches!(m.outcome(), None | Some(Err(MigrateError::Again)))
+}
+
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     /// `migrate_pages` on the isolated sources; every source not moved is
-    /// put back before returning.
+    /// put back before returning. `moves[i]` is the move of source `i`.
     pub fn migrate_batch(&mut self) -> Batch {
         let n = self.sources.len();
-        self.batch = Some(BatchState::new());
+        for (m, s) in self.moves.iter_mut().zip(self.sources.as_slice()) {
+            *m = Move::new(s.pfn, s.pfn, s.order);
+        }
+        self.migrating = true;
         let mut out = Batch::default();
         let passes = if self.req.is_async() {
             ASYNC_PASSES
         } else {
             SYNC_FIRST_PASSES
         };
-        'batch: for _ in 0..passes {
-            let mut again = false;
-            for i in 0..n {
-                if self.fate(i) != Fate::Pending {
-                    continue;
-                }
-                match self.migrate_one(i, MigrateMode::Async) {
-                    Step::Done => self.set_fate(i, Fate::Done),
-                    Step::Failed => self.set_fate(i, Fate::Failed),
-                    Step::Again => again = true,
-                    Step::NoMemory => {
-                        out.no_memory = true;
-                        break 'batch;
-                    }
-                }
+        for _ in 0..passes {
+            let p = self.pass(0..n, MigrateMode::Async);
+            if p.no_memory {
+                out.no_memory = true;
+                break;
             }
-            if !again {
+            if !p.again {
                 break;
             }
         }
         if !out.no_memory && !self.req.is_async() {
             'alone: for i in 0..n {
                 for _ in 0..SYNC_PASSES {
-                    if self.fate(i) != Fate::Pending {
+                    if !pending(&self.moves[i]) {
                         break;
                     }
-                    match self.migrate_one(i, self.req.mode) {
-                        Step::Done => self.set_fate(i, Fate::Done),
-                        Step::Failed => self.set_fate(i, Fate::Failed),
-                        Step::Again => {}
-                        Step::NoMemory => {
-                            out.no_memory = true;
-                            break 'alone;
-                        }
+                    if self.pass(i..i + 1, self.req.mode).no_memory {
+                        out.no_memory = true;
+                        break 'alone;
                     }
                 }
             }
         }
-        out.failed = (0..n).any(|i| self.fate(i) != Fate::Done);
+        out.failed = self.moves[..n].iter().any(|m| !m.moved());
         self.settle_batch();
         out
     }
 
-    fn fate(&self, i: usize) -> Fate {
-        self.batch.as_ref().map_or(Fate::Pending, |b| b.fate[i])
-    }
-
-    fn set_fate(&mut self, i: usize, f: Fate) {
-        if let Some(b) = self.batch.as_mut() {
-            b.fate[i] = f;
+    /// One pass over the sources `range`: each still pending gets a
+    /// destination, and each run of them goes to the kernel as one batch
+    /// (spec 03 §12: without a destination the unmap phase stops, and what
+    /// has one is moved).
+    fn pass(&mut self, range: Range<usize>, mode: MigrateMode) -> Pass {
+        let mut out = Pass::default();
+        let mut i = range.start;
+        while i < range.end {
+            if !pending(&self.moves[i]) {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < range.end && pending(&self.moves[j]) {
+                let (src, order) = (self.moves[j].src(), self.moves[j].order());
+                let Some(dst) = self.compaction_alloc(order) else {
+                    out.no_memory = true;
+                    break;
+                };
+                self.moves[j] = Move::new(src, dst, order);
+                j += 1;
+            }
+            if j > i {
+                // Until the kernel answers, the destinations are in flight:
+                // a panic gives back those not moved (see `give_back`).
+                self.in_flight = Some(i..j);
+                self.mig.migrate_batch(&mut self.moves[i..j], mode);
+                self.in_flight = None;
+                out.again |= self.resolve(i..j);
+            }
+            if out.no_memory {
+                break;
+            }
+            i = j;
         }
+        out
     }
 
-    /// The end of a batch (or of a run a panic cuts short): the moves done
+    /// After the kernel's answer on `moves[range]`: the destinations of the
+    /// moves not made go back; a move without an outcome counts as `Busy`.
+    /// Returns whether some move said `Again`.
+    fn resolve(&mut self, range: Range<usize>) -> bool {
+        let mut again = false;
+        for k in range {
+            let m = self.moves[k];
+            match m.outcome() {
+                Some(Ok(())) => {}
+                r => {
+                    self.compaction_free(m.dst(), m.order());
+                    let e = r.map_or(MigrateError::Busy, |r| {
+                        r.err().unwrap_or(MigrateError::Busy)
+                    });
+                    again |= e == MigrateError::Again;
+                    self.moves[k].set(Err(e));
+                }
+            }
+        }
+        again
+    }
+
+    /// The end of a batch (or of a run a panic cuts short): the moves made
     /// go into the books (one lock hold for all: the kernel may not free a
     /// destination before `migrated`, so this can wait), the sources that
     /// did not move go back to the kernel.
     pub(crate) fn settle_batch(&mut self) {
-        let Some(b) = self.batch.take() else {
+        if !core::mem::replace(&mut self.migrating, false) {
             return;
-        };
-        // The moved sources leave the list first: whatever the kernel's
-        // `migrated` does, they are never put back.
-        let mut done = [(NO_SOURCE, Pfn(0)); SOURCE_CAP];
-        let mut k = 0;
-        for (i, s) in self.sources.as_slice().iter().enumerate() {
-            if b.fate[i] == Fate::Done {
-                done[k] = (*s, b.dsts[i]);
-                k += 1;
-            }
         }
+        let n = self.sources.len();
+        // The destinations take their sources' tags while `moves[i]` is
+        // still source `i`'s move.
+        let (sources, moves) = (self.sources.as_slice(), &self.moves[..n]);
+        let tagged = locked(self.zone, |z| {
+            for (s, m) in sources.iter().zip(moves) {
+                if m.moved() {
+                    z.set_tag_bits(m.dst(), !mtag::RESERVED, s.tag & tag::CARRIED);
+                }
+            }
+        });
+        // The moved sources leave the list (whatever the kernel's
+        // `migrated` does, they are never put back), and their moves go to
+        // the front of `moves`.
+        let moves = &self.moves;
         let mut i = 0;
         self.sources.retain(|_| {
-            let keep = b.fate[i] != Fate::Done;
+            let keep = !moves[i].moved();
             i += 1;
             keep
         });
-        self.finish_moves(&done[..k]);
+        let mut k = 0;
+        for i in 0..n {
+            if self.moves[i].moved() {
+                self.moves[k] = self.moves[i];
+                k += 1;
+            }
+        }
+        if tagged.is_some() {
+            self.finish_moves(k);
+        }
         let left = self.sources.len();
         self.putback(0..left);
         self.nr_migratepages = 0;
     }
-
-    fn migrate_one(&mut self, i: usize, mode: MigrateMode) -> Step {
-        let s = self.sources.as_slice()[i];
-        let Some(dst) = self.compaction_alloc(s.order) else {
-            return Step::NoMemory;
-        };
-        // Until the kernel answers, the destination is in flight: a panic
-        // gives it back (see `Run`'s `Drop`).
-        self.in_flight = Some((dst, s.order));
-        let r = self.mig.migrate(s.pfn, dst, s.order, mode);
-        self.in_flight = None;
-        match r {
-            Ok(()) => {
-                if let Some(b) = self.batch.as_mut() {
-                    b.dsts[i] = dst;
-                }
-                Step::Done
-            }
-            Err(e) => {
-                self.compaction_free(dst, s.order);
-                if e == MigrateError::Again {
-                    Step::Again
-                } else {
-                    Step::Failed
-                }
-            }
-        }
-    }
-
     /// A panic in the kernel's migrator unwinds through the run: what it
-    /// holds goes back as if the calls had failed. The destination of the
-    /// move in flight is freed, the batch's finished moves go into the
-    /// books, the other sources go back to the kernel (those it had
-    /// isolated through `putback`), the isolated free blocks to the zone.
+    /// holds goes back as if the calls had failed. The destinations of the
+    /// batch in flight whose moves the kernel did not report made are
+    /// freed, the batch's moves made go into the books, the other sources go
+    /// back to the kernel (those it had isolated through `putback`), the
+    /// isolated free blocks to the zone.
     pub(crate) fn give_back(&mut self) {
-        if let Some((dst, order)) = self.in_flight.take() {
-            self.compaction_free(dst, order);
+        if let Some(r) = self.in_flight.take() {
+            self.resolve(r);
         }
         self.settle_batch();
         if !self.sources.is_empty() {
@@ -241,26 +251,17 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         }
     }
 
-    /// The books after the batch's successful moves (`done`: source, its
-    /// destination): each destination becomes the owner's block (the
-    /// source's kernel tag bits, isolation bits clear), the kernel hears of
-    /// each move, then each source is freed and, for a direct compactor,
-    /// captured if it completes a block of the requested order. The kernel
-    /// settles its books (a reverse map by frame) before any source goes
-    /// back: a source handed out again first would meet the old owner's
-    /// entry. A panic in `migrated` still frees the sources.
-    fn finish_moves(&mut self, done: &[(Source, Pfn)]) {
-        let zone = self.zone;
-        let tagged = locked(zone, |z| {
-            for (s, dst) in done {
-                z.set_tag_bits(*dst, !mtag::RESERVED, s.tag & tag::CARRIED);
-            }
-        });
-        if tagged.is_none() {
-            return;
-        }
+    /// The books after a batch's moves (`moves[..k]`, each made; their
+    /// destinations already tagged): the kernel hears of them, then each
+    /// source is freed and, for a direct compactor, captured if it completes
+    /// a block of the requested order. The kernel settles its books (a
+    /// reverse map by frame) before any source goes back: a source handed
+    /// out again first would meet the old owner's entry. A panic in
+    /// `migrated_batch` still frees the sources.
+    fn finish_moves(&mut self, k: usize) {
+        let done = &self.moves[..k];
         let mut back = SourcesBack {
-            zone,
+            zone: self.zone,
             done,
             capture: if self.req.capture {
                 self.req.order.map(|k| {
@@ -277,8 +278,8 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             moved: 0,
             freed: false,
         };
-        for (s, dst) in done {
-            self.mig.migrated(s.pfn, *dst, s.order);
+        if !done.is_empty() {
+            self.mig.migrated_batch(done);
         }
         back.free();
         self.captured = back.captured;
@@ -396,7 +397,7 @@ fn capture(
 /// `migrated`.
 struct SourcesBack<'a, Z: ZoneLock + ?Sized> {
     zone: &'a Z,
-    done: &'a [(Source, Pfn)],
+    done: &'a [Move],
     /// A direct compactor's request: order, migratetype, pageblock order.
     capture: Option<(Order, MigrateType, Order)>,
     captured: Option<Pfn>,
@@ -412,16 +413,16 @@ impl<Z: ZoneLock + ?Sized> SourcesBack<'_, Z> {
         let (done, capture_req) = (self.done, self.capture);
         let (mut moved, mut captured) = (0, self.captured);
         let _ = locked(self.zone, |z| {
-            for (s, _) in done {
-                if z.free(s.pfn, s.order).is_err() {
+            for m in done {
+                if z.free(m.src(), m.order()).is_err() {
                     // The kernel broke the protocol and freed the source.
                     continue;
                 }
-                moved += s.order.pages();
+                moved += m.order().pages();
                 if captured.is_none()
                     && let Some((k, mt, pb)) = capture_req
                 {
-                    captured = capture(z, s.pfn, k, mt, pb);
+                    captured = capture(z, m.src(), k, mt, pb);
                 }
             }
         });

@@ -1,6 +1,6 @@
 //! The migrate scanner (spec 03 §9): from the zone's low end upward, it
-//! isolates movable in-use blocks, one pageblock per lock hold, at most a
-//! batch of `COMPACT_CLUSTER_MAX` frames at a time.
+//! isolates movable in-use blocks, one pageblock per lock hold, a batch at
+//! a time (see [`Run::batch_frames`]).
 
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -8,9 +8,10 @@ use pageframe_buddy::{BlockInfo, Pfn};
 use pageframe_mobility::{MigrateType, MobileZone, tag as mtag};
 
 use crate::access::locked;
+use crate::control::RunKind;
 use crate::engine::Run;
 use crate::isolated::Source;
-use crate::{COMPACT_CLUSTER_MAX, Migrator, ZoneLock, tag};
+use crate::{COMPACT_CLUSTER_MAX, MIGRATE_BATCH_MAX, Migrator, ZoneLock, tag};
 
 /// What `isolate_migratepages` found.
 pub(crate) enum Isolate {
@@ -31,6 +32,24 @@ enum BlockScan {
 }
 
 impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+    /// Frames a batch isolates before it is migrated. Linux stops at
+    /// `COMPACT_CLUSTER_MAX` (spec 03 §9.3), which matters to a run that
+    /// can end before its pageblock is done: a direct compactor that may
+    /// capture a block smaller than a pageblock (§8), a proactive run that
+    /// reaches its score (§5.1). Any other run finishes each pageblock it
+    /// starts (§5.1), so its batch takes the rest of the pageblock, up to
+    /// the migration batch's `MIGRATE_BATCH_MAX` (§12): the same moves in
+    /// fewer batches, each one TLB flush for the kernel.
+    pub fn batch_frames(&self) -> u64 {
+        let early_end = self.req.kind == RunKind::Proactive
+            || (self.req.capture && self.req.order.is_some_and(|k| k.get() < self.pb));
+        if early_end {
+            COMPACT_CLUSTER_MAX
+        } else {
+            MIGRATE_BATCH_MAX
+        }
+    }
+
     /// `isolate_migratepages` (spec 03 §9.1): finds the next pageblock worth
     /// scanning below the free scanner and isolates a batch from it.
     pub fn isolate_migratepages(&mut self) -> Isolate {
@@ -176,6 +195,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let mut next_skip = chunk.map_or(0, |c| (low & !(c - 1)) + c);
         let mut chunk_first = self.sources.len();
         let mut nr_isolated = 0u64;
+        let batch = self.batch_frames();
         let mut pfn = low;
         while pfn < end {
             if let Some(c) = chunk
@@ -233,8 +253,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                         self.stats.isolated_source += order.pages();
                         pfn = next;
                         if self.sources.is_full()
-                            || (self.nr_migratepages >= COMPACT_CLUSTER_MAX
-                                && !self.finish_pageblock)
+                            || (self.nr_migratepages >= batch && !self.finish_pageblock)
                         {
                             break;
                         }

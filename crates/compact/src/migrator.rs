@@ -6,7 +6,7 @@ use core::fmt;
 
 use pageframe_buddy::{Order, Pfn};
 
-use crate::MigrateMode;
+use crate::{MigrateMode, Move};
 
 /// Why a block could not be migrated. Whatever the error, the kernel must
 /// have left the source exactly as it was (mapped, contents intact) and not
@@ -48,6 +48,12 @@ impl core::error::Error for MigrateError {}
 /// not move. Between `isolate` and `migrated`/`putback` the kernel must not
 /// free the source; after `migrate` returns `Ok` and until `migrated` it must
 /// not free the destination.
+///
+/// The allocator moves isolated blocks in batches
+/// ([`Migrator::migrate_batch`], up to [`crate::MIGRATE_BATCH_MAX`] frames):
+/// a kernel that implements it unmaps the whole batch, flushes TLBs once,
+/// then copies and remaps each block; one that does not gets
+/// [`Migrator::migrate`] per block.
 pub trait Migrator {
     /// Take the block `(pfn, order)`, allocated movable with tag word `tag`,
     /// off the kernel's lists so it can move. `false` refuses (busy, being
@@ -67,6 +73,20 @@ pub trait Migrator {
         mode: MigrateMode,
     ) -> Result<(), MigrateError>;
 
+    /// Moves a batch of isolated blocks (spec 03 §12,
+    /// `migrate_pages_batch`): each [`Move`] as [`Migrator::migrate`] would
+    /// make it, its outcome reported with [`Move::set`] as soon as it is
+    /// known. One call lets a kernel unmap every source, flush TLBs once for
+    /// the batch, then copy and remap each block. A move left without an
+    /// outcome counts as failed (`Busy`), so it must not have happened. If
+    /// the call panics, the moves reported `Ok` count as made and the others
+    /// as not. Default: [`Migrator::migrate`] for each move, in order.
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        for m in moves {
+            m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
+        }
+    }
+
     /// The block `src` did not move: give it back to the kernel's lists and
     /// drop the isolation reference. Default: nothing to do.
     fn putback(&mut self, src: Pfn, order: Order) {
@@ -78,6 +98,16 @@ pub trait Migrator {
     /// held for the move. Default: nothing to do.
     fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
         let _ = (src, dst, order);
+    }
+
+    /// [`Migrator::migrated`] for every move of a batch that was made (each
+    /// reported `Ok`), once the allocator's books show them all; their
+    /// sources are freed after this returns. Default: `migrated` for each,
+    /// in order.
+    fn migrated_batch(&mut self, moves: &[Move]) {
+        for m in moves {
+            self.migrated(m.src(), m.dst(), m.order());
+        }
     }
 
     /// Called between pageblocks with the scanners' positions; `true` aborts
@@ -114,11 +144,17 @@ impl<M: Migrator + ?Sized> Migrator for &mut M {
     ) -> Result<(), MigrateError> {
         (**self).migrate(src, dst, order, mode)
     }
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        (**self).migrate_batch(moves, mode)
+    }
     fn putback(&mut self, src: Pfn, order: Order) {
         (**self).putback(src, order)
     }
     fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
         (**self).migrated(src, dst, order)
+    }
+    fn migrated_batch(&mut self, moves: &[Move]) {
+        (**self).migrated_batch(moves)
     }
     fn checkpoint(&mut self, migrate_pfn: Pfn, free_pfn: Pfn) -> bool {
         (**self).checkpoint(migrate_pfn, free_pfn)

@@ -1,14 +1,15 @@
 //! Behaviour of the individual rules: result order, deferral, suitability,
 //! capture, async direct compaction's type rule, skip hints and their
-//! reset, aborts, pinning, kcompactd wakeups, the retry policy.
+//! reset, aborts, pinning, kcompactd wakeups, the retry policy, and the
+//! batches the migrator is handed.
 
 use std::cell::RefCell;
 
 use pageframe_buddy::{BuddyConfig, Order, Pfn, PfnRange};
 use pageframe_compact::{
-    CompactRequest, CompactResult, CompactRetry, CompactState, DeferralState, MigrateMode,
-    NodeZone, Priority, ZoneMarks, compact_zone, compaction_suitable, reset_isolation_suitable,
-    suit_allocation_order, try_to_compact_pages,
+    COMPACT_CLUSTER_MAX, CompactRequest, CompactResult, CompactRetry, CompactState, DeferralState,
+    MIGRATE_BATCH_MAX, MigrateMode, NodeZone, Priority, ZoneMarks, compact_zone,
+    compaction_suitable, reset_isolation_suitable, suit_allocation_order, try_to_compact_pages,
 };
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone, MobilityConfig, Watermarks};
 use pageframe_models::compact::{Op, World};
@@ -45,6 +46,31 @@ fn gupta(blocks: u64, seed: u64) -> World<'static> {
             .unwrap();
         }
     }
+    w
+}
+
+/// The Gupta pattern over `blocks` pageblocks of 512 frames (2 MiB of
+/// 4 KiB pages): 128 movable frames kept in each.
+fn gupta_2m(blocks: u64, seed: u64) -> World<'static> {
+    let span = PfnRange::new(Pfn(0), Pfn(blocks * 512));
+    let cfg = MobilityConfig {
+        buddy: BuddyConfig::new(Order::new(10).unwrap()),
+        pageblock_order: Order::HUGE_2M,
+        grouping: true,
+    };
+    let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
+    let mut z = MobileZone::new(span, cfg, meta).unwrap();
+    z.add_free_range(span).unwrap();
+    let mut w = World::new(z, seed);
+    while w.alloc(Order::ZERO, MigrateType::Movable).is_some() {}
+    let heads: Vec<u64> = w.mig.owners.keys().copied().collect();
+    let mut zone = w.zone.borrow_mut();
+    for h in heads {
+        if h % 4 != 0 && zone.free(Pfn(h), Order::ZERO).is_ok() {
+            w.mig.release(h);
+        }
+    }
+    drop(zone);
     w
 }
 
@@ -503,5 +529,107 @@ fn kernel_tag_bits_travel_with_a_moved_block() {
             "block {h} (moved: {})",
             moved.contains(&h)
         );
+    }
+}
+
+/// A whole-zone run migrates each pageblock's 128 kept frames as one batch
+/// (one TLB flush for the kernel), not in pieces of `COMPACT_CLUSTER_MAX`.
+#[test]
+fn whole_zone_compaction_moves_a_pageblock_per_batch() {
+    let mut w = gupta_2m(8, 3);
+    w.mig.batched = true;
+    w.step(&Op::Full).unwrap();
+    let (batches, moved) = (&w.mig.batches, w.mig.moves.len() as u64);
+    assert!(moved >= 5 * 128, "{moved} frames moved");
+    assert!(
+        batches.iter().all(|&f| f <= MIGRATE_BATCH_MAX),
+        "{batches:?}"
+    );
+    assert!(
+        batches.iter().filter(|&&f| f == 128).count() >= 4,
+        "whole pageblocks: {batches:?}"
+    );
+    assert!(
+        batches.len() as u64 * COMPACT_CLUSTER_MAX < moved,
+        "{} batches for {moved} moves",
+        batches.len()
+    );
+    // The same run through the default, `migrate` per move, makes the same
+    // moves from the same batches.
+    let mut d = gupta_2m(8, 3);
+    d.step(&Op::Full).unwrap();
+    assert_eq!(d.mig.batches, w.mig.batches);
+    assert_eq!(d.mig.moves, w.mig.moves);
+}
+
+/// A direct compactor that may capture a block smaller than a pageblock
+/// isolates `COMPACT_CLUSTER_MAX` frames at a time, so that it stops as soon
+/// as the block is there (spec 03 §8, §9.3); one building a whole pageblock
+/// moves it in one batch.
+#[test]
+fn a_direct_compactor_for_a_small_block_keeps_to_the_cluster() {
+    let mut w = gupta_2m(8, 5);
+    w.step(&Op::Direct(1, 1, 1)).unwrap(); // order 2, sync-light, movable
+    assert_eq!(w.captured, 1, "{:?}", w.results);
+    assert!(!w.mig.batches.is_empty());
+    assert!(
+        w.mig.batches.iter().all(|&f| f <= COMPACT_CLUSTER_MAX),
+        "{:?}",
+        w.mig.batches
+    );
+    let mut w = gupta_2m(8, 5);
+    w.step(&Op::Direct(8, 1, 1)).unwrap(); // order 9: a pageblock
+    assert_eq!(w.captured, 1, "{:?}", w.results);
+    assert!(
+        w.mig.batches.iter().any(|&f| f > COMPACT_CLUSTER_MAX),
+        "{:?}",
+        w.mig.batches
+    );
+}
+
+/// The moves of a batch the kernel refuses (again, busy, pinned) leave
+/// their sources where they were, their owners' again; the others are
+/// made. The model checks every owner's words and clean books.
+#[test]
+fn moves_refused_in_a_batch_go_back_and_the_rest_are_made() {
+    let mut w = gupta_2m(8, 7);
+    w.mig.batched = true;
+    w.mig.refuse_migrate = 30;
+    let free = w.zone.borrow().free_pages();
+    w.step(&Op::Full).unwrap();
+    let st = w.state.stats();
+    assert!(st.migrate_success > 0 && st.migrate_fail > 0, "{st:?}");
+    assert_eq!(w.zone.borrow().free_pages(), free);
+    // A kernel that refuses every move: nothing moves, nothing is lost.
+    let mut r = gupta_2m(8, 7);
+    r.mig.batched = true;
+    r.mig.refuse_migrate = 100;
+    let before: Vec<u64> = r.mig.owners.keys().copied().collect();
+    r.step(&Op::Full).unwrap();
+    assert!(r.mig.moves.is_empty() && !r.mig.batches.is_empty());
+    assert_eq!(r.mig.owners.keys().copied().collect::<Vec<_>>(), before);
+    assert_eq!(r.zone.borrow().free_pages(), free);
+}
+
+/// A kernel that panics in the middle of a batch: the moves it made before
+/// count (their owners live at the destinations), the others never
+/// happened, and nothing is lost or left isolated.
+#[test]
+fn a_migrator_panicking_mid_batch_keeps_the_moves_it_made() {
+    for made in [0u8, 1, 40, 63] {
+        let mut w = gupta_2m(4, 11);
+        let free = w.zone.borrow().free_pages();
+        w.step(&Op::PanicInBatch(made)).unwrap();
+        assert_eq!(
+            w.results.get("panicked").map(|r| r.values().sum::<u64>()),
+            Some(1),
+            "{:?}",
+            w.results
+        );
+        assert_eq!(w.mig.moves.len(), usize::from(made));
+        assert_eq!(w.zone.borrow().free_pages(), free);
+        // The next run goes on from there.
+        w.step(&Op::Full).unwrap();
+        assert!(!w.mig.moves.is_empty());
     }
 }

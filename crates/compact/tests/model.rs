@@ -1,6 +1,7 @@
 //! Property tests: random fragmented zones, random compaction runs (direct
 //! at every priority, kcompactd, proactive, whole-zone), a migrator that
-//! moves per-frame words and may refuse at random; the shared model checks
+//! moves per-frame words, per move or a batch at a time, may refuse at
+//! random and may panic in the middle of a batch; the shared model checks
 //! contents, conservation, clean books, scanner and skip-hint invariants
 //! after every step.
 
@@ -41,6 +42,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::Wake),
         1 => (0u8..60, 0u8..60).prop_map(|(i, m)| Op::Refuse(i, m)),
         1 => (0u8..12).prop_map(Op::Abort),
+        1 => any::<bool>().prop_map(Op::Batched),
+        1 => any::<u8>().prop_map(Op::PanicInBatch),
     ]
 }
 

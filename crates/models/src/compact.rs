@@ -20,8 +20,9 @@ use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone, Watermarks, tag as mtag};
 
 use pageframe_compact::{
-    CompactResult, CompactState, Kcompactd, KcompactdWake, MigrateError, MigrateMode, Migrator,
-    NodeZone, Priority, ZoneMarks, compact_memory, tag, try_to_compact_pages,
+    CompactResult, CompactState, Kcompactd, KcompactdWake, MIGRATE_BATCH_MAX, MigrateError,
+    MigrateMode, Migrator, Move as Moving, NodeZone, Priority, ZoneMarks, compact_memory, tag,
+    try_to_compact_pages,
 };
 
 /// The word a frame holds after its block moved away or was freed.
@@ -78,6 +79,15 @@ pub struct TagMigrator {
     pub drains: u64,
     /// `isolate` calls.
     pub isolations: u64,
+    /// Moves whole batches itself (every source checked and "unmapped",
+    /// then each copied and reported), instead of the default `migrate`
+    /// per move.
+    pub batched: bool,
+    /// Panics in the next batch it moves itself once it has made this many
+    /// of its moves (the panic is the model's, caught by [`World::step`]).
+    pub panic_in_batch: Option<usize>,
+    /// Frames of each batch handed over in the current run.
+    pub batches: Vec<u64>,
 }
 
 impl TagMigrator {
@@ -99,6 +109,9 @@ impl TagMigrator {
             errors: Vec::new(),
             drains: 0,
             isolations: 0,
+            batched: false,
+            panic_in_batch: None,
+            batches: Vec::new(),
         }
     }
 
@@ -211,30 +224,61 @@ impl Migrator for TagMigrator {
                 .push(format!("destination {d:#x}/{k} misaligned or owned"));
             return Err(MigrateError::Busy);
         }
-        if self.roll(self.refuse_migrate) {
-            return Err(match self.next_u64() % 3 {
-                0 => MigrateError::Again,
-                1 => MigrateError::Busy,
-                _ => MigrateError::Pinned,
+        if let Some(e) = self.refusal() {
+            return Err(e);
+        }
+        self.copy(src, dst, order)
+    }
+
+    fn migrate_batch(&mut self, moves: &mut [Moving], mode: MigrateMode) {
+        let frames: u64 = moves.iter().map(|m| m.order().pages()).sum();
+        self.batches.push(frames);
+        if frames > MIGRATE_BATCH_MAX {
+            self.errors.push(format!(
+                "a batch of {frames} frames, over {MIGRATE_BATCH_MAX}"
+            ));
+        }
+        if !self.batched {
+            for m in moves {
+                m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
+            }
+            return;
+        }
+        // Unmap: every source isolated, every destination free, none twice;
+        // refusals are decided here, before anything changes.
+        for (i, m) in moves.iter().enumerate() {
+            let (s, d, k) = (m.src().get(), m.dst().get(), m.order().get());
+            let twice = moves[..i].iter().any(|o| {
+                o.src() == m.src()
+                    || (o.dst().get() < d + (1 << k) && d < o.dst().get() + o.order().pages())
             });
+            if twice
+                || !self.isolated.contains(&s)
+                || !m.dst().is_aligned(m.order())
+                || self.overlaps_owner(d, k)
+            {
+                self.errors.push(format!(
+                    "batch move {m:?} repeats a frame or is not movable"
+                ));
+            }
         }
-        let Some(o) = self.owners.remove(&s) else {
-            self.errors.push(format!("migrate of unowned {s:#x}"));
-            return Err(MigrateError::Busy);
-        };
-        for i in 0..1u64 << k {
-            let (a, b) = (self.idx(s + i), self.idx(d + i));
-            self.mem[b] = self.mem[a];
-            self.mem[a] = POISON;
+        for m in moves.iter_mut() {
+            if let Some(e) = self.refusal() {
+                m.set(Err(e));
+            }
         }
-        self.owners.insert(d, o);
-        self.in_flight.insert(d, s);
-        self.moves.push(Move {
-            src: s,
-            dst: d,
-            order: k,
-        });
-        Ok(())
+        // Copy and remap each, reporting as it goes.
+        for (made, m) in moves
+            .iter_mut()
+            .filter(|m| m.outcome().is_none())
+            .enumerate()
+        {
+            if self.panic_in_batch == Some(made) {
+                self.panic_in_batch = None;
+                panic!("the model's migrator panics in the middle of a batch");
+            }
+            m.set(self.copy(m.src(), m.dst(), m.order()));
+        }
     }
 
     fn putback(&mut self, src: Pfn, _order: Order) {
@@ -265,6 +309,40 @@ impl Migrator for TagMigrator {
     }
 }
 
+impl TagMigrator {
+    /// A refusal at the chosen rate (`Again`, `Busy` or `Pinned`), or none.
+    fn refusal(&mut self) -> Option<MigrateError> {
+        self.roll(self.refuse_migrate)
+            .then(|| match self.next_u64() % 3 {
+                0 => MigrateError::Again,
+                1 => MigrateError::Busy,
+                _ => MigrateError::Pinned,
+            })
+    }
+
+    /// Copies the words of the block at `src` to `dst` and moves its owner.
+    fn copy(&mut self, src: Pfn, dst: Pfn, order: Order) -> Result<(), MigrateError> {
+        let (s, d, k) = (src.get(), dst.get(), order.get());
+        let Some(o) = self.owners.remove(&s) else {
+            self.errors.push(format!("migrate of unowned {s:#x}"));
+            return Err(MigrateError::Busy);
+        };
+        for i in 0..1u64 << k {
+            let (a, b) = (self.idx(s + i), self.idx(d + i));
+            self.mem[b] = self.mem[a];
+            self.mem[a] = POISON;
+        }
+        self.owners.insert(d, o);
+        self.in_flight.insert(d, s);
+        self.moves.push(Move {
+            src: s,
+            dst: d,
+            order: k,
+        });
+        Ok(())
+    }
+}
+
 /// One operation of the model.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
@@ -291,6 +369,14 @@ pub enum Op {
     Refuse(u8, u8),
     /// Abort the next run at its n-th checkpoint.
     Abort(u8),
+    /// The migrator moves whole batches itself (`true`) or takes the
+    /// default, `migrate` per move (`false`).
+    Batched(bool),
+    /// A whole-zone compaction whose migrator, moving batches itself,
+    /// panics in its first batch after making this many of its moves (mod
+    /// 64); the panic is caught and the zone must be whole. A no-op where
+    /// panics abort.
+    PanicInBatch(u8),
 }
 
 /// A zone with its compaction state, a kcompactd and the kernel stand-in.
@@ -418,6 +504,7 @@ impl<'a> World<'a> {
     pub fn step(&mut self, op: &Op) -> Result<(), String> {
         self.mig.moves.clear();
         self.mig.checkpoints.clear();
+        self.mig.batches.clear();
         let max = self.zone.borrow().buddy().max_order().get();
         let order_of = |k: u8| Order::new(k % (max + 1)).unwrap_or_default();
         let mt_of = |t: u8| {
@@ -542,6 +629,28 @@ impl<'a> World<'a> {
                 self.mig.refuse_migrate = m % 101;
             }
             Op::Abort(n) => self.mig.abort_at = Some(usize::from(n)),
+            Op::Batched(on) => self.mig.batched = on,
+            Op::PanicInBatch(_) if !cfg!(panic = "unwind") => {}
+            Op::PanicInBatch(n) => {
+                let batched = core::mem::replace(&mut self.mig.batched, true);
+                self.mig.panic_in_batch = Some(usize::from(n % 64));
+                let node = [NodeZone::new(&self.zone, &self.state, self.marks)];
+                let mig = &mut self.mig;
+                let hook = std::panic::take_hook();
+                std::panic::set_hook(std::boxed::Box::new(|_| {}));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    compact_memory(&node, &mut *mig)
+                }));
+                std::panic::set_hook(hook);
+                self.mig.batched = batched;
+                let panicked = self.mig.panic_in_batch.take().is_none();
+                match r {
+                    Ok(out) if !panicked => self.note("full", out.result),
+                    Ok(_) => return Err("the migrator panicked, the run returned".into()),
+                    Err(_) if panicked => self.note("panicked", CompactResult::Contended),
+                    Err(_) => return Err("a panic the model did not raise".into()),
+                }
+            }
         }
         if !self.mig.checkpoints.is_empty() || !self.mig.moves.is_empty() {
             self.mig.abort_at = None;
@@ -559,7 +668,11 @@ impl<'a> World<'a> {
         let index = |p: u64| (p - blocks.block_start(0).get()) >> pb;
         let mut last: Option<(u64, u64)> = None;
         for &(m, f) in &self.mig.checkpoints {
-            if m >> pb >= f >> pb {
+            // The free scanner stays above the pageblock of the last frame
+            // the migrate scanner scanned: its cursor's, or the one below
+            // when the cursor sits at the start of a block it has not
+            // scanned yet.
+            if (m.max(1) - 1) >> pb >= f >> pb {
                 return Err(format!(
                     "scanners crossed at a checkpoint: migrate {m:#x}, free {f:#x}"
                 ));

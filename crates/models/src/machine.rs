@@ -29,7 +29,7 @@ use std::vec::Vec;
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn, PfnRange};
-use pageframe_compact::{MigrateError, MigrateMode};
+use pageframe_compact::{MIGRATE_BATCH_MAX, MigrateError, MigrateMode, Move};
 use pageframe_pcp::CpuId;
 
 use pageframe::lock::SpinLock;
@@ -283,6 +283,16 @@ pub enum Op {
         /// Through a contiguous range of the node's zone instead.
         contig: bool,
     },
+    /// From now on the migrator moves whole batches itself (`on`; else
+    /// `migrate` per move), refusing every `refuse_every`-th move of a
+    /// batch (0: none). Each move of a batch counts as one migrator call
+    /// for [`Op::Panic`], so a panic can come in the middle of a batch.
+    Batching {
+        /// Batches moved by the migrator itself.
+        on: bool,
+        /// Which moves of a batch it refuses.
+        refuse_every: u8,
+    },
     /// Set a tunable to an arbitrary value.
     Tunable {
         /// Which one.
@@ -343,6 +353,10 @@ struct World {
     refuse: bool,
     /// Migrator calls left before one panics (`Op::Panic`).
     panic_at: Option<u32>,
+    /// Moves whole batches itself (`Op::Batching`).
+    batched: bool,
+    /// Refuses every n-th move of a batch it moves itself (0: none).
+    refuse_every: u8,
     /// Protocol breaches the migrator saw (it cannot return errors).
     faults: Vec<String>,
 }
@@ -480,6 +494,40 @@ impl Migrator for World {
         })
     }
 
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        if !self.batched {
+            for m in moves {
+                m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
+            }
+            return;
+        }
+        self.stats.batches += 1;
+        let frames: u64 = moves.iter().map(|m| m.order().pages()).sum();
+        if frames > MIGRATE_BATCH_MAX {
+            self.faults.push(format!(
+                "a batch of {frames} frames, over {MIGRATE_BATCH_MAX}"
+            ));
+        }
+        for (k, m) in moves.iter().enumerate() {
+            let (d, end) = (m.dst().get(), m.dst().get() + m.order().pages());
+            if moves[..k].iter().any(|o| {
+                o.src() == m.src() || (o.dst().get() < end && d < o.dst().get() + o.order().pages())
+            }) {
+                self.faults.push(format!(
+                    "{m:?} repeats a source or a destination of its batch"
+                ));
+            }
+        }
+        let every = usize::from(self.refuse_every);
+        for (k, m) in moves.iter_mut().enumerate() {
+            if every > 0 && k % every == every - 1 {
+                m.set(Err(MigrateError::Busy));
+                continue;
+            }
+            m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
+        }
+    }
+
     fn putback(&mut self, block: Block) {
         match self.blocks.get_mut(&block.pfn().get()) {
             Some(o) if o.block.is_none() && o.order == block.order() => o.block = Some(block),
@@ -538,6 +586,8 @@ pub struct RunStats {
     pub hot_added: u64,
     /// Migrator panics caught.
     pub panics: u32,
+    /// Batches the migrator moved itself.
+    pub batches: u64,
 }
 
 /// Runs `ops` on a fresh model machine and checks every promise after each
@@ -593,6 +643,8 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         managed,
         refuse: false,
         panic_at: None,
+        batched: false,
+        refuse_every: 0,
         faults: Vec::new(),
     };
     for (step, op) in ops.iter().enumerate() {
@@ -1400,6 +1452,10 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
         }
         // Needs the run's metadata buffer: `run` calls `hot_add`.
         Op::HotAdd { .. } => {}
+        Op::Batching { on, refuse_every } => {
+            w.batched = on;
+            w.refuse_every = refuse_every;
+        }
         Op::Tunable { which, value } => match which % 4 {
             0 => m.set_min_free_kbytes(u64::from(value) % 4096),
             1 => {

@@ -6,11 +6,8 @@
 //! cached behind the compactor's back.
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
-use pageframe_compact::{
-    COMPACT_CLUSTER_MAX, MigrateError, MigrateMode, Migrator, NodeZone, ZoneLock,
-};
+use pageframe_compact::{MigrateError, MigrateMode, Migrator, Move, NodeZone, ZoneLock};
 use pageframe_mobility::{MobileZone, ZoneMarks};
-use pageframe_types::unwind::OnUnwind;
 
 use crate::block::Block;
 use crate::debug::{Event, Hooks};
@@ -111,37 +108,25 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
 /// moved; the destination is "isolated" from the move until then. The
 /// blocks the kernel hands over are held as numbers while they move and
 /// given back as blocks (`putback`, `migrated`). If the kernel's code
-/// panics, the marks it was called under are undone on the way out; moves
-/// the kernel made but was not yet told of when it panicked are settled
-/// when the wrapper is dropped: their destinations stay allocated (the
-/// kernel maps them; they are lost, never handed out again).
+/// panics, the marks it was called under are undone on the way out, and
+/// the moves it reported made are recorded as such. The books of a
+/// batch's moves are settled before the kernel hears of the first one, so
+/// a panic in its `migrated` leaves none unsettled; their destinations stay
+/// allocated (the kernel maps them; a block it was not given is lost,
+/// never handed out again).
 pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> {
     pub inner: &'g mut M,
     pub machine: &'z Machine<'a, R, H>,
-    /// Moves the kernel made that `migrated` has not settled yet (source,
-    /// destination, order): at most a batch.
-    unsettled: [Option<(Pfn, Pfn, Order)>; COMPACT_CLUSTER_MAX as usize],
 }
 
 impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R, H, M> {
     pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, R, H>) -> Self {
-        Guarded {
-            inner,
-            machine,
-            unsettled: [None; COMPACT_CLUSTER_MAX as usize],
-        }
+        Guarded { inner, machine }
     }
 
     /// The books of a move: the destination is the owner's block, the
     /// source free unless handed out again.
-    fn settle(&mut self, src: Pfn, dst: Pfn, order: Order) {
-        if let Some(slot) = self
-            .unsettled
-            .iter_mut()
-            .find(|m| **m == Some((src, dst, order)))
-        {
-            *slot = None;
-        }
+    fn settle(&self, src: Pfn, dst: Pfn, order: Order) {
         if let Some(z) = self.machine.zone_of(src) {
             // The owner record moves with the contents.
             #[cfg(feature = "page-owner")]
@@ -153,11 +138,52 @@ impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g,
     }
 }
 
-impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Drop for Guarded<'_, '_, '_, R, H, M> {
+/// The ownership bytes of a batch the kernel is moving: when the kernel
+/// has answered (or panicked), a source it moved is "moved out" (its
+/// frames poisoned as free memory when it answered), the destination of a
+/// move not made is free again.
+struct BatchMarks<'b, 'z, 'a, R: RawMutex, H: Hooks> {
+    machine: &'z Machine<'a, R, H>,
+    moves: &'b mut [Move],
+    answered: bool,
+}
+
+impl<R: RawMutex, H: Hooks> BatchMarks<'_, '_, '_, R, H> {
+    /// Records the kernel's answers; `answered`: it returned (trace events
+    /// and poisoning run kernel hooks, not done while a panic unwinds).
+    fn record(&mut self, answered: bool) {
+        self.answered = true;
+        let machine = self.machine;
+        for m in self.moves.iter() {
+            let (src, dst, order) = (m.src(), m.dst(), m.order());
+            if answered && H::TRACE {
+                machine.hooks.event(&Event::Migrate {
+                    from: src,
+                    to: dst,
+                    order,
+                    moved: m.moved(),
+                });
+            }
+            if m.moved() {
+                // The source's contents live on at `dst`: what is left
+                // becomes free memory.
+                if answered {
+                    machine.poison_free(PfnRange::new(src, src + order.pages()));
+                }
+                if let Some(z) = machine.zone_of(src) {
+                    z.states.moved_out(src, order);
+                }
+            } else if let Some(z) = machine.zone_of(dst) {
+                z.states.set_free(dst);
+            }
+        }
+    }
+}
+
+impl<R: RawMutex, H: Hooks> Drop for BatchMarks<'_, '_, '_, R, H> {
     fn drop(&mut self) {
-        // Empty unless the kernel's `migrated` panicked.
-        for (src, dst, order) in self.unsettled.into_iter().flatten() {
-            self.settle(src, dst, order);
+        if !self.answered {
+            self.record(false);
         }
     }
 }
@@ -196,45 +222,27 @@ impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Migrator for Guarded<'_
         order: Order,
         mode: MigrateMode,
     ) -> Result<(), MigrateError> {
-        // The kernel may publish `dst` to the owner as soon as it has moved
-        // the data: until `migrated` settles the books, its free is `Busy`.
-        let z = self.machine.zone_of(dst);
-        if let Some(z) = z {
-            z.states.set_isolated(dst, order);
-        }
-        // A panic leaves the move undone: the compaction crate frees the
-        // destination and puts the source back.
-        let undo = OnUnwind::new(|| {
-            if let Some(z) = z {
-                z.states.set_free(dst);
-            }
-        });
-        let r = self.inner.migrate(src, dst, order, mode);
-        undo.disarm();
-        if H::TRACE {
-            self.machine.hooks.event(&Event::Migrate {
-                from: src,
-                to: dst,
-                order,
-                moved: r.is_ok(),
-            });
-        }
-        if let Some(z) = z {
-            match r {
-                Ok(()) => {
-                    // The source's contents live on at `dst`: what is
-                    // left becomes free memory.
-                    self.machine
-                        .poison_free(PfnRange::new(src, src + order.pages()));
-                    z.states.moved_out(src, order);
-                    if let Some(slot) = self.unsettled.iter_mut().find(|m| m.is_none()) {
-                        *slot = Some((src, dst, order));
-                    }
-                }
-                Err(_) => z.states.set_free(dst),
+        let mut one = [Move::new(src, dst, order)];
+        self.migrate_batch(&mut one, mode);
+        one[0].outcome().unwrap_or(Err(MigrateError::Busy))
+    }
+
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        // The kernel may publish a destination to its owner as soon as it
+        // has moved the data: until `migrated` settles the books, its free
+        // is `Busy`.
+        for m in moves.iter() {
+            if let Some(z) = self.machine.zone_of(m.dst()) {
+                z.states.set_isolated(m.dst(), m.order());
             }
         }
-        r
+        let mut marks = BatchMarks {
+            machine: self.machine,
+            moves,
+            answered: false,
+        };
+        self.inner.migrate_batch(marks.moves, mode);
+        marks.record(true);
     }
 
     fn putback(&mut self, src: Pfn, order: Order) {
@@ -249,12 +257,21 @@ impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Migrator for Guarded<'_
     }
 
     fn migrated(&mut self, src: Pfn, dst: Pfn, order: Order) {
-        let Some(r) = self.machine.zone_ref_of(dst) else {
-            return;
-        };
-        self.settle(src, dst, order);
-        self.inner
-            .migrated(Block::new(self.machine.id, r, dst, order), src)
+        self.migrated_batch(&[Move::new(src, dst, order)]);
+    }
+
+    fn migrated_batch(&mut self, moves: &[Move]) {
+        for m in moves {
+            if self.machine.zone_ref_of(m.dst()).is_some() {
+                self.settle(m.src(), m.dst(), m.order());
+            }
+        }
+        for m in moves {
+            if let Some(r) = self.machine.zone_ref_of(m.dst()) {
+                self.inner
+                    .migrated(Block::new(self.machine.id, r, m.dst(), m.order()), m.src());
+            }
+        }
     }
 
     fn checkpoint(&mut self, migrate_pfn: Pfn, free_pfn: Pfn) -> bool {

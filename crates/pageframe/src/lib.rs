@@ -131,7 +131,7 @@ pub mod compact {
     pub use crate::slow_path::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
     pub use pageframe_compact::{
         COMPACT_MAX_DEFER_SHIFT, CompactOutcome, CompactResult, CompactState, CompactStats,
-        Deferral, DeferralState, MigrateError, MigrateMode, TickReport,
+        Deferral, DeferralState, MIGRATE_BATCH_MAX, MigrateError, MigrateMode, Move, TickReport,
     };
 }
 

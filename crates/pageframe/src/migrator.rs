@@ -64,10 +64,16 @@
 //! m.free_segment(dma).unwrap();
 //! ```
 //!
+//! Blocks move in batches ([`Migrator::migrate_batch`], up to
+//! [`crate::compact::MIGRATE_BATCH_MAX`] frames): a kernel whose other CPUs
+//! may hold translations unmaps the whole batch, flushes TLBs once (one
+//! shootdown), then copies and remaps each block; a kernel that implements
+//! only [`Migrator::migrate`] is asked block by block.
+//!
 //! A kernel that never lets memory move uses [`NoMigration`].
 
 use pageframe_buddy::{Order, Pfn};
-use pageframe_compact::{MigrateError, MigrateMode};
+use pageframe_compact::{MigrateError, MigrateMode, Move};
 
 use crate::block::Block;
 
@@ -96,6 +102,21 @@ pub trait Migrator {
         order: Order,
         mode: MigrateMode,
     ) -> Result<(), MigrateError>;
+
+    /// Move a batch of handed-over blocks (spec 03 §12): each [`Move`] as
+    /// [`Migrator::migrate`] would make it, its outcome reported with
+    /// [`Move::set`] as soon as it is known. The allocator hands over up to
+    /// [`crate::compact::MIGRATE_BATCH_MAX`] frames at once, so that a
+    /// kernel can unmap every source, flush TLBs once (one shootdown for the
+    /// batch instead of one per block), then copy and remap each. A move
+    /// left without an outcome counts as failed: it must not have happened.
+    /// If this panics, the moves reported `Ok` count as made and the others
+    /// as not. Default: [`Migrator::migrate`] for each move, in order.
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        for m in moves {
+            m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
+        }
+    }
 
     /// The block did not move: it is the kernel's again.
     fn putback(&mut self, block: Block);
@@ -134,6 +155,9 @@ impl<M: Migrator + ?Sized> Migrator for &mut M {
         mode: MigrateMode,
     ) -> Result<(), MigrateError> {
         (**self).migrate(src, dst, order, mode)
+    }
+    fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
+        (**self).migrate_batch(moves, mode)
     }
     fn putback(&mut self, block: Block) {
         (**self).putback(block)

@@ -3,10 +3,11 @@
 //! bad frees, the slow path and huge pages with compaction moving owners'
 //! blocks, kcompactd, pinning, drains, tunables, and contiguous ranges
 //! taken and freed (a CMA area among them), memory offline and online,
-//! free page reporting, and migrators that panic. The model owns every
-//! block it is given and hands it to the migrator only when asked; after
-//! every step no frame has two owners, none is lost, and `validate()`
-//! holds.
+//! free page reporting, and migrators that move per block or a batch at a
+//! time, refuse moves in a batch and panic in the middle of one. The model
+//! owns every block it is given and hands it to the migrator only when
+//! asked; after every step no frame has two owners, none is lost, and
+//! `validate()` holds.
 
 use pageframe_models::machine::{GFPS, Op, run};
 use proptest::prelude::*;
@@ -32,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(node, at, contig)| Op::Panic { node, at, contig }),
         1 => (0u8..3).prop_map(|cpu| Op::Drain { cpu }),
         1 => (0u8..2).prop_map(|cpu| Op::Tick { cpu }),
+        1 => (any::<bool>(), 0u8..6).prop_map(|(on, refuse_every)| Op::Batching { on, refuse_every }),
         1 => (any::<u8>(), prop_oneof![0u32..5000, any::<u32>()])
             .prop_map(|(which, value)| Op::Tunable { which, value }),
         2 => (0u8..3, any::<u16>(), any::<u16>(), proptest::bool::weighted(0.2))
@@ -151,6 +153,24 @@ fn a_long_scripted_run() {
             contig: at % 3 == 0,
         });
     }
+    // A migrator moving whole batches itself, refusing every third move of
+    // each, then panicking at its first calls.
+    ops.push(Op::Batching {
+        on: true,
+        refuse_every: 3,
+    });
+    for node in 0..2 {
+        ops.push(Op::CompactNode { node });
+        ops.push(Op::Panic {
+            node,
+            at: 5,
+            contig: false,
+        });
+    }
+    ops.push(Op::Batching {
+        on: false,
+        refuse_every: 0,
+    });
     ops.push(Op::Cma {
         frames: 700,
         refuse: false,
@@ -200,6 +220,7 @@ fn a_long_scripted_run() {
     assert!(stats.moved > 0, "{stats:?}");
     assert!(stats.offlined >= 2, "{stats:?}");
     assert!(stats.panics >= 3, "{stats:?}");
+    assert!(stats.batches > 0, "{stats:?}");
 }
 
 /// A part given back up to the end of a block that ends its zone leaves

@@ -439,7 +439,8 @@ fn the_kernel_hears_of_a_move_before_its_source_is_handed_out_again() {
             // moves after it) can be lost to the kernel; the rest it holds.
             assert!(k.words.blocks.len() <= held, "{case}");
             if panic_at.is_some() {
-                assert!(k.words.blocks.len() >= held.saturating_sub(32), "{case}");
+                let batch = pageframe::compact::MIGRATE_BATCH_MAX as usize;
+                assert!(k.words.blocks.len() >= held.saturating_sub(batch), "{case}");
             }
             // Every free frame can be taken, and none is a kernel's.
             let mut taken = Vec::new();

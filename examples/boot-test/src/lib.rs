@@ -12,6 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod budget;
+/// The kernel's command line, compiled on the host: which modes a boot
+/// runs.
+#[path = "../../kernel/src/cmdline.rs"]
+pub mod cmdline;
+
 /// The bare-metal target the kernel builds for.
 pub const KERNEL_TARGET: &str = "x86_64-unknown-none";
 /// The apt line CI and fresh machines need for QEMU.
@@ -210,8 +216,9 @@ pub struct BootConfig {
     pub numa: u32,
     /// Kernel command line.
     pub append: String,
-    /// Kill QEMU after this long.
-    pub timeout: Duration,
+    /// Kill QEMU after this long; `None`: the boot's own budget
+    /// ([`BootConfig::budget`]).
+    pub timeout: Option<Duration>,
     /// QEMU's `-cpu` for [`boot`] (default `qemu64,+pdpe1gb`: 1 GiB pages).
     pub cpu: String,
     /// QEMU's `-machine` (default `q35`; `pc` is the i440fx board).
@@ -219,18 +226,31 @@ pub struct BootConfig {
 }
 
 impl BootConfig {
-    /// A guest of `mem` RAM and two CPUs running `append`, 240 s time-out
-    /// (first-touch page faults on the host dominate and vary widely).
+    /// A guest of `mem` RAM and two CPUs running `append`, killed after
+    /// its budget ([`BootConfig::budget`]).
     pub fn new(mem: &str, append: &str) -> Self {
         Self {
             mem: mem.to_owned(),
             smp: 2,
             numa: 0,
             append: append.to_owned(),
-            timeout: Duration::from_secs(240),
+            timeout: None,
             cpu: "qemu64,+pdpe1gb".to_owned(),
             machine: "q35".to_owned(),
         }
+    }
+
+    /// How long the boot may take: what it does (the modes its command line
+    /// runs, each costed by the guest's RAM and CPUs, see [`crate::budget`])
+    /// on a loaded host, with headroom. The time-out when none is set.
+    pub fn budget(&self) -> Duration {
+        let mib = mem_mib(&self.mem).unwrap_or(0);
+        budget::of(&self.append, mib, self.smp)
+    }
+
+    /// The time-out of this boot.
+    pub fn time_out(&self) -> Duration {
+        self.timeout.unwrap_or_else(|| self.budget())
     }
 }
 
@@ -374,6 +394,7 @@ pub fn strip_firmware_output(serial: &str) -> String {
 /// Runs `cmd` (QEMU with its firmware and CPU arguments) with the machine,
 /// RAM, serial and exit device every boot shares, and waits for it.
 fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
+    let limit = cfg.time_out();
     let start = Instant::now();
     let mut child = cmd
         .args(["-accel", "tcg", "-machine", &cfg.machine])
@@ -414,7 +435,7 @@ fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
                 code => Verdict::Other(code),
             };
         }
-        if start.elapsed() > cfg.timeout {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             break Verdict::Timeout;

@@ -176,10 +176,7 @@ fn the_pc_board_runs_the_default_job() {
     assert_eq!(b.verdict, Verdict::Pass, "kernel verdict");
     assert_selftest_passed(&b);
     assert!(b.serial.contains("\nsmp: PASS\n"), "smp verdict");
-    assert!(
-        b.line("smp: second CPU read ").is_some(),
-        "the shootdown phase"
-    );
+    assert_batched_shootdowns(&b);
 }
 
 /// The `debug` mode (a kernel built with its debugging tools): each tool
@@ -475,9 +472,41 @@ fn assert_smp_passed(b: &Boot, cpus: usize) -> Vec<SmpRow> {
     rows
 }
 
+/// The `smp` mode's migration phase, CPU 1 reading user pages while CPU 0
+/// compacts: no stale word, and TLB shootdowns batched, fewer than one per
+/// 32 migrated pages.
+fn assert_batched_shootdowns(b: &Boot) {
+    let reads = b
+        .line("smp: second CPU read ")
+        .expect("the shootdown phase");
+    assert!(reads.contains(", 0 stale words, "), "{reads}");
+    let line = b
+        .line("smp: migration phase ")
+        .expect("the migration phase's figures");
+    let num = |after: &str| -> u64 {
+        line.split(after)
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{after:?} in {line}"))
+    };
+    let (pages, batches, shootdowns) = (
+        num(" pages migrated"),
+        num(" batches"),
+        num(" TLB shootdowns"),
+    );
+    assert!(pages > 0 && shootdowns > 0, "{line}");
+    assert!(
+        shootdowns <= batches,
+        "one shootdown a batch at most: {line}"
+    );
+    assert!(shootdowns * 32 < pages, "shootdowns per page: {line}");
+}
+
 #[test]
 fn two_cpus_stress_their_own_caches() {
     let b = run("256M", "smp");
+    assert_batched_shootdowns(&b);
     assert!(
         b.serial
             .contains("acpi: 2 CPUs (APIC ids [0, 1]), 1 NUMA node(s)")

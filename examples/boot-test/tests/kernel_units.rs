@@ -1,10 +1,8 @@
 //! Host unit tests of the kernel's hardware-free modules. The kernel builds
 //! only for x86_64-unknown-none, so its pure logic (range sets, command
-//! line, permutation) is compiled here from its sources.
+//! line, permutation) is compiled here from its sources (the command line
+//! by the harness, which budgets boots with it).
 
-#[path = "../../kernel/src/cmdline.rs"]
-#[allow(dead_code)]
-mod cmdline;
 #[path = "../../kernel/src/memmap.rs"]
 #[allow(dead_code)]
 mod memmap;
@@ -12,8 +10,8 @@ mod memmap;
 #[allow(dead_code)]
 mod permutation;
 
-use cmdline::{CmdlineError, DEFAULT_SEED, Modes, parse};
 use memmap::{CapacityError, E820Entry, MemoryMap, PhysRange, RangeSet};
+use pageframe_boot_test::cmdline::{CmdlineError, DEFAULT_SEED, Modes, parse};
 use permutation::Permutation;
 
 fn set(ranges: &[(u64, u64)]) -> RangeSet {

@@ -6,6 +6,12 @@
 //! each pushes a zero error code where the CPU pushes none, then its vector,
 //! and jumps to a common path that calls [`exception_report`] with a pointer
 //! to that frame. Nothing returns, so no register is saved.
+//!
+//! One fault is expected: a page fault on a user page being migrated (its
+//! entry a migration entry) waits until the page is back and returns to
+//! retry the access, as Linux's faults on migration entries do. The
+//! page-fault stub saves the registers a call clobbers, asks
+//! [`page_fault_wait`], and either returns or reports.
 
 use crate::qemu::{ExitCode, exit};
 use spin::Once;
@@ -29,9 +35,41 @@ exc_stub_\n:
     .irp n, 0,1,2,3,4,5,6,7,9,15,16,18,19,20,22,23,24,25,26,27,28,31
     EXC_STUB \n, 0
     .endr
-    .irp n, 8,10,11,12,13,14,17,21,29,30
+    .irp n, 8,10,11,12,13,17,21,29,30
     EXC_STUB \n, 1
     .endr
+
+    .p2align 4
+exc_stub_14:
+    push %rax
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    mov 72(%rsp), %rdi
+    sub $8, %rsp
+    call page_fault_wait
+    add $8, %rsp
+    pop %r11
+    pop %r10
+    pop %r9
+    pop %r8
+    pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %rcx
+    test %al, %al
+    pop %rax
+    jz 1f
+    add $8, %rsp
+    iretq
+1:
+    push $14
+    jmp exc_common
 
 exc_common:
     mov %rsp, %rdi
@@ -76,8 +114,10 @@ pub fn init() {
         let stubs = unsafe { &exc_stub_table };
         for (vector, &addr) in stubs.iter().enumerate() {
             let addr = VirtAddr::new(addr);
-            // SAFETY: each stub is a valid handler for its vector: it never
-            // returns and expects the frame its vector's CPU push produces.
+            // SAFETY: each stub is a valid handler for its vector: it
+            // expects the frame its vector's CPU push produces, and never
+            // returns but for the page-fault stub, which restores what it
+            // saved and drops the error code before `iretq`.
             unsafe {
                 match vector {
                     0 => idt.divide_error.set_handler_addr(addr),
@@ -135,6 +175,15 @@ pub fn load_on_this_cpu() {
     if let Some(idt) = IDT.get() {
         idt.load();
     }
+}
+
+/// The page-fault stub's question, with interrupts off, the faulting
+/// address in CR2 and the error code as argument: `true` if the fault was
+/// on a page being migrated and the move is done (the access is retried),
+/// `false` to report it.
+#[unsafe(no_mangle)]
+extern "C" fn page_fault_wait(error: u64) -> bool {
+    crate::user_pages::wait_for_migration(Cr2::read_raw(), error)
 }
 
 /// Reports an exception and fails the run.

@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use pageframe::{
     Block, ContigError, Gfp, Migrator, Order, Pfn, PfnRange, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    compact::{MigrateError, MigrateMode, Move},
 };
 
 /// Frames in 1 GiB.
@@ -105,6 +105,9 @@ impl Migrator for Draining<'_, '_> {
     }
     fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, m: MigrateMode) -> Result<(), MigrateError> {
         self.inner.migrate(s, d, o, m)
+    }
+    fn migrate_batch(&mut self, moves: &mut [Move], m: MigrateMode) {
+        self.inner.migrate_batch(moves, m)
     }
     fn putback(&mut self, b: Block) {
         self.inner.putback(b)
@@ -220,6 +223,7 @@ pub fn run(
         rmap,
         moved: 0,
         refused: 0,
+        batches: 0,
         on_checkpoint: None,
     };
     let (range, giant) = match target {

@@ -106,14 +106,17 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
 fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Platform) {
     let machine = mem.machine;
     if opts.modes.contains(Modes::SELFTEST) {
+        let t = Instant::now();
         let report = or_fail(
             selftest::run(machine, &mem.managed, mem.pfn_end(), opts.seed),
             "selftest",
         );
         report.print(rate);
         println!("selftest: PASS");
+        took("selftest", t, rate);
     }
     if opts.modes.contains(Modes::BENCH) {
+        let t = Instant::now();
         let free = machine.free_pages();
         for (order, batch) in [(0, 4096), (9, 64)] {
             let order = Order::new(order).expect("orders 0 and 9 exist");
@@ -123,8 +126,10 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
             }
         }
         or_fail(machine.validate(), "validate after bench");
+        took("bench", t, rate);
     }
     if opts.modes.contains(Modes::MIGRATE) {
+        let t = Instant::now();
         let mut runs = alloc::vec::Vec::new();
         for p in [0, 20, 100] {
             let params = migrate::Params {
@@ -142,8 +147,10 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         }
         migrate::print(&runs, rate);
         println!("migrate: PASS");
+        took("migrate", t, rate);
     }
     if opts.modes.contains(Modes::UNMOVABLE) {
+        let t = Instant::now();
         let params = migrate::Params {
             proactiveness: 20,
             unmovable_every: 64,
@@ -156,6 +163,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         migrate::print(core::slice::from_ref(&run), rate);
         migrate::print_mobility(machine, &run);
         println!("unmovable: PASS");
+        took("unmovable", t, rate);
     }
     // The default run skips a mode that needs more memory than the guest
     // has; named on the command line, it runs (and fails).
@@ -172,14 +180,17 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         !fits
     };
     if opts.modes.contains(Modes::THP_SWAP) && !too_small("thp-swap", thp_swap::FRAMES_NEEDED) {
+        let t = Instant::now();
         let r = or_fail(thp_swap::run(machine), "thp-swap");
         thp_swap::print(&r, rate);
         or_fail(machine.validate(), "validate after thp-swap");
         println!("thp-swap: PASS");
+        took("thp-swap", t, rate);
     }
     if opts.modes.contains(Modes::SMP)
         && !too_small("smp", smp_stress::frames_needed(platform.apic_ids().len()))
     {
+        let t = Instant::now();
         let r = or_fail(smp_stress::run(machine, rate, platform), "smp");
         smp_stress::print(&r, rate);
         or_fail(machine.validate(), "validate after smp");
@@ -191,13 +202,26 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
             ap_reader: true,
             show_map: false,
         };
+        let phase = Instant::now();
         let m = or_fail(migrate::run(machine, mem.pfn_end(), params), "smp migrate");
+        let phase = phase.elapsed();
         migrate::print(core::slice::from_ref(&m), rate);
         println!(
             "smp: second CPU read {} pages during compaction, {} stale words, {} TLB shootdowns",
             m.ap_reads, m.ap_mismatches, m.shootdowns
         );
+        println!(
+            "smp: migration phase {}: {} pages migrated in {} batches, {} TLB shootdowns, {} per migrated page; \
+             the second CPU waited on a page being migrated {} times",
+            rate.duration(phase),
+            m.migrated,
+            m.batches,
+            m.shootdowns,
+            PerPage(m.shootdowns, m.migrated),
+            m.migration_waits
+        );
         println!("smp: PASS");
+        took("smp", t, rate);
     }
     // The default run skips the 1 GiB and hotplug scenarios in guests too
     // small for them (named on the command line, they run and fail).
@@ -214,16 +238,19 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
     if opts.modes.contains(Modes::GIANT) && opts.defaulted && !big {
         skip("giant");
     } else if opts.modes.contains(Modes::GIANT) {
+        let t = Instant::now();
         let r = or_fail(
             giant::run(machine, mem.pfn_end(), giant::Target::Giant),
             "giant",
         );
         giant::print(&r, rate);
         println!("giant: PASS");
+        took("giant", t, rate);
     }
     if opts.modes.contains(Modes::HOTPLUG) && opts.defaulted && !big {
         skip("hotplug");
     } else if opts.modes.contains(Modes::HOTPLUG) {
+        let t = Instant::now();
         let r = or_fail(
             giant::run(machine, mem.pfn_end(), giant::Target::Hotplug),
             "hotplug",
@@ -233,6 +260,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         hot_add::print(&h, rate);
         or_fail(machine.validate(), "validate after hotplug");
         println!("hotplug: PASS");
+        took("hotplug", t, rate);
     }
     if opts.modes.contains(Modes::DEBUG) {
         run_debug(mem, rate);
@@ -245,6 +273,24 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         // faults and the exception handler fails the run.
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };
         fail(format_args!("the write to address 0 did not fault"));
+    }
+}
+
+/// Reports a mode's guest time (`time: MODE DURATION`), the figure boot
+/// tests size their budgets with.
+fn took(mode: &str, t: Instant, rate: &TscRate) {
+    println!("time: {mode} {}", rate.duration(t.elapsed()));
+}
+
+/// `n` events per `of` items as a decimal with four places (`0.0078`).
+struct PerPage(u64, u64);
+
+impl Display for PerPage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let x = (u128::from(self.0) * 10_000)
+            .checked_div(u128::from(self.1))
+            .unwrap_or(0);
+        write!(f, "{}.{:04}", x / 10_000, x % 10_000)
     }
 }
 

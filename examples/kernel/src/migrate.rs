@@ -106,6 +106,10 @@ pub struct RunReport {
     pub ap_mismatches: u64,
     /// TLB shootdowns sent to the second CPU.
     pub shootdowns: u64,
+    /// Batches the migrator moved (one TLB flush each).
+    pub batches: u64,
+    /// Faults of the second CPU on a page being migrated (it waited).
+    pub migration_waits: u64,
     /// Pageblocks holding a non-movable allocation before the fill.
     pub polluted_before: u64,
     /// The same with everything allocated (after the 2 MiB allocations).
@@ -295,6 +299,7 @@ pub fn run(
         rmap,
         moved: 0,
         refused: 0,
+        batches: 0,
         on_checkpoint: None,
     };
 
@@ -330,6 +335,7 @@ pub fn run(
         crate::smp::leave_user_regions();
     };
     let shoot0 = crate::smp::shootdowns();
+    let waits0 = crate::user_pages::migration_waits();
     let mut middle = || -> Result<(), MigrateModeError> {
         // Proactive phase: the machine's kcompactd is ticked by the timer
         // while the CPU idles.
@@ -402,12 +408,14 @@ pub fn run(
         rep.ap_reads = reads.load(Ordering::Relaxed);
         rep.ap_mismatches = bad.load(Ordering::Relaxed);
         rep.shootdowns = crate::smp::shootdowns() - shoot0;
+        rep.migration_waits = crate::user_pages::migration_waits() - waits0;
         if rep.ap_mismatches != 0 {
             return Err(MigrateModeError::StaleRead(rep.ap_mismatches));
         }
     }
     rep.blocks = blocks.len() as u64;
     rep.migrated = mig.moved;
+    rep.batches = mig.batches;
     rep.captured = machine.stats(NODE).compact.captured - captured0;
     rep.polluted_peak = polluted(machine);
     rep.unmovable_in_movable = unmovable

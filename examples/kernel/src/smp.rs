@@ -117,8 +117,10 @@ pub const WAKE_VECTOR: u8 = 0xf1;
 pub const SPURIOUS_VECTOR: u8 = 0xff;
 const SVR: u64 = 0xf0;
 
-/// The address the shootdown handler invalidates.
+/// The address the shootdown handler invalidates, or [`FLUSH_ALL`].
 static SHOOT_ADDR: AtomicU64 = AtomicU64::new(0);
+/// [`SHOOT_ADDR`] asking for the whole TLB (a batch of pages).
+const FLUSH_ALL: u64 = u64::MAX;
 /// Shootdowns the application processor acknowledged.
 static SHOOT_ACK: AtomicU64 = AtomicU64::new(0);
 
@@ -130,7 +132,14 @@ core::arch::global_asm!(
 shootdown_stub:
     push %rax
     mov {addr}(%rip), %rax
+    cmp $-1, %rax
+    je 1f
     invlpg (%rax)
+    jmp 2f
+1:
+    mov %cr3, %rax
+    mov %rax, %cr3
+2:
     lock incq {ack}(%rip)
     mov $0xfee000b0, %rax
     movl $0, (%rax)
@@ -161,7 +170,8 @@ unsafe extern "C" {
 }
 
 /// The shootdown handler's address, for the IDT: invalidates
-/// `SHOOT_ADDR`, acknowledges, signals end of interrupt to the local APIC.
+/// `SHOOT_ADDR` (the whole TLB for [`FLUSH_ALL`]), acknowledges, signals
+/// end of interrupt to the local APIC.
 pub fn shootdown_stub_addr() -> u64 {
     shootdown_stub as *const () as usize as u64
 }
@@ -209,12 +219,25 @@ pub fn cpu_index() -> usize {
 /// caller has already flushed its own TLB. One shootdown at a time: only
 /// the bootstrap CPU changes mappings.
 pub fn flush_remote(virt: u64) {
+    shoot(virt);
+}
+
+/// Flushes the application processor's whole TLB, if it runs, and waits
+/// for its acknowledgement: one shootdown for a batch of pages (the caller
+/// has flushed its own TLB).
+pub fn flush_remote_all() {
+    shoot(FLUSH_ALL);
+}
+
+/// Sends one shootdown for `what` (an address or [`FLUSH_ALL`]) to the
+/// application processor while it may hold user translations, and waits.
+fn shoot(what: u64) {
     core::sync::atomic::fence(Ordering::SeqCst);
     if !ap_up() || !REMOTE_USER.load(Ordering::SeqCst) {
         return;
     }
     let before = SHOOT_ACK.load(Ordering::Acquire);
-    SHOOT_ADDR.store(virt, Ordering::Release);
+    SHOOT_ADDR.store(what, Ordering::Release);
     send_ipi(
         CPU_APIC[1].load(Ordering::Relaxed),
         0x0000_4000 | u32::from(SHOOTDOWN_VECTOR),
@@ -384,7 +407,9 @@ fn map_apic_and_trampoline(machine: &KernelMachine) -> Result<(), SmpError> {
 
 /// Starts CPU `i` (APIC id `apic`) and waits until it runs Rust code.
 fn start_one(machine: &KernelMachine, rate: &TscRate, i: usize, apic: u32) -> Result<(), SmpError> {
-    let stack_order = Order::new(3).expect("order 3 exists");
+    // 64 KiB: the CPU may compact, and compaction keeps a batch of up to
+    // 512 moves on the stack.
+    let stack_order = Order::new(4).expect("order 4 exists");
     // The CPU's stack for the kernel's life: kept as its address.
     let (stack, _) = machine
         .alloc(NODE, Gfp::KERNEL, stack_order)

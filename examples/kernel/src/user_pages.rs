@@ -1,7 +1,11 @@
 //! A "user" region: movable 4 KiB pages mapped in the kernel's own page
 //! tables at virtual addresses away from the direct map, a reverse map from
-//! frame to virtual page, and the [`Migrator`] that moves them (copy the
-//! frame, switch the PTE, `invlpg`), as compaction asks (spec 03 §12).
+//! frame to virtual page, and the [`Migrator`] that moves them a batch at a
+//! time, as compaction asks (spec 03 §12): every source's entry becomes a
+//! migration entry (not present), one TLB flush covers the batch (one
+//! shootdown to the other CPU), then each frame is copied and its entry
+//! points at the destination. A CPU that touches a page while it moves
+//! faults and waits in [`wait_for_migration`] until its entry is back.
 //!
 //! A mapped page's block lives in its page-table entry as a frame number
 //! (`Block::into_raw`): when the allocator asks to move it, the reverse map
@@ -17,9 +21,10 @@
 //! physical address.
 
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 use pageframe::{
     Block, Gfp, Migrator, Order, Pfn, SlowPathHooks,
-    compact::{MigrateError, MigrateMode},
+    compact::{MigrateError, MigrateMode, Move},
 };
 
 use crate::bringup::{KernelMachine, NODE};
@@ -42,6 +47,15 @@ const HUGE: u64 = 2 << 20;
 const PTE_FLAGS: F = F::PRESENT.union(F::WRITABLE).union(F::NO_EXECUTE);
 /// Flags of intermediate tables (permissive; the leaf decides).
 const TABLE_FLAGS: F = F::PRESENT.union(F::WRITABLE);
+/// A migration entry (Linux's): not present, a bit the CPU ignores set, the
+/// source frame's address kept. A CPU never caches a non-present entry, so
+/// making it present again needs no flush.
+const MIGRATING: F = F::BIT_9;
+/// The address bits of an entry.
+const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+
+/// Faults that waited on a migration entry.
+static MIGRATION_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// A table frame could not be allocated, or a huge page is in the way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +158,36 @@ impl Tables {
         match self.entry(USER_BASE + vpn * PAGE, 1, None) {
             Ok(Some(e)) if !e.is_unused() => Some(Pfn::new(e.addr().as_u64() / PAGE)),
             _ => None,
+        }
+    }
+
+    /// The entry of user page `vpn` as an atomic word: the entries a batch
+    /// rewrites are read meanwhile by the other CPU's page walker and
+    /// fault handler. `None` if its tables do not exist.
+    fn user_entry(&mut self, vpn: u64) -> Option<&AtomicU64> {
+        let e = self.entry(USER_BASE + vpn * PAGE, 1, None).ok()??;
+        // SAFETY: a page-table entry is one aligned u64 (the crate's type
+        // is a transparent wrapper); the table frame lives as long as the
+        // tables, which outlive `&mut self`.
+        Some(unsafe { &*(e as *mut PageTableEntry as *const AtomicU64) })
+    }
+
+    /// Turns user page `vpn`'s entry into a migration entry (the caller
+    /// flushes TLBs before touching the frame).
+    fn mark_migrating(&mut self, vpn: u64) {
+        if let Some(e) = self.user_entry(vpn) {
+            let v = e.load(Ordering::Relaxed);
+            e.store(
+                (v & ADDR_MASK) | (MIGRATING | F::NO_EXECUTE).bits(),
+                Ordering::Release,
+            );
+        }
+    }
+
+    /// Points user page `vpn`'s (migration) entry at `pfn`, present again.
+    fn map_migrated(&mut self, vpn: u64, pfn: Pfn) {
+        if let Some(e) = self.user_entry(vpn) {
+            e.store((pfn.get() * PAGE) | PTE_FLAGS.bits(), Ordering::Release);
         }
     }
 
@@ -262,6 +306,9 @@ pub struct UserMigrator<'t> {
     pub moved: u64,
     /// Moves refused (not a user page, or a block larger than a page).
     pub refused: u64,
+    /// Batches unmapped (each one TLB flush, one shootdown if the other
+    /// CPU uses the user region).
+    pub batches: u64,
     /// Called at every scanner checkpoint (the pressure mode's hook).
     pub on_checkpoint: Option<&'t mut dyn FnMut()>,
 }
@@ -272,6 +319,16 @@ impl UserMigrator<'_> {
             Some(&v) if v != 0 => Some(u64::from(v - 1)),
             _ => None,
         }
+    }
+
+    /// The user page `m` may move: a 4 KiB page of the region mapped at its
+    /// source, going to a frame the reverse map covers.
+    fn movable(&mut self, m: &Move) -> Option<u64> {
+        let vpn = self
+            .user_page(m.src())
+            .filter(|_| m.order() == Order::ZERO)?;
+        (m.dst().get() < self.rmap.len() as u64 && self.tables.user_frame(vpn) == Some(m.src()))
+            .then_some(vpn)
     }
 }
 
@@ -293,7 +350,7 @@ impl Migrator for UserMigrator<'_> {
     }
 
     fn migrated(&mut self, block: Block, _from: Pfn) {
-        // `migrate` pointed the entry at the new frame already.
+        // `migrate_batch` pointed the entry at the new frame already.
         let _ = block.into_raw();
     }
 
@@ -302,40 +359,73 @@ impl Migrator for UserMigrator<'_> {
         src: Pfn,
         dst: Pfn,
         order: Order,
-        _mode: MigrateMode,
+        mode: MigrateMode,
     ) -> Result<(), MigrateError> {
-        let Some(vpn) = self.user_page(src).filter(|_| order == Order::ZERO) else {
-            self.refused += 1;
-            return Err(MigrateError::Busy);
-        };
-        if dst.get() as usize >= self.rmap.len() || self.tables.user_frame(vpn) != Some(src) {
-            self.refused += 1;
-            return Err(MigrateError::Busy);
+        let mut one = [Move::new(src, dst, order)];
+        self.migrate_batch(&mut one, mode);
+        one[0].outcome().unwrap_or(Err(MigrateError::Busy))
+    }
+
+    fn migrate_batch(&mut self, moves: &mut [Move], _mode: MigrateMode) {
+        // Unmap: every source's entry becomes a migration entry.
+        let mut unmapped = 0;
+        let mut last = 0;
+        for m in moves.iter_mut() {
+            match self.movable(m) {
+                Some(vpn) => {
+                    self.tables.mark_migrating(vpn);
+                    unmapped += 1;
+                    last = USER_BASE + vpn * PAGE;
+                }
+                None => {
+                    self.refused += 1;
+                    m.set(Err(MigrateError::Busy));
+                }
+            }
         }
-        // SAFETY: both frames are RAM reachable through the identity direct
-        // map; `src` is isolated (nobody frees it) and `dst` was just taken
-        // off the free lists by the compactor, so they do not overlap and no
-        // one else writes either during the copy (one CPU).
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                (src.get() * PAGE) as *const u8,
-                (dst.get() * PAGE) as *mut u8,
-                PAGE as usize,
-            )
-        };
-        self.tables.map_user(vpn, dst);
-        tlb::flush(VirtAddr::new(USER_BASE + vpn * PAGE));
-        // The other CPU may have the old translation cached: shoot it down
-        // before the source frame is freed and reused.
-        crate::smp::flush_remote(USER_BASE + vpn * PAGE);
-        // Poison the source (as `init_on_free` would): a CPU still reading
-        // through a stale translation sees the poison, not the old data.
-        // SAFETY: `src` is still isolated (ours) and no mapping names it now.
-        unsafe { core::ptr::write_bytes((src.get() * PAGE) as *mut u8, 0xa5, PAGE as usize) };
-        self.rmap[dst.get() as usize] = vpn as u32 + 1;
-        self.rmap[src.get() as usize] = 0;
-        self.moved += 1;
-        Ok(())
+        if unmapped == 0 {
+            return;
+        }
+        // One flush for the batch, here and (while it uses the user region)
+        // on the other CPU, before any source is read for the copy: from
+        // then on no CPU reaches a source through a user mapping.
+        self.batches += 1;
+        if unmapped == 1 {
+            tlb::flush(VirtAddr::new(last));
+            crate::smp::flush_remote(last);
+        } else {
+            tlb::flush_all();
+            crate::smp::flush_remote_all();
+        }
+        // Copy and remap each.
+        for m in moves.iter_mut().filter(|m| m.outcome().is_none()) {
+            let (src, dst) = (m.src(), m.dst());
+            let Some(vpn) = self.user_page(src) else {
+                continue;
+            };
+            // SAFETY: both frames are RAM reachable through the identity
+            // direct map; `src` is isolated (nobody frees it) and unmapped,
+            // `dst` was just taken off the free lists by the compactor, so
+            // they do not overlap and no one else touches either meanwhile.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    (src.get() * PAGE) as *const u8,
+                    (dst.get() * PAGE) as *mut u8,
+                    PAGE as usize,
+                )
+            };
+            self.tables.map_migrated(vpn, dst);
+            // Poison the source (as `init_on_free` would): a CPU still
+            // reading through a stale translation would see the poison, not
+            // the old data.
+            // SAFETY: `src` is still isolated (ours) and no mapping names
+            // it now.
+            unsafe { core::ptr::write_bytes((src.get() * PAGE) as *mut u8, 0xa5, PAGE as usize) };
+            self.rmap[dst.get() as usize] = vpn as u32 + 1;
+            self.rmap[src.get() as usize] = 0;
+            self.moved += 1;
+            m.set(Ok(()));
+        }
     }
 
     fn checkpoint(&mut self, _migrate_pfn: Pfn, _free_pfn: Pfn) -> bool {
@@ -344,6 +434,87 @@ impl Migrator for UserMigrator<'_> {
         }
         false
     }
+}
+
+/// Called from the page-fault handler with the faulting address and error
+/// code: if `addr` is a user page whose entry was not present because the
+/// page is being migrated, waits (interrupts on, so that shootdowns reach
+/// this CPU) until its entry is back and returns `true`: the access is
+/// retried. `false` for any other fault.
+pub fn wait_for_migration(addr: u64, error: u64) -> bool {
+    // Bit 0 of the error code: the entry was present (a protection fault).
+    if !(USER_BASE..USER_BASE + (1 << 39)).contains(&addr) || error & 1 != 0 {
+        return false;
+    }
+    let mut waited = false;
+    loop {
+        match user_entry_state(addr) {
+            // Back (the move ended between the fault and this look).
+            EntryState::Present => {
+                if waited {
+                    x86_64::instructions::interrupts::disable();
+                }
+                return true;
+            }
+            EntryState::Migrating if !waited => {
+                waited = true;
+                MIGRATION_WAITS.fetch_add(1, Ordering::Relaxed);
+                x86_64::instructions::interrupts::enable();
+            }
+            EntryState::Migrating => core::hint::spin_loop(),
+            EntryState::Absent => {
+                if waited {
+                    x86_64::instructions::interrupts::disable();
+                }
+                return false;
+            }
+        }
+    }
+}
+
+/// Faults that waited on a migration entry so far.
+pub fn migration_waits() -> u64 {
+    MIGRATION_WAITS.load(Ordering::Relaxed)
+}
+
+/// What a user address's last-level entry holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EntryState {
+    Present,
+    /// A migration entry: the page is moving.
+    Migrating,
+    /// Nothing (or no table).
+    Absent,
+}
+
+/// `addr`'s last-level entry, read through the live tables word by word
+/// (another CPU may be rewriting the entry).
+fn user_entry_state(addr: u64) -> EntryState {
+    let v = VirtAddr::new(addr);
+    let mut table = Cr3::read().0.start_address().as_u64();
+    let indices = [v.p4_index(), v.p3_index(), v.p2_index(), v.p1_index()];
+    for (level, i) in indices.into_iter().enumerate() {
+        // SAFETY: `table` is a page-table frame of the live tables (CR3's
+        // root, then the address in a present non-huge entry), reachable
+        // through the identity direct map; an entry is an aligned u64.
+        let e =
+            unsafe { &*((table + u64::from(i) * 8) as *const AtomicU64) }.load(Ordering::Acquire);
+        let flags = F::from_bits_truncate(e);
+        if level == 3 {
+            return if flags.contains(F::PRESENT) {
+                EntryState::Present
+            } else if flags.contains(MIGRATING) {
+                EntryState::Migrating
+            } else {
+                EntryState::Absent
+            };
+        }
+        if !flags.contains(F::PRESENT) || flags.contains(F::HUGE_PAGE) {
+            return EntryState::Absent;
+        }
+        table = e & ADDR_MASK;
+    }
+    EntryState::Absent
 }
 
 /// The slow path moves pages through this migrator; this kernel has no

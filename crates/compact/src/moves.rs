@@ -8,10 +8,12 @@ use pageframe_buddy::{Order, Pfn};
 
 use crate::MigrateError;
 
-/// Most base pages a batch asks the kernel to move at once (spec 03 §12:
-/// batches of up to `HPAGE_PMD_NR` pages, 512 with 4 KiB pages and 2 MiB
-/// huge pages).
-pub const MIGRATE_BATCH_MAX: u64 = 512;
+/// Most base pages a batch asks the kernel to move at once. Linux batches
+/// up to `HPAGE_PMD_NR` pages (spec 03 §12, 512 with 4 KiB pages); here a
+/// batch's moves and sources live on the compacting caller's stack (about
+/// 40 bytes a page), so the cap is a quarter of that: some 5 KiB, which a
+/// 16 KiB kernel stack affords, and still one TLB flush per 128 pages.
+pub const MIGRATE_BATCH_MAX: u64 = 128;
 
 /// One move of a batch: the `2^order` frames at [`Move::src`] go to
 /// [`Move::dst`], and the kernel says how that went with [`Move::set`].

@@ -210,7 +210,7 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
 impl SpillBatch<'_, '_> {
     fn is_empty(&self, li: ListIndex) -> bool {
         match &self.homes {
-            Some((homes, _)) if li.get() < PCP_TYPES => homes[li.get()].len() == 0,
+            Some((homes, _)) if li.get() < PCP_TYPES => homes[li.get()].is_empty(),
             _ => self.lists.is_empty(li),
         }
     }

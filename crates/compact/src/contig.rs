@@ -11,6 +11,7 @@ use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 use pageframe_mobility::{AllocMode, Blocker, MigrateType, tag as mtag};
 
 use crate::access::locked;
+use crate::moves::fits_batch;
 use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
 
 /// Sources taken per critical section.
@@ -182,6 +183,7 @@ fn collect(
     batch: &mut [Src; BATCH],
 ) -> Result<(usize, Option<Pfn>, bool), EvacuateError> {
     let mut n = 0;
+    let mut frames = 0;
     let mut held = false;
     let mut next = None;
     for (p, info) in z.buddy().walk(PfnRange::new(from, range.end)) {
@@ -202,10 +204,11 @@ fn collect(
             held = true;
             continue;
         }
-        if n == BATCH {
+        if n == BATCH || !fits_batch(frames, order) {
             next = Some(p);
             break;
         }
+        frames += order.pages();
         batch[n] = Src {
             pfn: head,
             order,

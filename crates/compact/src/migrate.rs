@@ -13,6 +13,7 @@ use pageframe_mobility::{MigrateType, MobileZone, tag as mtag};
 use crate::access::locked;
 use crate::engine::Run;
 use crate::isolated::FreePages;
+use crate::moves::fits_batch;
 use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
 
 /// How a batch went.
@@ -102,8 +103,13 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                 continue;
             }
             let mut j = i;
+            let mut frames = 0;
             while j < range.end && pending(&self.moves[j]) {
                 let (src, order) = (self.moves[j].src(), self.moves[j].order());
+                if !fits_batch(frames, order) {
+                    break;
+                }
+                frames += order.pages();
                 let Some(dst) = self.compaction_alloc(order) else {
                     out.no_memory = true;
                     break;

@@ -50,7 +50,8 @@ impl core::error::Error for MigrateError {}
 /// not free the destination.
 ///
 /// The allocator moves isolated blocks in batches
-/// ([`Migrator::migrate_batch`], up to [`crate::MIGRATE_BATCH_MAX`] frames):
+/// ([`Migrator::migrate_batch`], up to [`crate::MIGRATE_BATCH_MAX`] frames,
+/// or one larger block alone):
 /// a kernel that implements it unmaps the whole batch, flushes TLBs once,
 /// then copies and remaps each block; one that does not gets
 /// [`Migrator::migrate`] per block.

@@ -15,6 +15,13 @@ use crate::MigrateError;
 /// 16 KiB kernel stack affords, and still one TLB flush per 128 pages.
 pub const MIGRATE_BATCH_MAX: u64 = 128;
 
+/// Whether a block of `order` joins a batch already holding `frames`: the
+/// batch stays within [`MIGRATE_BATCH_MAX`] frames, except that a block
+/// larger than that goes alone, as the only move of its batch.
+pub(crate) fn fits_batch(frames: u64, order: Order) -> bool {
+    frames == 0 || frames + order.pages() <= MIGRATE_BATCH_MAX
+}
+
 /// One move of a batch: the `2^order` frames at [`Move::src`] go to
 /// [`Move::dst`], and the kernel says how that went with [`Move::set`].
 ///

@@ -233,7 +233,7 @@ impl Migrator for TagMigrator {
     fn migrate_batch(&mut self, moves: &mut [Moving], mode: MigrateMode) {
         let frames: u64 = moves.iter().map(|m| m.order().pages()).sum();
         self.batches.push(frames);
-        if frames > MIGRATE_BATCH_MAX {
+        if frames > MIGRATE_BATCH_MAX && moves.len() > 1 {
             self.errors.push(format!(
                 "a batch of {frames} frames, over {MIGRATE_BATCH_MAX}"
             ));

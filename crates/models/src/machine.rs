@@ -503,7 +503,7 @@ impl Migrator for World {
         }
         self.stats.batches += 1;
         let frames: u64 = moves.iter().map(|m| m.order().pages()).sum();
-        if frames > MIGRATE_BATCH_MAX {
+        if frames > MIGRATE_BATCH_MAX && moves.len() > 1 {
             self.faults.push(format!(
                 "a batch of {frames} frames, over {MIGRATE_BATCH_MAX}"
             ));

@@ -65,10 +65,11 @@
 //! ```
 //!
 //! Blocks move in batches ([`Migrator::migrate_batch`], up to
-//! [`crate::compact::MIGRATE_BATCH_MAX`] frames): a kernel whose other CPUs
-//! may hold translations unmaps the whole batch, flushes TLBs once (one
-//! shootdown), then copies and remaps each block; a kernel that implements
-//! only [`Migrator::migrate`] is asked block by block.
+//! [`crate::compact::MIGRATE_BATCH_MAX`] frames, or one larger block
+//! alone): a kernel whose other CPUs may hold translations unmaps the whole
+//! batch, flushes TLBs once (one shootdown), then copies and remaps each
+//! block; a kernel that implements only [`Migrator::migrate`] is asked
+//! block by block.
 //!
 //! A kernel that never lets memory move uses [`NoMigration`].
 
@@ -106,9 +107,10 @@ pub trait Migrator {
     /// Move a batch of handed-over blocks (spec 03 §12): each [`Move`] as
     /// [`Migrator::migrate`] would make it, its outcome reported with
     /// [`Move::set`] as soon as it is known. The allocator hands over up to
-    /// [`crate::compact::MIGRATE_BATCH_MAX`] frames at once, so that a
-    /// kernel can unmap every source, flush TLBs once (one shootdown for the
-    /// batch instead of one per block), then copy and remap each. A move
+    /// [`crate::compact::MIGRATE_BATCH_MAX`] frames at once (a block larger
+    /// than that comes alone), so that a kernel can unmap every source,
+    /// flush TLBs once (one shootdown for the batch instead of one per
+    /// block), then copy and remap each. A move
     /// left without an outcome counts as failed: it must not have happened.
     /// If this panics, the moves reported `Ok` count as made and the others
     /// as not. Default: [`Migrator::migrate`] for each move, in order.

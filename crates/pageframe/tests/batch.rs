@@ -200,3 +200,41 @@ fn a_contiguous_range_moves_its_blocks_out_in_batches() {
     m.free_segment(seg).unwrap();
     back_to_start(m, &mut k, free);
 }
+
+/// A contiguous range of larger blocks still hands the kernel at most
+/// `MIGRATE_BATCH_MAX` frames a batch: 32 blocks of 8 frames would be 256.
+#[test]
+fn a_contiguous_range_of_larger_blocks_keeps_batches_within_the_cap() {
+    let m = numa(1, 16);
+    let free = m.free_pages();
+    let mut k = Batches::default();
+    let gfp = Gfp::HIGHUSER_MOVABLE | Gfp::THISNODE;
+    while let Ok(b) = m.alloc(NodeId::ZERO, gfp, Order::new(3).unwrap()) {
+        k.words.keep(b);
+    }
+    // Give back every other block, so that destinations exist.
+    let all: Vec<Pfn> = k.words.blocks.keys().copied().collect();
+    for p in all.iter().filter(|p| p.get() / 8 % 2 == 1) {
+        let b = k.words.blocks.remove(p).unwrap();
+        k.words.word.remove(&p.get());
+        m.free(b).unwrap();
+    }
+    let kept = k.words.blocks.len();
+    let base = common::base(0);
+    let range = r(base + 4 * PB, base + 6 * PB);
+    let seg = m.alloc_contig_range(range, &mut k).unwrap();
+    assert!(
+        k.sizes.iter().all(|&f| f <= MIGRATE_BATCH_MAX),
+        "{:?}",
+        k.sizes
+    );
+    assert!(
+        k.sizes.iter().any(|&f| f == MIGRATE_BATCH_MAX),
+        "full batches: {:?}",
+        k.sizes
+    );
+    assert!(k.words.blocks.keys().all(|&p| !range.contains(p)));
+    kernel_whole(&k, kept);
+    m.free_segment(seg).unwrap();
+    back_to_start(m, &mut k, free);
+}

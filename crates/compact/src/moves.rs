@@ -9,7 +9,7 @@ use pageframe_buddy::{Order, Pfn};
 use crate::MigrateError;
 
 /// Most base pages a batch asks the kernel to move at once. Linux batches
-/// up to `HPAGE_PMD_NR` pages (spec 03 §12, 512 with 4 KiB pages); here a
+/// up to `HPAGE_PMD_NR` pages (spec 03 §12): 512 with 4 KiB pages. Here a
 /// batch's moves and sources live on the compacting caller's stack (about
 /// 40 bytes a page), so the cap is a quarter of that: some 5 KiB, which a
 /// 16 KiB kernel stack affords, and still one TLB flush per 128 pages.

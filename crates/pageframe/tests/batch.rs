@@ -229,7 +229,7 @@ fn a_contiguous_range_of_larger_blocks_keeps_batches_within_the_cap() {
         k.sizes
     );
     assert!(
-        k.sizes.iter().any(|&f| f == MIGRATE_BATCH_MAX),
+        k.sizes.contains(&MIGRATE_BATCH_MAX),
         "full batches: {:?}",
         k.sizes
     );

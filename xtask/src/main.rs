@@ -41,6 +41,9 @@
 //!   the declared MSRV, and packaged for crates.io (`publish --dry-run`)
 #![forbid(unsafe_code)]
 
+// Its checks are tests only (`cargo test -p xtask`).
+#[cfg(test)]
+mod architecture;
 mod citations;
 mod docs_check;
 mod ostd_bench;

@@ -36,14 +36,14 @@ pub enum EvacuateError {
     /// The kernel refused to move the block at `pfn` (`Pinned` or `Busy`
     /// from the migrator, or `isolate` said no for every pass).
     Refused {
-        /// The block's first frame.
+        /// The first frame of the block inside the range.
         pfn: Pfn,
     },
     /// The block at `pfn` was still busy after [`EVACUATE_PASSES`] passes
     /// (the kernel kept answering `Again`, a compactor held it, or a
     /// per-CPU cache kept it).
     Busy {
-        /// The block's first frame.
+        /// The first frame of the block inside the range.
         pfn: Pfn,
     },
     /// No destination outside the range was free.
@@ -131,7 +131,9 @@ pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
             retry |= t.again || t.kept > 0 || t.refused.is_some();
             kept += t.kept;
             if let Some(p) = t.refused {
-                refused.get_or_insert(p);
+                // A block may begin before the range: name its first frame
+                // inside it, as `Blocked` and `Busy` do.
+                refused.get_or_insert(p.max(range.start));
             }
             if t.no_memory {
                 return Err(EvacuateError::NoMemory);

@@ -304,7 +304,7 @@ pub enum ContigError {
     },
     /// Memory that cannot be migrated lies in the range.
     Blocked {
-        /// The first frame of the blocking block.
+        /// The first frame of the blocking block inside the range.
         pfn: Pfn,
         /// Unmovable, pinned, or a hole.
         why: Blocker,
@@ -330,14 +330,14 @@ pub enum ContigError {
     /// The kernel's migrator refused to move the block at `pfn` (pinned,
     /// or not migratable).
     Refused {
-        /// The block's first frame.
+        /// The first frame of the block inside the range.
         pfn: Pfn,
     },
     /// The block at `pfn` stayed busy through every pass (held by a
     /// compactor, a per-CPU cache the migrator did not drain, or the
     /// migrator kept answering `Again`).
     Busy {
-        /// The block's first frame.
+        /// The first frame of the block inside the range.
         pfn: Pfn,
     },
     /// No free memory outside the range to migrate into.

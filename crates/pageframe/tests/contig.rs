@@ -772,3 +772,29 @@ fn a_frame_free_in_a_cpu_cache_does_not_block_an_offline() {
     m.drain_pcp(None, |_| {});
     assert_eq!(m.free_pages(), managed);
 }
+
+/// A range that begins inside a block names frames of its own: a refused
+/// block that starts before the range is named by the range's first frame.
+#[test]
+fn a_refused_block_starting_before_the_range_is_named_inside_it() {
+    let m = one_zone(64 * PB);
+    let mut w = Words::default();
+    let b = m.alloc(NodeId::ZERO, MOVABLE, o(9)).unwrap();
+    let head = b.pfn();
+    w.keep(b);
+    w.refuse = true;
+    let inside = r(head.get() + 1, head.get() + 2);
+    let before = m.free_pages();
+    assert_eq!(
+        m.alloc_contig_range(inside, &mut w),
+        Err(ContigError::Refused { pfn: inside.start })
+    );
+    assert_eq!(m.free_pages(), before, "nothing changed");
+    m.validate().unwrap();
+    w.refuse = false;
+    let seg = m.alloc_contig_range(inside, &mut w).unwrap();
+    assert_eq!(seg.range(), inside);
+    m.free_segment(seg).unwrap();
+    w.free_all(m);
+    m.validate().unwrap();
+}

@@ -552,8 +552,10 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     // Workers, the compactor, the checker and the clock meet at
     // checkpoints; a worker waiting there keeps serving drain requests to
     // its caches. A thread that panics ends the run at once: the barriers
-    // give up and the watchdog prints its message.
-    let dog = Watchdog::start(workers as usize + 2, CALLS, Duration::from_secs(10));
+    // give up and the watchdog prints its message. A call may wait for
+    // drains that other threads serve, and seven threads share the host's
+    // cores with whatever else runs: 30 s tells a hang from a slow host.
+    let dog = Watchdog::start(workers as usize + 2, CALLS, Duration::from_secs(30));
     let barrier = dog.barrier(workers as usize + 3);
     let mailboxes: Vec<Mutex<Vec<Held>>> = (0..workers).map(|_| Mutex::new(Vec::new())).collect();
     let counted = AtomicU64::new(0);

@@ -19,6 +19,7 @@ fn small() -> MobilityConfig {
         buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     }
 }
 
@@ -57,6 +58,7 @@ fn gupta_2m(blocks: u64, seed: u64) -> World<'static> {
         buddy: BuddyConfig::new(Order::new(10).unwrap()),
         pageblock_order: Order::HUGE_2M,
         grouping: true,
+        superpageblock_shift: pageframe_mobility::DEFAULT_SUPERPAGEBLOCK_SHIFT,
     };
     let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
     let mut z = MobileZone::new(span, cfg, meta).unwrap();

@@ -26,6 +26,7 @@ fn config() -> MobilityConfig {
         buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     }
 }
 
@@ -135,6 +136,7 @@ fn a_captured_block_is_never_lost() {
         buddy: BuddyConfig::new(Order::new(7).unwrap()),
         pageblock_order: Order::new(5).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let mut meta: Box<[MaybeUninit<u8>]> =
         Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
@@ -154,6 +156,7 @@ fn fuzz_regression_skip_marked_destination() {
         buddy: BuddyConfig::new(Order::new(4).unwrap()),
         pageblock_order: Order::new(2).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let span = PfnRange::new(Pfn(0x2a), Pfn(0x86));
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];

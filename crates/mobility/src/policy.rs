@@ -13,6 +13,8 @@ use crate::{MigrateType, Pageblocks};
 pub struct Mobility<'a> {
     pub(crate) blocks: Pageblocks<'a>,
     pub(crate) grouping: bool,
+    /// Where fallbacks for memory that cannot move go (a tunable).
+    pub(crate) placement: crate::Placement,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
@@ -32,6 +34,11 @@ impl<'a> Mobility<'a> {
     /// Whether grouping by mobility is on.
     pub fn grouping(&self) -> bool {
         self.grouping
+    }
+
+    /// Where fallbacks for memory that cannot move go.
+    pub fn placement(&self) -> crate::Placement {
+        self.placement
     }
 
     fn type_of(&self, pfn: Pfn) -> MigrateType {

@@ -329,3 +329,52 @@ fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
     z.free(q, Order::ZERO).unwrap();
     z.validate().unwrap();
 }
+
+/// A policy that keeps the frames below `kept` for last.
+struct KeepLow {
+    kept: u64,
+}
+
+impl MergePolicy for KeepLow {
+    fn list_for(&self, _: Pfn) -> ListId {
+        L
+    }
+    fn keep_for_last(&self, pfn: Pfn, _: ListId) -> bool {
+        pfn.get() < self.kept
+    }
+}
+
+/// Blocks the policy keeps for last go to the tail of their list when
+/// they are freed, and `requeue_last` sends the free ones of a range
+/// there at once: the others are handed out first.
+#[test]
+fn memory_kept_for_last_is_handed_out_after_the_rest() {
+    use pageframe_buddy::BuddyConfig;
+    // Four chunks that never merge (maximum order = chunk order).
+    let span = r(0, 4 * CHUNK);
+    let cfg = BuddyConfig::new(o(9));
+    let mut m =
+        vec![std::mem::MaybeUninit::uninit(); BuddyZone::<KeepLow>::metadata_bytes(span, cfg)];
+    let mut z = BuddyZone::new(span, cfg, &mut m, KeepLow { kept: 0 }).unwrap();
+    z.add_free_range(span).unwrap();
+    let order = |z: &mut BuddyZone<'_, KeepLow>| -> Vec<u64> {
+        let got: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(9), L).ok()).collect();
+        for &p in &got {
+            z.free(p, o(9)).unwrap();
+        }
+        got.iter().map(|p| p.get() / CHUNK).collect()
+    };
+    let before = order(&mut z);
+    assert_eq!(before.len(), 4);
+    // Chunks 0 and 1 go last from now on: requeued, then freed again.
+    z.policy_mut().kept = 2 * CHUNK;
+    assert_eq!(z.requeue_last(r(0, 2 * CHUNK), L), 2);
+    let after = order(&mut z);
+    assert!(after[2..].iter().all(|&k| k < 2), "{after:?}");
+    let again = order(&mut z);
+    assert!(again[2..].iter().all(|&k| k < 2), "freed again: {again:?}");
+    // Only whole blocks of the list inside the range move.
+    assert_eq!(z.requeue_last(r(0, CHUNK / 2), L), 0);
+    assert_eq!(z.requeue_last(r(0, 2 * CHUNK), ListId::new(1).unwrap()), 0);
+    z.validate().unwrap();
+}

@@ -243,6 +243,18 @@ impl<'a> Pageblocks<'a> {
         (lo..hi).step_by(1 << self.order).map(Pfn)
     }
 
+    /// The first frames of the pageblocks the table covers that meet `range`.
+    pub fn block_starts_in(&self, range: PfnRange) -> impl Iterator<Item = Pfn> + '_ {
+        let end = self.first.get() + ((self.len() as u64) << self.order);
+        let lo = range
+            .start
+            .align_down(self.order())
+            .get()
+            .max(self.first.get());
+        let hi = range.end.get().min(end);
+        (lo..hi.max(lo)).step_by(1 << self.order).map(Pfn)
+    }
+
     /// Whether the block is isolated.
     pub fn is_isolated(&self, pfn: Pfn) -> bool {
         self.index(pfn)

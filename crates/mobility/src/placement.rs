@@ -6,7 +6,7 @@
 //! the least free first. A region with one unmovable pageblock is no
 //! 1 GiB page; keeping that memory together keeps the others possible.
 
-use pageframe_buddy::{Order, Pfn, Room};
+use pageframe_buddy::{BlockInfo, COSTLY_ORDER, Order, Pfn, PfnRange, Room};
 
 use crate::migratetype::list_of;
 use crate::superpageblock::taints;
@@ -136,17 +136,31 @@ impl MobileZone<'_> {
             self.buddy.policy_mut().stats.superpageblock_kept += 1;
             return Some(p);
         }
-        if tainted > 0
-            && let Some(p) = self.claim_tainted(order, min, mt)
-        {
-            self.buddy.policy_mut().stats.superpageblock_kept += 1;
-            return Some(p);
+        if tainted > 0 {
+            if let Some(p) = self.claim_tainted(order, min, mt, nofrag) {
+                self.buddy.policy_mut().stats.superpageblock_kept += 1;
+                return Some(p);
+            }
+            // Tainting a clean region fragments at 1 GiB: under
+            // NOFRAGMENT it waits until the slow path has tried to make
+            // room in a tainted one ([`MobileZone::room_to_make`]).
+            if nofrag {
+                return None;
+            }
         }
         let rooms = self.clean_region(order, min, mt, nofrag)?;
         let p = self
             .claim_from(&rooms, order, min, mt)
             .or_else(|| (!nofrag).then(|| self.claim_roomiest(&rooms, order, mt))?)?;
         self.buddy.policy_mut().stats.superpageblock_tainting += 1;
+        // The region's free movable memory goes last from now on (see
+        // `Mobility::keep_for_last`): it keeps room for more of `mt`.
+        let spb = self.mobility().blocks.superpageblocks();
+        if let Some(i) = spb.index_of(p) {
+            let range = spb.range(i);
+            self.buddy
+                .requeue_last(range, list_of(MigrateType::Movable));
+        }
         Some(p)
     }
 
@@ -161,11 +175,87 @@ impl MobileZone<'_> {
         })
     }
 
+    /// Where the slow path can make room for a request of type `mt` that
+    /// found none in the tainted superpageblocks (each holds no free
+    /// memory of a fallback type, and NOFRAGMENT keeps the clean ones
+    /// clean): the first frame of the movable pageblock in a tainted
+    /// superpageblock, wholly in the zone, holding only free memory and
+    /// movable blocks no larger than the largest free movable block (or
+    /// [`pageframe_buddy::COSTLY_ORDER`], which finds a new place as a
+    /// small request does), with the most free frames. Once its movable memory has migrated out, it is a free
+    /// pageblock the request claims. `None` if `mt` does not keep to the
+    /// superpageblocks, or no region is tainted (or every one is), or a
+    /// tainted one has a free pageblock of a fallback type already (the
+    /// request failed for want of free memory, not of room: reclaim's
+    /// business), or no pageblock qualifies.
+    pub fn room_to_make(&self, mt: MigrateType) -> Option<Pfn> {
+        if !self.steers(mt) {
+            return None;
+        }
+        let blocks = &self.mobility().blocks;
+        let spb = blocks.superpageblocks();
+        if spb.tainted() == 0 || spb.tainted() == spb.len() {
+            return None;
+        }
+        let pb = self.pageblock_order();
+        let whole_free = (0..spb.len()).filter(|&i| spb.count(i) > 0).any(|i| {
+            self.region_rooms(i, mt)
+                .iter()
+                .any(|r| r.has_at_or_above(pb))
+        });
+        if whole_free {
+            return None;
+        }
+        let movable = list_of(MigrateType::Movable);
+        // Each block that moves needs a free block of its order elsewhere.
+        let fits = (0..=self.buddy.max_order().get())
+            .rev()
+            .find(|&o| self.free_blocks_of(Order::new_truncated(o), MigrateType::Movable) > 0)
+            .unwrap_or(0)
+            .max(COSTLY_ORDER);
+        let small = |block: PfnRange| {
+            self.buddy.walk(block).all(|(_, info)| match info {
+                BlockInfo::Free { .. } => true,
+                BlockInfo::Allocated { order, .. } => {
+                    order.get() <= fits && crate::Blocker::of(&info).is_none()
+                }
+                BlockInfo::Hole => false,
+            })
+        };
+        let mut best: Option<(u64, Pfn)> = None;
+        for i in (0..spb.len()).filter(|&i| spb.count(i) > 0) {
+            for start in blocks.block_starts_in(spb.range(i)) {
+                let block = blocks.block_range(start);
+                if blocks.get(start) != Some(MigrateType::Movable)
+                    || !self.span().contains_range(&block)
+                {
+                    continue;
+                }
+                let (free, _) = self.buddy.free_room(block, movable);
+                if free < block.len() && best.is_none_or(|(f, _)| free > f) && small(block) {
+                    best = Some((free, start));
+                }
+            }
+        }
+        best.map(|(_, p)| p)
+    }
+
+    /// Counts room the slow path made ([`MobileZone::room_to_make`]).
+    pub fn note_room_made(&mut self) {
+        self.buddy.policy_mut().stats.superpageblock_room_made += 1;
+    }
+
     /// Linux's claim inside the tainted superpageblocks, else a claim of
     /// their roomiest fallback pageblock. The zone-wide choice is taken as
     /// it is when it lies in one already (no walk); otherwise every tainted
     /// region is read once.
-    fn claim_tainted(&mut self, order: Order, min: Order, mt: MigrateType) -> Option<Pfn> {
+    fn claim_tainted(
+        &mut self,
+        order: Order,
+        min: Order,
+        mt: MigrateType,
+        nofrag: bool,
+    ) -> Option<Pfn> {
         let max = self.buddy.max_order().get();
         let widest = (min.get()..=max)
             .rev()
@@ -190,6 +280,9 @@ impl MobileZone<'_> {
         }
         if let Some(p) = self.claim_from(&rooms, order, min, mt) {
             return Some(p);
+        }
+        if nofrag {
+            return None;
         }
         self.claim_roomiest(&rooms, order, mt)
     }

@@ -60,6 +60,21 @@ impl MergePolicy for Mobility<'_> {
             && crate::type_of_list(buddy_list).is_mergeable()
     }
 
+    /// Under [`crate::Placement::Superpageblock`], the movable memory of a
+    /// tainted superpageblock is handed out after the rest (while a clean
+    /// one exists): movable memory fills the clean regions first, and the
+    /// tainted ones keep room for what cannot move.
+    #[inline]
+    fn keep_for_last(&self, pfn: Pfn, list: ListId) -> bool {
+        if self.placement != crate::Placement::Superpageblock
+            || list != list_of(MigrateType::Movable)
+        {
+            return false;
+        }
+        let s = self.blocks.superpageblocks();
+        s.tainted() < s.len() && s.is_tainted_at(pfn)
+    }
+
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {
         let mt = crate::type_of_list(into);
         let mut p = buddy;

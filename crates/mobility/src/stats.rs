@@ -22,6 +22,9 @@ pub struct FallbackStats {
     /// Unmovable and reclaimable fallbacks that tainted a clean
     /// superpageblock (no tainted one had fallback memory to give).
     pub superpageblock_tainting: u64,
+    /// Pageblocks of tainted superpageblocks emptied by migration to make
+    /// room for memory that cannot move (`MobileZone::room_to_make`).
+    pub superpageblock_room_made: u64,
     /// Movable allocations served from CMA pageblocks.
     pub cma: u64,
     /// Allocations served from the highatomic reserve.

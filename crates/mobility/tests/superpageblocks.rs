@@ -169,11 +169,13 @@ fn nothing_is_stolen_each_fallback_retypes_a_pageblock() {
         assert_eq!(q.get() / PB, REGION / PB + 3);
     }
     // Inside a tainted region the roomiest fallback pageblock is claimed
-    // whatever it holds, under NOFRAGMENT too (region 0's eight free frames
-    // stay where they are: it is clean).
+    // whatever it holds (region 0's eight free frames stay where they are:
+    // it is clean). Under NOFRAGMENT neither happens: the slow path makes
+    // room first (`room_to_make`).
     free_frames(&mut z, 8, 16);
     free_frames(&mut z, REGION + 8 * PB, REGION + 8 * PB + 3);
-    let q = z.alloc(o(0), M::Unmovable, AllocMode::NOFRAGMENT).unwrap();
+    assert!(z.alloc(o(0), M::Unmovable, AllocMode::NOFRAGMENT).is_err());
+    let q = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
     assert_eq!(q.get() / PB, REGION / PB + 8, "3 free frames against 2");
     assert_eq!(z.block_type(q), Some(M::Unmovable));
     assert_eq!(counts(&z), [0, 2]);
@@ -302,5 +304,29 @@ fn compaction_targets_do_not_clean_a_region_with_unmovable_memory() {
     assert_eq!(z.take_free_block(upper, M::Movable), Ok(o(3)));
     assert_eq!(z.block_type(kept), Some(M::Unmovable));
     assert_eq!(counts(&z), [0, 1]);
+    z.validate().unwrap();
+}
+
+#[test]
+fn movable_memory_fills_the_clean_regions_first() {
+    let span = r(0, 4 * REGION);
+    let mut m = meta(span);
+    let mut z = zone(span, &mut m);
+    let u = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    assert!(u.get() < REGION);
+    assert_eq!(counts(&z), [4, 0, 0, 0], "region 0's first order-6 block");
+    // Every pageblock of regions 1-3 goes to movable requests before any
+    // of region 0's twelve free ones.
+    for i in 0..3 * REGION / PB {
+        let p = z.alloc(o(4), M::Movable, AllocMode::empty()).unwrap();
+        assert!(p.get() >= REGION, "pageblock {i} at {p:?}");
+    }
+    let p = z.alloc(o(4), M::Movable, AllocMode::empty()).unwrap();
+    assert!(p.get() < REGION);
+    // Freed memory of a tainted region goes last too, even freed last.
+    z.free(Pfn(3 * REGION), o(4)).unwrap();
+    z.free(p, o(4)).unwrap();
+    let q = z.alloc(o(4), M::Movable, AllocMode::empty()).unwrap();
+    assert_eq!(q, Pfn(3 * REGION));
     z.validate().unwrap();
 }

@@ -278,9 +278,7 @@ struct Blocks {
 enum Forced {
     /// Never (Linux's rule, or the neighbour's).
     No,
-    /// Inside tainted regions: always.
-    Always,
-    /// Tainting a clean region: unless NOFRAGMENT.
+    /// Unless NOFRAGMENT.
     Fragmenting,
 }
 
@@ -465,11 +463,12 @@ impl Blocks {
     /// fallback block, from the first type of the fallback table that has
     /// one at that order. Under the superpageblock placement an unmovable
     /// or reclaimable request claims inside the regions tainted before it
-    /// (by that rule, else their roomiest fallback pageblock, whatever it
-    /// holds and even under NOFRAGMENT), and only when they had no
-    /// fallback block at all, in the clean region that can never be a
-    /// 1 GiB page, else the least free (by the rule, else, without
-    /// NOFRAGMENT, its roomiest pageblock); it never steals.
+    /// (by that rule, else, without NOFRAGMENT, their roomiest fallback
+    /// pageblock whatever it holds), and only when they had no fallback
+    /// block at all, in the clean region that can never be a 1 GiB page,
+    /// else the least free (by the rule, else, without NOFRAGMENT, its
+    /// roomiest pageblock), under NOFRAGMENT only when no region was
+    /// tainted; it never steals.
     fn check_fallback(
         &self,
         z: &MobileZone<'_>,
@@ -525,8 +524,22 @@ impl Blocks {
         let rp = self.region(p.get());
         let tainted = |b: &Block| regions.get(&self.region(b.start)).is_some_and(|&t| t > 0);
         if regions.get(&rp).is_some_and(|&t| t > 0) {
-            return self.check_in(z, p, order, mt, mode, &retyped, &tainted, Forced::Always);
+            return self.check_in(
+                z,
+                p,
+                order,
+                mt,
+                mode,
+                &retyped,
+                &tainted,
+                Forced::Fragmenting,
+            );
         }
+        // Under NOFRAGMENT a clean region is tainted only when none is.
+        ensure!(
+            !nofrag || regions.values().all(|&t| t == 0),
+            "{mt:?} order {k} tainted region {rp:#x} under NOFRAGMENT"
+        );
         // Tainting region `rp`: the tainted ones had nothing to give.
         let min = if nofrag && k < self.pb_order {
             self.pb_order
@@ -619,7 +632,6 @@ impl Blocks {
         let claim = self.check_claim(k, mt, nofrag, retyped, in_set);
         let may_force = match forced {
             Forced::No => false,
-            Forced::Always => true,
             Forced::Fragmenting => !nofrag,
         };
         if claim.is_ok() || !may_force {

@@ -248,6 +248,7 @@ struct Outcome {
     unmovable_share: f64,
     failed: u64,
     map: String,
+    regions: Vec<pageframe::zone::SuperpageblockUse>,
     stats: pageframe::zone::FallbackStats,
     secs: f64,
 }
@@ -359,7 +360,8 @@ fn run_variant(v: &Variant, p: &Params, seed: u64) -> Result<Outcome, String> {
             holding.insert(b.pfn().get() / GIANT);
         }
     }
-    let map: String = zone.superpageblocks().map(|u| u.symbol()).collect();
+    let regions: Vec<_> = zone.superpageblocks().collect();
+    let map: String = regions.iter().map(|u| u.symbol()).collect();
 
     // Drop the page cache, then every clean region as a 1 GiB range.
     k.evict(u64::MAX);
@@ -412,6 +414,7 @@ fn run_variant(v: &Variant, p: &Params, seed: u64) -> Result<Outcome, String> {
         unmovable_share: unmovable as f64 / p.frames as f64,
         failed,
         map,
+        regions,
         stats: zone.fallback_stats(),
         secs: t0.elapsed().as_secs_f64(),
     })
@@ -455,6 +458,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         "s",
     ]);
     let mut maps = Vec::new();
+    let mut svg = Vec::new();
     let only = opts.get_str("variants", "on,off,linux");
     for v in VARIANTS
         .iter()
@@ -481,6 +485,10 @@ pub fn run(opts: &Opts) -> Result<(), String> {
             o.failed.to_string(),
             format!("{:.0}", o.secs),
         ]);
+        svg.push((
+            format!("{}: at the end of the churn", v.name),
+            o.regions.clone(),
+        ));
         maps.push((v.name, o.map));
         for (at, e) in &o.refused {
             println!("{}: the clean region at {at} was refused: {e}", v.name);
@@ -493,6 +501,12 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     );
     for (name, map) in maps {
         println!("  {map}  {name}");
+    }
+    if !opts.no_plot {
+        std::fs::create_dir_all(&opts.out).map_err(|e| e.to_string())?;
+        let path = opts.out.join("giant-churn-map.svg");
+        crate::plot::superpageblock_maps(&path, "giant-churn: one square a 1 GiB region", &svg)?;
+        println!("map: {}", path.display());
     }
     println!(
         "goal (grouping on): tainted <= minimum + 2, every clean region taken; no worse than grouping off and \

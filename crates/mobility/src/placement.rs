@@ -290,11 +290,13 @@ impl MobileZone<'_> {
     /// The room of each fallback type of `mt` in superpageblock `i`.
     fn region_rooms(&self, i: usize, mt: MigrateType) -> Rooms {
         let range = self.mobility().blocks.superpageblocks().range(i);
-        let fb = fallbacks(mt);
-        core::array::from_fn(|k| match fb.get(k) {
-            Some(&t) => self.buddy.room(range, list_of(t)),
-            None => Room::EMPTY,
-        })
+        let mut rooms = [Room::EMPTY; 2];
+        // A loop, not `array::from_fn`: its closures cost several KiB of
+        // stack in a debug build, and a kernel stack is 16 KiB.
+        for (r, &t) in rooms.iter_mut().zip(fallbacks(mt)) {
+            *r = self.buddy.room(range, list_of(t));
+        }
+        rooms
     }
 
     /// The clean superpageblock a fallback for `mt` taints: of those with
@@ -311,18 +313,20 @@ impl MobileZone<'_> {
     ) -> Option<Rooms> {
         let lowest = if nofrag { min } else { order };
         let spb = self.mobility().blocks.superpageblocks();
-        let mut best: Option<((bool, u64), Rooms)> = None;
+        // The winner by its index, its rooms read again at the end: a
+        // second copy of the rooms on the stack is a KiB.
+        let mut best: Option<((bool, u64), usize)> = None;
         for i in (0..spb.len()).filter(|&i| spb.count(i) == 0) {
             let rooms = self.region_rooms(i, mt);
             if !rooms.iter().any(|r| r.has_at_or_above(lowest)) {
                 continue;
             }
             let key = (rooms[0].whole, rooms[0].free);
-            if best.as_ref().is_none_or(|(k, _)| key < *k) {
-                best = Some((key, rooms));
+            if best.is_none_or(|(k, _)| key < k) {
+                best = Some((key, i));
             }
         }
-        best.map(|(_, r)| r)
+        best.map(|(_, i)| self.region_rooms(i, mt))
     }
 
     /// Linux's claim loop (spec 02 §5.3) over the blocks of `rooms`:

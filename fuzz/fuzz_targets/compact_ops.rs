@@ -43,6 +43,7 @@ fn run(data: &[u8]) -> Result<()> {
         buddy: BuddyConfig::new(Order::new(pb + 2).unwrap_or_default()),
         pageblock_order: Order::new(pb).unwrap_or_default(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let span = PfnRange::new(Pfn(offset), Pfn(offset + (blocks << pb)));
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];

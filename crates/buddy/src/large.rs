@@ -63,7 +63,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             order += 1;
             self.stats.merges += 1;
         }
-        let tail = to_tail || self.large_merge_likely(k, order);
+        let tail = to_tail
+            || self.large_merge_likely(k, order)
+            || self.policy.keep_for_last(self.pfn(self.first(k)), list);
         self.areas.push(&mut self.chunks, k, order, list, tail);
         (k, order)
     }

@@ -18,6 +18,7 @@ mod policy;
 mod report;
 mod reservation;
 mod reserve;
+mod room;
 mod split;
 mod split_page;
 mod stats;
@@ -34,6 +35,7 @@ pub use pageframe_types::{
 };
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 pub use reservation::Reservation;
+pub use room::Room;
 pub use stats::{BuddyInfo, Stats};
 pub use walk::{Walk, WalkItem};
 pub use zone::{BlockInfo, BuddyConfig, BuddyZone};

@@ -73,6 +73,16 @@ pub trait MergePolicy {
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {
         let _ = (buddy, order, into);
     }
+
+    /// Whether a free block of at least the chunk order at `pfn`, going on
+    /// `list`, goes to the tail of its free list (handed out after the
+    /// others): memory the policy keeps for other uses while there is
+    /// other memory. Asked at each insertion of such a block.
+    #[inline]
+    fn keep_for_last(&self, pfn: Pfn, list: ListId) -> bool {
+        let _ = (pfn, list);
+        false
+    }
 }
 
 /// The trivial policy: one list, everything merges.

@@ -174,6 +174,41 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         Some((self.pfn(self.first(h)), Order::new_truncated(o)))
     }
 
+    /// Moves the free blocks of at least the chunk order on `list` lying
+    /// wholly inside `range` to the tail of their free lists (handed out
+    /// after the others; for a policy that starts keeping the range for
+    /// other uses). Returns how many moved.
+    pub fn requeue_last(&mut self, range: PfnRange, list: ListId) -> u64 {
+        let r = range.intersect(&self.span);
+        if r.is_empty() {
+            return 0;
+        }
+        let (lo, hi) = (self.idx(r.start), self.idx(r.start) + r.len() as Idx);
+        let mut moved = 0;
+        let mut k = self.chunk_of(lo);
+        while self.first(k) < hi {
+            let ch = self.chunks[k];
+            let step = match ch.mode {
+                Mode::FreeHead | Mode::AllocHead => 1 << (ch.order - self.c),
+                _ => 1,
+            };
+            let first = self.first(k);
+            if ch.mode == Mode::FreeHead
+                && ch.list == list.get()
+                && first >= lo
+                && first + (1 << ch.order) <= hi
+            {
+                self.areas.remove(&mut self.chunks, k);
+                self.areas.push(&mut self.chunks, k, ch.order, list, true);
+                // A block put back on a list keeps its report.
+                self.chunks[k].flags |= ch.flags & crate::chunk::REPORTED;
+                moved += 1;
+            }
+            k += step;
+        }
+        moved
+    }
+
     /// Files the free memory of `range` (whole chunks) on `list`, for a
     /// policy retyping it: free blocks inside it move; a free block reaching
     /// outside is split so that only its part inside moves. Returns the free

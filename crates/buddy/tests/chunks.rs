@@ -236,6 +236,53 @@ fn free_room_counts_a_range_and_finds_its_largest_block() {
     assert_eq!(room(&z, 4 * CHUNK, 8 * CHUNK), (0, None));
 }
 
+/// `room` sees the same memory per order: below the chunk order the chunk
+/// with the most free frames that has a block of that order, from the
+/// chunk order up the lowest block; totals for every list and the one
+/// asked about; whether the range is all managed memory inside the zone.
+#[test]
+fn room_finds_a_block_of_each_order_in_the_roomiest_chunk() {
+    use pageframe_buddy::{Order, Room};
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    // Chunk 0: five single frames (0, 2, .., 8); chunk 1: seven (512, ..)
+    // and an order-2 block at 1020; chunks 2 and 3: one order-10 block.
+    let mut z = zone_with_fill(&mut m, &[5, 7, 0, 0]);
+    for p in 1020..1024 {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    for p in 2 * CHUNK..4 * CHUNK {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    let all = z.room(r(0, 4 * CHUNK), L);
+    assert_eq!((all.free, all.on_list, all.whole), (1040, 1040, true));
+    // Order 0 from chunk 1 (11 free frames against 5), order 2 there too.
+    assert_eq!(all.block(o(0)), Some(Pfn(512)));
+    assert_eq!(all.block(o(2)), Some(Pfn(1020)));
+    assert_eq!(all.block(o(1)), None);
+    assert_eq!(all.block(o(10)), Some(Pfn(1024)));
+    assert!(all.has_at_or_above(o(3)) && !all.has_at_or_above(Order::new(11).unwrap()));
+    // Two halves merged give the whole.
+    let (mut lo, hi) = (
+        z.room(r(0, 2 * CHUNK), L),
+        z.room(r(2 * CHUNK, 4 * CHUNK), L),
+    );
+    assert_eq!(lo.block(o(10)), None);
+    lo.merge(&hi);
+    assert_eq!(lo, all);
+    // Another list: the totals of the range, nothing of its own.
+    let other = z.room(r(0, 4 * CHUNK), ListId::new(1).unwrap());
+    assert_eq!(
+        (other.free, other.on_list, other.block(o(0))),
+        (1040, 0, None)
+    );
+    // A block reaching past the range is not the range's; a range reaching
+    // past the zone is not whole, and nothing outside it counts.
+    assert_eq!(z.room(r(2 * CHUNK, 3 * CHUNK), L).free, 0);
+    let past = z.room(r(2 * CHUNK, 8 * CHUNK), L);
+    assert_eq!((past.free, past.whole), (1024, false));
+    assert_eq!(z.room(r(4 * CHUNK, 8 * CHUNK), L), Room::EMPTY);
+}
+
 /// A run takes a chunk's lowest free frames after the one just allocated,
 /// as many as asked, stops where the taker refuses, leaves the zone as
 /// frame-by-frame allocations would, and takes nothing from a chunk of
@@ -280,5 +327,54 @@ fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
     let q = z.alloc(Order::ZERO, l).unwrap();
     assert_eq!(z.alloc_run(q, l, 0, 0, |_| true), 0);
     z.free(q, Order::ZERO).unwrap();
+    z.validate().unwrap();
+}
+
+/// A policy that keeps the frames below `kept` for last.
+struct KeepLow {
+    kept: u64,
+}
+
+impl MergePolicy for KeepLow {
+    fn list_for(&self, _: Pfn) -> ListId {
+        L
+    }
+    fn keep_for_last(&self, pfn: Pfn, _: ListId) -> bool {
+        pfn.get() < self.kept
+    }
+}
+
+/// Blocks the policy keeps for last go to the tail of their list when
+/// they are freed, and `requeue_last` sends the free ones of a range
+/// there at once: the others are handed out first.
+#[test]
+fn memory_kept_for_last_is_handed_out_after_the_rest() {
+    use pageframe_buddy::BuddyConfig;
+    // Four chunks that never merge (maximum order = chunk order).
+    let span = r(0, 4 * CHUNK);
+    let cfg = BuddyConfig::new(o(9));
+    let mut m =
+        vec![std::mem::MaybeUninit::uninit(); BuddyZone::<KeepLow>::metadata_bytes(span, cfg)];
+    let mut z = BuddyZone::new(span, cfg, &mut m, KeepLow { kept: 0 }).unwrap();
+    z.add_free_range(span).unwrap();
+    let order = |z: &mut BuddyZone<'_, KeepLow>| -> Vec<u64> {
+        let got: Vec<Pfn> = std::iter::from_fn(|| z.alloc(o(9), L).ok()).collect();
+        for &p in &got {
+            z.free(p, o(9)).unwrap();
+        }
+        got.iter().map(|p| p.get() / CHUNK).collect()
+    };
+    let before = order(&mut z);
+    assert_eq!(before.len(), 4);
+    // Chunks 0 and 1 go last from now on: requeued, then freed again.
+    z.policy_mut().kept = 2 * CHUNK;
+    assert_eq!(z.requeue_last(r(0, 2 * CHUNK), L), 2);
+    let after = order(&mut z);
+    assert!(after[2..].iter().all(|&k| k < 2), "{after:?}");
+    let again = order(&mut z);
+    assert!(again[2..].iter().all(|&k| k < 2), "freed again: {again:?}");
+    // Only whole blocks of the list inside the range move.
+    assert_eq!(z.requeue_last(r(0, CHUNK / 2), L), 0);
+    assert_eq!(z.requeue_last(r(0, 2 * CHUNK), ListId::new(1).unwrap()), 0);
     z.validate().unwrap();
 }

@@ -5,7 +5,7 @@ use core::ops::Range;
 use core::sync::atomic::Ordering::Relaxed;
 
 use pageframe_buddy::{Order, Pfn};
-use pageframe_mobility::{MigrateType, MobileZone, fallbacks};
+use pageframe_mobility::{MigrateType, MobileZone, Placement, fallbacks};
 
 use crate::access::locked;
 use crate::control::{CompactOutcome, CompactRequest, RunKind, RunStats};
@@ -34,6 +34,14 @@ pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     pub whole_zone: bool,
     /// The free scanner's sampling stride (see `isolate_freepages`).
     pub free_stride: u64,
+    /// Log2 of a superpageblock's frames, when targets keep to the
+    /// migrate scanner's superpageblock first (see `isolate_freepages`).
+    pub region_shift: Option<u8>,
+    /// The end of the superpageblock the local free cursor scans, whether
+    /// it does (the superpageblock is tainted), and the cursor.
+    pub local_end: u64,
+    pub local_on: bool,
+    pub local_free: u64,
     /// Scan the rest of the current pageblock even past a full batch.
     pub finish_pageblock: bool,
     pub sources: Sources,
@@ -190,6 +198,15 @@ fn suitable_page_exists(z: &MobileZone<'_>, order: Order, mt: MigrateType) -> bo
     })
 }
 
+/// The superpageblock size, when a run's targets keep to the migrate
+/// scanner's superpageblock first: under `Placement::Superpageblock`, in a
+/// zone of several superpageblocks some of which are tainted.
+fn local_regions(z: &MobileZone<'_>) -> Option<u8> {
+    let spb = z.mobility().pageblocks().superpageblocks();
+    (z.placement() == Placement::Superpageblock && spb.len() > 1 && spb.tainted() > 0)
+        .then(|| spb.shift())
+}
+
 /// Runs compaction on one zone (`compact_zone`, spec 03 §5): migrates
 /// movable blocks from the bottom of the zone into free frames at the top
 /// until the request is satisfied, the scanners meet, or the run is aborted.
@@ -204,8 +221,13 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
     migrator: &mut M,
     req: &CompactRequest,
 ) -> CompactOutcome {
-    let Some((span, pb, max_order)) = locked(zone, |z| {
-        (z.span(), z.pageblock_order(), z.buddy().max_order())
+    let Some((span, pb, max_order, region_shift)) = locked(zone, |z| {
+        (
+            z.span(),
+            z.pageblock_order(),
+            z.buddy().max_order(),
+            local_regions(z),
+        )
     }) else {
         return CompactOutcome::early(CompactResult::Contended);
     };
@@ -251,6 +273,10 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
         } else {
             1
         },
+        region_shift,
+        local_end: 0,
+        local_on: false,
+        local_free: 0,
         finish_pageblock: false,
         sources: Sources::new(),
         nr_migratepages: 0,

@@ -23,9 +23,51 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
     /// probe that finds free memory is taken as the sign of a good block:
     /// the block is rescanned in full rather than marked skip after a
     /// sample, and the full stride carries over to the run's later calls.
+    ///
+    /// Where superpageblocks are told apart (some tainted) and the migrate
+    /// scanner is in a tainted one, targets come first from that
+    /// superpageblock, scanned from its top with a cursor of its own, and
+    /// only then from the free scanner's place: the tainted region's
+    /// movable memory stays in it, and its free memory gathers into whole
+    /// pageblocks there, where memory that cannot move claims them (ours,
+    /// after the superpageblock RFC, which defragments inside tainted
+    /// regions). Clean regions pack upward as Linux packs a zone, so the
+    /// lower ones empty out whole.
     pub fn isolate_freepages(&mut self) {
+        if let Some(shift) = self.region_shift {
+            let region_end = (((self.migrate_pfn >> shift) + 1) << shift).min(self.end);
+            if self.free_pfn >= region_end {
+                if self.local_end != region_end {
+                    self.local_end = region_end;
+                    self.local_free = self.block_start(region_end - 1);
+                    let at = Pfn(self.migrate_pfn);
+                    let tainted = locked(self.zone, |z| {
+                        z.mobility()
+                            .pageblocks()
+                            .superpageblocks()
+                            .is_tainted_at(at)
+                    });
+                    // A clean region's memory packs upward as Linux packs
+                    // it: the regions below empty out whole.
+                    self.local_on = tainted == Some(true);
+                }
+                if self.local_on {
+                    self.local_free = self.scan_free_blocks(self.local_free, true);
+                    if self.nr_freepages >= self.nr_migratepages || self.free.is_full() {
+                        return;
+                    }
+                }
+            }
+        }
+        self.free_pfn = self.scan_free_blocks(self.free_pfn, false);
+    }
+
+    /// The free scan of [`Run::isolate_freepages`] from `start` down to the
+    /// migrate scanner, returning where it stopped. A `local` scan (inside
+    /// one superpageblock) leaves the cached free position alone.
+    fn scan_free_blocks(&mut self, start: u64, local: bool) -> u64 {
         let pb = self.pb_pages;
-        let mut start = self.free_pfn;
+        let mut start = start;
         let mut blk = self.block_start(start);
         let mut blk_end = (blk + pb).min(self.end);
         // Never into the migrate scanner's pageblock or below (spec 03
@@ -35,7 +77,10 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let low_limit = self.block_end(self.migrate_pfn.max(self.start + 1) - 1);
         let mut stride = self.free_stride;
         while blk >= low_limit {
-            if self.mig.checkpoint(Pfn(self.migrate_pfn), Pfn(start)) {
+            // The kernel sees the free scanner's own place (never going
+            // up), also while a local scan runs below it.
+            let shown = if local { self.free_pfn } else { start };
+            if self.mig.checkpoint(Pfn(self.migrate_pfn), Pfn(shown)) {
                 self.contended = true;
                 break;
             }
@@ -52,7 +97,9 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
                     // spec 03 §6.1 update_pageblock_skip: the whole block was
                     // scanned; the next run's free scan starts below it.
                     z.pageblocks_mut().set_skip(Pfn(blk), true);
-                    self.state.cached_free.fetch_min(blk - pb, Relaxed);
+                    if !local {
+                        self.state.cached_free.fetch_min(blk - pb, Relaxed);
+                    }
                 }
                 Some(n)
             });
@@ -99,7 +146,7 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
             blk -= pb;
             start = blk;
         }
-        self.free_pfn = start;
+        start
     }
 
     /// `suitable_migration_target` (spec 03 §10.1): not a block already free

@@ -57,6 +57,18 @@ impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
         let mut block_end = self.block_end(low);
         let first_new = self.sources.len();
         while block_end <= self.free_pfn && block_end <= self.end {
+            // The local free scanner met this scanner inside its
+            // superpageblock (see `isolate_freepages`): the rest of it
+            // holds what was just moved there; go on in the next one,
+            // giving back the destinations left behind (they would lie
+            // below this scanner).
+            if self.local_on && low < self.local_end && self.local_free >> self.pb <= low >> self.pb
+            {
+                low = self.local_end;
+                block_end = self.block_end(low);
+                self.release_freepages();
+                continue;
+            }
             if self.mig.checkpoint(Pfn(low), Pfn(self.free_pfn)) {
                 self.migrate_pfn = low;
                 return Isolate::Abort;

@@ -19,6 +19,7 @@ fn small() -> MobilityConfig {
         buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     }
 }
 
@@ -57,6 +58,7 @@ fn gupta_2m(blocks: u64, seed: u64) -> World<'static> {
         buddy: BuddyConfig::new(Order::new(10).unwrap()),
         pageblock_order: Order::HUGE_2M,
         grouping: true,
+        superpageblock_shift: pageframe_mobility::DEFAULT_SUPERPAGEBLOCK_SHIFT,
     };
     let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
     let mut z = MobileZone::new(span, cfg, meta).unwrap();
@@ -631,5 +633,69 @@ fn a_migrator_panicking_mid_batch_keeps_the_moves_it_made() {
         // The next run goes on from there.
         w.step(&Op::Full).unwrap();
         assert!(!w.mig.moves.is_empty());
+    }
+}
+
+/// Once superpageblocks are told apart (some tainted), compaction moves a
+/// block of a tainted superpageblock inside it where it has room; Linux's
+/// scanners move the bottom of the zone into its top.
+#[test]
+fn compaction_keeps_movable_memory_inside_its_superpageblock() {
+    use pageframe_mobility::Placement;
+    for (placement, local) in [
+        (Placement::Superpageblock, true),
+        (Placement::Neighbour, false),
+    ] {
+        // Four superpageblocks of sixteen 16-frame pageblocks.
+        let span = PfnRange::new(Pfn(0), Pfn(1024));
+        let cfg = MobilityConfig {
+            superpageblock_shift: 8,
+            ..small()
+        };
+        let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
+        let mut z = MobileZone::new(span, cfg, meta).unwrap();
+        z.add_free_range(span).unwrap();
+        z.set_placement(placement);
+        let mut w = World::new(z, 5);
+        while w.alloc(Order::ZERO, MigrateType::Movable).is_some() {}
+        let heads: Vec<u64> = w.mig.owners.keys().copied().collect();
+        for h in heads.into_iter().filter(|h| h % 4 != 0) {
+            let i = w.mig.owners.keys().position(|&k| k == h).unwrap();
+            w.step(&Op::Free(i)).unwrap();
+        }
+        // Regions 0 and 1 hold a pageblock typed unmovable (their last):
+        // they are tainted; regions 2 and 3 are clean.
+        for r in [0u64, 1] {
+            w.zone
+                .borrow_mut()
+                .set_block_type(Pfn(r * 256 + 240), MigrateType::Unmovable)
+                .unwrap();
+        }
+        let req = CompactRequest::full(w.marks);
+        let out = compact_zone(&w.zone, &w.state, &mut w.mig, &req);
+        assert!(out.stats.migrated > 0, "{placement:?}: {out:?}");
+        let moves = w.mig.moves.clone();
+        let from_tainted: Vec<_> = moves.iter().filter(|m| m.src >> 8 < 2).collect();
+        let crossing = from_tainted
+            .iter()
+            .filter(|m| m.src >> 8 != m.dst >> 8)
+            .count();
+        // Inside: all but the last batch of each tainted region, once it
+        // has no free frame left above the migrate scanner. Clean regions
+        // pack upward across regions as Linux's scanners do.
+        assert!(!from_tainted.is_empty());
+        if local {
+            assert!(
+                crossing * 5 < from_tainted.len(),
+                "{placement:?}: {moves:?}"
+            );
+            assert!(moves.iter().any(|m| m.src >> 8 == 2 && m.dst >> 8 == 3));
+        } else {
+            assert!(
+                crossing * 2 > from_tainted.len(),
+                "{placement:?}: {moves:?}"
+            );
+        }
+        w.check().unwrap();
     }
 }

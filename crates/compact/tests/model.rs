@@ -26,6 +26,7 @@ fn config() -> MobilityConfig {
         buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     }
 }
 
@@ -47,16 +48,24 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// `shift`: log2 of a superpageblock's frames (the default, 1 GiB, or
+/// a few pageblocks, so that unmovable memory taints some and compaction
+/// keeps to them).
+#[allow(clippy::too_many_arguments)]
 fn run(
     blocks: u64,
     offset: u64,
     seed: u64,
+    shift: u8,
     fill: (u64, u64, u64),
     refuse: (u8, u8),
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let span = PfnRange::new(Pfn(offset), Pfn(offset + blocks * 16));
-    let cfg = config();
+    let cfg = MobilityConfig {
+        superpageblock_shift: shift,
+        ..config()
+    };
     let mut meta: Box<[MaybeUninit<u8>]> =
         Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
     let mut zone = MobileZone::new(span, cfg, &mut meta).unwrap();
@@ -80,10 +89,11 @@ proptest! {
     #[test]
     fn compaction_keeps_every_frame_and_its_data(
         blocks in 2u64..14, offset in 0u64..40, seed in any::<u64>(),
+        shift in prop_oneof![Just(18u8), Just(6), Just(7)],
         unmovable_in in 0u64..10, pin_in in 0u64..12, free_pct in 20u64..95,
         ops in prop::collection::vec(op(), 1..40),
     ) {
-        run(blocks, offset, seed, (unmovable_in, pin_in, free_pct), (0, 0), &ops)?;
+        run(blocks, offset, seed, shift, (unmovable_in, pin_in, free_pct), (0, 0), &ops)?;
     }
 
     /// A migrator that refuses isolation and migration at random (again,
@@ -94,7 +104,7 @@ proptest! {
         refuse_isolate in 0u8..80, refuse_migrate in 10u8..90,
         ops in prop::collection::vec(op(), 1..30),
     ) {
-        run(blocks, 0, seed, (6, 0, free_pct), (refuse_isolate, refuse_migrate), &ops)?;
+        run(blocks, 0, seed, 6, (6, 0, free_pct), (refuse_isolate, refuse_migrate), &ops)?;
     }
 
     /// With only movable, unpinned order-0 frames and a willing migrator, a
@@ -135,6 +145,7 @@ fn a_captured_block_is_never_lost() {
         buddy: BuddyConfig::new(Order::new(7).unwrap()),
         pageblock_order: Order::new(5).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let mut meta: Box<[MaybeUninit<u8>]> =
         Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
@@ -154,6 +165,7 @@ fn fuzz_regression_skip_marked_destination() {
         buddy: BuddyConfig::new(Order::new(4).unwrap()),
         pageblock_order: Order::new(2).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let span = PfnRange::new(Pfn(0x2a), Pfn(0x86));
     let mut meta = vec![MaybeUninit::uninit(); MobileZone::metadata_bytes(span, cfg)];

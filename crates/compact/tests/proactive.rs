@@ -19,6 +19,7 @@ fn zone(blocks: u64) -> MobileZone<'static> {
         buddy: BuddyConfig::new(Order::new(6).unwrap()),
         pageblock_order: Order::new(4).unwrap(),
         grouping: true,
+        ..MobilityConfig::DEFAULT
     };
     let meta = Box::leak(Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg)));
     let mut z = MobileZone::new(span, cfg, meta).unwrap();

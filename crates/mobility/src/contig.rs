@@ -140,9 +140,33 @@ impl MobileZone<'_> {
 
     /// Takes the frames of `range`, tiled by allocated blocks (as
     /// [`MobileZone::take_free_range`] leaves it), out of the zone: they
-    /// become holes until handed over again (memory offline).
+    /// become holes until handed over again (memory offline). Pageblocks
+    /// wholly inside it go back to the type memory starts with (Linux
+    /// onlines memory movable), keeping their isolate bit: memory that is
+    /// gone taints no superpageblock.
     pub fn remove_range(&mut self, range: PfnRange) -> Result<(), RangeError> {
-        self.buddy.remove_range(range)
+        self.buddy.remove_range(range)?;
+        let initial = if self.mobility().grouping {
+            MigrateType::Movable
+        } else {
+            MigrateType::Unmovable
+        };
+        let pb = self.pageblock_order();
+        let mut p = range.start.align_up(pb);
+        while p + pb.pages() <= range.end {
+            let m = self.buddy.policy_mut();
+            let base = m.blocks.base(p);
+            if base.is_some_and(|t| t.is_mergeable() || t == MigrateType::HighAtomic) {
+                if base == Some(MigrateType::HighAtomic) {
+                    m.reserved_highatomic = m.reserved_highatomic.saturating_sub(pb.pages());
+                }
+                let isolated = m.blocks.is_isolated(p);
+                m.blocks.set(p, initial);
+                m.blocks.set_isolated(p, isolated);
+            }
+            p = p + pb.pages();
+        }
+        Ok(())
     }
 
     /// Takes every frame of `range`, which must all be free, as allocated

@@ -6,7 +6,7 @@ use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 
 use crate::migratetype::list_of;
 use crate::zone::{AllocMode, MobileZone};
-use crate::{BlockError, MigrateType, fallbacks, tag};
+use crate::{BlockError, MigrateType, Placement, fallbacks, tag};
 
 /// The mixed regions a fallback looks at, at most (a bound on the slow
 /// path's work; grouping keeps mixed regions few).
@@ -21,8 +21,41 @@ enum Found {
 }
 
 impl MobileZone<'_> {
+    /// When a type's own lists are empty (spec 02 §5.2): a claim, else
+    /// (unless NOFRAGMENT) a steal; for memory that cannot move, kept
+    /// inside tainted superpageblocks as the placement asks
+    /// ([`MobileZone::fallback_steered`]).
+    pub(crate) fn fallback(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        mode: AllocMode,
+    ) -> Option<Pfn> {
+        if self.steers(mt) {
+            return self.fallback_steered(order, mt, mode);
+        }
+        if let Some(p) = self.claim(order, mt, mode) {
+            return Some(p);
+        }
+        if mode.contains(AllocMode::NOFRAGMENT) {
+            return None;
+        }
+        self.steal(order, mt)
+    }
+
+    /// The lowest order a claim may take for a request of `order`: a whole
+    /// pageblock under NOFRAGMENT (spec 02 §5.3).
+    pub(crate) fn claim_min(&self, order: Order, mode: AllocMode) -> Order {
+        let pb = self.pageblock_order();
+        if order < pb && mode.contains(AllocMode::NOFRAGMENT) {
+            pb
+        } else {
+            order
+        }
+    }
+
     /// spec 02 §5.3 `should_try_claim_block`.
-    fn should_try_claim(&self, cur: Order, mt: MigrateType) -> bool {
+    pub(crate) fn should_try_claim(&self, cur: Order, mt: MigrateType) -> bool {
         let pb = self.pageblock_order().get();
         cur.get() >= pb / 2
             || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
@@ -41,28 +74,21 @@ impl MobileZone<'_> {
     }
 
     /// spec 02 §5.3 `__rmqueue_claim`: largest fallback block first, after
-    /// a pinned neighbour ([`MobileZone::claim_pinned_neighbour`], ours).
+    /// a pinned neighbour ([`MobileZone::claim_pinned_neighbour`], ours,
+    /// unless the placement is Linux's).
     pub(crate) fn claim(&mut self, order: Order, mt: MigrateType, mode: AllocMode) -> Option<Pfn> {
-        let pb = self.pageblock_order();
-        let min = if order < pb && mode.contains(AllocMode::NOFRAGMENT) {
-            pb
-        } else {
-            order
-        };
+        let min = self.claim_min(order, mode);
         let max = self.buddy.max_order();
-        if let Some(p) = self.claim_pinned_neighbour(order, mt) {
+        if self.mobility().placement != Placement::Linux
+            && let Some(p) = self.claim_pinned_neighbour(order, mt)
+        {
             return Some(p);
         }
         for cur in (min.get()..=max.get()).rev() {
             let cur = Order::new(cur)?;
-            let fb = match self.find_fallback(cur, mt, true) {
-                Found::Type(fb) => fb,
-                Found::None => continue,
-                Found::TooSmall => break,
+            let Some((head, fb)) = self.widest_fallback(cur, mt)? else {
+                continue;
             };
-            // The fallback block with the most free memory around it: the
-            // one whose pageblock most likely passes the half-free rule.
-            let head = self.buddy.roomiest_free(cur, list_of(fb))?;
             if let Some(p) = self.try_claim(head, cur, order, mt, fb) {
                 return Some(p);
             }
@@ -70,8 +96,25 @@ impl MobileZone<'_> {
         None
     }
 
+    /// The block `__rmqueue_claim` would try at order `cur`: of the first
+    /// fallback type with a free block of that order, the one with the
+    /// most free memory around it (the one whose pageblock most likely
+    /// passes the half-free rule). `Some(None)`: none at this order;
+    /// `None`: claiming is not worth it at this order or below.
+    pub(crate) fn widest_fallback(
+        &self,
+        cur: Order,
+        mt: MigrateType,
+    ) -> Option<Option<(Pfn, MigrateType)>> {
+        match self.find_fallback(cur, mt, true) {
+            Found::Type(fb) => Some(self.buddy.roomiest_free(cur, list_of(fb)).map(|h| (h, fb))),
+            Found::None => Some(None),
+            Found::TooSmall => None,
+        }
+    }
+
     /// spec 02 §5.3 `try_to_claim_block`.
-    fn try_claim(
+    pub(crate) fn try_claim(
         &mut self,
         head: Pfn,
         cur: Order,
@@ -115,7 +158,10 @@ impl MobileZone<'_> {
         } else {
             0
         };
-        if free + alike >= pages / 2 || !self.mobility().grouping {
+        // A movable claim must not leave a superpageblock clean with memory
+        // that cannot move still in it.
+        let keeps_taint = pages - free - movable > 0 && self.last_taint(block.start, mt);
+        if (free + alike >= pages / 2 || !self.mobility().grouping) && !keeps_taint {
             self.move_block_free_lists(block.start, mt);
             self.buddy.policy_mut().stats.claims_partial += 1;
             return self.smallest(order, mt, mt);
@@ -158,7 +204,7 @@ impl MobileZone<'_> {
     /// half rule (spec 02 §5.3) holds this claim back: both guard regions
     /// that are not pinned yet (the lab's `mixed-churn` scenario compares
     /// the two: `docs/results.md`).
-    fn claim_pinned_neighbour(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+    pub(crate) fn claim_pinned_neighbour(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
         let (head, cur, fb) = self.pinned_neighbour(order, mt)?;
         if cur >= self.pageblock_order() {
             return self.try_claim(head, cur, order, mt, fb);

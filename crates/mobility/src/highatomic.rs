@@ -3,9 +3,9 @@
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
 
-use crate::MigrateType;
 use crate::migratetype::list_of;
 use crate::zone::MobileZone;
+use crate::{MigrateType, Placement};
 
 impl MobileZone<'_> {
     /// The reserve's cap: `managed / 100` rounded up to whole pageblocks, 0
@@ -39,6 +39,14 @@ impl MobileZone<'_> {
         }
         let t = self.mobility().blocks.get(pfn);
         if !t.is_some_and(MigrateType::is_mergeable) {
+            return false;
+        }
+        // The reserve is memory kept for what cannot move: it grows only
+        // where such memory is already (see `Placement::Superpageblock`).
+        if self.mobility().placement == Placement::Superpageblock
+            && self.mobility().grouping
+            && !self.mobility().blocks.superpageblocks().is_tainted_at(pfn)
+        {
             return false;
         }
         let block = self.mobility().blocks.block_range(pfn);

@@ -14,22 +14,26 @@ mod highatomic;
 mod isolate;
 mod migratetype;
 mod pageblock;
+mod placement;
 mod policy;
 mod report;
 mod reporting;
 mod stats;
+mod superpageblock;
 mod validate;
 mod watermark;
 mod zone;
 
 pub use contig::Blocker;
 pub use error::BlockError;
-pub use fragmap::PageblockUse;
+pub use fragmap::{PageblockUse, SuperpageblockCounts, SuperpageblockUse};
 pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES, fallbacks, list_of, type_of_list};
 pub use pageblock::Pageblocks;
+pub use placement::Placement;
 pub use policy::Mobility;
 pub use report::PageTypeInfo;
 pub use stats::FallbackStats;
+pub use superpageblock::{DEFAULT_SUPERPAGEBLOCK_SHIFT, MAX_SUPERPAGEBLOCK_SHIFT, Superpageblocks};
 pub use watermark::{
     DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MAX_DEFAULT_MIN_FREE_KBYTES,
     MAX_WATERMARK_SCALE_FACTOR, Mark, ReserveAccess, Watermarks, ZoneMarks,

@@ -1,7 +1,9 @@
 //! The pageblock bitmap: per pageblock in caller memory, one byte holding
 //! its migratetype, the compaction skip hint and the isolate bit (spec 02
 //! §3); and per region (a block of the zone's maximum order, 4 MiB by
-//! default), one bit saying it is mixed (see [`Pageblocks::mixed_regions`]).
+//! default), one bit saying it is mixed (see [`Pageblocks::mixed_regions`]);
+//! and per superpageblock (1 GiB by default) the count of its pageblocks
+//! that taint it ([`Superpageblocks`]).
 
 use core::mem::MaybeUninit;
 
@@ -9,6 +11,7 @@ use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_types::carve;
 
 use crate::MigrateType;
+use crate::superpageblock::{Superpageblocks, taints};
 
 const TYPE_MASK: u8 = 0b111;
 /// Compaction skip hint (spec 03 §6).
@@ -24,6 +27,8 @@ pub struct Pageblocks<'a> {
     bits: &'a mut [u8],
     /// Bit `r`: region `r` is mixed.
     mixed: &'a mut [u64],
+    /// The superpageblocks and their taint counts.
+    spb: Superpageblocks<'a>,
 }
 
 impl<'a> Pageblocks<'a> {
@@ -41,39 +46,63 @@ impl<'a> Pageblocks<'a> {
         (hi.saturating_sub(lo) as usize).div_ceil(64)
     }
 
-    /// Bytes needed for `span` with pageblocks of `order` and regions of
-    /// `region` (the zone's maximum order, at least `order`), from a buffer
-    /// at any address.
-    pub const fn bytes(span: PfnRange, order: Order, region: Order) -> usize {
+    /// Bytes needed for `span` with pageblocks of `order`, regions of
+    /// `region` (the zone's maximum order, at least `order`) and
+    /// superpageblocks of `2^spb_shift` frames, from a buffer at any
+    /// address.
+    pub const fn bytes(span: PfnRange, order: Order, region: Order, spb_shift: u8) -> usize {
         match carve::bytes_for::<u64>(Self::mixed_words(span, region)) {
-            Some(m) => Self::blocks(span, order).saturating_add(m),
+            Some(m) => Self::blocks(span, order)
+                .saturating_add(m)
+                .saturating_add(Superpageblocks::bytes(span, spb_shift)),
             None => usize::MAX,
         }
     }
 
     /// A bitmap over `span`, every block typed `initial` (so no region is
     /// mixed), carved from `mem` (`None` if it is shorter than
-    /// [`Pageblocks::bytes`]).
+    /// [`Pageblocks::bytes`], or the orders do not nest: pageblocks inside
+    /// regions inside superpageblocks).
     pub fn new(
         span: PfnRange,
         order: Order,
         region: Order,
+        spb_shift: u8,
         mem: &'a mut [MaybeUninit<u8>],
         initial: MigrateType,
     ) -> Option<Self> {
         let n = Self::blocks(span, order);
-        if mem.len() < n || region < order {
+        if mem.len() < n || region < order || spb_shift < region.get() {
             return None;
         }
+        let first = span.start.align_down(order);
         let (bits, rest) = carve::carve_init(mem, n, |_| initial as u8)?;
-        let (mixed, _) = carve::carve_init(rest, Self::mixed_words(span, region), |_| 0u64)?;
+        let (mixed, rest) = carve::carve_init(rest, Self::mixed_words(span, region), |_| 0u64)?;
+        // Every pageblock of the table inside a region taints it when the
+        // initial type does.
+        let end = first.get() + ((n as u64) << order.get());
+        let (spb, _) = Superpageblocks::carve(span, spb_shift, rest, |r| {
+            let lo = r.start.get().max(first.get());
+            let hi = r.end.get().min(end);
+            if taints(initial) && hi > lo {
+                ((hi - lo) >> order.get()) as u32
+            } else {
+                0
+            }
+        })?;
         Some(Pageblocks {
-            first: span.start.align_down(order),
+            first,
             order: order.get(),
             region: region.get(),
             bits,
             mixed,
+            spb,
         })
+    }
+
+    /// The superpageblocks and how many pageblocks taint each.
+    pub fn superpageblocks(&self) -> &Superpageblocks<'a> {
+        &self.spb
     }
 
     /// Pageblock order.
@@ -140,7 +169,9 @@ impl<'a> Pageblocks<'a> {
         match (self.index(pfn), mt) {
             (Some(i), t) if t != MigrateType::Isolate => {
                 let f = self.flags_mut(i);
+                let was = MigrateType::from_value(*f & TYPE_MASK).is_some_and(taints);
                 *f = (*f & SKIP) | t as u8;
+                self.spb.adjust(pfn, was, taints(t));
                 self.update_mixed(pfn);
                 true
             }
@@ -210,6 +241,18 @@ impl<'a> Pageblocks<'a> {
         let end = self.first.get() + ((self.len() as u64) << self.order);
         let (lo, hi) = (lo.max(self.first.get()), (lo + (1 << self.region)).min(end));
         (lo..hi).step_by(1 << self.order).map(Pfn)
+    }
+
+    /// The first frames of the pageblocks the table covers that meet `range`.
+    pub fn block_starts_in(&self, range: PfnRange) -> impl Iterator<Item = Pfn> + '_ {
+        let end = self.first.get() + ((self.len() as u64) << self.order);
+        let lo = range
+            .start
+            .align_down(self.order())
+            .get()
+            .max(self.first.get());
+        let hi = range.end.get().min(end);
+        (lo..hi.max(lo)).step_by(1 << self.order).map(Pfn)
     }
 
     /// Whether the block is isolated.

@@ -13,6 +13,8 @@ use crate::{MigrateType, Pageblocks};
 pub struct Mobility<'a> {
     pub(crate) blocks: Pageblocks<'a>,
     pub(crate) grouping: bool,
+    /// Where fallbacks for memory that cannot move go (a tunable).
+    pub(crate) placement: crate::Placement,
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
@@ -34,6 +36,11 @@ impl<'a> Mobility<'a> {
         self.grouping
     }
 
+    /// Where fallbacks for memory that cannot move go.
+    pub fn placement(&self) -> crate::Placement {
+        self.placement
+    }
+
     fn type_of(&self, pfn: Pfn) -> MigrateType {
         self.blocks.get(pfn).unwrap_or(MigrateType::Unmovable)
     }
@@ -51,6 +58,21 @@ impl MergePolicy for Mobility<'_> {
         order >= self.blocks.order()
             && crate::type_of_list(list).is_mergeable()
             && crate::type_of_list(buddy_list).is_mergeable()
+    }
+
+    /// Under [`crate::Placement::Superpageblock`], the movable memory of a
+    /// tainted superpageblock is handed out after the rest (while a clean
+    /// one exists): movable memory fills the clean regions first, and the
+    /// tainted ones keep room for what cannot move.
+    #[inline]
+    fn keep_for_last(&self, pfn: Pfn, list: ListId) -> bool {
+        if self.placement != crate::Placement::Superpageblock
+            || list != list_of(MigrateType::Movable)
+        {
+            return false;
+        }
+        let s = self.blocks.superpageblocks();
+        s.tainted() < s.len() && s.is_tainted_at(pfn)
     }
 
     fn merged(&mut self, buddy: Pfn, order: Order, into: ListId) {

@@ -16,6 +16,15 @@ pub struct FallbackStats {
     /// Claims and steals below pageblock order (Linux "fragmenting" events;
     /// each one would boost the watermarks).
     pub fragmenting: u64,
+    /// Unmovable and reclaimable fallbacks kept inside a superpageblock
+    /// that was tainted already ([`crate::Placement::Superpageblock`]).
+    pub superpageblock_kept: u64,
+    /// Unmovable and reclaimable fallbacks that tainted a clean
+    /// superpageblock (no tainted one had fallback memory to give).
+    pub superpageblock_tainting: u64,
+    /// Pageblocks of tainted superpageblocks emptied by migration to make
+    /// room for memory that cannot move (`MobileZone::room_to_make`).
+    pub superpageblock_room_made: u64,
     /// Movable allocations served from CMA pageblocks.
     pub cma: u64,
     /// Allocations served from the highatomic reserve.

@@ -53,6 +53,34 @@ impl MobileZone<'_> {
         if self.highatomic_reserved() > self.highatomic_limit() {
             return Err(bad("highatomic reserve above its cap", None));
         }
+        // Each superpageblock counts the pageblocks that taint it (the
+        // table's pageblocks run in address order, region by region).
+        let spb = blocks.superpageblocks();
+        let (mut counts, mut tainted) = ((0usize, 0u32), 0usize);
+        let mut check = |(r, c): (usize, u32)| {
+            tainted += usize::from(c > 0);
+            if spb.count(r) == c {
+                Ok(())
+            } else {
+                Err(bad(
+                    "superpageblock taint count disagrees with its pageblocks",
+                    Some(spb.range(r).start),
+                ))
+            }
+        };
+        for i in 0..blocks.len() {
+            let s = blocks.block_start(i);
+            let r = spb.index_of(s).unwrap_or(usize::MAX);
+            if r != counts.0 {
+                check(counts)?;
+                counts = (r, 0);
+            }
+            counts.1 += u32::from(blocks.base(s).is_some_and(crate::superpageblock::taints));
+        }
+        check(counts)?;
+        if spb.tainted() != tainted {
+            return Err(bad("tainted superpageblocks miscounted", None));
+        }
         Ok(())
     }
 }

@@ -24,6 +24,12 @@ pub struct MobilityConfig {
     /// Group by mobility. Off, every request is treated as unmovable and
     /// fallback never happens (Linux on tiny systems; the lab's baseline).
     pub grouping: bool,
+    /// Log2 of the frames of a superpageblock, the region a fallback for
+    /// memory that cannot move keeps to ([`crate::Superpageblocks`]): 18,
+    /// 1 GiB of 4 KiB frames. At least the maximum order (a zone with a
+    /// smaller one is refused with `InitError::BadMaxOrder`), at most
+    /// [`crate::MAX_SUPERPAGEBLOCK_SHIFT`].
+    pub superpageblock_shift: u8,
 }
 
 impl MobilityConfig {
@@ -32,6 +38,7 @@ impl MobilityConfig {
         buddy: BuddyConfig::new(Order::DEFAULT_MAX),
         pageblock_order: Order::HUGE_2M,
         grouping: true,
+        superpageblock_shift: crate::DEFAULT_SUPERPAGEBLOCK_SHIFT,
     };
 
     /// The buddy core's configuration under this one: its chunks are the
@@ -93,6 +100,7 @@ impl<'a> MobileZone<'a> {
                 span,
                 config.pageblock_order,
                 config.buddy.max_order,
+                config.superpageblock_shift,
             ))
         }
     }
@@ -104,7 +112,10 @@ impl<'a> MobileZone<'a> {
         config: MobilityConfig,
         meta: &'a mut [MaybeUninit<u8>],
     ) -> Result<Self, InitError> {
-        if config.pageblock_order > config.buddy.max_order {
+        if config.pageblock_order > config.buddy.max_order
+            || config.superpageblock_shift < config.buddy.max_order.get()
+            || config.superpageblock_shift > crate::MAX_SUPERPAGEBLOCK_SHIFT
+        {
             return Err(InitError::BadMaxOrder);
         }
         let needed = Self::metadata_bytes(span, config);
@@ -130,6 +141,7 @@ impl<'a> MobileZone<'a> {
             span,
             config.pageblock_order,
             config.buddy.max_order,
+            config.superpageblock_shift,
             bits,
             initial,
         )
@@ -137,6 +149,7 @@ impl<'a> MobileZone<'a> {
         let policy = Mobility {
             blocks,
             grouping: config.grouping,
+            placement: crate::Placement::default(),
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
         };
@@ -253,12 +266,7 @@ impl<'a> MobileZone<'a> {
         if cma && let Some(p) = self.cma_any(order) {
             return Some(p);
         }
-        if let Some(p) = self.claim(order, mt, mode) {
-            return Some(p);
-        }
-        if !mode.contains(AllocMode::NOFRAGMENT)
-            && let Some(p) = self.steal(order, mt)
-        {
+        if let Some(p) = self.fallback(order, mt, mode) {
             return Some(p);
         }
         if mode.intersects(AllocMode::RESERVES | AllocMode::HIGHATOMIC) {
@@ -429,6 +437,7 @@ impl<'a> MobileZone<'a> {
                     .get(p)
                     .is_some_and(MigrateType::is_mergeable)
                     && mt.is_mergeable()
+                    && !(self.last_taint(p, mt) && self.holds_unmovable(p))
                 {
                     self.move_block_free_lists(p, mt);
                 }

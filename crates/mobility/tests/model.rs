@@ -3,7 +3,7 @@
 use std::mem::MaybeUninit;
 
 use pageframe_buddy::{Pfn, PfnRange};
-use pageframe_mobility::{MobileZone, MobilityConfig};
+use pageframe_mobility::{MobileZone, MobilityConfig, Placement};
 use pageframe_models::mobility::{Model, Op};
 use proptest::prelude::*;
 
@@ -47,6 +47,35 @@ proptest! {
         };
         let mut meta: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
         let mut z = MobileZone::new(span, cfg, &mut meta).unwrap();
+        z.add_free_range(span).unwrap();
+        let mut model = Model::default();
+        for op in &ops {
+            model.step(&mut z, op).map_err(|e| TestCaseError::fail(format!("{op:?}: {e}")))?;
+        }
+        model.free_all(&mut z).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    /// Small superpageblocks (8 or 16 pageblocks of 16 frames), so that a
+    /// zone has many, under every placement: the fallback rules and the
+    /// taint counts (`validate`) hold through every operation.
+    #[test]
+    fn superpageblocks_match_model(blocks in 1u64..12, offset in 0u64..600,
+                                   shift in 7u8..9, placement in 0usize..3,
+                                   ops in prop::collection::vec(op(), 1..200)) {
+        let span = PfnRange::new(Pfn(offset), Pfn(offset + blocks * 512));
+        let cfg = MobilityConfig {
+            buddy: pageframe_buddy::BuddyConfig::new(pageframe_buddy::Order::new(6).unwrap()),
+            pageblock_order: pageframe_buddy::Order::new(4).unwrap(),
+            superpageblock_shift: shift,
+            ..MobilityConfig::default()
+        };
+        let mut meta: Box<[MaybeUninit<u8>]> = Box::new_uninit_slice(MobileZone::metadata_bytes(span, cfg));
+        let mut z = MobileZone::new(span, cfg, &mut meta).unwrap();
+        z.set_placement(Placement::ALL[placement]);
         z.add_free_range(span).unwrap();
         let mut model = Model::default();
         for op in &ops {

@@ -39,7 +39,7 @@ use pageframe::{
     contig::CmaId,
     thp::{NodePolicy, ThpDefrag, ThpPolicy},
     topology::Topology,
-    zone::Zone,
+    zone::{Placement, Zone},
 };
 
 /// A zone of the model machine: (node, kind, span, usable ranges).
@@ -594,7 +594,10 @@ pub struct RunStats {
 /// step. `Err` describes the first broken one.
 pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     let mut metas: Vec<Vec<MaybeUninit<u8>>> = Vec::new();
-    let cfg = MachineConfig::new(Topology::uniform(2).map_err(|e| format!("{e}"))?);
+    let mut cfg = MachineConfig::new(Topology::uniform(2).map_err(|e| format!("{e}"))?);
+    // Superpageblocks of two pageblocks (the least the maximum order
+    // allows): every zone has several, so fallbacks choose between them.
+    cfg.mobility.superpageblock_shift = 10;
     let mut slot: Box<MaybeUninit<Machine<'_>>> = Box::new_uninit();
     // Metadata first, so the machine can borrow all of it.
     for &(_, _, (a, b), _) in &ZONES {
@@ -1456,7 +1459,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             w.batched = on;
             w.refuse_every = refuse_every;
         }
-        Op::Tunable { which, value } => match which % 4 {
+        Op::Tunable { which, value } => match which % 5 {
             0 => m.set_min_free_kbytes(u64::from(value) % 4096),
             1 => {
                 let r = m.set_watermark_scale_factor(value);
@@ -1469,11 +1472,20 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 let r = m.set_proactiveness(value);
                 ensure!(r.is_ok() == (value <= 100), "proactiveness {value}: {r:?}");
             }
-            _ => {
+            3 => {
                 let r = m.set_extfrag_threshold(value);
                 ensure!(
                     r.is_ok() == (value <= 1000),
                     "extfrag threshold {value}: {r:?}"
+                );
+            }
+            _ => {
+                let p = Placement::ALL[value as usize % Placement::ALL.len()];
+                m.set_fallback_placement(p);
+                ensure!(
+                    m.fallback_placement() == p
+                        && m.all_zones().all(|z| z.inspect(|mz| mz.placement()) == p),
+                    "placement {p:?} not in force everywhere"
                 );
             }
         },

@@ -8,7 +8,7 @@ use std::vec::Vec;
 
 use pageframe_buddy::{BlockInfo, FreeError, Order, Pfn};
 
-use pageframe_mobility::{AllocMode, MigrateType, MobileZone};
+use pageframe_mobility::{AllocMode, MigrateType, MobileZone, Placement};
 
 /// One operation.
 #[derive(Clone, Debug)]
@@ -243,6 +243,8 @@ fn fallback_table(mt: MigrateType) -> &'static [MigrateType] {
 struct Block {
     start: u64,
     ty: Option<MigrateType>,
+    /// Its type under the isolate bit.
+    base: Option<MigrateType>,
     /// Frames in free blocks inside it.
     free: u64,
     /// Frames of live movable allocations inside it.
@@ -263,6 +265,30 @@ struct Blocks {
     blocks: Vec<Block>,
     /// `free[o][t]`: free blocks of order `o` on type `t`'s lists.
     free: Vec<[u64; 3]>,
+    placement: Placement,
+    /// Log2 of a superpageblock's frames.
+    spb_shift: u8,
+    /// The zone's span.
+    span: (u64, u64),
+}
+
+/// Whether [`Blocks::check_in`] accepts a claim of the roomiest pageblock
+/// that Linux's rule would not make.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Forced {
+    /// Never (Linux's rule, or the neighbour's).
+    No,
+    /// Unless NOFRAGMENT.
+    Fragmenting,
+}
+
+/// Whether a pageblock of type `t` taints its superpageblock (written out
+/// here, as the fallback table is).
+fn taints(t: Option<MigrateType>) -> bool {
+    matches!(
+        t,
+        Some(MigrateType::Unmovable | MigrateType::Reclaimable | MigrateType::HighAtomic)
+    )
 }
 
 const BASIC: [MigrateType; 3] = [
@@ -304,6 +330,7 @@ impl Blocks {
                 Block {
                     start: start.get(),
                     ty: pbs.get(start),
+                    base: pbs.base(start),
                     free,
                     movable,
                     free_orders,
@@ -324,7 +351,52 @@ impl Blocks {
             max_order,
             blocks,
             free,
+            placement: z.placement(),
+            spb_shift: pbs.superpageblocks().shift(),
+            span: (span.start.get(), span.end.get()),
         }
+    }
+
+    /// The superpageblock of frame `p`.
+    fn region(&self, p: u64) -> u64 {
+        p >> self.spb_shift
+    }
+
+    /// Pageblocks of region `r` whose type taints it.
+    fn taint(&self, r: u64) -> usize {
+        self.blocks
+            .iter()
+            .filter(|b| self.region(b.start) == r && taints(b.base))
+            .count()
+    }
+
+    /// Whether a block `in_set` has a free block of order `o` on type
+    /// `t`'s lists.
+    fn has_in(&self, in_set: &dyn Fn(&Block) -> bool, o: u8, t: MigrateType) -> bool {
+        self.blocks
+            .iter()
+            .any(|b| in_set(b) && b.ty == Some(t) && b.free_orders & (1 << o) != 0)
+    }
+
+    /// Whether a block `in_set` has a free block of a fallback type of
+    /// `mt` of order `o` or more.
+    fn fallback_in(&self, in_set: &dyn Fn(&Block) -> bool, o: u8, mt: MigrateType) -> bool {
+        (o..=self.max_order).any(|c| {
+            fallback_table(mt)
+                .iter()
+                .any(|&t| self.has_in(in_set, c, t))
+        })
+    }
+
+    /// The superpageblock placement's guard: a movable claim of a block of
+    /// a tainting type that holds memory that cannot move, the last such
+    /// block of its region, is refused.
+    fn guarded(&self, b: &Block, mt: MigrateType) -> bool {
+        self.placement == Placement::Superpageblock
+            && !taints(Some(mt))
+            && taints(b.base)
+            && b.free + b.movable < self.pb_pages
+            && self.taint(self.region(b.start)) == 1
     }
 
     /// spec 02 §5.3: the frames of block `b` compatible with a request of
@@ -353,7 +425,9 @@ impl Blocks {
     /// request claims one of them before anything else it would fall back
     /// to.
     fn pinned_best(&self, mt: MigrateType, min: u8) -> Vec<Block> {
-        if !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable) {
+        if !matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+            || self.placement == Placement::Linux
+        {
             return Vec::new();
         }
         let region = |b: &Block| b.start >> self.max_order;
@@ -387,7 +461,14 @@ impl Blocks {
     /// `free + alike >= half`; never below pageblock order with
     /// NOFRAGMENT); else a steal (never with NOFRAGMENT) of the smallest
     /// fallback block, from the first type of the fallback table that has
-    /// one at that order.
+    /// one at that order. Under the superpageblock placement an unmovable
+    /// or reclaimable request claims inside the regions tainted before it
+    /// (by that rule, else, without NOFRAGMENT, their roomiest fallback
+    /// pageblock whatever it holds), and only when they had no fallback
+    /// block at all, in the clean region that can never be a 1 GiB page,
+    /// else the least free (by the rule, else, without NOFRAGMENT, its
+    /// roomiest pageblock), under NOFRAGMENT only when no region was
+    /// tainted; it never steals.
     fn check_fallback(
         &self,
         z: &MobileZone<'_>,
@@ -417,117 +498,288 @@ impl Blocks {
             );
             return Ok(());
         }
-        if let Some((first, _)) = retyped.first() {
-            // A claim: of a block of the fallback type the table lists
-            // first at the claimed order `cur`, where claiming is allowed
-            // (`should_try_claim_block`: cur >= pageblock_order / 2, or a
-            // non-movable request); the retyped pageblocks hold that block.
-            let fb = first.ty.unwrap_or(MigrateType::Isolate);
+        // A pinned neighbour is claimed first, whatever it holds and
+        // even under NOFRAGMENT (not under Linux's placement).
+        let pinned = self.pinned_best(mt, k);
+        if !pinned.is_empty() {
+            let first = retyped.first().map(|(b, _)| b.start);
             ensure!(
-                fallback_table(mt).contains(&fb),
-                "claimed a {fb:?} block for {mt:?}"
+                retyped.len() == 1 && pinned.iter().any(|b| Some(b.start) == first),
+                "served {p:?} retyping {retyped:?}, not a pinned neighbour of {pinned:?}"
             );
-            for (b, now) in &retyped {
-                ensure!(
-                    *now == Some(mt),
-                    "claim retyped block {:#x} to {now:?}, not {mt:?}",
-                    b.start
-                );
-                ensure!(b.ty == first.ty, "one claim retyped blocks of two types");
-            }
-            let min = if nofrag && k < self.pb_order {
-                self.pb_order
-            } else {
-                k
-            };
-            // A pinned neighbour is claimed first, whatever it holds and
-            // even under NOFRAGMENT.
-            let pinned = self.pinned_best(mt, k);
-            if !pinned.is_empty() {
-                ensure!(
-                    retyped.len() == 1 && pinned.iter().any(|b| b.start == first.start),
-                    "claimed {retyped:?}, not a pinned neighbour of {pinned:?}"
-                );
-                return Ok(());
-            }
-            let may_claim = |cur: u8| cur >= self.pb_order / 2 || mt != MigrateType::Movable;
+            return Ok(());
+        }
+        let regions: BTreeMap<u64, usize> = self
+            .blocks
+            .iter()
+            .map(|b| self.region(b.start))
+            .map(|r| (r, self.taint(r)))
+            .collect();
+        let steered = self.placement == Placement::Superpageblock
+            && matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+            && regions.values().any(|&t| t == 0);
+        if !steered {
+            return self.check_in(z, p, order, mt, mode, &retyped, &|_| true, Forced::No);
+        }
+        let rp = self.region(p.get());
+        let tainted = |b: &Block| regions.get(&self.region(b.start)).is_some_and(|&t| t > 0);
+        if regions.get(&rp).is_some_and(|&t| t > 0) {
+            return self.check_in(
+                z,
+                p,
+                order,
+                mt,
+                mode,
+                &retyped,
+                &tainted,
+                Forced::Fragmenting,
+            );
+        }
+        // Under NOFRAGMENT a clean region is tainted only when none is.
+        ensure!(
+            !nofrag || regions.values().all(|&t| t == 0),
+            "{mt:?} order {k} tainted region {rp:#x} under NOFRAGMENT"
+        );
+        // Tainting region `rp`: the tainted ones had nothing to give.
+        let min = if nofrag && k < self.pb_order {
+            self.pb_order
+        } else {
+            k
+        };
+        let lowest = if nofrag { min } else { k };
+        ensure!(
+            !self.fallback_in(&tainted, k, mt),
+            "{mt:?} order {k} tainted region {rp:#x} though a tainted region had fallback memory"
+        );
+        let eligible = |r: u64| {
+            regions.get(&r) == Some(&0)
+                && self.fallback_in(&|b: &Block| self.region(b.start) == r, lowest, mt)
+        };
+        ensure!(eligible(rp), "region {rp:#x} had no block to give");
+        // Whole: inside the span (the tests hand the whole span over).
+        let whole =
+            |r: u64| r << self.spb_shift >= self.span.0 && (r + 1) << self.spb_shift <= self.span.1;
+        let free = |r: u64| -> u64 {
+            self.blocks
+                .iter()
+                .filter(|b| self.region(b.start) == r)
+                .map(|b| b.free)
+                .sum()
+        };
+        let others: Vec<u64> = regions.keys().copied().filter(|&r| eligible(r)).collect();
+        if others.iter().any(|&r| !whole(r)) {
+            ensure!(
+                !whole(rp),
+                "tainted whole region {rp:#x} while {others:?} held one that never is"
+            );
+        } else {
+            ensure!(
+                others.iter().all(|&r| free(rp) <= free(r)),
+                "tainted region {rp:#x} ({} free), not the least free of {others:?}",
+                free(rp)
+            );
+        }
+        let inside = |b: &Block| self.region(b.start) == rp;
+        self.check_in(
+            z,
+            p,
+            order,
+            mt,
+            mode,
+            &retyped,
+            &inside,
+            Forced::Fragmenting,
+        )
+    }
+
+    /// [`Blocks::check_fallback`]'s rules over the blocks `in_set`: a claim
+    /// (largest order first) or a steal (smallest first); where `forced`
+    /// allows, a claim of the roomiest pageblock instead, and no steal.
+    #[allow(clippy::too_many_arguments)]
+    fn check_in(
+        &self,
+        z: &MobileZone<'_>,
+        p: Pfn,
+        order: Order,
+        mt: MigrateType,
+        mode: AllocMode,
+        retyped: &[(Block, Option<MigrateType>)],
+        in_set: &dyn Fn(&Block) -> bool,
+        forced: Forced,
+    ) -> Result<(), String> {
+        let k = order.get();
+        let nofrag = mode.contains(AllocMode::NOFRAGMENT);
+        let Some((first, _)) = retyped.first() else {
+            ensure!(!nofrag, "NOFRAGMENT stole from another type");
+            ensure!(
+                forced == Forced::No,
+                "a steal under the superpageblock placement"
+            );
             let first_fb = |cur: u8| {
                 fallback_table(mt)
                     .iter()
                     .copied()
-                    .find(|&t| basic_index(t).is_some_and(|i| self.free[cur as usize][i] > 0))
+                    .find(|&t| self.has_in(in_set, cur, t))
             };
-            let cur = (min..=self.max_order).rev().find(|&cur| {
-                may_claim(cur)
-                    && first_fb(cur) == Some(fb)
-                    && retyped.iter().all(|(b, _)| b.free_orders & (1 << cur) != 0)
-            });
-            let Some(cur) = cur else {
-                return Err(format!(
-                    "claim of {} {fb:?} block(s) for {mt:?} order {k} matches no order the rule allows",
-                    retyped.len()
-                ));
-            };
-            // Largest first: every higher order with a fallback block was
-            // tried before and refused, which only a partial claim can be
-            // (whole pageblocks are always claimed), and only where some
-            // block of that type and order fails the half rule.
-            for c in cur + 1..=self.max_order {
-                let Some(t) = first_fb(c) else { continue };
-                ensure!(
-                    c < self.pb_order,
-                    "claimed at order {cur}, but a whole {t:?} block of order {c} was free"
-                );
-                let refusable = self.blocks.iter().any(|b| {
-                    b.ty == Some(t)
-                        && b.free_orders & (1 << c) != 0
-                        && (!b.inside || b.free + self.alike(b, mt, t) < self.pb_pages / 2)
-                });
-                ensure!(
-                    refusable,
-                    "claimed at order {cur}, but order {c} had a claimable {t:?} block"
-                );
-            }
-            if cur < self.pb_order {
-                let b = &retyped[0].0;
-                let alike = self.alike(b, mt, fb);
-                ensure!(
-                    retyped.len() == 1,
-                    "a partial claim retyped {} blocks",
-                    retyped.len()
-                );
-                ensure!(
-                    b.inside,
-                    "block {:#x} straddles the zone edge, yet was claimed",
-                    b.start
-                );
-                ensure!(
-                    b.free + alike >= self.pb_pages / 2,
-                    "block {:#x} claimed with free {} + alike {alike} < half",
-                    b.start,
-                    b.free
-                );
-            }
+            let smallest = (k..=self.max_order).find_map(first_fb);
+            ensure!(
+                smallest.is_some() && z.block_type(p) == smallest,
+                "steal for {mt:?} order {k} took a {:?} block, the rule says {smallest:?}",
+                z.block_type(p)
+            );
             return Ok(());
+        };
+        let claim = self.check_claim(k, mt, nofrag, retyped, in_set);
+        let may_force = match forced {
+            Forced::No => false,
+            Forced::Fragmenting => !nofrag,
+        };
+        if claim.is_ok() || !may_force {
+            return claim;
         }
-        ensure!(!nofrag, "NOFRAGMENT stole from another type");
-        let pinned = self.pinned_best(mt, k);
+        // The roomiest fallback pageblock with a block of order `k` or
+        // more, claimed whole whatever it holds, once no whole pageblock
+        // was left to claim.
         ensure!(
-            pinned.is_empty(),
-            "steal for {mt:?} order {k} at {:#x}, but a pinned neighbour could be claimed: {pinned:?}",
-            p.get()
+            retyped.len() == 1,
+            "a forced claim retyped {} blocks",
+            retyped.len()
         );
-        let smallest = (k..=self.max_order).find_map(|o| {
+        let holds = |b: &Block| {
+            in_set(b)
+                && b.ty.is_some_and(|t| fallback_table(mt).contains(&t))
+                && b.free_orders >> k != 0
+        };
+        ensure!(
+            holds(first),
+            "forced claim of {first:?}, which had no fallback block of order {k} ({claim:?})"
+        );
+        ensure!(
+            !self.fallback_in(in_set, self.pb_order.max(k), mt),
+            "forced claim while a whole pageblock could be claimed ({claim:?})"
+        );
+        // Chunks are pageblocks up to order 9: the claim's measure of room.
+        if self.pb_order <= 9 {
+            let most = self
+                .blocks
+                .iter()
+                .filter(|b| holds(b))
+                .map(|b| b.free)
+                .max();
+            ensure!(
+                Some(first.free) == most,
+                "forced claim of {first:?} with {} free, the roomiest has {most:?} ({claim:?})",
+                first.free
+            );
+        }
+        Ok(())
+    }
+
+    /// A claim that retyped `retyped`, by Linux's rule over the blocks
+    /// `in_set`.
+    fn check_claim(
+        &self,
+        k: u8,
+        mt: MigrateType,
+        nofrag: bool,
+        retyped: &[(Block, Option<MigrateType>)],
+        in_set: &dyn Fn(&Block) -> bool,
+    ) -> Result<(), String> {
+        // A claim: of a block of the fallback type the table lists
+        // first at the claimed order `cur`, where claiming is allowed
+        // (`should_try_claim_block`: cur >= pageblock_order / 2, or a
+        // non-movable request); the retyped pageblocks hold that block.
+        let first = &retyped[0].0;
+        let fb = first.ty.unwrap_or(MigrateType::Isolate);
+        ensure!(
+            fallback_table(mt).contains(&fb),
+            "claimed a {fb:?} block for {mt:?}"
+        );
+        for (b, now) in retyped {
+            ensure!(
+                *now == Some(mt),
+                "claim retyped block {:#x} to {now:?}, not {mt:?}",
+                b.start
+            );
+            ensure!(b.ty == first.ty, "one claim retyped blocks of two types");
+            ensure!(
+                in_set(b),
+                "claimed block {:#x} outside the regions it may use",
+                b.start
+            );
+        }
+        let min = if nofrag && k < self.pb_order {
+            self.pb_order
+        } else {
+            k
+        };
+        let may_claim = |cur: u8| cur >= self.pb_order / 2 || mt != MigrateType::Movable;
+        let first_fb = |cur: u8| {
             fallback_table(mt)
                 .iter()
                 .copied()
-                .find(|&t| basic_index(t).is_some_and(|i| self.free[o as usize][i] > 0))
+                .find(|&t| self.has_in(in_set, cur, t))
+        };
+        let cur = (min..=self.max_order).rev().find(|&cur| {
+            may_claim(cur)
+                && first_fb(cur) == Some(fb)
+                && retyped.iter().all(|(b, _)| b.free_orders & (1 << cur) != 0)
         });
-        ensure!(
-            smallest.is_some() && z.block_type(p) == smallest,
-            "steal for {mt:?} order {k} took a {:?} block, the rule says {smallest:?}",
-            z.block_type(p)
-        );
+        let Some(cur) = cur else {
+            return Err(format!(
+                "claim of {} {fb:?} block(s) for {mt:?} order {k} matches no order the rule allows",
+                retyped.len()
+            ));
+        };
+        // Largest first: every higher order with a fallback block was
+        // tried before and refused, which only a partial claim can be
+        // (whole pageblocks are always claimed), and only where some
+        // block of that type and order fails the half rule (or the
+        // superpageblock guard).
+        for c in cur + 1..=self.max_order {
+            let Some(t) = first_fb(c) else { continue };
+            ensure!(
+                c < self.pb_order,
+                "claimed at order {cur}, but a whole {t:?} block of order {c} was free"
+            );
+            let refusable = self.blocks.iter().any(|b| {
+                in_set(b)
+                    && b.ty == Some(t)
+                    && b.free_orders & (1 << c) != 0
+                    && (!b.inside
+                        || b.free + self.alike(b, mt, t) < self.pb_pages / 2
+                        || self.guarded(b, mt))
+            });
+            ensure!(
+                refusable,
+                "claimed at order {cur}, but order {c} had a claimable {t:?} block"
+            );
+        }
+        if cur < self.pb_order {
+            let b = &retyped[0].0;
+            let alike = self.alike(b, mt, fb);
+            ensure!(
+                retyped.len() == 1,
+                "a partial claim retyped {} blocks",
+                retyped.len()
+            );
+            ensure!(
+                b.inside,
+                "block {:#x} straddles the zone edge, yet was claimed",
+                b.start
+            );
+            ensure!(
+                b.free + alike >= self.pb_pages / 2,
+                "block {:#x} claimed with free {} + alike {alike} < half",
+                b.start,
+                b.free
+            );
+            ensure!(
+                !self.guarded(b, mt),
+                "block {:#x} claimed for {mt:?}, leaving its region clean with unmovable memory",
+                b.start
+            );
+        }
         Ok(())
     }
 }

@@ -184,6 +184,23 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Ok(moved)
     }
 
+    /// Empties `range` (whole pageblocks holding only free and movable
+    /// memory) by migrating its movable memory out through `migrator`, and
+    /// gives it back to the free lists: room made for a request that needs
+    /// free memory there. Returns the frames moved.
+    pub(crate) fn make_room<M: Migrator + ?Sized>(
+        &self,
+        range: PfnRange,
+        migrator: &mut M,
+    ) -> Result<u64, ContigError> {
+        let (z, moved, _running) = self.empty_range(range, migrator)?;
+        z.with_zone(|m| {
+            let _ = m.unisolate_range(range);
+            m.note_room_made();
+        });
+        Ok(moved)
+    }
+
     /// Isolates the pageblocks of `range` and migrates its movable memory
     /// out; on success the range is wholly free, its pageblocks still
     /// isolated, and the zone counts the operation until the returned guard

@@ -158,6 +158,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             return Err(SetupError::DuplicateZone(node, kind));
         }
         let zone = Zone::new(kind, node, span, self.mobility_config(), meta)?;
+        zone.with_zone(|m| m.set_placement(self.fallback_placement()));
         let z = n
             .slot(kind)
             .fill_shared(zone)

@@ -39,7 +39,7 @@ use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
 use crate::topology::{MAX_NUMNODES, Topology};
-use crate::zone::Zone;
+use crate::zone::{Placement, Zone};
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;
@@ -114,6 +114,8 @@ struct Tunables {
     proactiveness: AtomicU8,
     thp: AtomicU8,
     defrag_mode: AtomicBool,
+    /// `Placement` as its index in `Placement::ALL`.
+    placement: AtomicU8,
 }
 
 /// The allocator: several nodes, each with up to one zone of each kind.
@@ -270,6 +272,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 proactiveness: AtomicU8::new(DEFAULT_PROACTIVENESS),
                 thp: AtomicU8::new(ThpPolicy::default().encode()),
                 defrag_mode: AtomicBool::new(true),
+                placement: AtomicU8::new(placement_index(Placement::Superpageblock)),
             });
             addr_of_mut!((*p).cpus).write(0);
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
@@ -319,9 +322,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             return Err(SetupError::OverlappingSpan(node, kind));
         }
         let mobility = self.mobility;
+        let placement = self.fallback_placement();
         self.nodes[node.index()]
             .slot_mut(kind)
             .fill_with(|slot| Zone::write_in(slot, kind, node, span, mobility, meta))?;
+        if let Some(z) = self.nodes[node.index()].zone(kind) {
+            z.with_zone(|m| m.set_placement(placement));
+        }
         self.build_zonelists();
         self.recompute_watermarks();
         self.nodes[node.index()]
@@ -653,6 +660,44 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// `vm.defrag_mode`.
     pub fn defrag_mode(&self) -> bool {
         self.tunables.defrag_mode.load(Relaxed)
+    }
+
+    /// Sets where a fallback for memory that cannot move (unmovable or
+    /// reclaimable requests whose own lists are empty) takes its
+    /// pageblock, in every zone (ours; Linux 6.18 has no such knob):
+    ///
+    /// * [`Placement::Superpageblock`], **the default**: inside a 1 GiB
+    ///   region (a superpageblock) that holds such memory already, and
+    ///   only when none has fallback memory left in a clean one, the least
+    ///   free first, so that the other regions stay 1 GiB pages
+    ///   [`Machine::alloc_contig`] can take, by moving only movable memory.
+    ///   Each zone counts its tainted regions (the zone's
+    ///   [`Zone::superpageblock_map`], `vmstat`);
+    /// * [`Placement::Neighbour`]: only the 4 MiB rule below it (a
+    ///   pageblock beside one of the request's type first), as before
+    ///   there were superpageblocks;
+    /// * [`Placement::Linux`]: Linux's rule, the largest fallback block
+    ///   wherever it lies (with `set_defrag_mode(false)`, Linux's
+    ///   defaults).
+    ///
+    /// What each keeps of 1 GiB pages under churn: `cargo xtask lab
+    /// giant-churn` (figures in `docs/results.md`). Movable requests fall
+    /// back by Linux's rule under each.
+    pub fn set_fallback_placement(&self, placement: Placement) {
+        // Under the set-up lock: a zone hot-added meanwhile gets it too.
+        let _setup = self.setup();
+        self.tunables
+            .placement
+            .store(placement_index(placement), Relaxed);
+        for z in self.all_zones() {
+            z.with_zone(|m| m.set_placement(placement));
+        }
+    }
+
+    /// Where fallbacks for memory that cannot move go.
+    pub fn fallback_placement(&self) -> Placement {
+        let i = usize::from(self.tunables.placement.load(Relaxed));
+        Placement::ALL.get(i).copied().unwrap_or_default()
     }
 
     /// The slow path's flags (`gfp_to_alloc_flags`), with NOFRAGMENT under
@@ -1447,5 +1492,14 @@ impl<R: RawMutex, H: Hooks> fmt::Display for MachineBuddyInfo<'_, '_, R, H> {
             write!(f, "{}", n.buddyinfo())?;
         }
         Ok(())
+    }
+}
+
+/// `placement`'s index in [`Placement::ALL`] (how the tunable stores it).
+const fn placement_index(placement: Placement) -> u8 {
+    match placement {
+        Placement::Linux => 0,
+        Placement::Neighbour => 1,
+        Placement::Superpageblock => 2,
     }
 }

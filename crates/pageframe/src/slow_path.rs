@@ -248,6 +248,11 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 .last_resort(local, refs, gfp, order, slow)
                 .or(Err(last));
         }
+        if slow.contains(AllocFlags::NOFRAGMENT)
+            && let Some(a) = self.tainted_room(local, refs.clone(), gfp, order, slow, hooks)
+        {
+            return Ok(a);
+        }
         let can_compact = Self::can_compact(req);
         let costly = order.is_costly();
         let mut retry = CompactRetry::new(order);
@@ -284,6 +289,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             };
             if progress > 0
                 && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None)
+            {
+                return Ok(a);
+            }
+            // Memory back, and still no room where it may go.
+            if progress > 0
+                && slow.contains(AllocFlags::NOFRAGMENT)
+                && let Some(a) = self.tainted_room(local, refs.clone(), gfp, order, slow, hooks)
             {
                 return Ok(a);
             }
@@ -339,6 +351,40 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
         self.last_resort(local, refs, gfp, order, slow)
             .or(Err(last))
+    }
+
+    /// Memory that cannot move found no room in the tainted
+    /// superpageblocks of its zones, and NOFRAGMENT keeps it out of the
+    /// clean ones (`Placement::Superpageblock`): in each eligible zone in
+    /// list order, the movable pageblock with the most free frames in a
+    /// tainted superpageblock is emptied by migration through `hooks`, and
+    /// the free lists are tried again (ours: the superpageblock RFC's
+    /// defragmentation inside tainted regions, done when it is needed).
+    fn tainted_room<S: SlowPathHooks + ?Sized>(
+        &self,
+        local: NodeId,
+        refs: impl Iterator<Item = ZoneRef> + Clone,
+        gfp: Gfp,
+        order: Order,
+        slow: AllocFlags,
+        hooks: &mut S,
+    ) -> Option<Block> {
+        let mt = gfp.migratetype();
+        let highest = gfp.highest_zone()?;
+        for r in refs.clone().filter(|r| r.kind <= highest) {
+            let Some(z) = self.zone(r) else { continue };
+            let Some(start) = z.inspect(|m| m.room_to_make(mt)) else {
+                continue;
+            };
+            let pb = self.mobility_config().pageblock_order;
+            let block = pageframe_buddy::PfnRange::new(start, start + pb.pages());
+            if self.make_room(block, hooks).is_ok()
+                && let Ok(a) = self.freelist(local, refs.clone(), gfp, order, slow, None)
+            {
+                return Some(a);
+            }
+        }
+        None
     }
 
     /// Under `defrag_mode`, what the slow path does once reclaim and

@@ -21,14 +21,16 @@ use pageframe_pcp::{PcpSet, ZoneFlags};
 
 // What a zone shows of itself, and the set-up and validation errors that
 // name one.
-pub use crate::fragmap::{FragmentationMap, MAP_LEGEND, MAP_WIDTH};
+pub use crate::fragmap::{
+    FragmentationMap, MAP_LEGEND, MAP_WIDTH, SUPERPAGEBLOCK_LEGEND, SuperpageblockMap,
+};
 pub use crate::machine::MachineBuddyInfo;
 pub use crate::node::BuddyInfo;
 pub use crate::zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};
 pub use pageframe_buddy::{BlockInfo, InitError, RangeError, Stats, ValidateError};
 pub use pageframe_mobility::{
-    BlockError, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse,
-    ReserveAccess, Watermarks,
+    BlockError, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse, Placement,
+    ReserveAccess, SuperpageblockCounts, SuperpageblockUse, Superpageblocks, Watermarks,
 };
 pub use pageframe_types::{MAX_PFN, MigrateType};
 
@@ -236,6 +238,19 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     pub(crate) fn add_vmstat(&self, v: &mut VmStat) {
         v.nr_free_pages += self.free_pages();
         v.nr_managed_pages += self.managed_pages();
+        self.inspect(|m| {
+            let c = m.superpageblock_counts();
+            v.nr_superpageblocks += c.whole;
+            v.nr_superpageblocks_tainted += c.tainted;
+            v.nr_superpageblocks_clean += c.clean;
+            v.nr_superpageblocks_free += c.free;
+            let s = m.stats();
+            v.superpageblock_fallback_kept += s.superpageblock_kept;
+            v.superpageblock_fallback_tainting += s.superpageblock_tainting;
+            let (t, c) = m.mobility().pageblocks().superpageblocks().events();
+            v.superpageblock_tainted += t;
+            v.superpageblock_cleaned += c;
+        });
         self.vm_shared.add_to(self.kind, v);
         for c in self.vm_cpus {
             c.add_to(self.kind, v);

@@ -9,7 +9,7 @@ use common::*;
 use pageframe::{
     Block, Gfp, Machine, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
-    zone::MigrateType,
+    zone::{MigrateType, Placement},
 };
 
 /// A kernel holding movable frames, whose reclaim frees those of one
@@ -111,21 +111,33 @@ fn unmovable_requests_reclaim_before_they_fragment_by_default() {
 
 #[test]
 fn without_defrag_mode_unmovable_requests_steal_first() {
-    let mut r = full_machine(5);
-    let m = r.m;
-    m.set_defrag_mode(false);
-    let z = m
-        .node(NodeId::ZERO)
-        .unwrap()
-        .zone(ZoneKind::Normal)
-        .unwrap();
-    let a = m
-        .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
-        .unwrap();
-    assert_eq!(r.calls, 0, "no reclaim: the fast path stole");
-    assert_eq!(block_of(a.pfn()), 3);
-    assert_eq!(z.fallback_stats().steals, 1);
-    m.validate().unwrap();
+    // Under Linux's placement the steal leaves pageblock 3 movable; under
+    // the default one it is the first unmovable memory of its 1 GiB
+    // region, and the steal claims the pageblock so that the region counts
+    // as tainted.
+    for (placement, mt) in [
+        (Placement::Linux, MigrateType::Movable),
+        (Placement::Superpageblock, MigrateType::Unmovable),
+    ] {
+        let mut r = full_machine(5);
+        let m = r.m;
+        m.set_defrag_mode(false);
+        m.set_fallback_placement(placement);
+        let z = m
+            .node(NodeId::ZERO)
+            .unwrap()
+            .zone(ZoneKind::Normal)
+            .unwrap();
+        let a = m
+            .alloc_slow(NodeId::ZERO, Gfp::KERNEL, Order::ZERO, &mut r)
+            .unwrap();
+        assert_eq!(r.calls, 0, "no reclaim: the fast path stole");
+        assert_eq!(block_of(a.pfn()), 3);
+        assert_eq!(z.inspect(|z| z.block_type(a.pfn())), Some(mt));
+        let s = z.fallback_stats();
+        assert_eq!(s.steals + s.claims_partial, 1, "{placement:?}");
+        m.validate().unwrap();
+    }
 }
 
 #[test]

@@ -88,3 +88,74 @@ fn long_zones_wrap_and_unaligned_edges_count_only_their_frames() {
             .all(|c| c == '.')
     }));
 }
+
+/// One level up: one character a 1 GiB region, counts that match it, and
+/// the same figures in vmstat and zoneinfo.
+#[test]
+fn the_superpageblock_map_shows_tainted_clean_and_free_1gib_pages() {
+    let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    // Half a region (it can never be a 1 GiB page), then three whole ones.
+    let span = r(4 * GIB + GIB / 2, 8 * GIB);
+    zone(m, n(0), ZoneKind::Normal, span, span);
+    let m = &*m;
+    let z = m.zone_of(span.start).unwrap();
+    let line = |z: &pageframe::zone::Zone<'_>| {
+        let map = z.superpageblock_map().to_string();
+        map.lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(line(z), "cFFF");
+    // The first unmovable memory taints the half region, not a whole one.
+    let k = m.alloc(n(0), Gfp::KERNEL, o(0)).unwrap();
+    assert!(k.pfn() < r(5 * GIB, 5 * GIB).start);
+    assert_eq!(line(z), "tFFF");
+    // Movable memory leaves a region clean but no longer free.
+    let mv = m.alloc(n(0), Gfp::HIGHUSER_MOVABLE, o(9)).unwrap();
+    let i = (mv.pfn().get() / GIB - 4) as usize;
+    let mut want: Vec<char> = "tFFF".chars().collect();
+    if i > 0 {
+        want[i] = 'C';
+    }
+    assert_eq!(line(z), want.iter().collect::<String>());
+    let c = z.superpageblock_counts();
+    let free = want.iter().filter(|&&ch| ch == 'F').count() as u64;
+    assert_eq!((c.whole, c.tainted, c.clean, c.free), (3, 1, 3, free));
+    let text = z.superpageblock_map().to_string();
+    assert!(text.starts_with(&format!(
+        "superpageblocks: 3 could be 1 GiB pages, 1 tainted, 3 clean, {free} free now\n"
+    )));
+    let v = m.vmstat();
+    assert_eq!(
+        (
+            v.nr_superpageblocks,
+            v.nr_superpageblocks_tainted,
+            v.nr_superpageblocks_clean,
+            v.nr_superpageblocks_free
+        ),
+        (3, 1, 3, free)
+    );
+    assert_eq!(
+        (v.superpageblock_fallback_tainting, v.superpageblock_tainted),
+        (1, 1)
+    );
+    let vm = v.to_string();
+    assert!(vm.contains("nr_superpageblocks_tainted 1\n"));
+    assert!(
+        m.zoneinfo()
+            .to_string()
+            .contains("  superpageblocks 3 (of 262144 frames): tainted 1, clean 3")
+    );
+    // Freed, the unmovable pageblock stays unmovable: the region is still
+    // tainted (ready for more), and every superpageblock adds up.
+    m.free(k).unwrap();
+    m.free(mv).unwrap();
+    assert_eq!(line(z), "tFFF");
+    let spbs: Vec<_> = z.superpageblocks().collect();
+    assert_eq!(spbs.iter().map(|s| s.free).sum::<u64>(), z.free_pages());
+    m.validate().unwrap();
+}

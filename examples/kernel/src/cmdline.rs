@@ -1,7 +1,8 @@
 //! The kernel command line (`qemu -append "..."`): which modes to run.
 //!
 //! Words are separated by spaces. A mode word selects a mode; `seed=N` sets
-//! the seed of the self-test's random free order. With no mode word the
+//! the seed of the self-test's random free order; `placement=P` where the
+//! allocator's fallbacks for unmovable memory go. With no mode word the
 //! kernel runs [`Modes::DEFAULT`]. New modes are one line in [`MODES`] plus
 //! their runner in `main.rs`.
 
@@ -40,6 +41,9 @@ bitflags! {
         /// The allocator's debugging tools (a kernel built with `--features
         /// debug`).
         const DEBUG = 1 << 10;
+        /// A churn with unmovable memory, then as many 1 GiB pages as
+        /// `alloc_contig` takes.
+        const GIANT_CHURN = 1 << 11;
     }
 }
 
@@ -99,6 +103,11 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "256 MiB offline (user pages migrate out) and back online; 256 MiB hot-added with its metadata carved from itself",
     ),
     (
+        "giant-churn",
+        Modes::GIANT_CHURN,
+        "churn with unmovable memory, then 1 GiB pages by alloc_contig until none is left (placement=...)",
+    ),
+    (
         "debug",
         Modes::DEBUG,
         "vmstat, zoneinfo, owners and a leak, trace histogram, fault injection, use after free (--features debug)",
@@ -110,6 +119,18 @@ pub const MODES: &[(&str, Modes, &str)] = &[
         "page fault on purpose (exception path)",
     ),
 ];
+
+/// Where fallbacks for unmovable memory go (`placement=`): the
+/// allocator's `Placement`, by the name the command line gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementWord {
+    /// `placement=superpageblock` (the allocator's default).
+    Superpageblock,
+    /// `placement=neighbour`.
+    Neighbour,
+    /// `placement=linux`.
+    Linux,
+}
 
 /// Seed used when the command line gives none.
 pub const DEFAULT_SEED: u64 = 0x5eed_f00d_cafe_d00d;
@@ -123,6 +144,8 @@ pub struct Options {
     pub seed: u64,
     /// No mode was named: [`Modes::DEFAULT`] runs.
     pub defaulted: bool,
+    /// `placement=`, if given.
+    pub placement: Option<PlacementWord>,
 }
 
 /// A command line the kernel does not understand.
@@ -132,6 +155,9 @@ pub enum CmdlineError<'a> {
     UnknownWord(&'a str),
     /// `seed=` followed by something other than a decimal or 0x-hex u64.
     BadSeed(&'a str),
+    /// `placement=` followed by something other than `superpageblock`,
+    /// `neighbour` or `linux`.
+    BadPlacement(&'a str),
 }
 
 impl fmt::Display for CmdlineError<'_> {
@@ -139,6 +165,10 @@ impl fmt::Display for CmdlineError<'_> {
         match self {
             Self::UnknownWord(w) => write!(f, "unknown command-line word {w:?}"),
             Self::BadSeed(s) => write!(f, "bad seed {s:?}"),
+            Self::BadPlacement(s) => write!(
+                f,
+                "bad placement {s:?} (superpageblock, neighbour or linux)"
+            ),
         }
     }
 }
@@ -147,9 +177,17 @@ impl fmt::Display for CmdlineError<'_> {
 pub fn parse(line: &str) -> Result<Options, CmdlineError<'_>> {
     let mut modes = Modes::empty();
     let mut seed = DEFAULT_SEED;
+    let mut placement = None;
     for word in line.split_ascii_whitespace() {
         if let Some(value) = word.strip_prefix("seed=") {
             seed = parse_u64(value).ok_or(CmdlineError::BadSeed(value))?;
+        } else if let Some(value) = word.strip_prefix("placement=") {
+            placement = Some(match value {
+                "superpageblock" => PlacementWord::Superpageblock,
+                "neighbour" => PlacementWord::Neighbour,
+                "linux" => PlacementWord::Linux,
+                _ => return Err(CmdlineError::BadPlacement(value)),
+            });
         } else if let Some((_, flag, _)) = MODES.iter().find(|(name, _, _)| *name == word) {
             modes |= *flag;
         } else {
@@ -164,6 +202,7 @@ pub fn parse(line: &str) -> Result<Options, CmdlineError<'_>> {
         modes,
         seed,
         defaulted,
+        placement,
     })
 }
 

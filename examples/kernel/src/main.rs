@@ -15,6 +15,7 @@ mod cmdline;
 mod debug;
 mod exceptions;
 mod giant;
+mod giant_churn;
 mod heap;
 mod hot_add;
 mod irq_lock;
@@ -40,6 +41,7 @@ use bringup::Memory;
 use cmdline::{Modes, Options};
 use core::fmt::Display;
 use pageframe::Order;
+use pageframe::zone::Placement;
 use qemu::{ExitCode, exit};
 use time::{Instant, TscRate};
 
@@ -89,6 +91,13 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
         "bring-up",
     );
     let setup = entry.elapsed();
+    if let Some(p) = opts.placement {
+        mem.machine.set_fallback_placement(match p {
+            cmdline::PlacementWord::Superpageblock => Placement::Superpageblock,
+            cmdline::PlacementWord::Neighbour => Placement::Neighbour,
+            cmdline::PlacementWord::Linux => Placement::Linux,
+        });
+    }
     report::memory(&mem, &info, &rate, setup);
     report::free_lists(mem.machine);
     or_fail(mem.machine.validate(), "validate after set-up");
@@ -262,6 +271,14 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
         println!("hotplug: PASS");
         took("hotplug", t, rate);
     }
+    if opts.modes.contains(Modes::GIANT_CHURN) {
+        let r = or_fail(
+            giant_churn::run(machine, mem.pfn_end(), opts.seed),
+            "giant-churn",
+        );
+        giant_churn::print(&r, rate);
+        println!("giant-churn: PASS");
+    }
     if opts.modes.contains(Modes::DEBUG) {
         run_debug(mem, rate);
     }
@@ -326,7 +343,11 @@ impl Display for ModeList {
         for (name, _, what) in cmdline::MODES {
             write!(f, "\n  {name:<9} {what}")?;
         }
-        write!(f, "\n  seed=N    seed of the self-test's random free order")
+        write!(f, "\n  seed=N    seed of the self-test's random free order")?;
+        write!(
+            f,
+            "\n  placement=superpageblock|neighbour|linux  where unmovable fallbacks go"
+        )
     }
 }
 

@@ -219,3 +219,68 @@ pub fn pageblock_maps(
     svg.push_str("</svg>\n");
     std::fs::write(path, svg).map_err(err)
 }
+
+/// Maps of 1 GiB regions (superpageblocks) as an SVG: for each named map,
+/// one square a region in rows of [`pageframe::zone::MAP_WIDTH`], red when
+/// tainted, blue when clean (lighter as more of it is free), white when
+/// free whole; a region that can never be a 1 GiB page drawn with a grey
+/// border.
+pub fn superpageblock_maps(
+    path: &Path,
+    title: &str,
+    maps: &[(String, Vec<pageframe::zone::SuperpageblockUse>)],
+) -> Result<(), String> {
+    use std::fmt::Write as _;
+    const CELL: usize = 14;
+    const LABEL: usize = 22;
+    let width = pageframe::zone::MAP_WIDTH;
+    let rows = |n: usize| n.div_ceil(width);
+    let height: usize = maps
+        .iter()
+        .map(|(_, m)| LABEL + rows(m.len()) * CELL + 8)
+        .sum::<usize>()
+        + 60;
+    let mut svg = String::new();
+    let w = width * CELL + 20;
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(svg, r#"<text x="10" y="16" font-size="14">{title}</text>"#);
+    let mut y = 30;
+    for (name, regions) in maps {
+        let _ = writeln!(svg, r#"<text x="10" y="{}">{name}</text>"#, y + 14);
+        y += LABEL;
+        for (i, u) in regions.iter().enumerate() {
+            let (x, yy) = (10 + (i % width) * CELL, y + (i / width) * CELL);
+            let fill = if u.is_free() {
+                "white".to_string()
+            } else if u.is_tainted() {
+                "rgb(214,39,40)".to_string()
+            } else {
+                let free = u.free as f64 / u.range.len().max(1) as f64;
+                let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * free * 0.85) as u8;
+                format!("rgb({},{},{})", mix(31), mix(119), mix(180))
+            };
+            let stroke = if u.whole {
+                "rgb(220,220,220)"
+            } else {
+                "rgb(90,90,90)"
+            };
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{x}" y="{yy}" width="{c}" height="{c}" fill="{fill}" stroke="{stroke}" stroke-width="1"/>"#,
+                c = CELL - 2
+            );
+        }
+        y += rows(regions.len()) * CELL + 8;
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="10" y="{}">red: tainted (a pageblock unmovable, reclaimable or highatomic); blue: clean, lighter as more is free; white: a free 1 GiB page; dark border: never a 1 GiB page</text>"#,
+        y + 16
+    );
+    svg.push_str("</svg>\n");
+    std::fs::write(path, svg).map_err(err)
+}

@@ -228,6 +228,29 @@ pub struct VmStat {
     pub offline_success: u64,
     /// Offline requests that failed (machine only).
     pub offline_fail: u64,
+    /// Superpageblocks (1 GiB regions) that could be 1 GiB pages: inside
+    /// a zone, no hole (`nr_superpageblocks`).
+    pub nr_superpageblocks: u64,
+    /// Superpageblocks holding a pageblock typed unmovable, reclaimable or
+    /// highatomic, whole or not (`nr_superpageblocks_tainted`).
+    pub nr_superpageblocks_tainted: u64,
+    /// Whole superpageblocks that are not tainted
+    /// (`nr_superpageblocks_clean`).
+    pub nr_superpageblocks_clean: u64,
+    /// Whole superpageblocks wholly free: 1 GiB pages to be had now
+    /// (`nr_superpageblocks_free`).
+    pub nr_superpageblocks_free: u64,
+    /// Unmovable and reclaimable fallbacks kept inside a tainted
+    /// superpageblock (`superpageblock_fallback_kept`).
+    pub superpageblock_fallback_kept: u64,
+    /// Unmovable and reclaimable fallbacks that tainted a clean one
+    /// (`superpageblock_fallback_tainting`).
+    pub superpageblock_fallback_tainting: u64,
+    /// Times a clean superpageblock became tainted, by any retype
+    /// (`superpageblock_tainted`).
+    pub superpageblock_tainted: u64,
+    /// Times a tainted superpageblock became clean (`superpageblock_cleaned`).
+    pub superpageblock_cleaned: u64,
 }
 
 impl VmStat {
@@ -269,6 +292,22 @@ impl fmt::Display for VmStat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "nr_free_pages {}", self.nr_free_pages)?;
         writeln!(f, "nr_managed {}", self.nr_managed_pages)?;
+        writeln!(f, "nr_superpageblocks {}", self.nr_superpageblocks)?;
+        writeln!(
+            f,
+            "nr_superpageblocks_tainted {}",
+            self.nr_superpageblocks_tainted
+        )?;
+        writeln!(
+            f,
+            "nr_superpageblocks_clean {}",
+            self.nr_superpageblocks_clean
+        )?;
+        writeln!(
+            f,
+            "nr_superpageblocks_free {}",
+            self.nr_superpageblocks_free
+        )?;
         for k in ZoneKind::ALL {
             writeln!(f, "pgalloc_{} {}", lower(k), self.pgalloc_pages(k))?;
         }
@@ -299,6 +338,16 @@ impl fmt::Display for VmStat {
             ("contig_alloc_fail", self.contig_alloc_fail),
             ("offline_success", self.offline_success),
             ("offline_fail", self.offline_fail),
+            (
+                "superpageblock_fallback_kept",
+                self.superpageblock_fallback_kept,
+            ),
+            (
+                "superpageblock_fallback_tainting",
+                self.superpageblock_fallback_tainting,
+            ),
+            ("superpageblock_tainted", self.superpageblock_tainted),
+            ("superpageblock_cleaned", self.superpageblock_cleaned),
         ];
         for (name, v) in lines {
             writeln!(f, "{name} {v}")?;

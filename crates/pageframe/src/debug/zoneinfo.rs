@@ -49,6 +49,22 @@ fn zone<R: RawMutex>(f: &mut fmt::Formatter<'_>, z: &Zone<'_, R>, cpus: u32) -> 
     }
     writeln!(f, ")")?;
     z.inspect(|mz| -> fmt::Result {
+        let c = mz.superpageblock_counts();
+        let spb = mz.mobility().pageblocks().superpageblocks();
+        writeln!(
+            f,
+            "  superpageblocks {} (of {} frames): tainted {}, clean {}, free {}",
+            c.whole,
+            spb.frames(),
+            c.tainted,
+            c.clean,
+            c.free
+        )?;
+        write!(f, "        map      ")?;
+        for u in (0..spb.len()).filter_map(|i| mz.superpageblock_use(i)) {
+            write!(f, "{}", u.symbol())?;
+        }
+        writeln!(f)?;
         let max = mz.buddy().max_order().get();
         write!(f, "  free blocks by order        ")?;
         for o in 0..=max {

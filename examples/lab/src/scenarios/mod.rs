@@ -7,6 +7,7 @@ mod compact_common;
 mod compact_gupta;
 mod contig;
 mod frag;
+mod giant_churn;
 mod mixed_churn;
 mod mthp_fallback;
 mod pcp_tune;
@@ -76,6 +77,11 @@ pub const ALL: &[Scenario] = &[
         name: "contig",
         about: "contiguous ranges after mixed churn at 90%: 1 GiB pages and 3000-frame ranges (success, moves vs minimum), then free page reporting",
         run: contig::run,
+    },
+    Scenario {
+        name: "giant-churn",
+        about: "1 GiB pages after mixed churn with unmovable memory: superpageblock grouping on, off, and Linux's rules (tainted regions vs minimum, 1 GiB pages alloc_contig takes)",
+        run: giant_churn::run,
     },
     Scenario {
         name: "thp-numa",

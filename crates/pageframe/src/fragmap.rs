@@ -71,22 +71,12 @@ pub struct FragmentationMap<'z, 'a, R: RawMutex>(&'z Zone<'a, R>);
 
 impl<R: RawMutex> fmt::Display for FragmentationMap<'_, '_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut col = 0;
-        for u in self.0.pageblocks() {
-            if col == 0 {
-                write!(f, "{:#010x} ", u.range.start.get())?;
-            }
-            write!(f, "{}", u.symbol())?;
-            col += 1;
-            if col == MAP_WIDTH {
-                writeln!(f)?;
-                col = 0;
-            }
-        }
-        if col != 0 {
-            writeln!(f)?;
-        }
-        Ok(())
+        rows(
+            f,
+            self.0
+                .pageblocks()
+                .map(|u| (u.range.start.get(), u.symbol())),
+        )
     }
 }
 
@@ -101,21 +91,35 @@ impl<R: RawMutex> fmt::Display for SuperpageblockMap<'_, '_, R> {
             "superpageblocks: {} could be 1 GiB pages, {} tainted, {} clean, {} free now",
             c.whole, c.tainted, c.clean, c.free
         )?;
-        let mut col = 0;
-        for u in self.0.superpageblocks() {
-            if col == 0 {
-                write!(f, "{:#010x} ", u.range.start.get())?;
-            }
-            write!(f, "{}", u.symbol())?;
-            col += 1;
-            if col == MAP_WIDTH {
-                writeln!(f)?;
-                col = 0;
-            }
-        }
-        if col != 0 {
-            writeln!(f)?;
-        }
-        Ok(())
+        rows(
+            f,
+            self.0
+                .superpageblocks()
+                .map(|u| (u.range.start.get(), u.symbol())),
+        )
     }
+}
+
+/// Writes `(first frame, symbol)` cells as rows of [`MAP_WIDTH`], each row
+/// led by its first frame.
+fn rows<S: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    cells: impl Iterator<Item = (u64, S)>,
+) -> fmt::Result {
+    let mut col = 0;
+    for (start, symbol) in cells {
+        if col == 0 {
+            write!(f, "{start:#010x} ")?;
+        }
+        write!(f, "{symbol}")?;
+        col += 1;
+        if col == MAP_WIDTH {
+            writeln!(f)?;
+            col = 0;
+        }
+    }
+    if col != 0 {
+        writeln!(f)?;
+    }
+    Ok(())
 }

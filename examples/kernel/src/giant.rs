@@ -17,6 +17,7 @@
 //! range is out, and brings it back (`Machine::add_free_range`).
 
 use crate::bringup::{KernelMachine, NODE};
+use crate::irq_lock::IrqLock;
 use crate::migrate::{CHECKED, pattern};
 use crate::time::Instant;
 use crate::user_pages::{GIANT_BASE, GiantMapping, Tables, UserMigrator, user_addr};
@@ -25,6 +26,7 @@ use core::fmt;
 use pageframe::{
     Block, ContigError, Gfp, Migrator, Order, Pfn, PfnRange, ZoneKind,
     compact::{MigrateError, MigrateMode, Move},
+    zone::Zone,
 };
 
 /// Frames in 1 GiB.
@@ -132,6 +134,53 @@ pub enum Target {
 /// Frames offlined by the hotplug scenario (256 MiB).
 const OFFLINE: u64 = 1 << 16;
 
+/// What a run that fills the Normal zone with user pages sets up first.
+pub struct UserSpace {
+    /// The Normal zone the pages fill.
+    pub normal: &'static Zone<'static, IrqLock>,
+    /// The Normal zone's free frames: the most user pages there can be.
+    pub cap: u64,
+    /// The owner of each frame (a user page's number), 0 for none.
+    pub rmap: Vec<u32>,
+    /// The user page tables, with a table for every page up to `cap`.
+    pub tables: Tables,
+}
+
+/// Bookkeeping and tables before the fill, so that filling takes no
+/// frame for them. The reverse map of a large guest is more than the
+/// largest block: the heap takes it as a contiguous range. Table frames
+/// stay in the tables (as numbers) for the kernel's life.
+pub fn user_space(machine: &'static KernelMachine, pfn_end: u64) -> Result<UserSpace, GiantError> {
+    let normal = machine
+        .node(NODE)
+        .and_then(|n| n.zone(ZoneKind::Normal))
+        .ok_or(GiantError::NoMemory(
+            "a Normal zone (boot with -m 4G or more)",
+        ))?;
+    let cap = normal.free_pages();
+    let mut rmap = Vec::new();
+    rmap.try_reserve_exact(pfn_end as usize)
+        .map_err(|_| GiantError::NoMemory("reverse map"))?;
+    rmap.resize(pfn_end as usize, 0u32);
+    let mut tables = Tables::current();
+    let mut take = || crate::user_pages::table_frame(machine);
+    for vpn in (0..cap).step_by(512) {
+        tables
+            .entry(
+                crate::user_pages::USER_BASE + vpn * 4096,
+                1,
+                Some(&mut take),
+            )
+            .map_err(|_| GiantError::NoMemory("user page tables"))?;
+    }
+    Ok(UserSpace {
+        normal,
+        cap,
+        rmap,
+        tables,
+    })
+}
+
 /// One run.
 pub fn run(
     machine: &'static KernelMachine,
@@ -146,37 +195,17 @@ pub fn run(
     } else {
         GiantMapping::TwoMiB
     };
-    let normal = machine
-        .node(NODE)
-        .and_then(|n| n.zone(ZoneKind::Normal))
-        .ok_or(GiantError::NoMemory(
-            "a Normal zone (boot with -m 4G or more)",
-        ))?;
-    let cap = normal.free_pages();
-
-    // Bookkeeping and tables before the fill. The reverse map of a large
-    // guest is more than the largest block: the heap takes it as a
-    // contiguous range.
-    let mut rmap = Vec::new();
-    rmap.try_reserve_exact(pfn_end as usize)
-        .map_err(|_| GiantError::NoMemory("reverse map"))?;
-    rmap.resize(pfn_end as usize, 0u32);
-    let mut tables = Tables::current();
-    // Table frames stay in the tables (as numbers) for the kernel's life.
-    let mut take = || crate::user_pages::table_frame(machine);
-    for vpn in (0..cap).step_by(512) {
-        tables
-            .entry(
-                crate::user_pages::USER_BASE + vpn * 4096,
-                1,
-                Some(&mut take),
-            )
-            .map_err(|_| GiantError::NoMemory("user page tables"))?;
-    }
+    let UserSpace {
+        cap,
+        mut rmap,
+        mut tables,
+        ..
+    } = user_space(machine, pfn_end)?;
     let level = match how {
         GiantMapping::OneGiB => 3,
         GiantMapping::TwoMiB => 2,
     };
+    let mut take = || crate::user_pages::table_frame(machine);
     tables
         .entry(GIANT_BASE, level, Some(&mut take))
         .map_err(|_| GiantError::NoMemory("1 GiB table"))?;

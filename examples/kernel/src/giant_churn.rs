@@ -17,11 +17,11 @@
 //! frame may be lost.
 
 use crate::bringup::{KernelMachine, NODE};
-use crate::giant::GiantError;
+use crate::giant::{GiantError, UserSpace, user_space};
 use crate::migrate::{CHECKED, pattern};
 use crate::permutation::splitmix64;
 use crate::time::Instant;
-use crate::user_pages::{Tables, UserMigrator, user_addr};
+use crate::user_pages::{UserMigrator, user_addr};
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use pageframe::{
@@ -179,29 +179,13 @@ pub fn run(
         placement: machine.fallback_placement(),
         ..ChurnReport::default()
     };
-    let normal = machine
-        .node(NODE)
-        .and_then(|n| n.zone(ZoneKind::Normal))
-        .ok_or(GiantError::NoMemory(
-            "a Normal zone (boot with -m 4G or more)",
-        ))?;
-    let cap = normal.free_pages();
-    // Bookkeeping and tables first (see `giant`).
-    let mut rmap = Vec::new();
-    rmap.try_reserve_exact(pfn_end as usize)
-        .map_err(|_| GiantError::NoMemory("reverse map"))?;
-    rmap.resize(pfn_end as usize, 0u32);
-    let mut tables = Tables::current();
-    let mut take = || crate::user_pages::table_frame(machine);
-    for vpn in (0..cap).step_by(512) {
-        tables
-            .entry(
-                crate::user_pages::USER_BASE + vpn * 4096,
-                1,
-                Some(&mut take),
-            )
-            .map_err(|_| GiantError::NoMemory("user page tables"))?;
-    }
+    // Bookkeeping and tables first (see `giant::user_space`).
+    let UserSpace {
+        normal,
+        cap,
+        rmap,
+        mut tables,
+    } = user_space(machine, pfn_end)?;
     let mut lru = VecDeque::new();
     lru.try_reserve_exact(cap as usize)
         .map_err(|_| GiantError::NoMemory("user page list"))?;

@@ -161,63 +161,30 @@ pub fn pageblock_maps(
     maps: &[(String, Vec<pageframe::zone::PageblockUse>)],
 ) -> Result<(), String> {
     use pageframe::zone::MigrateType;
-    use std::fmt::Write as _;
-    const CELL: usize = 9;
-    const LABEL: usize = 22;
-    let width = pageframe::zone::MAP_WIDTH;
-    let rows = |n: usize| n.div_ceil(width);
-    let height: usize = maps
-        .iter()
-        .map(|(_, m)| LABEL + rows(m.len()) * CELL + 8)
-        .sum::<usize>()
-        + 60;
-    let mut svg = String::new();
-    let w = width * CELL + 20;
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(svg, r#"<text x="10" y="16" font-size="14">{title}</text>"#);
-    let mut y = 30;
-    for (name, blocks) in maps {
-        let _ = writeln!(svg, r#"<text x="10" y="{}">{name}</text>"#, y + 14);
-        y += LABEL;
-        for (i, b) in blocks.iter().enumerate() {
-            let (x, yy) = (10 + (i % width) * CELL, y + (i / width) * CELL);
-            let fill = match b.symbol() {
-                '_' => "rgb(160,160,160)".to_string(),
-                '.' => "white".to_string(),
-                _ => {
-                    let base = match b.migratetype {
-                        Some(MigrateType::Unmovable) => (214, 39, 40),
-                        Some(MigrateType::Reclaimable) => (255, 127, 14),
-                        Some(MigrateType::Movable) => (31, 119, 180),
-                        Some(MigrateType::HighAtomic) => (148, 103, 189),
-                        Some(MigrateType::Cma) => (44, 160, 44),
-                        _ => (0, 0, 0),
-                    };
-                    // Lighter as more of the block is free.
-                    let free = b.free as f64 / b.managed.max(1) as f64;
-                    let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * free * 0.85) as u8;
-                    format!("rgb({},{},{})", mix(base.0), mix(base.1), mix(base.2))
-                }
-            };
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{x}" y="{yy}" width="{c}" height="{c}" fill="{fill}" stroke="rgb(220,220,220)" stroke-width="0.5"/>"#,
-                c = CELL - 1
-            );
-        }
-        y += rows(blocks.len()) * CELL + 8;
-    }
-    let _ = writeln!(
-        svg,
-        r#"<text x="10" y="{}">red unmovable, orange reclaimable, blue movable, purple highatomic, green CMA; lighter: partly free; white: free; grey: not managed</text>"#,
-        y + 16
-    );
-    svg.push_str("</svg>\n");
-    std::fs::write(path, svg).map_err(err)
+    let style = Cells {
+        cell: 9,
+        gap: 1,
+        stroke_width: "0.5",
+        legend: "red unmovable, orange reclaimable, blue movable, purple highatomic, green CMA; lighter: partly free; white: free; grey: not managed",
+    };
+    cell_maps(path, title, maps, &style, |b| {
+        let fill = match b.symbol() {
+            '_' => "rgb(160,160,160)".to_string(),
+            '.' => "white".to_string(),
+            _ => {
+                let base = match b.migratetype {
+                    Some(MigrateType::Unmovable) => (214, 39, 40),
+                    Some(MigrateType::Reclaimable) => (255, 127, 14),
+                    Some(MigrateType::Movable) => (31, 119, 180),
+                    Some(MigrateType::HighAtomic) => (148, 103, 189),
+                    Some(MigrateType::Cma) => (44, 160, 44),
+                    _ => (0, 0, 0),
+                };
+                lighter(base, b.free as f64 / b.managed.max(1) as f64)
+            }
+        };
+        (fill, "rgb(220,220,220)")
+    })
 }
 
 /// Maps of 1 GiB regions (superpageblocks) as an SVG: for each named map,
@@ -230,18 +197,67 @@ pub fn superpageblock_maps(
     title: &str,
     maps: &[(String, Vec<pageframe::zone::SuperpageblockUse>)],
 ) -> Result<(), String> {
+    let style = Cells {
+        cell: 14,
+        gap: 2,
+        stroke_width: "1",
+        legend: "red: tainted (a pageblock unmovable, reclaimable or highatomic); blue: clean, lighter as more is free; white: a free 1 GiB page; dark border: never a 1 GiB page",
+    };
+    cell_maps(path, title, maps, &style, |u| {
+        let fill = if u.is_free() {
+            "white".to_string()
+        } else if u.is_tainted() {
+            "rgb(214,39,40)".to_string()
+        } else {
+            lighter((31, 119, 180), u.free as f64 / u.range.len().max(1) as f64)
+        };
+        let stroke = if u.whole {
+            "rgb(220,220,220)"
+        } else {
+            "rgb(90,90,90)"
+        };
+        (fill, stroke)
+    })
+}
+
+/// How [`cell_maps`] draws: a square's side and the gap after it, its
+/// border's width, and the legend under the maps.
+struct Cells {
+    cell: usize,
+    gap: usize,
+    stroke_width: &'static str,
+    legend: &'static str,
+}
+
+/// `base` lightened towards white by `free` (0 to 1), as the maps show a
+/// partly free block.
+fn lighter(base: (u8, u8, u8), free: f64) -> String {
+    let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * free * 0.85) as u8;
+    format!("rgb({},{},{})", mix(base.0), mix(base.1), mix(base.2))
+}
+
+/// Named maps of cells as an SVG, one square a cell in rows of
+/// [`pageframe::zone::MAP_WIDTH`], each drawn with the fill and border
+/// colours `paint` gives it.
+fn cell_maps<T>(
+    path: &Path,
+    title: &str,
+    maps: &[(String, Vec<T>)],
+    style: &Cells,
+    paint: impl Fn(&T) -> (String, &'static str),
+) -> Result<(), String> {
     use std::fmt::Write as _;
-    const CELL: usize = 14;
     const LABEL: usize = 22;
+    let cell = style.cell;
     let width = pageframe::zone::MAP_WIDTH;
     let rows = |n: usize| n.div_ceil(width);
     let height: usize = maps
         .iter()
-        .map(|(_, m)| LABEL + rows(m.len()) * CELL + 8)
+        .map(|(_, m)| LABEL + rows(m.len()) * cell + 8)
         .sum::<usize>()
         + 60;
     let mut svg = String::new();
-    let w = width * CELL + 20;
+    let w = width * cell + 20;
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#
@@ -249,37 +265,26 @@ pub fn superpageblock_maps(
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(svg, r#"<text x="10" y="16" font-size="14">{title}</text>"#);
     let mut y = 30;
-    for (name, regions) in maps {
+    for (name, cells) in maps {
         let _ = writeln!(svg, r#"<text x="10" y="{}">{name}</text>"#, y + 14);
         y += LABEL;
-        for (i, u) in regions.iter().enumerate() {
-            let (x, yy) = (10 + (i % width) * CELL, y + (i / width) * CELL);
-            let fill = if u.is_free() {
-                "white".to_string()
-            } else if u.is_tainted() {
-                "rgb(214,39,40)".to_string()
-            } else {
-                let free = u.free as f64 / u.range.len().max(1) as f64;
-                let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * free * 0.85) as u8;
-                format!("rgb({},{},{})", mix(31), mix(119), mix(180))
-            };
-            let stroke = if u.whole {
-                "rgb(220,220,220)"
-            } else {
-                "rgb(90,90,90)"
-            };
+        for (i, c) in cells.iter().enumerate() {
+            let (x, yy) = (10 + (i % width) * cell, y + (i / width) * cell);
+            let (fill, stroke) = paint(c);
             let _ = writeln!(
                 svg,
-                r#"<rect x="{x}" y="{yy}" width="{c}" height="{c}" fill="{fill}" stroke="{stroke}" stroke-width="1"/>"#,
-                c = CELL - 2
+                r#"<rect x="{x}" y="{yy}" width="{side}" height="{side}" fill="{fill}" stroke="{stroke}" stroke-width="{sw}"/>"#,
+                side = cell - style.gap,
+                sw = style.stroke_width
             );
         }
-        y += rows(regions.len()) * CELL + 8;
+        y += rows(cells.len()) * cell + 8;
     }
     let _ = writeln!(
         svg,
-        r#"<text x="10" y="{}">red: tainted (a pageblock unmovable, reclaimable or highatomic); blue: clean, lighter as more is free; white: a free 1 GiB page; dark border: never a 1 GiB page</text>"#,
-        y + 16
+        r#"<text x="10" y="{}">{}</text>"#,
+        y + 16,
+        style.legend
     );
     svg.push_str("</svg>\n");
     std::fs::write(path, svg).map_err(err)

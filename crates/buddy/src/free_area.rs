@@ -50,6 +50,8 @@ pub(crate) struct FreeAreas<'a> {
     pages: &'a mut [u64; MAX_LISTS],
     /// The sum of `pages`.
     total: u64,
+    /// Blocks ever pushed on any list: see [`FreeAreas::pushes`].
+    pushes: u64,
 }
 
 impl<'a> FreeAreas<'a> {
@@ -81,6 +83,7 @@ impl<'a> FreeAreas<'a> {
                 nonempty: nonempty.try_into().ok()?,
                 pages: pages.try_into().ok()?,
                 total: 0,
+                pushes: 0,
             },
             rest,
         ))
@@ -101,6 +104,13 @@ impl<'a> FreeAreas<'a> {
     #[inline]
     pub fn total(&self) -> u64 {
         self.total
+    }
+
+    /// How many blocks have gone onto a list so far (wrapping): while it
+    /// stays the same, no list has gained a block, only lost some.
+    #[inline]
+    pub fn pushes(&self) -> u64 {
+        self.pushes
     }
 
     #[inline]
@@ -159,6 +169,7 @@ impl<'a> FreeAreas<'a> {
         self.nonempty[li(list.index())] |= 1 << order;
         self.pages[li(list.index())] += 1 << order;
         self.total += 1 << order;
+        self.pushes = self.pushes.wrapping_add(1);
     }
 
     /// Unlinks the free head chunk `k` from the list it names.

@@ -296,6 +296,15 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         Order::new_truncated(self.c)
     }
 
+    /// A generation of the free lists of blocks of at least the chunk
+    /// order: it changes whenever such a block goes onto a list (a free, a
+    /// merge, a split's upper half, a move between lists, memory handed
+    /// over). While it stays the same, no list has gained a block of that
+    /// size, so a search for one that failed would fail again.
+    pub fn large_generation(&self) -> u64 {
+        self.areas.pushes()
+    }
+
     /// Frames handed over with `add_free_range` (Linux's managed pages).
     pub fn managed_pages(&self) -> u64 {
         self.managed

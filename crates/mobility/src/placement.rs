@@ -65,6 +65,24 @@ impl Placement {
 /// superpageblocks.
 type Rooms = [Room; 2];
 
+/// When a search of the tainted superpageblocks under NOFRAGMENT found
+/// nothing. Such a search looks only for free fallback blocks of at least
+/// a pageblock (spec 02 §5.3), and the buddy core keeps those on its lists
+/// of large blocks (the chunk order is never above the pageblock order):
+/// until one goes onto a list or another region is tainted, the search
+/// would find nothing again. A zone over a lower one (Normal over DMA32)
+/// asks under NOFRAGMENT first on every allocation once its tainted
+/// regions are full; without this, each asks by reading all their chunks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Futile {
+    /// The smallest order the search would have claimed.
+    min: Order,
+    /// The buddy core's large-list generation then.
+    generation: u64,
+    /// Regions tainted so far then.
+    taints: u64,
+}
+
 impl MobileZone<'_> {
     /// Sets where fallbacks for memory that cannot move go.
     pub fn set_placement(&mut self, p: Placement) {
@@ -137,9 +155,21 @@ impl MobileZone<'_> {
             return Some(p);
         }
         if tainted > 0 {
+            // Exact only where the blocks sought live on the large lists.
+            let cached = nofrag && min >= self.buddy.chunk_order();
+            let futile = cached.then(|| self.futile_key(min));
+            let slot = usize::from(mt == MigrateType::Reclaimable);
+            if futile.is_some() && self.mobility().futile[slot] == futile {
+                return None;
+            }
             if let Some(p) = self.claim_tainted(order, min, mt, nofrag) {
                 self.buddy.policy_mut().stats.superpageblock_kept += 1;
                 return Some(p);
+            }
+            if futile.is_some() {
+                // Read again: the search may have moved blocks (a claim
+                // that split and failed), which counts as a change.
+                self.buddy.policy_mut().futile[slot] = Some(self.futile_key(min));
             }
             // Tainting a clean region fragments at 1 GiB: under
             // NOFRAGMENT it waits until the slow path has tried to make
@@ -162,6 +192,16 @@ impl MobileZone<'_> {
                 .requeue_last(range, list_of(MigrateType::Movable));
         }
         Some(p)
+    }
+
+    /// What a search of the tainted superpageblocks from `min` up depends
+    /// on (see [`Futile`]).
+    fn futile_key(&self, min: Order) -> Futile {
+        Futile {
+            min,
+            generation: self.buddy.large_generation(),
+            taints: self.mobility().blocks.superpageblocks().events().0,
+        }
     }
 
     /// Whether some fallback type of `mt` has a free block of `order` or
@@ -270,6 +310,7 @@ impl MobileZone<'_> {
         {
             return Some(p);
         }
+        self.buddy.policy_mut().stats.superpageblock_searches += 1;
         let mut rooms = [Room::EMPTY; 2];
         let spb = self.mobility().blocks.superpageblocks();
         for i in (0..spb.len()).filter(|&i| spb.count(i) > 0) {

@@ -18,6 +18,9 @@ pub struct Mobility<'a> {
     /// Frames in HighAtomic pageblocks (Linux `nr_reserved_highatomic`).
     pub(crate) reserved_highatomic: u64,
     pub(crate) stats: FallbackStats,
+    /// Per type that keeps to the superpageblocks, the last search of the
+    /// tainted ones under NOFRAGMENT that found nothing.
+    pub(crate) futile: [Option<crate::placement::Futile>; 2],
 }
 
 impl<'a> Mobility<'a> {

@@ -25,6 +25,9 @@ pub struct FallbackStats {
     /// Pageblocks of tainted superpageblocks emptied by migration to make
     /// room for memory that cannot move (`MobileZone::room_to_make`).
     pub superpageblock_room_made: u64,
+    /// Searches that read the chunks of every tainted superpageblock for
+    /// fallback memory (the costly part of keeping to them).
+    pub superpageblock_searches: u64,
     /// Movable allocations served from CMA pageblocks.
     pub cma: u64,
     /// Allocations served from the highatomic reserve.

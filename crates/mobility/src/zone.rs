@@ -152,6 +152,7 @@ impl<'a> MobileZone<'a> {
             placement: crate::Placement::default(),
             reserved_highatomic: 0,
             stats: FallbackStats::default(),
+            futile: [None; 2],
         };
         Ok(MobileZone {
             buddy: BuddyZone::new(span, config.core(), frames, policy)?,

@@ -330,3 +330,41 @@ fn movable_memory_fills_the_clean_regions_first() {
     assert_eq!(q, Pfn(3 * REGION));
     z.validate().unwrap();
 }
+
+/// A search of the tainted regions under NOFRAGMENT that found nothing is
+/// not repeated while nothing changed (a zone over a lower one asks under
+/// NOFRAGMENT on every allocation), and is repeated once a fallback block
+/// of a pageblock goes free in one of them.
+#[test]
+fn a_futile_nofragment_search_is_remembered_until_a_block_goes_free() {
+    let span = r(0, 4 * REGION);
+    let mut m = meta(span);
+    let mut z = zone(span, &mut m);
+    fill_movable(&mut z);
+    free_frames(&mut z, 0, PB);
+    free_frames(&mut z, REGION, 4 * REGION);
+    let nofrag = AllocMode::NOFRAGMENT;
+    // Region 0, the least free, is tainted by claiming its free pageblock.
+    for _ in 0..PB {
+        let p = z.alloc(o(0), M::Unmovable, nofrag).unwrap();
+        assert!(p.get() < PB, "{p:?}");
+    }
+    assert_eq!(counts(&z), [1, 0, 0, 0]);
+    // It has nothing left, and NOFRAGMENT keeps the clean regions clean.
+    let searches = |z: &MobileZone<'_>| z.stats().superpageblock_searches;
+    assert!(z.alloc(o(0), M::Unmovable, nofrag).is_err());
+    let first = searches(&z);
+    assert!(first >= 1);
+    for _ in 0..10 {
+        assert!(z.alloc(o(0), M::Unmovable, nofrag).is_err());
+    }
+    assert_eq!(searches(&z), first, "nothing changed: no second search");
+    // A movable pageblock goes free in region 0, away from the unmovable
+    // one: the next request searches again and claims it.
+    free_frames(&mut z, 8 * PB, 9 * PB);
+    let p = z.alloc(o(0), M::Unmovable, nofrag).unwrap();
+    assert_eq!(p.get() / PB, 8);
+    assert_eq!(searches(&z), first + 1);
+    assert_eq!(counts(&z), [2, 0, 0, 0]);
+    z.validate().unwrap();
+}

@@ -169,3 +169,41 @@ fn the_placement_reaches_every_zone_and_zones_added_later() {
         .unwrap();
     assert_eq!(z.inspect(|mz| mz.placement()), Placement::Linux);
 }
+
+/// Filling a machine whose Normal zone sits over a DMA32 zone: once the
+/// tainted regions of Normal are full, each allocation asks Normal under
+/// NOFRAGMENT first and is served by DMA32. Normal searches its tainted
+/// regions again only after something changed there, not on every one of
+/// those allocations (each search reads every chunk of the regions).
+#[test]
+fn filling_over_a_lower_zone_searches_the_tainted_regions_only_after_a_change() {
+    let mut config = MachineConfig::SINGLE_NODE;
+    config.mobility.superpageblock_shift = SHIFT;
+    let m = machine_with(config);
+    let low = r(256, 256 + 4 * REGION);
+    zone(m, n(0), ZoneKind::Dma32, r(256, 4 * GIB), low);
+    let high = r(4 * GIB, 4 * GIB + 4 * REGION);
+    zone(m, n(0), ZoneKind::Normal, high, high);
+    let m: &'static Machine<'static> = m;
+    let mut dma32 = 0u64;
+    while let Ok(b) = m.alloc(n(0), Gfp::KERNEL, Order::ZERO) {
+        dma32 += u64::from(b.pfn().get() < 4 * GIB);
+        let _ = b.into_raw();
+    }
+    assert!(dma32 > 2 * REGION, "DMA32 served {dma32}");
+    let normal = m
+        .node(NodeId::ZERO)
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap()
+        .fallback_stats();
+    // A search follows a claim (the lists changed) at most once each, and
+    // the first search after each region is tainted.
+    let changes = normal.claims_whole + normal.claims_partial + 4;
+    assert!(
+        normal.superpageblock_searches <= changes,
+        "{} searches for {changes} changes while DMA32 served {dma32}",
+        normal.superpageblock_searches
+    );
+    m.validate().unwrap();
+}

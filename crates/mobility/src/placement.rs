@@ -160,6 +160,10 @@ impl MobileZone<'_> {
             let futile = cached.then(|| self.futile_key(min));
             let slot = usize::from(mt == MigrateType::Reclaimable);
             if futile.is_some() && self.mobility().futile[slot] == futile {
+                debug_assert!(
+                    !self.tainted_room_from(min, mt),
+                    "a search kept as futile would find a block"
+                );
                 return None;
             }
             if let Some(p) = self.claim_tainted(order, min, mt, nofrag) {
@@ -326,6 +330,18 @@ impl MobileZone<'_> {
             return None;
         }
         self.claim_roomiest(&rooms, order, mt)
+    }
+
+    /// Whether a tainted superpageblock holds a free block of a fallback
+    /// type of `mt` of order `min` or more (what a search under
+    /// NOFRAGMENT would claim).
+    fn tainted_room_from(&self, min: Order, mt: MigrateType) -> bool {
+        let spb = self.mobility().blocks.superpageblocks();
+        (0..spb.len()).filter(|&i| spb.count(i) > 0).any(|i| {
+            self.region_rooms(i, mt)
+                .iter()
+                .any(|r| r.has_at_or_above(min))
+        })
     }
 
     /// The room of each fallback type of `mt` in superpageblock `i`.

@@ -1,4 +1,4 @@
-//! Per-frame words (4 bytes a frame) for the frames of split chunks, in
+//! Per-frame words (2 bytes a frame) for the frames of split chunks, in
 //! memory the caller hands over, written lazily: a chunk's words are
 //! written the first time the chunk is split, so setting up a zone writes
 //! none of them.
@@ -32,16 +32,17 @@ pub(crate) enum Kind {
 }
 
 /// One frame's word: order in bits 0..4, kind in bits 4..6, the tag in bits
-/// 8..32.
+/// 6..16. Two bytes: the word is most of the core's memory a frame, and
+/// the layers above need ten bits of tag (see `pageframe_mobility::tag`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(transparent)]
-pub(crate) struct Word(u32);
+pub(crate) struct Word(u16);
 
 /// Bits of a block's tag kept by the core (the rest is cut off).
-pub const TAG_BITS: u32 = 24;
+pub const TAG_BITS: u32 = 10;
 /// The tag bits the core keeps, as a mask.
 pub(crate) const TAG_MASK: u32 = (1 << TAG_BITS) - 1;
-const TAG_SHIFT: u32 = 8;
+const TAG_SHIFT: u32 = 6;
 const KIND_SHIFT: u32 = 4;
 
 impl Word {
@@ -51,7 +52,7 @@ impl Word {
 
     #[inline]
     pub const fn head(order: u8, tag: u32) -> Word {
-        Word((order as u32 & 0xf) | 1 << KIND_SHIFT | tag << TAG_SHIFT)
+        Word(((order as u32 & 0xf) | 1 << KIND_SHIFT | (tag & TAG_MASK) << TAG_SHIFT) as u16)
     }
 
     #[inline]
@@ -71,7 +72,7 @@ impl Word {
 
     #[inline]
     pub const fn tag(self) -> u32 {
-        self.0 >> TAG_SHIFT
+        (self.0 >> TAG_SHIFT) as u32
     }
 }
 

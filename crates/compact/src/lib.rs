@@ -60,17 +60,17 @@ pub const DEFAULT_PROACTIVENESS: u8 = 20;
 pub const MAX_COMPACT_RETRIES: u32 = 16;
 
 /// The tag bits this crate keeps on allocated blocks (on top of
-/// [`pageframe_mobility::tag`], whose low byte it leaves alone). Bits 10 up
-/// to those the buddy core keeps ([`pageframe_mobility::tag::KEPT`]) belong
-/// to the kernel: they travel with a block when it moves.
+/// [`pageframe_mobility::tag`], whose low four bits it leaves alone). Bits
+/// 6 up to those the buddy core keeps ([`pageframe_mobility::tag::KEPT`],
+/// four bits) belong to the kernel: they travel with a block when it moves.
 pub mod tag {
     /// The block was isolated by a compactor as a migration source: other
     /// compactors leave it alone until it is migrated or put back.
-    pub const ISOLATED: u32 = 1 << 8;
+    pub const ISOLATED: u32 = 1 << 4;
     /// The block was a free block a compactor took as a migration
     /// destination; it is not the kernel's until a migration into it
     /// completes.
-    pub const TARGET: u32 = 1 << 9;
+    pub const TARGET: u32 = 1 << 5;
     /// Both bits.
     pub const MASK: u32 = ISOLATED | TARGET;
     /// The bits a migration copies from source to destination: every kept

@@ -501,7 +501,7 @@ proptest::proptest! {
     }
 }
 
-/// The kernel's tag bits (10 up to the highest the core keeps) travel
+/// The kernel's tag bits (6 up to the highest the core keeps) travel
 /// with a block when it moves, and none of the bits that travel is one the
 /// core drops.
 #[test]
@@ -510,7 +510,7 @@ fn kernel_tag_bits_travel_with_a_moved_block() {
     use pageframe_mobility::tag::KEPT;
     assert_eq!(tag::CARRIED & !KEPT, 0, "only kept bits travel");
     let high = 1u32 << (pageframe_buddy::TAG_BITS - 1);
-    let bits = |id: u64| if id % 2 == 1 { high | 1 << 10 } else { 1 << 17 };
+    let bits = |id: u64| if id % 2 == 1 { high | 1 << 6 } else { 1 << 7 };
     let mut w = gupta(16, 7);
     let owners: Vec<(u64, u64)> = w.mig.owners.iter().map(|(&h, o)| (h, o.id)).collect();
     for &(h, id) in &owners {

@@ -49,8 +49,9 @@ pub mod tag {
     /// The owner pinned the block: it cannot move for now (compaction and
     /// isolation treat it as unmovable).
     pub const PINNED: u32 = 1 << 3;
-    /// The bits this layer owns; `MobileZone::set_tag_bits` leaves them alone.
-    pub const RESERVED: u32 = 0xff;
+    /// The bits this layer owns (the low four); `MobileZone::set_tag_bits`
+    /// leaves them alone.
+    pub const RESERVED: u32 = 0xf;
     /// The bits the buddy core keeps (below `pageframe_buddy::TAG_BITS`);
     /// `MobileZone::set_tag_bits` refuses a value with a bit above them.
     pub const KEPT: u32 = (1 << pageframe_buddy::TAG_BITS) - 1;

@@ -457,13 +457,13 @@ impl<'a> MobileZone<'a> {
     }
 
     /// The tag word of an allocated block (see [`tag`] for the bits this
-    /// layer uses; bits 8 up to [`tag::KEPT`] are free for layers above).
+    /// layer uses; bits 4 up to [`tag::KEPT`] are free for layers above).
     pub fn tag(&self, head: Pfn) -> Option<u32> {
         self.buddy.tag(head)
     }
 
     /// Sets the bits of an allocated block's tag selected by `mask` (the
-    /// low byte belongs to this layer: change it through its operations;
+    /// low four bits belong to this layer: change it through its operations;
     /// bits above [`tag::KEPT`] are not kept). `false`, changing nothing,
     /// if `head` is not an allocated block's head or `value` sets a bit of
     /// `mask` above [`tag::KEPT`].

@@ -410,14 +410,14 @@ fn compaction_entry_points() {
     // alloc_at a specific block; tags above the reserved bits are free to use.
     z.alloc_at(Pfn(64), o(3), M::Movable).unwrap();
     assert_eq!(z.alloc_at(Pfn(64), o(3), M::Movable), Err(AllocError::Busy));
-    assert!(z.set_tag_bits(Pfn(64), 0xff00 | tag::PINNED, 0x1200 | tag::PINNED));
+    assert!(z.set_tag_bits(Pfn(64), 0x3f0 | tag::PINNED, 0x120 | tag::PINNED));
     assert_eq!(
         z.tag(Pfn(64)),
-        Some(0x1200 | M::Movable as u32),
+        Some(0x120 | M::Movable as u32),
         "reserved bits untouched"
     );
     assert!(!z.is_pinned(Pfn(64)));
-    assert!(!z.set_tag_bits(Pfn(65), 0xff00, 0));
+    assert!(!z.set_tag_bits(Pfn(65), 0x3f0, 0));
     z.free(Pfn(64), o(3)).unwrap();
     z.validate().unwrap();
     // Taking a large free block of another type retypes it movable.
@@ -579,7 +579,7 @@ fn unmovable_fallbacks_go_beside_unmovable_pageblocks_first() {
 
 /// The tag bits a layer above may set are those the buddy core keeps: a
 /// value with a bit above them is refused whole, not cut short; the low
-/// byte stays this layer's whatever the mask says.
+/// four bits stay this layer's whatever the mask says.
 #[test]
 fn tag_bits_above_the_kept_ones_are_refused_not_dropped() {
     zone!(m, z, 2);
@@ -587,11 +587,11 @@ fn tag_bits_above_the_kept_ones_are_refused_not_dropped() {
     let before = z.tag(a).unwrap();
     let top = 1u32 << pageframe_buddy::TAG_BITS;
     assert_eq!(tag::KEPT, top - 1);
-    assert!(!z.set_tag_bits(a, !tag::RESERVED, top | 1 << 12));
+    assert!(!z.set_tag_bits(a, !tag::RESERVED, top | 1 << 8));
     assert_eq!(z.tag(a), Some(before), "nothing written");
-    assert!(z.set_tag_bits(a, !0, 1 << 12 | 0xff));
-    assert_eq!(z.tag(a), Some(before | 1 << 12), "the low byte kept");
-    assert!(z.set_tag_bits(a, 1 << 12, 0));
+    assert!(z.set_tag_bits(a, !0, 1 << 8 | 0xf));
+    assert_eq!(z.tag(a), Some(before | 1 << 8), "the low four bits kept");
+    assert!(z.set_tag_bits(a, 1 << 8, 0));
     assert_eq!(z.tag(a), Some(before));
     // A wide mask with a value inside the kept bits is fine.
     assert!(z.set_tag_bits(a, !tag::RESERVED, tag::KEPT & !tag::RESERVED));

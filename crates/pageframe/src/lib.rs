@@ -5,7 +5,7 @@
 //! | what | bytes | where from |
 //! |---|---|---|
 //! | the machine | `size_of::<Machine>()`, about 35 KiB (46 with feature `vmstat`) | a static, or carved from RAM |
-//! | each zone's metadata | [`Machine::zone_metadata_bytes`]: about 5.4 a frame of the zone's span (4.3 for the buddy core: a 4-byte word, two bits and a 44-byte record a 2 MiB chunk; 1 ownership byte), 1 a pageblock, and under 20 KiB a zone (list heads and counts, the order-0 stripes) | carved from RAM, then left out of the free ranges |
+//! | each zone's metadata | [`Machine::zone_metadata_bytes`]: about 3.4 a frame of the zone's span (2.3 for the buddy core: a 2-byte word, two bits and a 41-byte record a 2 MiB chunk; 1 ownership byte), 1 a pageblock, and under 20 KiB a zone (list heads and counts, the order-0 stripes) | carved from RAM, then left out of the free ranges |
 //! | per-CPU caches | [`Machine::pcp_bytes`]: 16 a cacheable frame (up to 1/8 of each zone shared by its node's CPUs) | carved from RAM after the memory is handed over |
 //! | owner records (feature `page-owner`) | 24 a frame of each zone's span, inside [`Machine::zone_metadata_bytes`] | with the zone's metadata |
 //! | counters (feature `vmstat`) | 192 a zone, and 192 a CPU a zone inside [`Machine::pcp_bytes`] | the machine, and with the caches |

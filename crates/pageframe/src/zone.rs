@@ -111,11 +111,14 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
 
 impl<'a, R: RawMutex> Zone<'a, R> {
     /// Metadata bytes a zone over `span` built with `config` needs, all of
-    /// it: the buddy core's (about 4.3 bytes a frame of the span rounded
-    /// out to whole max-order blocks, see `pageframe_buddy`), the mobility
-    /// layer's one byte a pageblock, one ownership byte a frame, and about
-    /// 2 KiB for the order-0 stripes. 0 for a span no zone can have (empty,
-    /// or too large).
+    /// it: the buddy core's (a 2-byte word and two bits a frame, 40 bytes a
+    /// 2 MiB chunk, see `pageframe_buddy`), the mobility layer's byte a
+    /// pageblock, one ownership byte a frame, and the lists, counts and
+    /// order-0 stripes. For the default configuration and a span of `F`
+    /// frames (rounded out to whole max-order blocks): between
+    /// `13/4 F + 42 F/512` and `13/4 F + 43 F/512 + 20 KiB`, under 4 bytes
+    /// a frame from 128 MiB up (the `page-owner` feature's records come on
+    /// top). 0 for a span no zone can have (empty, or too large).
     pub const fn metadata_bytes(span: PfnRange, config: MobilityConfig) -> usize {
         let m = MobileZone::metadata_bytes(span, config);
         if m == 0 {
@@ -995,5 +998,42 @@ mod tests {
         z.with_zone(|mz| mz.set_tag_bits(b.pfn(), pageframe_compact::tag::ISOLATED, 0));
         m.validate().unwrap();
         m.free(b).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod metadata {
+    use super::Zone;
+    use crate::lock::SpinLock;
+    use pageframe_buddy::{Pfn, PfnRange};
+    use pageframe_mobility::MobilityConfig;
+
+    /// The formula [`Zone::metadata_bytes`] documents, for a span of
+    /// `frames` frames that is whole max-order blocks: its least and most.
+    fn formula(frames: u64) -> (u64, u64) {
+        let per_frame = frames * 13 / 4;
+        let pageblocks = frames / 512;
+        (
+            per_frame + 42 * pageblocks,
+            per_frame + 43 * pageblocks + 20 * 1024,
+        )
+    }
+
+    #[test]
+    fn a_zone_costs_what_the_documented_formula_says_and_at_most_4_bytes_a_frame() {
+        for mib in [128u64, 1024, 4096, 65536, 1 << 20] {
+            let frames = mib << 8;
+            let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + frames));
+            let bytes = Zone::<SpinLock>::metadata_bytes(span, MobilityConfig::DEFAULT) as u64;
+            // The page-owner records are a debugging tool's, on top.
+            #[cfg(feature = "page-owner")]
+            let bytes = bytes - crate::debug::owner::Owners::bytes(span) as u64;
+            let (least, most) = formula(frames);
+            assert!(
+                (least..=most).contains(&bytes),
+                "{mib} MiB: {bytes} bytes, formula {least}..={most}"
+            );
+            assert!(bytes <= 4 * frames, "{mib} MiB: {bytes} bytes");
+        }
     }
 }

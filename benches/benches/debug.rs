@@ -141,7 +141,7 @@ fn costs(c: &mut Criterion) {
 
     // Every pair the traced rows ran (none when filtered out) raised its
     // three events.
-    let seen = |i: usize| t.hooks().0[i].load(Relaxed);
+    let seen = |i: usize| t.inspect().hooks().0[i].load(Relaxed);
     assert!(seen(0) == seen(1) && seen(1) == seen(2));
 
     let range = span(POISON_FRAMES);

@@ -25,10 +25,12 @@ fn machine_for(fixed: bool) -> &'static Machine<'static> {
     let m = machine(span(PAGES), 2, MobilityConfig::DEFAULT);
     if fixed {
         let low = m
+            .inspect()
             .node(NodeId::ZERO)
             .and_then(|n| n.zone(ZoneKind::Normal))
             .map_or(1, |z| z.watermarks().low);
-        m.set_pcp_high_fraction((PAGES / low.max(1)).max(8) as u32)
+        m.tunables()
+            .set_pcp_high_fraction((PAGES / low.max(1)).max(8) as u32)
             .expect("fraction");
     }
     m

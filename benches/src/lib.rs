@@ -69,13 +69,14 @@ pub fn machine_with_hooks<H: Hooks>(
     mobility: MobilityConfig,
     hooks: H,
 ) -> &'static Machine<'static, SpinLock, H> {
-    let m: &'static mut Machine<'static, SpinLock, H> = Box::leak(Machine::new_boxed_with_hooks(
-        MachineConfig {
+    let m: &'static mut Machine<'static, SpinLock, H> = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig {
             mobility,
             ..MachineConfig::SINGLE_NODE
-        },
-        hooks,
-    ));
+        })
+        .hooks(hooks)
+        .build_boxed(),
+    );
     let meta = Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
         .expect("zone");

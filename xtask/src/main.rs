@@ -35,8 +35,9 @@
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
-//! * `surface`         the facade's root budget, one path per item, cited
-//!   paths, links and issue numbers in every text (part of `lint`)
+//! * `surface`         the facade's root budget, `Machine`'s method budget,
+//!   one path per item, cited paths, links and issue numbers in every text
+//!   (part of `lint`)
 //! * `portability`     the library crates on every bare-metal target, on
 //!   the declared MSRV, and packaged for crates.io (`publish --dry-run`)
 #![forbid(unsafe_code)]
@@ -960,6 +961,20 @@ fn surface_and_docs() -> Result<(), String> {
             "the root exports {} items, over the budget of {}",
             s.root.len(),
             surface::ROOT_BUDGET
+        ));
+    }
+    println!(
+        "surface: Machine has {} public methods (budget {}): {}",
+        s.machine_methods.len(),
+        surface::MACHINE_BUDGET,
+        s.machine_methods.join(", ")
+    );
+    if s.machine_methods.len() > surface::MACHINE_BUDGET {
+        bad.push(format!(
+            "Machine has {} public methods, over the budget of {}: tuning belongs on \
+             `Machine::tunables`, inspection on `Machine::debug`, set-up on `boot::Plan`",
+            s.machine_methods.len(),
+            surface::MACHINE_BUDGET
         ));
     }
     for p in &s.twice {

@@ -1,7 +1,9 @@
 //! The facade's public surface, read from rustdoc's JSON output: how many
-//! items its root exports (a budget: a newcomer reads the root first) and
+//! items its root exports (a budget: a newcomer reads the root first),
 //! whether any item is reachable under two public paths (one name per
-//! concept).
+//! concept), and how many methods `Machine` itself carries (a budget: the
+//! calls a kernel makes on every path stay on it, tuning, inspection and
+//! set-up live on facets).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +15,10 @@ use serde_json::Value;
 /// live under one of them, `debug`).
 pub const ROOT_BUDGET: usize = 36;
 
+/// Most public methods `Machine`'s own impl blocks may define, every
+/// feature on (trait impls do not count).
+pub const MACHINE_BUDGET: usize = 40;
+
 /// What the check found.
 pub struct Surface {
     /// Names the root exports (items and modules).
@@ -22,6 +28,8 @@ pub struct Surface {
     /// Whole-module re-exports (globs, other crates): their contents are
     /// not checked, so they are refused.
     pub opaque: Vec<String>,
+    /// The public methods of `Machine`'s inherent impl blocks, sorted.
+    pub machine_methods: Vec<String>,
 }
 
 /// Builds the JSON docs of `pageframe` (nightly rustdoc) and reads them.
@@ -106,12 +114,53 @@ pub fn read(doc: &Value) -> Surface {
             paths.entry(target).or_default().push(path);
         }
     }
+    let machine_methods = inherent_methods(doc, "Machine");
     let twice = paths.into_values().filter(|p| p.len() > 1).collect();
     Surface {
         root: root_names,
         twice,
         opaque,
+        machine_methods,
     }
+}
+
+/// The public functions of the inherent impl blocks of the crate's struct
+/// `name` (empty if there is none), sorted by name.
+fn inherent_methods(doc: &Value, name: &str) -> Vec<String> {
+    let index = &doc["index"];
+    let key = |v: &Value| match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        _ => String::new(),
+    };
+    let Some(map) = index.as_object() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in map.values() {
+        // The crate's own struct: re-exports and other crates' items of the
+        // same name have no `struct` inner here, or another crate id.
+        if item["name"] != name || item["crate_id"] != 0 {
+            continue;
+        }
+        let Some(impls) = item["inner"]["struct"]["impls"].as_array() else {
+            continue;
+        };
+        for i in impls {
+            let imp = &index[&key(i)]["inner"]["impl"];
+            if !imp["trait"].is_null() || imp["is_synthetic"] == true {
+                continue;
+            }
+            for m in imp["items"].as_array().into_iter().flatten() {
+                let f = &index[&key(m)];
+                if f["visibility"] == "public" && f["inner"].get("function").is_some() {
+                    out.push(f["name"].as_str().unwrap_or("?").to_string());
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 #[cfg(test)]
@@ -147,5 +196,36 @@ mod tests {
         two.sort();
         assert_eq!(two, ["pageframe::Zone", "pageframe::zone::Zone"]);
         assert_eq!(s.opaque, ["pageframe::zone::y::*"]);
+    }
+
+    /// Only the public functions of `Machine`'s own impl blocks count: not
+    /// a trait impl's, not a private one, not another type's.
+    #[test]
+    fn machine_methods_are_its_inherent_public_functions() {
+        let doc = serde_json::json!({
+            "root": 0,
+            "index": {
+                "0": {"visibility": "public", "name": "pageframe", "crate_id": 0,
+                      "inner": {"module": {"items": [1, 8]}}},
+                "1": {"visibility": "public", "name": "Machine", "crate_id": 0,
+                      "inner": {"struct": {"impls": [2, 3]}}},
+                "2": {"visibility": "default", "name": null, "crate_id": 0,
+                      "inner": {"impl": {"trait": null, "items": [4, 5, 6]}}},
+                "3": {"visibility": "default", "name": null, "crate_id": 0,
+                      "inner": {"impl": {"trait": {"path": "Drop"}, "items": [7]}}},
+                "4": {"visibility": "public", "name": "free", "crate_id": 0,
+                      "inner": {"function": {}}},
+                "5": {"visibility": "public", "name": "alloc", "crate_id": 0,
+                      "inner": {"function": {}}},
+                "6": {"visibility": "crate", "name": "freelist", "crate_id": 0,
+                      "inner": {"function": {}}},
+                "7": {"visibility": "default", "name": "drop", "crate_id": 0,
+                      "inner": {"function": {}}},
+                "8": {"visibility": "public", "name": "Zone", "crate_id": 0,
+                      "inner": {"struct": {"impls": []}}}
+            },
+            "paths": {}
+        });
+        assert_eq!(read(&doc).machine_methods, ["alloc", "free"]);
     }
 }

@@ -25,12 +25,13 @@ pub fn with_machine<T>(frames: u64, cpus: u32, f: impl FnOnce(&Machine<'_>) -> T
     // Declared before the machine, which borrows them: dropped after it.
     let mut meta: Box<[MaybeUninit<u8>]>;
     let mut pcp: Box<[MaybeUninit<u8>]>;
-    let mut m: Box<Machine<'_>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    let mut m: Box<Machine<'_>> =
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     meta = Box::new_uninit_slice(m.zone_metadata_bytes(span));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, &mut meta)
         .expect("zone");
     m.add_free_range(span).expect("free range");
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     if cpus > 0 {
         pcp = Box::new_uninit_slice(m.pcp_bytes(cpus).expect("cache sizing"));
         m.enable_pcp(cpus, &mut pcp).expect("caches");
@@ -117,13 +118,13 @@ fn settle<'a>(path: &mut impl Path<'a>) -> Settled {
     let m = path.machine();
     m.drain_stripes();
     let mut huge = 0;
-    m.for_each_free_block(|_, o| {
+    m.inspect().for_each_free_block(|_, o| {
         if o.pages() >= HUGE_FRAMES {
             huge += o.pages() / HUGE_FRAMES;
         }
     });
     Settled {
-        frames: m.free_pages(),
+        frames: m.inspect().free_pages(),
         huge_blocks: huge,
     }
 }

@@ -26,7 +26,7 @@ fn leak(n: usize) -> &'static mut [MaybeUninit<u8>] {
 /// A 4 GiB machine with caches for two CPUs.
 fn machine() -> &'static Machine<'static> {
     let m: &'static mut Machine<'static> =
-        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
     let span = PfnRange::new(Pfn(1 << 20), Pfn(2 << 20));
     m.add_zone(
         NodeId::ZERO,

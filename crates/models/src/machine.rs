@@ -37,9 +37,9 @@ use pageframe::{
     AllocError, Block, CmaBuffer, ContigError, Gfp, Machine, MachineConfig, Migrator, NodeId,
     RawError, Segment, SlowPathHooks, ZoneKind,
     contig::CmaId,
-    thp::{NodePolicy, ThpDefrag, ThpPolicy},
     topology::Topology,
-    zone::{Placement, Zone},
+    tune::{NodePolicy, Placement, ThpDefrag, ThpPolicy},
+    zone::Zone,
 };
 
 /// A zone of the model machine: (node, kind, span, usable ranges).
@@ -263,7 +263,7 @@ pub enum Op {
     },
     /// Hot-add node 1's Movable zone over the first `1 + blocks % 8`
     /// pageblocks of [`HOTPLUG_RANGE`] and online what its metadata leaves
-    /// (as [`Machine::memmap_on_memory`] plans it). With `short`, first a
+    /// (as [`pageframe::debug::Inspect::memmap_on_memory`] plans it). With `short`, first a
     /// try with too little metadata, which must change nothing. Once the
     /// zone is there, every further hot-add must fail.
     HotAdd {
@@ -324,7 +324,10 @@ fn allocated_in(m: &Machine<'_>, range: PfnRange) -> Result<Vec<(Pfn, Order)>, S
     if range.is_empty() {
         return Ok(Vec::new());
     }
-    let z = m.zone_of(range.start).ok_or("memory in no zone")?;
+    let z = m
+        .inspect()
+        .zone_of(range.start)
+        .ok_or("memory in no zone")?;
     Ok(z.inspect(|mz| {
         mz.buddy()
             .walk(range)
@@ -610,7 +613,7 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     let mut pcp_mem: Vec<MaybeUninit<u8>> = Vec::new();
     let mut hot_meta =
         vec![MaybeUninit::uninit(); Zone::<SpinLock>::metadata_bytes(HOTPLUG_RANGE, cfg.mobility)];
-    let m = Machine::new_in(&mut slot, cfg);
+    let m = pageframe::boot::Builder::new(cfg).build_in(&mut slot);
     for (meta, &(node, kind, (a, b), _)) in metas.iter_mut().zip(&ZONES) {
         let id = NodeId::new(node).ok_or("node")?;
         m.add_zone(id, kind, PfnRange::new(Pfn(a), Pfn(b)), meta)
@@ -635,7 +638,7 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
         .map_err(|e| format!("{e}"))?;
     let mut hot_meta = Some(hot_meta.as_mut_slice());
     let m: &Machine<'_> = m;
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let mut w = World {
         blocks: BTreeMap::new(),
         next_token: 0,
@@ -683,9 +686,9 @@ pub fn run(ops: &[Op]) -> Result<RunStats, String> {
     m.drain_pcp(None, |_| {});
     m.drain_stripes();
     ensure!(
-        m.free_pages() == w.managed,
+        m.inspect().free_pages() == w.managed,
         "{} of {} frames free at the end",
-        m.free_pages(),
+        m.inspect().free_pages(),
         w.managed
     );
     m.validate().map_err(|e| format!("{e}"))?;
@@ -706,17 +709,17 @@ fn hot_add<'a>(
         HOTPLUG_RANGE.start,
         Pfn(HOTPLUG_RANGE.start.get() + (1 + u64::from(blocks) % 8) * 512),
     );
-    let before = (m.managed_pages(), m.free_pages());
+    let before = (m.inspect().managed_pages(), m.inspect().free_pages());
     let Some(buf) = meta.take() else {
         let r = m.hot_add_zone(node, ZoneKind::Movable, span, &mut []);
         ensure!(r.is_err(), "a second hot-add of one slot succeeded");
         ensure!(
-            (m.managed_pages(), m.free_pages()) == before,
+            (m.inspect().managed_pages(), m.inspect().free_pages()) == before,
             "a refused hot-add changed the machine"
         );
         return Ok(());
     };
-    let Some(plan) = m.memmap_on_memory(span) else {
+    let Some(plan) = m.inspect().memmap_on_memory(span) else {
         ensure!(span.len() <= 512, "no plan for {span:?}");
         *meta = Some(buf);
         return Ok(());
@@ -742,7 +745,7 @@ fn hot_add<'a>(
             r.map(|z| z.span())
         );
         ensure!(
-            m.zone_of(span.start).is_none(),
+            m.inspect().zone_of(span.start).is_none(),
             "a zone after a refused hot-add"
         );
     }
@@ -758,10 +761,10 @@ fn hot_add<'a>(
     m.add_free_range(plan.online)
         .map_err(|e| format!("online of {:?}: {e}", plan.online))?;
     ensure!(
-        m.managed_pages() == before.0 + plan.online.len(),
+        m.inspect().managed_pages() == before.0 + plan.online.len(),
         "managed {} -> {} after onlining {:?}",
         before.0,
-        m.managed_pages(),
+        m.inspect().managed_pages(),
         plan.online
     );
     owners.managed += plan.online.len();
@@ -833,7 +836,10 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                         );
                     }
                     ensure!(a.order() == o, "{a:?} is not of order {o:?}");
-                    let z = m.zone_of(a.pfn()).ok_or("allocation in no zone")?;
+                    let z = m
+                        .inspect()
+                        .zone_of(a.pfn())
+                        .ok_or("allocation in no zone")?;
                     ensure!(
                         z.node() == a.node() && z.kind() == a.zone(),
                         "{a:?} reported the wrong zone"
@@ -880,7 +886,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             raw,
             cpu,
         } => {
-            let free_before = m.free_pages();
+            let free_before = m.inspect().free_pages();
             let target = w.nth_block(index);
             let (p, o, want): (Pfn, Order, Option<FreeError>) = match (kind % 7, target) {
                 // Wrong order of an owned block.
@@ -945,14 +951,14 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                         m.free(back)
                     };
                     r.map_err(|e| format!("{e}"))?;
-                    let free_mid = m.free_pages();
+                    let free_mid = m.inspect().free_pages();
                     // SAFETY: not an owner's block any more: the call must
                     // refuse it (a stale number is the contract's business;
                     // this one is freed and not handed out since).
                     let again = unsafe { m.block_from_raw(p, o) };
                     ensure!(again.is_err(), "a freed number made a block again");
                     ensure!(
-                        m.free_pages() == free_mid,
+                        m.inspect().free_pages() == free_mid,
                         "a refused number changed the free count"
                     );
                     return Ok(());
@@ -977,7 +983,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 (Err(_), None) => {}
             }
             ensure!(
-                m.free_pages() == free_before,
+                m.inspect().free_pages() == free_before,
                 "a refused number changed the free count"
             );
         }
@@ -1013,7 +1019,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 nodes: nodes[usize::from(policy / 5) % 3],
                 compact_only: policy & 0x80 != 0,
             };
-            m.set_thp_policy(p);
+            m.tunables().set_thp_policy(p);
             let r = m.alloc_thp(node_of(node % 2), madvised, w);
             settle(w)?;
             if let Ok(a) = r {
@@ -1076,16 +1082,16 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             let a = u64::from(from) % n;
             let e = (a + 1 + u64::from(len) % (n - a)).min(n);
             let part = PfnRange::new(whole.start + a, whole.start + e);
-            let free_before = m.free_pages();
+            let free_before = m.inspect().free_pages();
             let (p, o) = b.into_raw();
             // SAFETY: the block was the model's, held only as this number
             // from here; the frames kept are made blocks again below, once.
             unsafe { m.free_raw(part) }
                 .map_err(|e| format!("free_raw {part:?} of owned {p:?}/{o:?}: {e}"))?;
             ensure!(
-                m.free_pages() == free_before + part.len(),
+                m.inspect().free_pages() == free_before + part.len(),
                 "free_raw of {part:?}: {} free frames, {} before",
-                m.free_pages(),
+                m.inspect().free_pages(),
                 free_before
             );
             for kept in [
@@ -1157,7 +1163,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 }
                 Err(ContigError::Invalid) => ensure!(range.is_empty(), "{range:?} is valid"),
                 Err(ContigError::OutOfRange { pfn }) => {
-                    let z = m.zone_of(range.start);
+                    let z = m.inspect().zone_of(range.start);
                     ensure!(
                         !z.is_some_and(|z| z.span().contains_range(&range)),
                         "{range:?} is inside a zone"
@@ -1168,7 +1174,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                     );
                 }
                 Err(ContigError::PartialPageblock { pfn }) => {
-                    let z = m.zone_of(range.start).ok_or("no zone")?;
+                    let z = m.inspect().zone_of(range.start).ok_or("no zone")?;
                     let whole = z.inspect(|mz| z.span().contains_range(&mz.pageblock_span(range)));
                     ensure!(!whole, "{range:?} is inside its zone's whole pageblocks");
                     ensure!(range.contains(pfn), "{pfn:?} named for {range:?}");
@@ -1255,7 +1261,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
         Op::Cma { frames, refuse } => {
             w.refuse = refuse;
             let want = 1 + u64::from(frames) % 1024;
-            let held_before = m.cma_stats(CmaId(0)).ok_or("no CMA area")?.held;
+            let held_before = m.inspect().cma_stats(CmaId(0)).ok_or("no CMA area")?.held;
             let r = m.cma_alloc(CmaId(0), want, 1, w);
             settle(w)?;
             if let Ok(got) = r {
@@ -1265,7 +1271,8 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                     got.range()
                 );
                 ensure!(
-                    m.cma_stats(CmaId(0)).ok_or("no CMA area")?.held == held_before + want,
+                    m.inspect().cma_stats(CmaId(0)).ok_or("no CMA area")?.held
+                        == held_before + want,
                     "the area's held count missed {want} frames"
                 );
                 w.take_pieces(m, got.range())?;
@@ -1281,7 +1288,10 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             let pieces: std::collections::BTreeSet<u64> = ranges
                 .flat_map(|r| w.blocks.range(r.start.get()..r.end.get()).map(|(&h, _)| h))
                 .collect();
-            let z = m.zone_of(CMA_AREA.start).ok_or("CMA area in no zone")?;
+            let z = m
+                .inspect()
+                .zone_of(CMA_AREA.start)
+                .ok_or("CMA area in no zone")?;
             let bad = z.inspect(|mz| {
                 mz.buddy().walk(CMA_AREA).find_map(|(p, info)| match info {
                     BlockInfo::Allocated { head, tag, .. }
@@ -1310,7 +1320,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             let start = first + u64::from(block) % n.max(1) * pb;
             let range = PfnRange::new(Pfn(start), Pfn(start + (1 + u64::from(blocks) % 4) * pb));
             w.refuse = refuse;
-            let before = m.managed_pages();
+            let before = m.inspect().managed_pages();
             let was_offline = w
                 .offline
                 .iter()
@@ -1322,9 +1332,9 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 Ok(_) => {
                     ensure!(was_offline.is_none(), "{range:?} went offline twice");
                     ensure!(
-                        m.managed_pages() == before - range.len(),
+                        m.inspect().managed_pages() == before - range.len(),
                         "offline of {range:?}: managed {before} -> {}",
-                        m.managed_pages()
+                        m.inspect().managed_pages()
                     );
                     ensure!(
                         w.blocks
@@ -1339,7 +1349,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                 }
                 Err(e) => {
                     ensure!(
-                        m.managed_pages() == before,
+                        m.inspect().managed_pages() == before,
                         "a failed offline changed managed"
                     );
                     if let Some(off) = was_offline {
@@ -1362,7 +1372,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
         Op::Report { min, refuse, churn } => {
             let min = Order::new_truncated(min % 11);
             let mut bad = None;
-            let (free_before, mut freed, mut offered) = (m.free_pages(), 0, 0);
+            let (free_before, mut freed, mut offered) = (m.inspect().free_pages(), 0, 0);
             let mut batches = 0usize;
             m.report_free_pages(min, |batch: &[(Pfn, Order)]| {
                 for &(p, o) in batch {
@@ -1430,7 +1440,7 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             std::panic::set_hook(Box::new(|_| {}));
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if contig {
-                    let z = m.node(node).and_then(|n| n.zones().next_back());
+                    let z = m.inspect().node(node).and_then(|n| n.zones().next_back());
                     if let Some(z) = z {
                         let pb = 512;
                         let s = z.span().start.get().next_multiple_of(pb);
@@ -1460,20 +1470,20 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             w.refuse_every = refuse_every;
         }
         Op::Tunable { which, value } => match which % 5 {
-            0 => m.set_min_free_kbytes(u64::from(value) % 4096),
+            0 => m.tunables().set_min_free_kbytes(u64::from(value) % 4096),
             1 => {
-                let r = m.set_watermark_scale_factor(value);
+                let r = m.tunables().set_watermark_scale_factor(value);
                 ensure!(
                     r.is_ok() == (1..=3000).contains(&value),
                     "scale factor {value}: {r:?}"
                 );
             }
             2 => {
-                let r = m.set_proactiveness(value);
+                let r = m.tunables().set_proactiveness(value);
                 ensure!(r.is_ok() == (value <= 100), "proactiveness {value}: {r:?}");
             }
             3 => {
-                let r = m.set_extfrag_threshold(value);
+                let r = m.tunables().set_extfrag_threshold(value);
                 ensure!(
                     r.is_ok() == (value <= 1000),
                     "extfrag threshold {value}: {r:?}"
@@ -1481,10 +1491,12 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             }
             _ => {
                 let p = Placement::ALL[value as usize % Placement::ALL.len()];
-                m.set_fallback_placement(p);
+                m.tunables().set_fallback_placement(p);
                 ensure!(
-                    m.fallback_placement() == p
-                        && m.all_zones().all(|z| z.inspect(|mz| mz.placement()) == p),
+                    m.tunables().fallback_placement() == p
+                        && m.inspect()
+                            .all_zones()
+                            .all(|z| z.inspect(|mz| mz.placement()) == p),
                     "placement {p:?} not in force everywhere"
                 );
             }
@@ -1505,14 +1517,17 @@ fn check(m: &Machine<'_>, w: &mut World, managed: u64) -> Result<(), String> {
             cached += c.cache_info(id, kind).map_or(0, |s| u64::from(s.count));
         }
     }
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     ensure!(
         free + cached + w.pages() == managed,
         "{free} free (stripes' included) + {cached} cached + {} owned != {managed} managed",
         w.pages()
     );
     for (&h, o) in &w.blocks {
-        let z = m.zone_of(Pfn(h)).ok_or("owned block in no zone")?;
+        let z = m
+            .inspect()
+            .zone_of(Pfn(h))
+            .ok_or("owned block in no zone")?;
         let info = z.inspect(|mz| mz.buddy().block_at(Pfn(h)));
         ensure!(
             matches!(info, Some(BlockInfo::Allocated { head, order, .. }) if head == Pfn(h) && order == o.order),

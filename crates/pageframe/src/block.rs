@@ -459,17 +459,17 @@ impl core::error::Error for RawError {}
 ///
 /// ```
 /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-/// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+/// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
 /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 4096));
 /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
 /// # m.add_free_range(span).unwrap();
-/// let free = m.free_pages();
+/// let free = m.inspect().free_pages();
 /// {
 ///     let scratch = m.guard(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap()).unwrap()).unwrap();
 ///     assert_eq!(scratch.order().pages(), 4);
 /// } // freed here
-/// assert_eq!(m.free_pages(), free);
+/// assert_eq!(m.inspect().free_pages(), free);
 /// ```
 pub struct BlockGuard<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
     machine: &'m Machine<'a, R, H>,

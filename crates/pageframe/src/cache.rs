@@ -456,8 +456,9 @@ mod tests {
 
     #[test]
     fn two_cpus_refills_share_no_line_of_ownership_bytes() {
-        let m: &'static mut Machine<'static> =
-            std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        let m: &'static mut Machine<'static> = std::boxed::Box::leak(
+            crate::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed(),
+        );
         // An odd start, so that lines do not follow 64-frame alignment.
         let span = PfnRange::new(Pfn(0x10_0007), Pfn(0x10_0007 + 16384));
         let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(

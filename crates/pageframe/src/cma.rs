@@ -68,7 +68,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -93,12 +93,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///     let page = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO).unwrap();
     ///     kernel.0.insert(page.pfn(), page);
     /// }
-    /// assert!(m.cma_stats(cam).unwrap().movable > 0);
+    /// assert!(m.inspect().cma_stats(cam).unwrap().movable > 0);
     /// // ...until the driver takes 16 MiB back: they migrate out.
     /// let buf = m.cma_alloc(cam, 1 << 12, 1 << 9, &mut kernel).unwrap();
     /// assert!(area.contains_range(&buf.range()));
     /// assert!(kernel.0.keys().all(|p| !buf.range().contains(*p)));
-    /// let s = m.cma_stats(cam).unwrap();
+    /// let s = m.inspect().cma_stats(cam).unwrap();
     /// assert_eq!((s.held, s.allocs), (1 << 12, 1));
     /// m.cma_release(buf).unwrap();
     /// ```
@@ -187,8 +187,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.cma.get(usize::from(id.0))?.as_ref()
     }
 
-    /// The area holding `pfn`.
-    pub fn cma_of(&self, pfn: Pfn) -> Option<CmaId> {
+    /// See [`crate::debug::Inspect::cma_of`].
+    pub(crate) fn cma_of(&self, pfn: Pfn) -> Option<CmaId> {
         self.cma
             .iter()
             .map_while(Option::as_ref)
@@ -262,8 +262,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// Area `id`'s range and counters.
-    pub fn cma_stats(&self, id: CmaId) -> Option<CmaStats> {
+    /// See [`crate::debug::Inspect::cma_stats`].
+    pub(crate) fn cma_stats(&self, id: CmaId) -> Option<CmaStats> {
         let a = self.cma_area(id)?;
         let z = self.zone_of(a.range.start)?;
         let (free, used) = z.inspect(|m| {

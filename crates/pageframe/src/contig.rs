@@ -110,7 +110,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -132,12 +132,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// let start = a.pfn().align_down(Order::new(15).unwrap());
     /// let range = PfnRange::new(start, start + (1 << 15));
     /// kernel.0.insert(a.pfn(), a);
-    /// let before = m.managed_pages();
+    /// let before = m.inspect().managed_pages();
     /// assert_eq!(m.offline_range(range, &mut kernel), Ok(512)); // the block moved out
     /// assert!(kernel.0.keys().all(|p| !range.contains(*p))); // and the kernel has its new place
-    /// assert_eq!(m.managed_pages(), before - (1 << 15));
+    /// assert_eq!(m.inspect().managed_pages(), before - (1 << 15));
     /// m.add_free_range(range).unwrap(); // and back online
-    /// assert_eq!(m.managed_pages(), before);
+    /// assert_eq!(m.inspect().managed_pages(), before);
     /// ```
     pub fn offline_range<M: Migrator + ?Sized>(
         &self,
@@ -312,7 +312,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind, compact::{MigrateError, MigrateMode}};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn(2 << 20));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -337,7 +337,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// assert_eq!(giant.start().get() % (1 << 18), 0);
     /// m.free_segment(buf).unwrap();
     /// m.free_segment(giant).unwrap();
-    /// assert_eq!(m.free_pages(), m.managed_pages());
+    /// assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     /// ```
     #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_contig<M: Migrator + ?Sized>(

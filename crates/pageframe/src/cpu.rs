@@ -110,7 +110,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// CPUs on a node, assuming CPUs spread evenly over the nodes that
     /// have them.
-    fn local_cpus(&self, cpus: u32) -> u32 {
+    pub(crate) fn local_cpus(&self, cpus: u32) -> u32 {
         let with_cpus = self
             .topology()
             .nodes()
@@ -199,25 +199,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Ok(range)
     }
 
-    /// Sets `vm.percpu_pagelist_high_fraction` (spec 04 §3.2): 0 (the
-    /// default) auto-tunes each cache's `high` between the low watermark
-    /// and 1/8 of the zone, shared by the node's CPUs; 8 and above fixes it
-    /// at `managed / fraction` shared the same way. Other values are
-    /// refused. Owners apply the new sizing at their next operation.
-    pub fn set_pcp_high_fraction(&self, fraction: u32) -> Result<(), crate::ConfigError> {
-        if (1..8).contains(&fraction) {
-            return Err(crate::ConfigError::PcpHighFraction(fraction));
-        }
-        let local = self.local_cpus(self.cpus.max(1));
-        for z in self.all_zones() {
-            z.update_pcp_sizing(local, fraction)
-                .map_err(|_| crate::ConfigError::PcpHighFraction(fraction))?;
-        }
-        Ok(())
-    }
-
-    /// CPUs with per-CPU caches (0 when none were set up).
-    pub fn pcp_cpus(&self) -> u32 {
+    /// See [`crate::debug::Inspect::pcp_cpus`].
+    pub(crate) fn pcp_cpus(&self) -> u32 {
         self.cpus
     }
 
@@ -266,7 +249,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     /// # use pageframe::{CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x9000));
     /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();

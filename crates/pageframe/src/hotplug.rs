@@ -15,7 +15,7 @@
 //! [`Machine::offline_range`] takes them out again.
 //!
 //! The zone's metadata comes from the caller, or from the new memory
-//! itself ([`Machine::memmap_on_memory`] says which leading frames to map
+//! itself ([`crate::debug::Inspect::memmap_on_memory`] says which leading frames to map
 //! for it and which frames to online), so a machine never sets metadata
 //! aside for memory it does not have yet.
 //!
@@ -40,7 +40,7 @@ use crate::zone::Zone;
 use crate::zone_kind::ZoneKind;
 
 /// How a hot-added range holds its own metadata
-/// ([`Machine::memmap_on_memory`]).
+/// ([`crate::debug::Inspect::memmap_on_memory`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MemmapOnMemory {
     /// The leading frames the kernel maps and passes to
@@ -95,8 +95,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Ok(())
     }
 
-    /// The range declared hotpluggable for `node`'s zone of `kind`.
-    pub fn hotplug_range(&self, node: NodeId, kind: ZoneKind) -> Option<PfnRange> {
+    /// See [`crate::debug::Inspect::hotplug_range`].
+    pub(crate) fn hotplug_range(&self, node: NodeId, kind: ZoneKind) -> Option<PfnRange> {
         self.topology()
             .contains(node)
             .then(|| self.hotplug[node.index()][kind.index()])
@@ -107,7 +107,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// declared for it, while the machine is in use: every frame a hole
     /// until [`Machine::add_free_range`] onlines it. `meta` holds at least
     /// [`Machine::zone_metadata_bytes`] bytes (see
-    /// [`Machine::memmap_on_memory`] to carve it from `span` itself).
+    /// [`crate::debug::Inspect::memmap_on_memory`] to carve it from `span` itself).
     /// Watermarks are recomputed. Checked before anything changes: the node
     /// exists, the span lies in the declared range, and the slot is empty
     /// ([`SetupError::DuplicateZone`] also when another hot-add of the same
@@ -116,7 +116,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
-    /// let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// let boot = PfnRange::new(Pfn(0x1000), Pfn(0x20000));
     /// let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(boot)].into_boxed_slice());
     /// m.add_zone(NodeId::ZERO, ZoneKind::Normal, boot, meta).unwrap();
@@ -128,7 +128,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// // At run time (`&self`), 256 MiB arrive: its first frames hold its
     /// // metadata (the kernel maps them; here, a buffer stands in).
     /// let dimm = PfnRange::new(Pfn(0x100000), Pfn(0x110000));
-    /// let plan = m.memmap_on_memory(dimm).unwrap();
+    /// let plan = m.inspect().memmap_on_memory(dimm).unwrap();
     /// let meta = Box::leak(vec![MaybeUninit::uninit(); plan.metadata_bytes() as usize].into_boxed_slice());
     /// let zone = m.hot_add_zone(NodeId::ZERO, ZoneKind::Movable, dimm, meta).unwrap();
     /// assert_eq!(zone.managed_pages(), 0);
@@ -167,13 +167,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Ok(z)
     }
 
-    /// Plans a hot-add whose metadata lives in the added memory (Linux
-    /// `memmap_on_memory`): the frames from the start of `span` up to the
-    /// first pageblock boundary past those that hold its
-    /// [`Machine::zone_metadata_bytes`], and the frames left to online.
-    /// `None` when `span` is empty, too large for a zone, or would hold
-    /// nothing but its metadata.
-    pub fn memmap_on_memory(&self, span: PfnRange) -> Option<MemmapOnMemory> {
+    /// See [`crate::debug::Inspect::memmap_on_memory`].
+    pub(crate) fn memmap_on_memory(&self, span: PfnRange) -> Option<MemmapOnMemory> {
         let bytes = self.zone_metadata_bytes(span) as u64;
         if bytes == 0 {
             return None;

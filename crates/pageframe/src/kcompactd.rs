@@ -118,10 +118,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Some(out)
     }
 
-    /// Node `id`'s fragmentation score (spec 03 §4.4): each zone's share of
-    /// free memory outside huge-page-sized blocks, weighted by the zone's
-    /// size. 0..=100; `None` for a node without memory.
-    pub fn fragmentation_score(&self, id: NodeId) -> Option<u32> {
+    /// See [`crate::debug::Inspect::fragmentation_score`].
+    pub(crate) fn fragmentation_score(&self, id: NodeId) -> Option<u32> {
         let set = self.node_zones(id, ZoneKind::Movable)?;
         set.with(node_score)
     }

@@ -60,10 +60,11 @@
 extern crate std;
 
 // The files that add to `Machine`, in the order its docs read (rustdoc
-// lists impl blocks in the order of the modules): set-up, nodes and zones,
-// tuning, allocation and counting; the slow path; per-CPU caches;
-// allocation from any context; contiguous ranges, CMA, hotplug;
-// background compaction; reporting.
+// lists impl blocks in the order of the modules): set-up, allocation and
+// validation; the slow path; per-CPU caches; allocation from any context;
+// contiguous ranges, CMA, hotplug; background compaction; reporting. Its
+// two facets come after: `tune` (the knobs) and `debug` (reading the
+// machine, and the debugging tools).
 mod machine;
 
 mod slow_path;
@@ -104,8 +105,9 @@ pub mod paging;
 mod partial;
 mod stripe;
 mod sync;
-pub mod thp;
+mod thp;
 pub mod topology;
+pub mod tune;
 pub mod zone;
 mod zone_kind;
 mod zone_layout;

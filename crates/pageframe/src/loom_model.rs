@@ -96,7 +96,7 @@ fn machine_of(zones: &[(ZoneKind, u64)]) -> &'static LoomMachine {
         ..MachineConfig::SINGLE_NODE
     };
     let slot: &'static mut MaybeUninit<LoomMachine> = Box::leak(Box::new_uninit());
-    let m = Machine::new_in_with_lock(slot, config);
+    let m = crate::boot::Builder::new(config).lock().build_in(slot);
     for &(kind, start) in zones {
         let span = PfnRange::new(Pfn(start), Pfn(start + FRAMES));
         let meta =

@@ -7,16 +7,18 @@
 //!
 //! A machine is built in place (about 35 KiB; the large per-zone state
 //! lives in the zones' metadata), so a kernel with a small boot stack can
-//! have one:
-//! [`Machine::new_in`] writes it into memory the caller owns (a static, or
-//! memory carved from RAM), field by field.
+//! have one: [`crate::boot::Builder`] writes it into memory the caller
+//! owns (a static, or memory carved from RAM), field by field. What a
+//! kernel calls on every path is here; the knobs are on
+//! [`crate::tune::Tunables`] and the reading and debugging calls on
+//! [`crate::debug::Inspect`].
 
 use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{
     AtomicBool, AtomicU8, AtomicU32,
-    Ordering::{Acquire, Relaxed, Release},
+    Ordering::{Acquire, Relaxed},
 };
 
 use pageframe_types::atomic::AtomicU64;
@@ -24,14 +26,14 @@ use pageframe_types::atomic::AtomicU64;
 use pageframe_buddy::{FreeError, Order, PAGE_SHIFT, PAGE_SIZE, Pfn, PfnRange, ValidateError};
 use pageframe_compact::{DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, Deferral};
 use pageframe_mobility::{
-    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MAX_WATERMARK_SCALE_FACTOR,
-    MobilityConfig, Watermarks, default_min_free_kbytes,
+    DEFAULT_WATERMARK_SCALE_FACTOR, LOWMEM_RESERVE_RATIO, MobilityConfig, Placement, Watermarks,
+    default_min_free_kbytes,
 };
 
 use crate::block::{Block, BlockGuard, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
-use crate::error::{AllocError, ConfigError, PinError, SetupError};
+use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
@@ -39,7 +41,7 @@ use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
 use crate::topology::{MAX_NUMNODES, Topology};
-use crate::zone::{Placement, Zone};
+use crate::zone::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;
@@ -102,24 +104,24 @@ impl MachineConfig {
     }
 }
 
-/// The run-time tunables (atomics: read on allocation paths, written
-/// rarely).
-struct Tunables {
+/// The run-time tunables' values (atomics: read on allocation paths,
+/// written rarely); [`crate::tune::Tunables`] sets and reads them.
+pub(crate) struct Knobs {
     /// `vm.min_free_kbytes` as set, read once `min_free_kbytes_set` is.
-    min_free_kbytes: AtomicU64,
+    pub(crate) min_free_kbytes: AtomicU64,
     /// Whether `vm.min_free_kbytes` was set (else computed from memory).
-    min_free_kbytes_set: AtomicBool,
-    watermark_scale_factor: AtomicU32,
-    extfrag_threshold: AtomicU32,
-    proactiveness: AtomicU8,
-    thp: AtomicU8,
-    defrag_mode: AtomicBool,
+    pub(crate) min_free_kbytes_set: AtomicBool,
+    pub(crate) watermark_scale_factor: AtomicU32,
+    pub(crate) extfrag_threshold: AtomicU32,
+    pub(crate) proactiveness: AtomicU8,
+    pub(crate) thp: AtomicU8,
+    pub(crate) defrag_mode: AtomicBool,
     /// `Placement` as its index in `Placement::ALL`.
-    placement: AtomicU8,
+    pub(crate) placement: AtomicU8,
 }
 
 /// The allocator: several nodes, each with up to one zone of each kind.
-/// Build it with [`Machine::new_in`], add zones with
+/// Build it with [`crate::boot::Builder`], add zones with
 /// [`Machine::add_zone`] and memory with [`Machine::add_free_range`];
 /// afterwards every method takes `&self` and the machine can be shared
 /// across CPUs. `R` is the lock every zone takes ([`crate::lock`]).
@@ -147,7 +149,7 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// The node-aware policy's machine-wide back-off after a request failed
     /// on every node.
     pub(crate) global_defer: Deferral,
-    tunables: Tunables,
+    pub(crate) knobs: Knobs,
     /// CPUs with per-CPU caches (0: none).
     pub(crate) cpus: u32,
     /// `[node][kind]`: the range a zone may be hot-added over at run time
@@ -181,62 +183,16 @@ pub(crate) struct SetupGuard<'g, R: RawMutex> {
     _held: lock_api::MutexGuard<'g, R, ()>,
 }
 
-/// # A machine with the default lock
-///
-/// [`crate::lock::SpinLock`], right for a kernel that does not allocate in
-/// interrupt handlers and for host programs; another lock takes
-/// [`Machine::new_in_with_lock`].
-impl<'a> Machine<'a> {
-    /// Writes an empty machine (every node of `config.topology`, no zones)
-    /// into `slot` and returns it. Nothing larger than a few hundred bytes
-    /// is built on the stack, so this works on a 16 KiB boot stack.
-    pub fn new_in(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
-        Self::new_in_with_lock(slot, config)
-    }
-
-    /// An empty machine for `config` in a box (host programs and tests).
-    #[cfg(feature = "std")]
-    pub fn new_boxed(config: MachineConfig) -> std::boxed::Box<Self> {
-        let mut b = std::boxed::Box::<Self>::new_uninit();
-        Self::new_in(&mut b, config);
-        // SAFETY: `new_in` initialised every field.
-        unsafe { b.assume_init() }
-    }
-}
-
-/// # A machine with the default hooks
-///
-/// [`crate::debug::NoHooks`]: nothing to call, nothing compiled in. A
-/// machine with hooks takes [`Machine::new_in_with_hooks`].
-impl<'a, R: RawMutex> Machine<'a, R> {
-    /// [`Machine::new_in`] for a machine whose zones take the lock `R`
-    /// (one that disables interrupts, say: see [`crate::lock`]).
-    pub fn new_in_with_lock(slot: &mut MaybeUninit<Self>, config: MachineConfig) -> &mut Self {
-        Self::new_in_with_hooks(slot, config, NoHooks)
-    }
-}
-
-/// # A machine with the kernel's hooks
-#[cfg(feature = "std")]
-impl<'a, H: Hooks> Machine<'a, SpinLock, H> {
-    /// An empty machine for `config` with `hooks`, in a box (host programs
-    /// and tests).
-    pub fn new_boxed_with_hooks(config: MachineConfig, hooks: H) -> std::boxed::Box<Self> {
-        let mut b = std::boxed::Box::<Self>::new_uninit();
-        Self::new_in_with_hooks(&mut b, config, hooks);
-        // SAFETY: `new_in_with_hooks` initialised every field.
-        unsafe { b.assume_init() }
-    }
-}
-
 /// # Set-up
 ///
 /// An empty machine, its zones and the memory they manage. Set-up takes
 /// `&mut self`; afterwards the machine is shared.
 impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
-    /// [`Machine::new_in`] for a machine whose zones take the lock `R`
-    /// and which reports to `hooks` ([`crate::debug`]).
-    pub fn new_in_with_hooks(
+    /// Writes an empty machine (every node of `config.topology`, no zones)
+    /// into `slot` and returns it, field by field: nothing larger than a
+    /// few hundred bytes is built on the stack, so this works on a 16 KiB
+    /// boot stack. [`crate::boot::Builder`] is the way in.
+    pub(crate) fn write_in(
         slot: &mut MaybeUninit<Self>,
         config: MachineConfig,
         hooks: H,
@@ -264,7 +220,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).index).write(ZoneIndex::EMPTY);
             addr_of_mut!((*p).nofrag).write([const { AtomicBool::new(false) }; MAX_NUMNODES]);
             addr_of_mut!((*p).global_defer).write(Deferral::new());
-            addr_of_mut!((*p).tunables).write(Tunables {
+            addr_of_mut!((*p).knobs).write(Knobs {
                 min_free_kbytes: AtomicU64::new(0),
                 min_free_kbytes_set: AtomicBool::new(false),
                 watermark_scale_factor: AtomicU32::new(DEFAULT_WATERMARK_SCALE_FACTOR),
@@ -458,23 +414,23 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 /// The topology, the nodes and zones, and the order in which a request
 /// tries them.
 impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
-    /// The machine's topology.
-    pub fn topology(&self) -> &Topology {
+    /// See [`crate::debug::Inspect::topology`].
+    pub(crate) fn topology(&self) -> &Topology {
         &self.topology
     }
 
-    /// The zones' mobility configuration.
-    pub fn mobility_config(&self) -> MobilityConfig {
+    /// See [`crate::debug::Inspect::mobility_config`].
+    pub(crate) fn mobility_config(&self) -> MobilityConfig {
         self.mobility
     }
 
-    /// Node `id` (memoryless nodes too), if it is one of the topology's.
-    pub fn node(&self, id: NodeId) -> Option<&Node<'a, R>> {
+    /// See [`crate::debug::Inspect::node`].
+    pub(crate) fn node(&self, id: NodeId) -> Option<&Node<'a, R>> {
         self.topology.contains(id).then(|| &self.nodes[id.index()])
     }
 
-    /// The topology's nodes, in id order.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node<'a, R>> + '_ {
+    /// See [`crate::debug::Inspect::nodes`].
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &Node<'a, R>> + '_ {
         self.topology.nodes().map(|n| &self.nodes[n.index()])
     }
 
@@ -483,19 +439,19 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.nodes.iter_mut().take(n)
     }
 
-    /// Every zone of every node.
-    pub fn all_zones(&self) -> impl Iterator<Item = &Zone<'a, R>> + '_ {
+    /// See [`crate::debug::Inspect::all_zones`].
+    pub(crate) fn all_zones(&self) -> impl Iterator<Item = &Zone<'a, R>> + '_ {
         self.nodes().flat_map(|n| n.zones())
     }
 
-    /// The zone a zonelist entry names.
-    pub fn zone(&self, r: ZoneRef) -> Option<&Zone<'a, R>> {
+    /// See [`crate::debug::Inspect::zone`].
+    pub(crate) fn zone(&self, r: ZoneRef) -> Option<&Zone<'a, R>> {
         self.node(r.node)?.zone(r.kind)
     }
 
-    /// The zone whose span holds `pfn`.
+    /// See [`crate::debug::Inspect::zone_of`].
     #[inline]
-    pub fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
+    pub(crate) fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
         // A hot-added zone may span less than its declared range.
         self.zone(self.index.find(pfn)?)
             .filter(|z| z.span().contains(pfn))
@@ -518,21 +474,21 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Some((r, highest))
     }
 
-    /// The node whose zones hold `pfn`.
-    pub fn node_of(&self, pfn: Pfn) -> Option<NodeId> {
+    /// See [`crate::debug::Inspect::node_of`].
+    pub(crate) fn node_of(&self, pfn: Pfn) -> Option<NodeId> {
         self.zone_of(pfn).map(Zone::node)
     }
 
-    /// Node `id`'s preference order (empty for an unknown node).
-    pub fn node_order(&self, id: NodeId) -> &[NodeId] {
+    /// See [`crate::debug::Inspect::node_order`].
+    pub(crate) fn node_order(&self, id: NodeId) -> &[NodeId] {
         match self.topology.contains(id) {
             true => self.orders[id.index()].as_slice(),
             false => &[],
         }
     }
 
-    /// One of node `id`'s zonelists (empty for an unknown node).
-    pub fn zonelist(&self, id: NodeId, kind: ZonelistKind) -> &Zonelist {
+    /// See [`crate::debug::Inspect::zonelist`].
+    pub(crate) fn zonelist(&self, id: NodeId, kind: ZonelistKind) -> &Zonelist {
         const EMPTY: Zonelist = Zonelist::EMPTY;
         if !self.topology.contains(id) {
             return &EMPTY;
@@ -544,9 +500,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         &self.zonelists[id.index()][i]
     }
 
-    /// The zonelist a request from `local` with `gfp` walks: NOFALLBACK for
-    /// `__GFP_THISNODE`, FALLBACK otherwise.
-    pub fn zonelist_for(&self, local: NodeId, gfp: Gfp) -> &Zonelist {
+    /// See [`crate::debug::Inspect::zonelist_for`].
+    pub(crate) fn zonelist_for(&self, local: NodeId, gfp: Gfp) -> &Zonelist {
         let kind = if gfp.contains(Gfp::THISNODE) {
             ZonelistKind::NoFallback
         } else {
@@ -558,145 +513,48 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     // ---- tunables ----
 }
 
-/// # Tuning
+/// # The tunables in force
 ///
-/// Linux's `vm.*` knobs and the THP policy. Each change takes effect at
-/// once, through `&self`; bad values get a [`ConfigError`] and change
-/// nothing.
+/// What the allocation paths read of the knobs [`crate::tune::Tunables`]
+/// sets, and the watermarks derived from them.
 impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
-    /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes every
-    /// zone's watermarks. Any value is accepted: one larger than the
-    /// machine's memory reserves all of it (every ordinary allocation then
-    /// fails its watermark check), as Linux does.
-    pub fn set_min_free_kbytes(&self, kib: u64) {
-        self.tunables.min_free_kbytes.store(kib, Relaxed);
-        self.tunables.min_free_kbytes_set.store(true, Release);
-        self.recompute_watermarks();
-    }
-
-    /// The `vm.min_free_kbytes` in force: the value set, or 4·√(low memory
-    /// in KiB) clamped to 128 KiB..256 MiB.
-    pub fn min_free_kbytes(&self) -> u64 {
-        if self.tunables.min_free_kbytes_set.load(Acquire) {
-            self.tunables.min_free_kbytes.load(Relaxed)
+    /// See [`crate::tune::Tunables::min_free_kbytes`].
+    pub(crate) fn min_free_kbytes(&self) -> u64 {
+        if self.knobs.min_free_kbytes_set.load(Acquire) {
+            self.knobs.min_free_kbytes.load(Relaxed)
         } else {
             default_min_free_kbytes(self.lowmem_pages().saturating_mul(PAGE_SIZE / 1024))
         }
     }
 
-    /// Sets `vm.watermark_scale_factor` (1..=3000) and recomputes the
-    /// watermarks; other values are refused.
-    pub fn set_watermark_scale_factor(&self, factor: u32) -> Result<(), ConfigError> {
-        if !(1..=MAX_WATERMARK_SCALE_FACTOR).contains(&factor) {
-            return Err(ConfigError::WatermarkScaleFactor(factor));
-        }
-        self.tunables.watermark_scale_factor.store(factor, Relaxed);
-        self.recompute_watermarks();
-        Ok(())
-    }
-
-    /// Sets `vm.compaction_proactiveness` (0..=100; 0 turns proactive
-    /// compaction off). Each node's kcompactd takes it at its next tick.
-    pub fn set_proactiveness(&self, p: u32) -> Result<(), ConfigError> {
-        let v = u8::try_from(p)
-            .ok()
-            .filter(|&v| v <= 100)
-            .ok_or(ConfigError::Proactiveness(p))?;
-        self.tunables.proactiveness.store(v, Relaxed);
-        Ok(())
-    }
-
     /// `vm.compaction_proactiveness`.
-    pub fn proactiveness(&self) -> u8 {
-        self.tunables.proactiveness.load(Relaxed)
-    }
-
-    /// Sets `vm.extfrag_threshold` (0..=1000): compaction of a costly order
-    /// is skipped while the fragmentation index is at or below it (the
-    /// failure would come from lack of memory).
-    pub fn set_extfrag_threshold(&self, t: u32) -> Result<(), ConfigError> {
-        if t > 1000 {
-            return Err(ConfigError::ExtfragThreshold(t));
-        }
-        self.tunables.extfrag_threshold.store(t, Relaxed);
-        Ok(())
+    #[inline]
+    pub(crate) fn proactiveness(&self) -> u8 {
+        self.knobs.proactiveness.load(Relaxed)
     }
 
     /// `vm.extfrag_threshold`.
-    pub fn extfrag_threshold(&self) -> u32 {
-        self.tunables.extfrag_threshold.load(Relaxed)
-    }
-
-    /// Sets the huge-page policy [`Machine::alloc_thp`] follows.
-    pub fn set_thp_policy(&self, policy: ThpPolicy) {
-        self.tunables.thp.store(policy.encode(), Relaxed);
+    #[inline]
+    pub(crate) fn extfrag_threshold(&self) -> u32 {
+        self.knobs.extfrag_threshold.load(Relaxed)
     }
 
     /// The huge-page policy in force.
-    pub fn thp_policy(&self) -> ThpPolicy {
-        ThpPolicy::decode(self.tunables.thp.load(Relaxed))
-    }
-
-    /// Sets `vm.defrag_mode` (spec 02 §5.5): every request first tries
-    /// without fragmenting fallbacks (no claim below a pageblock, no
-    /// steal), and keeps that rule through the slow path's reclaim and
-    /// compaction, and across nodes, dropping it only when they have
-    /// failed.
-    ///
-    /// **On by default here; Linux's default is off:** it keeps more
-    /// maximum-order blocks free at rest under mixed churn, for somewhat
-    /// more reclaim (`cargo xtask lab mixed-churn`; figures in
-    /// `docs/results.md`). On one node, a request
-    /// without reclaim or compaction hooks ([`Machine::alloc`]) ends where
-    /// it would without it, a pass of the free lists later (its last pass
-    /// may fragment as the first one would). On several nodes, a request
-    /// takes another node's memory before it fragments its own node's
-    /// (Linux's defrag_mode does the same). `set_defrag_mode(false)` gives
-    /// Linux's default behaviour.
-    pub fn set_defrag_mode(&self, on: bool) {
-        self.tunables.defrag_mode.store(on, Relaxed);
+    #[inline]
+    pub(crate) fn thp_policy(&self) -> ThpPolicy {
+        ThpPolicy::decode(self.knobs.thp.load(Relaxed))
     }
 
     /// `vm.defrag_mode`.
-    pub fn defrag_mode(&self) -> bool {
-        self.tunables.defrag_mode.load(Relaxed)
-    }
-
-    /// Sets where a fallback for memory that cannot move (unmovable or
-    /// reclaimable requests whose own lists are empty) takes its
-    /// pageblock, in every zone (ours; Linux 6.18 has no such knob):
-    ///
-    /// * [`Placement::Superpageblock`], **the default**: inside a 1 GiB
-    ///   region (a superpageblock) that holds such memory already, and
-    ///   only when none has fallback memory left in a clean one, the least
-    ///   free first, so that the other regions stay 1 GiB pages
-    ///   [`Machine::alloc_contig`] can take, by moving only movable memory.
-    ///   Each zone counts its tainted regions (the zone's
-    ///   [`Zone::superpageblock_map`], `vmstat`);
-    /// * [`Placement::Neighbour`]: only the 4 MiB rule below it (a
-    ///   pageblock beside one of the request's type first), as before
-    ///   there were superpageblocks;
-    /// * [`Placement::Linux`]: Linux's rule, the largest fallback block
-    ///   wherever it lies (with `set_defrag_mode(false)`, Linux's
-    ///   defaults).
-    ///
-    /// What each keeps of 1 GiB pages under churn: `cargo xtask lab
-    /// giant-churn` (figures in `docs/results.md`). Movable requests fall
-    /// back by Linux's rule under each.
-    pub fn set_fallback_placement(&self, placement: Placement) {
-        // Under the set-up lock: a zone hot-added meanwhile gets it too.
-        let _setup = self.setup();
-        self.tunables
-            .placement
-            .store(placement_index(placement), Relaxed);
-        for z in self.all_zones() {
-            z.with_zone(|m| m.set_placement(placement));
-        }
+    #[inline]
+    pub(crate) fn defrag_mode(&self) -> bool {
+        self.knobs.defrag_mode.load(Relaxed)
     }
 
     /// Where fallbacks for memory that cannot move go.
-    pub fn fallback_placement(&self) -> Placement {
-        let i = usize::from(self.tunables.placement.load(Relaxed));
+    #[inline]
+    pub(crate) fn fallback_placement(&self) -> Placement {
+        let i = usize::from(self.knobs.placement.load(Relaxed));
         Placement::ALL.get(i).copied().unwrap_or_default()
     }
 
@@ -723,7 +581,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// §7.1, §7.3): the min reserve is shared between all zones of the
     /// machine in proportion to their size; Movable zones keep a small
     /// fixed min. Saturating arithmetic throughout.
-    pub fn recompute_watermarks(&self) {
+    pub(crate) fn recompute_watermarks(&self) {
         let setup = self.setup();
         self.recompute_watermarks_locked(&setup);
     }
@@ -733,7 +591,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     pub(crate) fn recompute_watermarks_locked(&self, _setup: &SetupGuard<'_, R>) {
         let pages_min = self.min_free_kbytes() / (PAGE_SIZE / 1024);
         let lowmem = self.lowmem_pages().max(1);
-        let factor = self.tunables.watermark_scale_factor.load(Relaxed);
+        let factor = self.knobs.watermark_scale_factor.load(Relaxed);
         for node in self.nodes() {
             let dma32 = node
                 .zone(ZoneKind::Dma32)
@@ -766,8 +624,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             }
         }
     }
-
-    // ---- allocation and free ----
 }
 
 /// # Allocate and free
@@ -905,8 +761,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// The machine's hooks ([`crate::debug`]).
-    pub fn hooks(&self) -> &H {
+    /// See [`crate::debug::Inspect::hooks`].
+    pub(crate) fn hooks(&self) -> &H {
         &self.hooks
     }
 
@@ -926,10 +782,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         })
     }
 
-    /// The sequence number the next allocation's owner record gets: blocks
-    /// with a number at or above a value read earlier were allocated since.
+    /// See [`crate::debug::Inspect::owner_seq`].
     #[cfg(feature = "page-owner")]
-    pub fn owner_seq(&self) -> u64 {
+    pub(crate) fn owner_seq(&self) -> u64 {
         self.owner_seq.load(Relaxed)
     }
 
@@ -939,11 +794,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.owner_seq.fetch_add(1, Relaxed)
     }
 
-    /// The block holding `pfn` and its owner (`live`), or, for a free
-    /// frame, the last block that started there (`live: false`). `None`
-    /// for a frame outside every zone or never allocated.
+    /// See [`crate::debug::Inspect::owner_of`].
     #[cfg(feature = "page-owner")]
-    pub fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner::OwnedBlock> {
+    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner::OwnedBlock> {
         use crate::frame_state::State;
         let z = self.zone_of(pfn)?;
         let max = z.inspect(|mz| mz.buddy().max_order());
@@ -973,11 +826,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         })
     }
 
-    /// Calls `f` with every block allocated now that has an owner record,
-    /// zone by zone in frame order. A contiguous range (or CMA buffer) is
-    /// listed as the blocks that tile it, each with the range's record.
+    /// See [`crate::debug::Inspect::for_each_owned`].
     #[cfg(feature = "page-owner")]
-    pub fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
+    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
         use crate::frame_state::State;
         for z in self.all_zones() {
             let mut p = z.span().start;
@@ -1001,17 +852,15 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// The live blocks grouped by owner tag, largest first, as text
-    /// ([`crate::debug::owner`]).
+    /// See [`crate::debug::Inspect::page_owners`].
     #[cfg(feature = "page-owner")]
-    pub fn page_owners(&self) -> crate::debug::owner::OwnerDump<'_, 'a, R, H> {
+    pub(crate) fn page_owners(&self) -> crate::debug::owner::OwnerDump<'_, 'a, R, H> {
         crate::debug::owner::OwnerDump(self)
     }
 
-    /// Fault injection: which allocations to fail on purpose
-    /// ([`crate::debug::fail`], feature `fail-alloc`).
+    /// See [`crate::debug::Inspect::fail_page_alloc`].
     #[cfg(feature = "fail-alloc")]
-    pub fn fail_page_alloc(&self) -> &crate::debug::fail::FailPageAlloc {
+    pub(crate) fn fail_page_alloc(&self) -> &crate::debug::fail::FailPageAlloc {
         &self.fail
     }
 
@@ -1185,7 +1034,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
     /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -1303,26 +1152,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 /// Free and managed frames, counters, and the walk that checks every
 /// invariant.
 impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
-    /// Calls `f` with every free block on the zones' free lists (first
-    /// frame and order), zone by zone in frame order, each zone under its
-    /// lock: keep `f` short, and do not allocate or free from it. Frames in
-    /// per-CPU caches and the order-0 stripes are not on the lists: drain
-    /// them first ([`Machine::drain_pcp`], [`Machine::drain_stripes`]) to
-    /// see all free memory (to poison it before switching poisoning on,
-    /// say).
-    ///
-    /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, Pfn, PfnRange, ZoneKind};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
-    /// # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
-    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
-    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
-    /// # m.add_free_range(span).unwrap();
-    /// let mut frames = 0;
-    /// m.for_each_free_block(|_pfn, order| frames += order.pages());
-    /// assert_eq!(frames, m.free_pages());
-    /// ```
-    pub fn for_each_free_block(&self, mut f: impl FnMut(Pfn, Order)) {
+    /// See [`crate::debug::Inspect::for_each_free_block`].
+    pub(crate) fn for_each_free_block(&self, mut f: impl FnMut(Pfn, Order)) {
         for z in self.all_zones() {
             z.inspect(|mz| {
                 for (p, info) in mz.buddy().walk(z.span()) {
@@ -1336,13 +1167,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// Free frames over all nodes (not counting per-CPU caches).
-    pub fn free_pages(&self) -> u64 {
+    /// See [`crate::debug::Inspect::free_pages`].
+    pub(crate) fn free_pages(&self) -> u64 {
         self.nodes().map(|n| n.free_pages()).sum()
     }
 
-    /// Managed frames over all nodes.
-    pub fn managed_pages(&self) -> u64 {
+    /// See [`crate::debug::Inspect::managed_pages`].
+    pub(crate) fn managed_pages(&self) -> u64 {
         self.nodes().map(|n| n.managed_pages()).sum()
     }
 
@@ -1355,9 +1186,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.all_zones().map(|z| z.release_stripes()).sum()
     }
 
-    /// Free frames the order-0 stripes of every zone hold (part of
-    /// [`Machine::free_pages`]).
-    pub fn stripe_frames(&self) -> u64 {
+    /// See [`crate::debug::Inspect::stripe_frames`].
+    pub(crate) fn stripe_frames(&self) -> u64 {
         self.all_zones().map(|z| z.stripe_frames()).sum()
     }
 
@@ -1366,15 +1196,14 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         self.nodes().try_for_each(|n| n.validate())
     }
 
-    /// Node `id`'s counters (zero for a node outside the topology).
-    pub fn stats(&self, id: NodeId) -> NodeStats {
+    /// See [`crate::debug::Inspect::stats`].
+    pub(crate) fn stats(&self, id: NodeId) -> NodeStats {
         self.node(id).map_or_else(NodeStats::default, Node::stats)
     }
 
-    /// The machine's counters as `/proc/vmstat` shows them
-    /// ([`crate::debug::vmstat`], feature `vmstat`).
+    /// See [`crate::debug::Inspect::vmstat`].
     #[cfg(feature = "vmstat")]
-    pub fn vmstat(&self) -> crate::debug::vmstat::VmStat {
+    pub(crate) fn vmstat(&self) -> crate::debug::vmstat::VmStat {
         let mut v = crate::debug::vmstat::VmStat::default();
         for z in self.all_zones() {
             z.add_vmstat(&mut v);
@@ -1384,10 +1213,9 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         v
     }
 
-    /// Node `id`'s counters: its zones' and its slow paths' (failures,
-    /// contiguous ranges and CMA are the machine's: 0 here).
+    /// See [`crate::debug::Inspect::node_vmstat`].
     #[cfg(feature = "vmstat")]
-    pub fn node_vmstat(&self, id: NodeId) -> crate::debug::vmstat::VmStat {
+    pub(crate) fn node_vmstat(&self, id: NodeId) -> crate::debug::vmstat::VmStat {
         let mut v = crate::debug::vmstat::VmStat::default();
         if let Some(n) = self.node(id) {
             for z in n.zones() {
@@ -1398,25 +1226,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         v
     }
 
-    /// `/proc/zoneinfo`: every zone's watermarks, sizes, protection, free
-    /// blocks by order and type, and per-CPU caches, as text.
-    ///
-    /// ```
-    /// # use pageframe::{Machine, MachineConfig, NodeId, Pfn, PfnRange, ZoneKind};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
-    /// # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
-    /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
-    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
-    /// # m.add_free_range(span).unwrap();
-    /// let text = m.zoneinfo().to_string();
-    /// assert!(text.starts_with("Node 0, zone   Normal\n  pages free     16384\n"));
-    /// ```
-    pub fn zoneinfo(&self) -> crate::debug::ZoneInfo<'_, 'a, R, H> {
+    /// See [`crate::debug::Inspect::zoneinfo`].
+    pub(crate) fn zoneinfo(&self) -> crate::debug::ZoneInfo<'_, 'a, R, H> {
         crate::debug::ZoneInfo(self)
     }
 
-    /// All nodes' counters added up.
-    pub fn total_stats(&self) -> NodeStats {
+    /// See [`crate::debug::Inspect::total_stats`].
+    pub(crate) fn total_stats(&self) -> NodeStats {
         let mut t = NodeStats::default();
         for n in self.nodes() {
             t += n.stats();
@@ -1424,8 +1240,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         t
     }
 
-    /// The node-aware policy's machine-wide back-off of remote compaction.
-    pub fn global_deferral(&self) -> pageframe_compact::DeferralState {
+    /// See [`crate::debug::Inspect::global_deferral`].
+    pub(crate) fn global_deferral(&self) -> pageframe_compact::DeferralState {
         self.global_defer.state()
     }
 
@@ -1435,8 +1251,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// `/proc/buddyinfo` for the whole machine: one line a zone.
-    pub fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R, H> {
+    /// See [`crate::debug::Inspect::buddyinfo`].
+    pub(crate) fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R, H> {
         MachineBuddyInfo(self)
     }
 }
@@ -1483,7 +1299,7 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     u64::try_from(q).unwrap_or(u64::MAX)
 }
 
-/// See [`Machine::buddyinfo`].
+/// See [`crate::debug::Inspect::buddyinfo`].
 pub struct MachineBuddyInfo<'m, 'a, R: RawMutex, H: Hooks = NoHooks>(&'m Machine<'a, R, H>);
 
 impl<R: RawMutex, H: Hooks> fmt::Display for MachineBuddyInfo<'_, '_, R, H> {
@@ -1496,7 +1312,7 @@ impl<R: RawMutex, H: Hooks> fmt::Display for MachineBuddyInfo<'_, '_, R, H> {
 }
 
 /// `placement`'s index in [`Placement::ALL`] (how the tunable stores it).
-const fn placement_index(placement: Placement) -> u8 {
+pub(crate) const fn placement_index(placement: Placement) -> u8 {
     match placement {
         Placement::Linux => 0,
         Placement::Neighbour => 1,

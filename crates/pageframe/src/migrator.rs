@@ -18,7 +18,7 @@
 //! use std::collections::HashMap;
 //! use pageframe::{Block, Gfp, Migrator, NodeId, Order, Pfn, compact::{MigrateError, MigrateMode}};
 //! # use pageframe::{Machine, MachineConfig, PfnRange, ZoneKind};
-//! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+//! # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
 //! # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 15)));
 //! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 //! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();

@@ -113,7 +113,7 @@ impl<R: RawMutex> Drop for ZoneSlot<'_, R> {
 }
 
 /// The zones of one node and its slow-path state. Reached through
-/// [`crate::Machine::node`]; every memoryless node of the topology has one
+/// [`crate::debug::Inspect::node`]; every memoryless node of the topology has one
 /// too (with no zones).
 pub struct Node<'a, R: RawMutex = SpinLock> {
     id: NodeId,

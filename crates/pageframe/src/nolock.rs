@@ -89,7 +89,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// in the machine's memory). Poisoning checks and initialises the block
     /// through [`Hooks::check`] and [`Hooks::fill`], which touch memory and
     /// nothing else; a write found is counted
-    /// ([`Machine::use_after_free_reports`]) but not reported, and no trace
+    /// ([`crate::debug::Inspect::use_after_free_reports`]) but not reported, and no trace
     /// event is raised: [`Hooks::event`] is the kernel's code, which may
     /// take locks. On targets without 64-bit atomics (riscv32imac) the
     /// zones' free counts and the counters sit behind a lock-based
@@ -98,7 +98,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     /// # use pageframe::{AllocError, CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x9000));
     /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -346,8 +346,9 @@ mod tests {
     use crate::{PfnRange, ZoneKind};
 
     fn machine() -> &'static Machine<'static> {
-        let m: &'static mut Machine<'static> =
-            std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        let m: &'static mut Machine<'static> = std::boxed::Box::leak(
+            crate::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed(),
+        );
         let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 2048));
         let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(
             m.zone_metadata_bytes(span),

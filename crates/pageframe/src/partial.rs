@@ -38,12 +38,12 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
     /// # use core::mem::MaybeUninit;
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
     /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
     /// # m.add_free_range(span).unwrap();
-    /// let free = m.free_pages();
+    /// let free = m.inspect().free_pages();
     /// let (pfn, order) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(4).unwrap()).unwrap().into_raw();
     /// // SAFETY: the sixteen frames are ours, held only as this number.
     /// unsafe {
@@ -51,7 +51,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///     m.free_raw(PfnRange::new(pfn + 11, pfn + 16)).unwrap(); // the top
     ///     m.free_raw(PfnRange::new(pfn, pfn + 3)).unwrap(); // the rest
     /// }
-    /// assert_eq!(m.free_pages(), free);
+    /// assert_eq!(m.inspect().free_pages(), free);
     /// ```
     ///
     /// # Safety

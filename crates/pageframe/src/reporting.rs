@@ -49,7 +49,7 @@ impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
     ///
     /// ```
     /// # use pageframe::{Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-    /// # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     /// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + (1 << 16)));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -62,7 +62,7 @@ impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
     ///     true
     /// });
     /// assert_eq!(s.pages, given);
-    /// assert!(given > 0 && given <= m.free_pages());
+    /// assert!(given > 0 && given <= m.inspect().free_pages());
     /// // Nothing new to report until blocks are allocated and freed again.
     /// assert_eq!(m.report_free_pages(Order::new(9).unwrap(), |_| true).pages, 0);
     /// ```
@@ -81,9 +81,8 @@ impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
         stats
     }
 
-    /// Frames in free blocks of at least `min` order over every zone, and
-    /// how many of them are reported.
-    pub fn reported_pages(&self, min: Order) -> (u64, u64) {
+    /// See [`crate::debug::Inspect::reported_pages`].
+    pub(crate) fn reported_pages(&self, min: Order) -> (u64, u64) {
         self.all_zones()
             .map(|z| z.inspect(|m| m.reported_pages(min)))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))

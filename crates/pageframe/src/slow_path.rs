@@ -128,7 +128,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// A transparent huge page (the pageblock order) for a fault on `node`
     /// in a region with (`madvised`) or without `MADV_HUGEPAGE`, under the
-    /// machine's [`ThpPolicy`] ([`Machine::set_thp_policy`]): how hard it
+    /// machine's [`ThpPolicy`] ([`crate::tune::Tunables::set_thp_policy`]): how hard it
     /// tries, which nodes it may use and compact. Counts the attempt and
     /// where it was served in `node`'s statistics.
     #[cfg_attr(feature = "page-owner", track_caller)]

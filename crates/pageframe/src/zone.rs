@@ -29,7 +29,7 @@ pub use crate::node::BuddyInfo;
 pub use crate::zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};
 pub use pageframe_buddy::{BlockInfo, InitError, RangeError, Stats, ValidateError};
 pub use pageframe_mobility::{
-    BlockError, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse, Placement,
+    BlockError, Blocker, FallbackStats, Mark, MobileZone, MobilityConfig, PageblockUse,
     ReserveAccess, SuperpageblockCounts, SuperpageblockUse, Superpageblocks, Watermarks,
 };
 pub use pageframe_types::{MAX_PFN, MigrateType};
@@ -919,8 +919,9 @@ mod tests {
 
     /// Two pageblocks: small enough for Miri to validate it a few times.
     fn machine() -> &'static Machine<'static> {
-        let m: &'static mut Machine<'static> =
-            std::boxed::Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        let m: &'static mut Machine<'static> = std::boxed::Box::leak(
+            crate::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed(),
+        );
         let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 1024));
         let meta = std::boxed::Box::leak(std::boxed::Box::new_uninit_slice(
             m.zone_metadata_bytes(span),

@@ -41,7 +41,8 @@ fn cached(cpus: u32) -> &'static Machine<'static> {
 }
 
 fn normal<'m>(m: &'m Machine<'static>) -> &'m Zone<'static> {
-    m.node(NodeId::ZERO)
+    m.inspect()
+        .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
         .unwrap()
@@ -69,7 +70,11 @@ fn at_once<T>(f: impl FnOnce() -> T) -> T {
 fn settled(m: &Machine<'static>) {
     m.drain_pcp(None, |_| std::thread::yield_now());
     m.drain_stripes();
-    assert_eq!(m.free_pages(), m.managed_pages(), "frames lost");
+    assert_eq!(
+        m.inspect().free_pages(),
+        m.inspect().managed_pages(),
+        "frames lost"
+    );
     m.validate().unwrap();
 }
 
@@ -81,13 +86,13 @@ fn settled(m: &Machine<'static>) {
 fn with_the_zone_lock_held_by_its_own_cpu_it_fails_at_once() {
     let m = cached(2);
     let z = normal(m);
-    let (free, cache) = (m.free_pages(), info(m, 0));
-    assert_eq!((cache.count, m.stripe_frames()), (0, 0));
+    let (free, cache) = (m.inspect().free_pages(), info(m, 0));
+    assert_eq!((cache.count, m.inspect().stripe_frames()), (0, 0));
     for k in [0, 3, 5] {
         let r = z.inspect(|_| at_once(|| m.try_alloc(CPU0, NodeId::ZERO, ANY, o(k))));
         assert_eq!(r.unwrap_err(), AllocError::Busy, "order {k}");
     }
-    assert_eq!((m.free_pages(), info(m, 0)), (free, cache));
+    assert_eq!((m.inspect().free_pages(), info(m, 0)), (free, cache));
     m.validate().unwrap();
     let b = m.try_alloc(CPU0, NodeId::ZERO, ANY, O0).unwrap();
     let after = info(m, 0);
@@ -109,10 +114,10 @@ fn with_its_cpus_cache_claimed_it_takes_the_zone() {
     c.free(b).unwrap();
     let held = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
     assert!(held.count > 0);
-    assert_eq!(m.stripe_frames(), 0);
-    let free = m.free_pages();
+    assert_eq!(m.inspect().stripe_frames(), 0);
+    let free = m.inspect().free_pages();
     let got = at_once(|| m.try_alloc(CPU0, NodeId::ZERO, ANY, O0)).unwrap();
-    assert_eq!(m.free_pages(), free - 1, "from the zone");
+    assert_eq!(m.inspect().free_pages(), free - 1, "from the zone");
     assert_eq!(
         c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap(),
         held,
@@ -120,7 +125,7 @@ fn with_its_cpus_cache_claimed_it_takes_the_zone() {
     );
     let r = z.inspect(|_| at_once(|| m.try_alloc(CPU0, NodeId::ZERO, ANY, O0)));
     assert_eq!(r.unwrap_err(), AllocError::Busy);
-    assert_eq!(m.free_pages(), free - 1);
+    assert_eq!(m.inspect().free_pages(), free - 1);
     m.free(got).unwrap();
     drop(c);
     settled(m);
@@ -134,7 +139,7 @@ fn a_stripe_serves_while_the_zone_lock_is_held() {
     let z = normal(m);
     // An ordinary order-0 allocation reserves a chunk for a stripe.
     let first = m.alloc(NodeId::ZERO, Gfp::MOVABLE, O0).unwrap();
-    let striped = m.stripe_frames();
+    let striped = m.inspect().stripe_frames();
     assert!(striped > 0);
     let (got, high) = z.inspect(|_| {
         at_once(|| {
@@ -146,7 +151,7 @@ fn a_stripe_serves_while_the_zone_lock_is_held() {
     });
     let got = got.unwrap();
     assert_eq!(high.unwrap_err(), AllocError::Busy);
-    assert_eq!(m.stripe_frames(), striped - 1);
+    assert_eq!(m.inspect().stripe_frames(), striped - 1);
     assert_eq!(got.pfn(), first.pfn() + 1, "the stripe's next frame");
     m.free(got).unwrap();
     m.free(first).unwrap();
@@ -161,7 +166,7 @@ fn with_the_zone_lock_held_by_another_cpu_only_a_hit_is_served() {
     let m = cached(2);
     let z = normal(m);
     // Read while the lock is free (counting takes it).
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let dog = Watchdog::start(1, &["holding the zone lock"], LIMIT);
     let (holding, release) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
@@ -188,7 +193,7 @@ fn with_the_zone_lock_held_by_another_cpu_only_a_hit_is_served() {
         dog.joining();
     });
     dog.stop();
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     // Frames in CPU 1's cache now; the other CPU takes the lock again.
     let b = m.alloc_on(CpuId(1), NodeId::ZERO, ANY, O0).unwrap();
     m.free_on(CpuId(1), b).unwrap();
@@ -228,9 +233,9 @@ fn a_cache_with_a_drain_pending_is_left_alone() {
             // The drain's request is posted (the drainer waits for us).
             go_rx.recv().unwrap();
             drop(c);
-            let free = m.free_pages();
+            let free = m.inspect().free_pages();
             let got = dog.call(0, 0, || m.try_alloc(CPU0, NodeId::ZERO, ANY, O0));
-            assert_eq!(m.free_pages(), free - 1, "from the zone");
+            assert_eq!(m.inspect().free_pages(), free - 1, "from the zone");
             assert_eq!(info(m, 0), left, "the cache is as its owner left it");
             done_tx.send(()).unwrap();
             got.unwrap()
@@ -261,7 +266,7 @@ fn a_cache_with_a_drain_pending_is_left_alone() {
 #[test]
 fn flags_it_never_honours_are_refused() {
     let m = cached(2);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     for gfp in [
         Gfp::DIRECT_RECLAIM,
         Gfp::KSWAPD_RECLAIM,
@@ -284,7 +289,7 @@ fn flags_it_never_honours_are_refused() {
         let r = m.try_alloc(CPU0, NodeId::ZERO, gfp, O0);
         assert_eq!(r.unwrap_err(), AllocError::InvalidGfp, "{gfp:?}");
     }
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     for gfp in [
         Gfp::empty(),
         Gfp::MOVABLE,
@@ -311,22 +316,22 @@ fn flags_it_never_honours_are_refused() {
 #[test]
 fn fault_injection_counters_and_owners_see_it() {
     let m = cached(2);
-    m.fail_page_alloc().set(FailConfig::ALWAYS);
+    m.inspect().fail_page_alloc().set(FailConfig::ALWAYS);
     let r = m.try_alloc(CPU0, NodeId::ZERO, ANY, O0);
-    m.fail_page_alloc().disable();
+    m.inspect().fail_page_alloc().disable();
     assert_eq!(r.unwrap_err(), AllocError::OutOfMemory);
-    assert_eq!(m.fail_page_alloc().injected(), 1);
-    let before = m.vmstat();
+    assert_eq!(m.inspect().fail_page_alloc().injected(), 1);
+    let before = m.inspect().vmstat();
     assert_eq!(before.alloc_fail, 1);
     // A refill of CPU 0's cache, then a hit.
     let a = m.try_alloc(CPU0, NodeId::ZERO, ANY, O0).unwrap();
     let b = m.try_alloc(CPU0, NodeId::ZERO, ANY, O0).unwrap();
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     let normal = ZoneKind::Normal.index();
     assert_eq!(v.pgalloc[normal][0], before.pgalloc[normal][0] + 2);
     assert_eq!(v.pcp_refill, before.pcp_refill + 1);
     assert_eq!(v.pcp_hit, before.pcp_hit + 1);
-    let owner = m.owner_of(b.pfn()).unwrap();
+    let owner = m.inspect().owner_of(b.pfn()).unwrap();
     assert!(owner.live);
     assert_eq!(owner.owner.site.unwrap().file(), file!());
     m.free(a).unwrap();
@@ -377,30 +382,35 @@ impl Hooks for Memory {
 /// locks).
 #[test]
 fn poisoning_applies_and_no_event_is_raised() {
-    let m = Box::leak(Machine::new_boxed_with_hooks(
-        MachineConfig::SINGLE_NODE,
-        Memory {
-            bytes: std::sync::Mutex::new(vec![0x5a; (FRAMES * PAGE_SIZE) as usize]),
-            events: AtomicU64::new(0),
-            allocs: AtomicU64::new(0),
-        },
-    ));
+    let m = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
+            .hooks(Memory {
+                bytes: std::sync::Mutex::new(vec![0x5a; (FRAMES * PAGE_SIZE) as usize]),
+                events: AtomicU64::new(0),
+                allocs: AtomicU64::new(0),
+            })
+            .build_boxed(),
+    );
     let span = r(BASE, BASE + FRAMES);
     zone(m, NodeId::ZERO, ZoneKind::Normal, span, span);
     m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
     let m: &'static _ = m;
     // A block through CPU 0's cache, freed back to it, then written.
     let b = m.alloc_on(CPU0, NodeId::ZERO, ANY, O0).unwrap();
-    assert_eq!(m.hooks().allocs.load(Relaxed), 1, "the hooks see events");
+    assert_eq!(
+        m.inspect().hooks().allocs.load(Relaxed),
+        1,
+        "the hooks see events"
+    );
     let at = Memory::at(b.pfn());
     m.free_on(CPU0, b).unwrap();
-    assert_eq!(m.hooks().bytes.lock().unwrap()[at], PAGE_POISON);
-    m.hooks().bytes.lock().unwrap()[at + 8] = 1;
-    let events = m.hooks().events.load(Relaxed);
+    assert_eq!(m.inspect().hooks().bytes.lock().unwrap()[at], PAGE_POISON);
+    m.inspect().hooks().bytes.lock().unwrap()[at + 8] = 1;
+    let events = m.inspect().hooks().events.load(Relaxed);
     let again = m.try_alloc(CPU0, NodeId::ZERO, ANY, O0).unwrap();
     assert_eq!(Memory::at(again.pfn()), at, "the cache's lowest frame");
-    assert_eq!(m.use_after_free_reports(), 1);
-    let page = m.hooks().bytes.lock().unwrap()[at..at + PAGE_SIZE as usize].to_vec();
+    assert_eq!(m.inspect().use_after_free_reports(), 1);
+    let page = m.inspect().hooks().bytes.lock().unwrap()[at..at + PAGE_SIZE as usize].to_vec();
     assert!(page.iter().all(|&x| x == 0), "initialised on allocation");
     // Frames from a refill, and a failure: no event either.
     let mut more: Vec<Block> = (0..100)
@@ -410,12 +420,12 @@ fn poisoning_applies_and_no_event_is_raised() {
         m.try_alloc(CPU0, NodeId::ZERO, ANY, o(12)).unwrap_err(),
         AllocError::OrderTooLarge
     );
-    assert_eq!(m.hooks().events.load(Relaxed), events);
+    assert_eq!(m.inspect().hooks().events.load(Relaxed), events);
     more.push(again);
     for b in more {
         m.free(b).unwrap();
     }
-    assert_eq!(m.use_after_free_reports(), 1);
+    assert_eq!(m.inspect().use_after_free_reports(), 1);
 }
 
 const CALLS: &[&str] = &[

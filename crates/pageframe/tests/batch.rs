@@ -79,7 +79,7 @@ impl SlowPathHooks for Batches {}
 /// frames kept in each pageblock, held by the returned kernel.
 fn fragmented() -> (&'static mut pageframe::Machine<'static>, Batches, u64) {
     let m = numa(1, 16);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut k = Batches::default();
     fragment(m, 0, &mut k.words);
     (m, k, free)
@@ -100,7 +100,7 @@ fn kernel_whole(k: &Batches, kept: usize) {
 fn back_to_start(m: &pageframe::Machine<'static>, k: &mut Batches, free: u64) {
     m.validate().unwrap();
     k.words.free_all(m);
-    assert_eq!(m.free_pages(), free, "no frame lost");
+    assert_eq!(m.inspect().free_pages(), free, "no frame lost");
     m.validate().unwrap();
 }
 
@@ -206,7 +206,7 @@ fn a_contiguous_range_moves_its_blocks_out_in_batches() {
 #[test]
 fn a_contiguous_range_of_larger_blocks_keeps_batches_within_the_cap() {
     let m = numa(1, 16);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut k = Batches::default();
     let gfp = Gfp::HIGHUSER_MOVABLE | Gfp::THISNODE;
     while let Ok(b) = m.alloc(NodeId::ZERO, gfp, Order::new(3).unwrap()) {

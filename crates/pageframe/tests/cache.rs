@@ -59,13 +59,13 @@ fn handles_are_claimed_once() {
     let m2 = one_zone(4096);
     assert!(m2.pcp_bytes(0).is_err());
     assert!(m2.enable_pcp(1, leak(16)).is_err(), "memory too small");
-    assert_eq!(m2.pcp_cpus(), 0);
+    assert_eq!(m2.inspect().pcp_cpus(), 0);
 }
 
 #[test]
 fn cached_paths_serve_and_check_frees() {
     let m = cached_machine(1);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let mut live = Vec::new();
     for i in 0..2000u32 {
@@ -75,6 +75,7 @@ fn cached_paths_serve_and_check_frees() {
     let held: HashSet<Pfn> = live.iter().map(Block::pfn).collect();
     assert_eq!(held.len(), live.len(), "a frame was handed out twice");
     let zone = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -96,7 +97,7 @@ fn cached_paths_serve_and_check_frees() {
         "{stats:?}, {count} pages cached"
     );
     assert_eq!(
-        m.free_pages() + count as u64 + 2000 * 15 / 4,
+        m.inspect().free_pages() + count as u64 + 2000 * 15 / 4,
         before,
         "cached frames are not free"
     );
@@ -151,14 +152,18 @@ fn cached_paths_serve_and_check_frees() {
         cpu.free(b).unwrap();
     }
     cpu.drain();
-    assert_eq!(m.free_pages(), before, "every frame back in the zone");
+    assert_eq!(
+        m.inspect().free_pages(),
+        before,
+        "every frame back in the zone"
+    );
     m.validate().unwrap();
 }
 
 #[test]
 fn frames_freed_on_another_cpu_are_conserved() {
     let m = cached_machine(2);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(1024);
     // Fewer under Miri, which runs the same interleaving checks slowly.
     let n: u32 = if cfg!(miri) { 300 } else { 50_000 };
@@ -183,18 +188,21 @@ fn frames_freed_on_another_cpu_are_conserved() {
             cpu.drain();
         });
     });
-    assert_eq!(m.free_pages(), before, "no frame lost");
+    assert_eq!(m.inspect().free_pages(), before, "no frame lost");
     m.validate().unwrap();
 }
 
 #[test]
 fn drain_all_reaches_caches_held_by_others() {
     let m = cached_machine(2);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let mut c1 = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
     let b = c1.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     c1.free(b).unwrap();
-    assert!(m.free_pages() < before, "CPU 1's cache holds frames");
+    assert!(
+        m.inspect().free_pages() < before,
+        "CPU 1's cache holds frames"
+    );
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let stop = &stop;
@@ -210,7 +218,7 @@ fn drain_all_reaches_caches_held_by_others() {
         m.drain_pcp(Some(&mut c0), |_| std::thread::yield_now());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }
 
@@ -322,7 +330,7 @@ fn compaction_keeps_the_cache_path_states() {
     }
     cpu.free(huge).unwrap();
     cpu.drain();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -379,6 +387,7 @@ fn a_block_being_migrated_cannot_be_freed() {
     m.validate().unwrap();
     // The owners still own exactly one block each (moved or not).
     let zone = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -396,7 +405,7 @@ fn memalloc_reaches_the_frames_in_its_own_cache() {
     let bytes = m.pcp_bytes(1).unwrap();
     m.enable_pcp(1, leak(bytes)).unwrap();
     let m: &'static Machine<'static> = m;
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let mut held = HashSet::new();
     let mut blocks = Vec::new();
@@ -411,19 +420,19 @@ fn memalloc_reaches_the_frames_in_its_own_cache() {
         blocks.push(a);
     }
     assert_eq!(held.len() as u64, before, "every free frame handed out");
-    assert_eq!(m.free_pages(), 0);
+    assert_eq!(m.inspect().free_pages(), 0);
     for b in blocks {
         cpu.free(b).unwrap();
     }
     cpu.drain();
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }
 
 #[test]
 fn calls_without_a_handle_use_the_cpus_cache_or_the_zone_when_it_is_out() {
     let m = cached_machine(2);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     for _ in 0..100 {
         let b = m
             .alloc_on(CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
@@ -445,7 +454,7 @@ fn calls_without_a_handle_use_the_cpus_cache_or_the_zone_when_it_is_out() {
     assert_eq!(after.count, info.count);
     c1.drain();
     drop(c1);
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     // A CPU without caches, and a block of another machine.
     let b = m
         .alloc_on(CpuId(7), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
@@ -462,7 +471,7 @@ fn calls_without_a_handle_use_the_cpus_cache_or_the_zone_when_it_is_out() {
 #[test]
 fn threads_without_handles_share_frames_across_cpus() {
     let m = cached_machine(2);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     // Bounded: at most 64 blocks in flight, whatever the threads' speeds.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(64);
     std::thread::scope(|s| {
@@ -483,6 +492,6 @@ fn threads_without_handles_share_frames_across_cpus() {
     for cpu in 0..2 {
         m.cpu(CpuId(cpu), NodeId::ZERO).unwrap().drain();
     }
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }

@@ -26,9 +26,9 @@ fn with_cma(blocks: u64, at: u64, cma: u64) -> (&'static Machine<'static>, CmaId
 #[test]
 fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back() {
     let (m, id) = with_cma(256, 64, 32);
-    let area = m.cma_stats(id).unwrap().range;
-    assert_eq!(m.cma_of(area.start), Some(id));
-    assert_eq!(m.cma_of(Pfn(area.start.get() - 1)), None);
+    let area = m.inspect().cma_stats(id).unwrap().range;
+    assert_eq!(m.inspect().cma_of(area.start), Some(id));
+    assert_eq!(m.inspect().cma_of(Pfn(area.start.get() - 1)), None);
     // Unmovable memory never lands in the area, even when the zone runs dry.
     let mut kernel = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
@@ -48,7 +48,7 @@ fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back(
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
         movable.push(a);
     }
-    let s = m.cma_stats(id).unwrap();
+    let s = m.inspect().cma_stats(id).unwrap();
     assert_eq!(s.movable + s.free, area.len());
     assert!(s.movable > area.len() / 2, "{s:?}");
     // Keep one frame in four: the area's movable frames must move out.
@@ -69,12 +69,12 @@ fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back(
     assert_eq!(owners, kept, "every owner's word survived");
     assert!(w.word.keys().all(|&k| !c.range().contains(Pfn(k))));
     assert!(w.blocks.keys().all(|&p| !c.range().contains(p)));
-    let s = m.cma_stats(id).unwrap();
+    let s = m.inspect().cma_stats(id).unwrap();
     assert_eq!((s.held, s.allocs, s.moved), (c.range().len(), 1, c.moved()));
     assert_eq!(c.area(), id);
     m.validate().unwrap();
     m.cma_release(c).unwrap();
-    assert_eq!(m.cma_stats(id).unwrap().held, 0);
+    assert_eq!(m.inspect().cma_stats(id).unwrap().held, 0);
     w.free_all(m);
     m.validate().unwrap();
 }
@@ -83,12 +83,13 @@ fn only_movable_memory_lands_in_the_area_and_a_contiguous_request_takes_it_back(
 fn movable_requests_prefer_the_area_while_it_holds_most_free_memory() {
     // Three quarters of the zone is CMA: the first movable request goes there.
     let (m, id) = with_cma(64, 16, 48);
-    let area = m.cma_stats(id).unwrap().range;
+    let area = m.inspect().cma_stats(id).unwrap().range;
     let a = m
         .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
         .unwrap();
     assert!(area.contains(a.pfn()));
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -96,7 +97,7 @@ fn movable_requests_prefer_the_area_while_it_holds_most_free_memory() {
     assert_eq!(z.fallback_stats().cma, 1);
     // A quarter: own lists first.
     let (m2, id2) = with_cma(64, 0, 16);
-    let area2 = m2.cma_stats(id2).unwrap().range;
+    let area2 = m2.inspect().cma_stats(id2).unwrap().range;
     let b = m2
         .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
         .unwrap();
@@ -149,8 +150,8 @@ fn bad_areas_and_requests_get_typed_errors() {
     assert_eq!(cma(id, 0), Err(ContigError::Invalid));
     assert_eq!(cma(id, 9 * PB), Err(ContigError::NotFound));
     m.free(k).unwrap();
-    assert_eq!(m.cma_stats(id).unwrap().failures, 1);
-    assert!(m.cma_stats(CmaId(5)).is_none());
+    assert_eq!(m.inspect().cma_stats(id).unwrap().failures, 1);
+    assert!(m.inspect().cma_stats(CmaId(5)).is_none());
     m.validate().unwrap();
 }
 
@@ -168,7 +169,7 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
     m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
     let m: &'static Machine<'static> = m;
     let mut w = Words::default();
-    let area = m.cma_stats(id).unwrap().range;
+    let area = m.inspect().cma_stats(id).unwrap().range;
     let seg = m
         .alloc_contig_range(r(area.start.get(), area.start.get() + 1), &mut w)
         .unwrap();
@@ -176,9 +177,13 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
     // SAFETY: the segment was given up just above; its one frame is ours.
     let piece = unsafe { m.block_from_raw(start, Order::ZERO) }.unwrap();
     let mut cpu = m.cpu(pageframe::CpuId(0), NodeId::ZERO).unwrap();
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     cpu.free(piece).unwrap();
-    assert_eq!(m.free_pages(), free + 1, "back in the zone, not the cache");
+    assert_eq!(
+        m.inspect().free_pages(),
+        free + 1,
+        "back in the zone, not the cache"
+    );
     // Unmovable requests through the cache never get a CMA frame.
     for _ in 0..2000 {
         let a = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
@@ -195,12 +200,12 @@ fn cma_pieces_freed_through_a_cache_go_back_to_the_area() {
 fn an_area_refused_leaves_every_pageblock_its_type() {
     let m = one_zone(128 * PB);
     let base = 4 * GIB;
-    let zone = m.zone_of(Pfn(base)).unwrap();
+    let zone = m.inspect().zone_of(Pfn(base)).unwrap();
     let low = zone.watermarks().low;
     // A high-order atomic success near the watermark reserves its
     // pageblock (spec 02 §7); freed, the pageblock stays reserved.
     let mut held = Vec::new();
-    while m.free_pages() > low {
+    while m.inspect().free_pages() > low {
         held.push(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap());
     }
     let a = m
@@ -212,7 +217,7 @@ fn an_area_refused_leaves_every_pageblock_its_type() {
         m.free(b).unwrap();
     }
     let types = |m: &Machine<'static>| {
-        m.zone_of(Pfn(base)).unwrap().inspect(|mz| {
+        m.inspect().zone_of(Pfn(base)).unwrap().inspect(|mz| {
             (0..128)
                 .map(|i| mz.block_type(Pfn(base + i * PB)))
                 .collect::<Vec<_>>()

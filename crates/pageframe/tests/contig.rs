@@ -22,7 +22,7 @@ const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
 /// kept by the kernel `w` with a word a frame; returns where they are.
 fn fill_movable(m: &Machine<'static>, w: &mut Words, frac: f64, seed: u64) -> Vec<(Pfn, Order)> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let target = (m.managed_pages() as f64 * frac) as u64;
+    let target = (m.inspect().managed_pages() as f64 * frac) as u64;
     let mut live = Vec::new();
     let mut used = 0;
     while used < target {
@@ -73,7 +73,7 @@ fn in_range(p: Pfn, r: PfnRange) -> bool {
 #[test]
 fn an_odd_sized_range_on_free_memory() {
     let m = one_zone(64 * PB);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let base = 4 * GIB;
     // 3000 frames, starting mid-pageblock: not a power of two, not aligned.
     let range = r(base + 700, base + 3700);
@@ -82,7 +82,11 @@ fn an_odd_sized_range_on_free_memory() {
     assert_eq!(a.range(), range);
     assert_eq!(a.moved(), 0);
     assert_eq!((a.node(), a.zone()), (NodeId::ZERO, ZoneKind::Normal));
-    assert_eq!(m.free_pages(), managed - 3000, "exactly the range is taken");
+    assert_eq!(
+        m.inspect().free_pages(),
+        managed - 3000,
+        "exactly the range is taken"
+    );
     m.validate().unwrap();
     // The rest of the edge pageblocks serves ordinary requests again.
     let mut got = Vec::new();
@@ -99,7 +103,7 @@ fn an_odd_sized_range_on_free_memory() {
     }
     // A range that is not tiled by live allocations: refused, naming the
     // first frame at fault, unchanged.
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let err = |p: u64, why| Err(pageframe::RawError { pfn: Pfn(p), why });
     assert_eq!(
         raw_range(m, r(base + 600, base + 3700)),
@@ -110,9 +114,9 @@ fn an_odd_sized_range_on_free_memory() {
         Err(pageframe::RawError { pfn, why: FreeError::NotBlockHead { head, .. } })
             if pfn == Pfn(base + 701) && head == Pfn(base + 700)
     ));
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.free_segment(a).unwrap();
-    assert_eq!(m.free_pages(), managed);
+    assert_eq!(m.inspect().free_pages(), managed);
     assert_eq!(
         raw_range(m, range),
         err(base + 700, FreeError::AlreadyFree),
@@ -124,6 +128,7 @@ fn an_odd_sized_range_on_free_memory() {
 /// Frames the watermark check keeps back from an ordinary allocation.
 fn min_reserve(m: &Machine<'static>) -> u64 {
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -145,10 +150,10 @@ fn movable_memory_moves_out_and_keeps_its_data() {
         .map(|(_, o)| o.pages())
         .sum();
     assert!(inside > 10_000, "the test needs allocations in the range");
-    let free_before = m.free_pages();
+    let free_before = m.inspect().free_pages();
     let a = m.alloc_contig_range(range, &mut w).unwrap();
     assert_eq!(a.moved(), inside, "each allocation in the range moved once");
-    assert_eq!(m.free_pages(), free_before - range.len());
+    assert_eq!(m.inspect().free_pages(), free_before - range.len());
     words_intact(&w, frames);
     assert!(
         w.word.keys().all(|&k| !range.contains(Pfn(k))),
@@ -160,7 +165,7 @@ fn movable_memory_moves_out_and_keeps_its_data() {
     );
     m.validate().unwrap();
     m.free_segment(a).unwrap();
-    assert_eq!(m.free_pages(), free_before);
+    assert_eq!(m.inspect().free_pages(), free_before);
     m.validate().unwrap();
 }
 
@@ -172,7 +177,7 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
     let kb = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     let k = kb.pfn();
     let around = r(k.get().saturating_sub(100).max(base), k.get() + 100);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     assert_eq!(
         m.alloc_contig_range(around, &mut w),
         Err(ContigError::Blocked {
@@ -180,7 +185,7 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
             why: Blocker::Unmovable
         })
     );
-    assert_eq!(m.free_pages(), before, "nothing changed");
+    assert_eq!(m.inspect().free_pages(), before, "nothing changed");
     m.validate().unwrap();
     // Pinned movable memory blocks too, and so does a refusing migrator.
     let mvb = m.alloc(NodeId::ZERO, MOVABLE, o(2)).unwrap();
@@ -198,12 +203,12 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
     // The kernel keeps it from now on, and lets it move.
     w.keep(mvb);
     w.refuse = true;
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     assert_eq!(
         m.alloc_contig_range(around, &mut w),
         Err(ContigError::Refused { pfn: mv })
     );
-    assert_eq!(m.free_pages(), before, "isolation undone");
+    assert_eq!(m.inspect().free_pages(), before, "isolation undone");
     m.validate().unwrap();
     // The same range works once the migrator cooperates.
     w.refuse = false;
@@ -226,7 +231,7 @@ fn unmovable_and_pinned_memory_block_with_their_pfn() {
 fn bad_requests_get_typed_errors() {
     let m = two_zones(8 * PB, 8 * PB);
     let mut w = Words::default();
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let out = |p: u64| ContigError::OutOfRange { pfn: Pfn(p) };
     let cases = [
         (r(4 * GIB, 4 * GIB), ContigError::Invalid),
@@ -275,7 +280,7 @@ fn bad_requests_get_typed_errors() {
     };
     assert_eq!(raw_range(m, r(5, 5)), err(5));
     assert_eq!(raw_range(m, r(u64::MAX - 2, u64::MAX)), err(u64::MAX - 2));
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }
 
@@ -363,7 +368,7 @@ fn frames_in_per_cpu_caches_come_back_through_the_migrators_drain() {
     assert!(d.drains > 0);
     m.free_segment(seg).unwrap();
     m.drain_pcp(None, |_| {});
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -447,7 +452,7 @@ fn blocks_the_kernel_keeps_end_the_attempt_after_one_more_drain() {
     assert_eq!(k.drains, 5);
     assert_eq!(k.asked, 4 + 3 + 2 + 1);
     m.free_segment(seg).unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -500,7 +505,7 @@ fn first_fit_skips_past_every_block_a_failed_candidate_kept() {
     for b in kept {
         m.free(b).unwrap();
     }
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -513,7 +518,7 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
     let frames = if cfg!(miri) { 64 * PB } else { 4 * GIB };
     let giant = if cfg!(miri) { 8 * PB } else { GIB };
     let m = one_zone(frames);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let mut w = Words::default();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut live = fill_movable(m, &mut w, 0.75, 7);
@@ -541,7 +546,7 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
     }
     let live_frames: u64 = live.iter().map(|(_, o)| o.pages()).sum();
     words_intact(&w, live_frames);
-    let used = managed - m.free_pages();
+    let used = managed - m.inspect().free_pages();
     assert!(used * 100 / managed >= 60, "the guest is full: {used}");
     let a = m
         .alloc_contig(NodeId::ZERO, MOVABLE, giant, giant, &mut w)
@@ -558,7 +563,7 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
         m.free(b).unwrap();
     }
     w.free_all(m);
-    assert_eq!(m.free_pages(), managed);
+    assert_eq!(m.inspect().free_pages(), managed);
     m.validate().unwrap();
 }
 
@@ -569,7 +574,7 @@ fn one_gib_pages_after_churn_in_a_4_gib_guest() {
 fn offline_and_online_256_mib_with_movable_memory() {
     let frames = if cfg!(miri) { 64 * PB } else { GIB };
     let m = one_zone(frames);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let mut w = Words::default();
     let live = fill_movable(m, &mut w, 0.5, 11);
     let words: u64 = live.iter().map(|(_, o)| o.pages()).sum();
@@ -580,13 +585,13 @@ fn offline_and_online_256_mib_with_movable_memory() {
         .filter(|(p, o)| *p + o.pages() > range.start && *p < range.end)
         .map(|(_, o)| o.pages())
         .sum();
-    let free_before = m.free_pages();
+    let free_before = m.inspect().free_pages();
     let moved = m.offline_range(range, &mut w).unwrap();
     assert_eq!(moved, inside, "each allocation in the range moved once");
-    assert_eq!(m.managed_pages(), managed - range.len());
+    assert_eq!(m.inspect().managed_pages(), managed - range.len());
     // The range's free frames left with it, and its allocations took as
     // many free frames outside as they hold.
-    assert_eq!(m.free_pages(), free_before - range.len());
+    assert_eq!(m.inspect().free_pages(), free_before - range.len());
     words_intact(&w, words);
     assert!(w.word.keys().all(|&k| !range.contains(Pfn(k))));
     m.validate().unwrap();
@@ -615,11 +620,11 @@ fn offline_and_online_256_mib_with_movable_memory() {
         m.free(b).unwrap();
     }
     // Online again: every frame back, the zone as before.
-    let full = m.free_pages();
+    let full = m.inspect().free_pages();
     m.add_free_range(range).unwrap();
-    assert_eq!(m.free_pages(), full + range.len());
+    assert_eq!(m.inspect().free_pages(), full + range.len());
     assert!(m.add_free_range(range).is_err(), "online twice");
-    assert_eq!(m.managed_pages(), managed);
+    assert_eq!(m.inspect().managed_pages(), managed);
     m.validate().unwrap();
     let mut served = 0;
     // MEMALLOC: past the watermarks, every frame.
@@ -634,7 +639,7 @@ fn offline_and_online_256_mib_with_movable_memory() {
 #[test]
 fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
     let m = one_zone(64 * PB);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let mut w = Words::default();
     let base = 4 * GIB;
     assert_eq!(
@@ -645,7 +650,7 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
     let kblock = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     let k = kblock.pfn();
     let kb = k.get() / PB * PB;
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     assert_eq!(
         m.offline_range(r(kb, kb + 4 * PB), &mut w),
         Err(ContigError::Blocked {
@@ -664,12 +669,12 @@ fn offline_refuses_what_it_cannot_empty_and_keeps_everything() {
             Err(ContigError::Refused { pfn: mv })
         );
     }
-    assert_eq!(m.managed_pages(), managed);
-    assert_eq!(m.free_pages(), free - 8);
+    assert_eq!(m.inspect().managed_pages(), managed);
+    assert_eq!(m.inspect().free_pages(), free - 8);
     m.validate().unwrap();
     m.free(kblock).unwrap();
     w.free_all(m);
-    assert_eq!(m.free_pages(), managed);
+    assert_eq!(m.inspect().free_pages(), managed);
 }
 
 /// A range that holds only part of a block is named as that, with the
@@ -679,7 +684,7 @@ fn a_range_that_cuts_a_block_says_so() {
     let m = one_zone(4 * PB);
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(3)).unwrap();
     let p = b.pfn();
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let cut = |s: Pfn, e: Pfn| raw_range(m, PfnRange::new(s, e));
     assert_eq!(
         cut(p, p + 4),
@@ -703,7 +708,7 @@ fn a_range_that_cuts_a_block_says_so() {
         }),
         "the upper half"
     );
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     assert!(
         FreeError::PartOfBlock {
             head: p,
@@ -730,13 +735,13 @@ fn a_frame_free_in_a_cpu_cache_does_not_block_an_offline() {
     c.free(a).unwrap();
     assert!(c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count > 0);
     let pb = r(p.get() / PB * PB, p.get() / PB * PB + PB);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let busy = m.offline_range(pb, &mut pageframe::compact::NoMigration);
     assert!(
         matches!(busy, Err(ContigError::Busy { pfn }) if pb.contains(pfn)),
         "{busy:?}"
     );
-    assert_eq!(m.managed_pages(), managed);
+    assert_eq!(m.inspect().managed_pages(), managed);
     m.validate().unwrap();
 
     /// A kernel whose drain empties this CPU's caches.
@@ -765,12 +770,12 @@ fn a_frame_free_in_a_cpu_cache_does_not_block_an_offline() {
         }
     }
     assert_eq!(m.offline_range(pb, &mut Draining(&mut c)), Ok(0));
-    assert_eq!(m.managed_pages(), managed - PB);
+    assert_eq!(m.inspect().managed_pages(), managed - PB);
     m.validate().unwrap();
     m.add_free_range(pb).unwrap();
     drop(c);
     m.drain_pcp(None, |_| {});
-    assert_eq!(m.free_pages(), managed);
+    assert_eq!(m.inspect().free_pages(), managed);
 }
 
 /// A range that begins inside a block names frames of its own: a refused
@@ -784,12 +789,12 @@ fn a_refused_block_starting_before_the_range_is_named_inside_it() {
     w.keep(b);
     w.refuse = true;
     let inside = r(head.get() + 1, head.get() + 2);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     assert_eq!(
         m.alloc_contig_range(inside, &mut w),
         Err(ContigError::Refused { pfn: inside.start })
     );
-    assert_eq!(m.free_pages(), before, "nothing changed");
+    assert_eq!(m.inspect().free_pages(), before, "nothing changed");
     m.validate().unwrap();
     w.refuse = false;
     let seg = m.alloc_contig_range(inside, &mut w).unwrap();

@@ -9,7 +9,8 @@ use common::*;
 use pageframe::{
     Block, Gfp, Machine, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
-    zone::{MigrateType, Placement},
+    tune::Placement,
+    zone::MigrateType,
 };
 
 /// A kernel holding movable frames, whose reclaim frees those of one
@@ -56,7 +57,7 @@ impl SlowPathHooks for Reclaim<'_> {
 /// `block` holds the rest.
 fn full_machine(block: u64) -> Reclaim<'static> {
     let m = one_zone(8 * PB);
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     let m: &'static Machine<'static> = m;
     let base = 4 * GIB;
     let mut held = HashMap::new();
@@ -86,8 +87,9 @@ fn block_of(p: Pfn) -> u64 {
 fn unmovable_requests_reclaim_before_they_fragment_by_default() {
     let mut r = full_machine(5);
     let m = r.m;
-    assert!(m.defrag_mode(), "on by default");
+    assert!(m.tunables().defrag_mode(), "on by default");
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -121,9 +123,10 @@ fn without_defrag_mode_unmovable_requests_steal_first() {
     ] {
         let mut r = full_machine(5);
         let m = r.m;
-        m.set_defrag_mode(false);
-        m.set_fallback_placement(placement);
+        m.tunables().set_defrag_mode(false);
+        m.tunables().set_fallback_placement(placement);
         let z = m
+            .inspect()
             .node(NodeId::ZERO)
             .unwrap()
             .zone(ZoneKind::Normal)
@@ -158,14 +161,14 @@ fn order_zero_requests_reclaim_when_memory_is_full() {
     for defrag in [true, false] {
         let mut r = full_machine(6);
         let m = r.m;
-        m.set_defrag_mode(defrag);
+        m.tunables().set_defrag_mode(defrag);
         for i in 0..10 {
             let b = m
                 .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::ZERO)
                 .unwrap_or_else(|e| panic!("refill {i}: {e:?}"));
             r.held.insert(b.pfn(), b);
         }
-        assert_eq!(m.free_pages(), 0);
+        assert_eq!(m.inspect().free_pages(), 0);
         assert!(
             m.alloc_slow(NodeId::ZERO, Gfp::ATOMIC, Order::ZERO, &mut r)
                 .is_err()

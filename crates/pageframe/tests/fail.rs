@@ -53,25 +53,31 @@ fn probability_fails_about_that_share_and_the_seed_repeats_it() {
         seed: 42,
         ..FailConfig::ALWAYS
     };
-    m.fail_page_alloc().set(half);
+    m.inspect().fail_page_alloc().set(half);
     let a = pattern(m, 4000);
     let failed = a.iter().filter(|&&ok| !ok).count();
     assert!((800..1200).contains(&failed), "{failed} of 4000 at 25%");
-    assert_eq!(m.fail_page_alloc().injected(), failed as u64);
+    assert_eq!(m.inspect().fail_page_alloc().injected(), failed as u64);
     // The same seed, the same failures; another seed, others.
-    m.fail_page_alloc().set(half);
+    m.inspect().fail_page_alloc().set(half);
     assert_eq!(pattern(m, 4000), a);
-    m.fail_page_alloc().set(FailConfig { seed: 43, ..half });
+    m.inspect()
+        .fail_page_alloc()
+        .set(FailConfig { seed: 43, ..half });
     assert_ne!(pattern(m, 4000), a);
-    m.fail_page_alloc().disable();
+    m.inspect().fail_page_alloc().disable();
     assert!(pattern(m, 1000).iter().all(|&ok| ok));
-    assert_eq!(m.free_pages(), m.managed_pages(), "no frame lost");
+    assert_eq!(
+        m.inspect().free_pages(),
+        m.inspect().managed_pages(),
+        "no frame lost"
+    );
 }
 
 #[test]
 fn interval_and_times_bound_the_failures() {
     let m = machine();
-    m.fail_page_alloc().set(FailConfig {
+    m.inspect().fail_page_alloc().set(FailConfig {
         interval: 4,
         times: Some(3),
         ..FailConfig::ALWAYS
@@ -79,13 +85,13 @@ fn interval_and_times_bound_the_failures() {
     let p = pattern(m, 20);
     let failed: Vec<usize> = (0..20).filter(|&i| !p[i]).collect();
     assert_eq!(failed, [3, 7, 11], "every 4th, three times");
-    assert!(m.fail_page_alloc().enabled());
+    assert!(m.inspect().fail_page_alloc().enabled());
 }
 
 #[test]
 fn small_orders_and_requests_that_must_not_fail_are_spared() {
     let m = machine();
-    m.fail_page_alloc().set(FailConfig {
+    m.inspect().fail_page_alloc().set(FailConfig {
         min_order: o(2),
         ..FailConfig::ALWAYS
     });
@@ -101,14 +107,14 @@ fn small_orders_and_requests_that_must_not_fail_are_spared() {
     }
     // ignore-gfp-wait: requests that may reclaim are spared, atomic ones
     // are not.
-    m.fail_page_alloc().set(FailConfig {
+    m.inspect().fail_page_alloc().set(FailConfig {
         ignore_reclaim: true,
         ..FailConfig::ALWAYS
     });
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
     m.free(b).unwrap();
     assert!(m.alloc(NodeId::ZERO, Gfp::ATOMIC, o(0)).is_err());
-    assert_eq!(m.fail_page_alloc().injected(), 3);
+    assert_eq!(m.inspect().fail_page_alloc().injected(), 3);
 }
 
 #[test]
@@ -118,7 +124,7 @@ fn every_allocation_entry_point_is_covered() {
     // Warm the cache: a hit must fail too.
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     c.free(b).unwrap();
-    m.fail_page_alloc().set(FailConfig::ALWAYS);
+    m.inspect().fail_page_alloc().set(FailConfig::ALWAYS);
     assert_eq!(
         c.alloc(Gfp::KERNEL, Order::ZERO).unwrap_err(),
         AllocError::OutOfMemory
@@ -133,8 +139,8 @@ fn every_allocation_entry_point_is_covered() {
             .is_err()
     );
     assert!(m.alloc_thp(NodeId::ZERO, true, &mut w).is_err());
-    assert_eq!(m.fail_page_alloc().injected(), 4);
-    m.fail_page_alloc().disable();
+    assert_eq!(m.inspect().fail_page_alloc().injected(), 4);
+    m.inspect().fail_page_alloc().disable();
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     c.free(b).unwrap();
     drop(c);

@@ -21,7 +21,7 @@ fn each_pageblock_shows_its_type_and_fill() {
         span,
         r(4 * GIB, 4 * GIB + 6 * PB),
     );
-    let z = m.zone_of(span.start).unwrap();
+    let z = m.inspect().zone_of(span.start).unwrap();
     assert_eq!(
         z.fragmentation_map().to_string(),
         format!("{:#010x} ......__\n", 4 * GIB),
@@ -64,7 +64,7 @@ fn long_zones_wrap_and_unaligned_edges_count_only_their_frames() {
     // 100 pageblocks and a half, starting half-way into a pageblock.
     let span = r(4 * GIB + PB / 2, 4 * GIB + 101 * PB);
     zone(m, n(0), ZoneKind::Normal, span, span);
-    let z = m.zone_of(span.start).unwrap();
+    let z = m.inspect().zone_of(span.start).unwrap();
     let map = z.fragmentation_map().to_string();
     let lines: Vec<_> = map.lines().collect();
     assert_eq!(lines.len(), 2);
@@ -98,7 +98,7 @@ fn the_superpageblock_map_shows_tainted_clean_and_free_1gib_pages() {
     let span = r(4 * GIB + GIB / 2, 8 * GIB);
     zone(m, n(0), ZoneKind::Normal, span, span);
     let m = &*m;
-    let z = m.zone_of(span.start).unwrap();
+    let z = m.inspect().zone_of(span.start).unwrap();
     let line = |z: &pageframe::zone::Zone<'_>| {
         let map = z.superpageblock_map().to_string();
         map.lines()
@@ -129,7 +129,7 @@ fn the_superpageblock_map_shows_tainted_clean_and_free_1gib_pages() {
     assert!(text.starts_with(&format!(
         "superpageblocks: 3 could be 1 GiB pages, 1 tainted, 3 clean, {free} free now\n"
     )));
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     assert_eq!(
         (
             v.nr_superpageblocks,
@@ -146,7 +146,8 @@ fn the_superpageblock_map_shows_tainted_clean_and_free_1gib_pages() {
     let vm = v.to_string();
     assert!(vm.contains("nr_superpageblocks_tainted 1\n"));
     assert!(
-        m.zoneinfo()
+        m.inspect()
+            .zoneinfo()
             .to_string()
             .contains("  superpageblocks 3 (of 262144 frames): tainted 1, clean 3")
     );

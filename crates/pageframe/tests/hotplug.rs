@@ -33,20 +33,24 @@ fn free_all(m: &Machine<'static>, live: Vec<pageframe::Block>) {
     for b in live {
         m.free(b).unwrap();
     }
-    assert_eq!(m.free_pages(), m.managed_pages(), "no frame lost");
+    assert_eq!(
+        m.inspect().free_pages(),
+        m.inspect().managed_pages(),
+        "no frame lost"
+    );
     m.validate().unwrap();
 }
 
 #[test]
 fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
     let m = hotpluggable();
-    let before = m.managed_pages();
+    let before = m.inspect().managed_pages();
     // Nothing there yet: movable requests are served by Normal, and the
     // declared range is no zone's.
     let a = m.alloc(n(0), MOVABLE, o(0)).unwrap();
     assert_eq!(a.zone(), ZoneKind::Normal);
     m.free(a).unwrap();
-    assert!(m.zone_of(Pfn(8 * GIB)).is_none());
+    assert!(m.inspect().zone_of(Pfn(8 * GIB)).is_none());
     // SAFETY: no block lives there: refused.
     let r0 = unsafe { m.block_from_raw(Pfn(8 * GIB), o(0)) };
     assert_eq!(
@@ -55,7 +59,7 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
     );
 
     let dimm = r(8 * GIB, 8 * GIB + GIB / 4);
-    let plan = m.memmap_on_memory(dimm).unwrap();
+    let plan = m.inspect().memmap_on_memory(dimm).unwrap();
     let needed = m.zone_metadata_bytes(dimm) as u64;
     assert_eq!(plan.metadata.start, dimm.start);
     assert!(plan.metadata_bytes() >= needed, "room for the metadata");
@@ -75,18 +79,19 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
         )
         .unwrap();
     assert_eq!((z.span(), z.managed_pages()), (dimm, 0));
-    assert_eq!(m.managed_pages(), before, "holes until onlined");
+    assert_eq!(m.inspect().managed_pages(), before, "holes until onlined");
     m.add_free_range(plan.online).unwrap();
-    assert_eq!(m.managed_pages(), before + plan.online.len());
+    assert_eq!(m.inspect().managed_pages(), before + plan.online.len());
     assert!(
-        m.zone(pageframe::topology::ZoneRef {
-            node: n(0),
-            kind: ZoneKind::Movable
-        })
-        .is_some()
+        m.inspect()
+            .zone(pageframe::topology::ZoneRef {
+                node: n(0),
+                kind: ZoneKind::Movable
+            })
+            .is_some()
     );
     assert!(
-        m.zone_of(Pfn(9 * GIB - 1)).is_none(),
+        m.inspect().zone_of(Pfn(9 * GIB - 1)).is_none(),
         "declared but not added"
     );
     // The metadata frames are holes of the zone: not allocatable, no block.
@@ -106,7 +111,7 @@ fn a_declared_zone_arrives_with_its_metadata_carved_from_itself() {
         assert_eq!(a.zone(), ZoneKind::Normal);
         live.push(a);
     }
-    assert!(m.zone_of(live[0].pfn()).unwrap().watermarks().min > 0);
+    assert!(m.inspect().zone_of(live[0].pfn()).unwrap().watermarks().min > 0);
     free_all(m, live);
 }
 
@@ -115,7 +120,7 @@ fn bad_hot_adds_change_nothing() {
     let m = hotpluggable();
     let dimm = r(8 * GIB, 8 * GIB + GIB / 4);
     let bytes = m.zone_metadata_bytes(dimm);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     assert_eq!(
         m.hot_add_zone(n(0), ZoneKind::Dma32, dimm, leak(bytes))
             .err(),
@@ -152,10 +157,10 @@ fn bad_hot_adds_change_nothing() {
         }))
     );
     assert!(
-        m.zone_of(dimm.start).is_none(),
+        m.inspect().zone_of(dimm.start).is_none(),
         "no zone after the failures"
     );
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
 
     m.hot_add_zone(n(0), ZoneKind::Movable, dimm, leak(bytes))
         .unwrap();
@@ -165,7 +170,7 @@ fn bad_hot_adds_change_nothing() {
         Some(SetupError::DuplicateZone(n(0), ZoneKind::Movable)),
         "one zone a slot"
     );
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     m.validate().unwrap();
 }
 
@@ -210,26 +215,34 @@ fn declarations_are_checked() {
         "the declared slot is reserved for the hot-add"
     );
     assert_eq!(
-        m.hotplug_range(n(0), ZoneKind::Movable),
+        m.inspect().hotplug_range(n(0), ZoneKind::Movable),
         Some(r(8 * GIB, 9 * GIB))
     );
-    assert_eq!(m.hotplug_range(n(0), ZoneKind::Dma32), None);
-    assert_eq!(m.hotplug_range(n(5), ZoneKind::Movable), None);
+    assert_eq!(m.inspect().hotplug_range(n(0), ZoneKind::Dma32), None);
+    assert_eq!(m.inspect().hotplug_range(n(5), ZoneKind::Movable), None);
 }
 
 #[test]
 fn memmap_on_memory_refuses_what_cannot_hold_itself() {
     let m = hotpluggable();
-    assert_eq!(m.memmap_on_memory(r(8 * GIB, 8 * GIB)), None, "empty");
     assert_eq!(
-        m.memmap_on_memory(r(8 * GIB, 8 * GIB + PB)),
+        m.inspect().memmap_on_memory(r(8 * GIB, 8 * GIB)),
+        None,
+        "empty"
+    );
+    assert_eq!(
+        m.inspect().memmap_on_memory(r(8 * GIB, 8 * GIB + PB)),
         None,
         "one pageblock: nothing left after its metadata"
     );
-    let p = m.memmap_on_memory(r(8 * GIB, 8 * GIB + 2 * PB)).unwrap();
+    let p = m
+        .inspect()
+        .memmap_on_memory(r(8 * GIB, 8 * GIB + 2 * PB))
+        .unwrap();
     assert_eq!(p.online, r(8 * GIB + PB, 8 * GIB + 2 * PB));
     // An unaligned start still onlines from a pageblock boundary.
     let p = m
+        .inspect()
         .memmap_on_memory(r(8 * GIB + 7, 8 * GIB + 64 * PB))
         .unwrap();
     assert!(p.online.start.is_aligned(o(9)));
@@ -240,7 +253,7 @@ fn memmap_on_memory_refuses_what_cannot_hold_itself() {
 fn hot_added_memory_goes_offline_again_and_the_data_moves_with_it() {
     let m = hotpluggable();
     let dimm = r(8 * GIB, 8 * GIB + GIB / 4);
-    let plan = m.memmap_on_memory(dimm).unwrap();
+    let plan = m.inspect().memmap_on_memory(dimm).unwrap();
     m.hot_add_zone(
         n(0),
         ZoneKind::Movable,
@@ -249,7 +262,7 @@ fn hot_added_memory_goes_offline_again_and_the_data_moves_with_it() {
     )
     .unwrap();
     m.add_free_range(plan.online).unwrap();
-    let before = m.managed_pages();
+    let before = m.inspect().managed_pages();
     let mut w = Words::default();
     let mut live = Vec::new();
     let all: Vec<pageframe::Block> = (0..40_000)
@@ -277,17 +290,17 @@ fn hot_added_memory_goes_offline_again_and_the_data_moves_with_it() {
     assert!(in_half > 1_000, "the Movable zone served them");
     let moved = m.offline_range(half, &mut w).unwrap();
     assert_eq!(moved, in_half, "exactly the frames in use there moved");
-    assert_eq!(m.managed_pages(), before - half.len());
+    assert_eq!(m.inspect().managed_pages(), before - half.len());
     let mut seen: Vec<u64> = w.word.values().copied().collect();
     seen.sort_unstable();
     assert!(seen.iter().copied().eq(0..20_000), "every word once");
     assert!(w.word.keys().all(|&p| !half.contains(Pfn(p))));
     assert!(w.blocks.keys().all(|&p| w.word.contains_key(&p.get())));
     w.free_all(m);
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     // And back online.
     m.add_free_range(half).unwrap();
-    assert_eq!(m.managed_pages(), before);
+    assert_eq!(m.inspect().managed_pages(), before);
     m.validate().unwrap();
 }
 
@@ -298,7 +311,7 @@ fn memory_for_a_memoryless_node_arrives() {
     zone(m, n(0), ZoneKind::Normal, boot, boot);
     let later = r(base(1), base(1) + 64 * PB);
     m.declare_hotplug(n(1), ZoneKind::Normal, later).unwrap();
-    assert_eq!(m.node_order(n(1)), &[n(1), n(0)]);
+    assert_eq!(m.inspect().node_order(n(1)), &[n(1), n(0)]);
     let a = m.alloc(n(1), Gfp::KERNEL, o(0)).unwrap();
     assert_eq!(a.node(), n(0), "node 1 has nothing yet");
     assert!(m.alloc(n(1), Gfp::KERNEL | Gfp::THISNODE, o(0)).is_err());
@@ -313,7 +326,7 @@ fn memory_for_a_memoryless_node_arrives() {
     .unwrap();
     m.add_free_range(later).unwrap();
     let b = m.alloc(n(1), Gfp::KERNEL | Gfp::THISNODE, o(0)).unwrap();
-    assert_eq!((b.node(), m.node_of(b.pfn())), (n(1), Some(n(1))));
+    assert_eq!((b.node(), m.inspect().node_of(b.pfn())), (n(1), Some(n(1))));
     let c = m.alloc(n(1), Gfp::KERNEL, o(3)).unwrap();
     assert_eq!(c.node(), n(1), "the local node first now");
     free_all(m, vec![b, c]);
@@ -325,7 +338,7 @@ fn a_zone_hot_added_while_other_cpus_allocate() {
     m.enable_pcp(2, leak(m.pcp_bytes(2).unwrap())).unwrap();
     let m: &'static Machine<'static> = m;
     let dimm = r(8 * GIB, 8 * GIB + GIB / 4);
-    let plan = m.memmap_on_memory(dimm).unwrap();
+    let plan = m.inspect().memmap_on_memory(dimm).unwrap();
     let online = AtomicBool::new(false);
     let workers: Vec<(u64, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
@@ -369,7 +382,11 @@ fn a_zone_hot_added_while_other_cpus_allocate() {
         assert!(in_movable > 0, "each CPU reached the new zone");
     }
     m.drain_pcp(None, |_| {});
-    assert_eq!(m.free_pages(), m.managed_pages(), "no frame lost");
+    assert_eq!(
+        m.inspect().free_pages(),
+        m.inspect().managed_pages(),
+        "no frame lost"
+    );
     m.validate().unwrap();
 }
 
@@ -386,7 +403,7 @@ fn miri_a_reader_sees_all_of_a_zone_or_none() {
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
             loop {
-                if let Some(z) = m.zone_of(later.start) {
+                if let Some(z) = m.inspect().zone_of(later.start) {
                     assert_eq!(z.span(), later);
                     assert_eq!(z.kind(), ZoneKind::Movable);
                     return z.free_pages();

@@ -69,7 +69,7 @@ fn the_machine_is_built_over_the_ranges_gathered_and_hands_out_only_them() {
     assert!(std::ptr::eq(m, inc.built().unwrap()));
     // Everything gathered is managed, less what the build carved (a few
     // dozen frames of metadata and the machine).
-    let carved = gathered - m.managed_pages();
+    let carved = gathered - m.inspect().managed_pages();
     assert!(carved > 0 && carved < 200, "carved {carved}");
     // Every frame handed out is one that was added.
     let mut got = Vec::new();
@@ -81,7 +81,7 @@ fn the_machine_is_built_over_the_ranges_gathered_and_hands_out_only_them() {
         );
         got.push(b);
     }
-    assert_eq!(got.len() as u64, m.managed_pages());
+    assert_eq!(got.len() as u64, m.inspect().managed_pages());
     for b in got {
         m.free(b).unwrap();
     }
@@ -106,7 +106,7 @@ fn overlaps_and_memory_outside_the_zones_are_refused_with_nothing_taken() {
         inc.add(r(0x2000, 0x2001)).unwrap(); // adjacent is fine
     }
     let m = inc.machine().unwrap();
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     // SAFETY: as above.
     unsafe {
         // A hole inside the zone's span (0x100..0x2001): still refused,
@@ -124,7 +124,7 @@ fn overlaps_and_memory_outside_the_zones_are_refused_with_nothing_taken() {
             Err(AddError::Overlap(r(0x1800, 0x1801)))
         );
     }
-    assert_eq!(m.managed_pages(), managed);
+    assert_eq!(m.inspect().managed_pages(), managed);
     m.validate().unwrap();
 }
 
@@ -137,11 +137,11 @@ fn memory_added_after_the_build_inside_a_zone_is_onlined() {
         inc.add(r(0x2000, 0x3000)).unwrap();
     }
     let m = inc.machine().unwrap();
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     // The hole between the two ranges lies inside the zone's span.
     // SAFETY: as above.
     unsafe { inc.add(r(0x1000, 0x2000)) }.unwrap();
-    assert_eq!(m.managed_pages(), managed + 0x1000);
+    assert_eq!(m.inspect().managed_pages(), managed + 0x1000);
     // SAFETY: handed over twice: refused.
     let again = unsafe { inc.add(r(0x1800, 0x1900)) };
     assert_eq!(again, Err(AddError::Overlap(r(0x1800, 0x1900))));
@@ -207,9 +207,9 @@ fn miri_per_cpu_caches_are_set_up_at_the_build_from_the_machine_itself() {
     // SAFETY: simulated RAM given up for good.
     unsafe { inc.add(r(0x100, PART.min(0x3000))) }.unwrap();
     let m = inc.machine().unwrap();
-    assert_eq!(m.pcp_cpus(), 2);
+    assert_eq!(m.inspect().pcp_cpus(), 2);
     // The caches' memory is allocated from the machine, for good.
-    assert!(m.free_pages() < m.managed_pages());
+    assert!(m.inspect().free_pages() < m.inspect().managed_pages());
     let b = m
         .alloc_on(pageframe::CpuId(1), NodeId::ZERO, Gfp::KERNEL, Order::ZERO)
         .unwrap();
@@ -245,7 +245,7 @@ fn memory_beyond_the_address_width_is_refused_at_the_door() {
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     m.free(b).unwrap();
     // ...and refuses the same after the build.
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     for far in beyond {
         // SAFETY: refused.
         let after = unsafe { inc.add(far) };
@@ -257,6 +257,6 @@ fn memory_beyond_the_address_width_is_refused_at_the_door() {
             "{far:?} after the build"
         );
     }
-    assert_eq!(m.managed_pages(), managed);
+    assert_eq!(m.inspect().managed_pages(), managed);
     m.validate().unwrap();
 }

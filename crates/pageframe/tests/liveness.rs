@@ -31,7 +31,11 @@ fn two_cached_zones(cpus: u32, frames: u64) -> &'static Machine<'static> {
 /// managed, and the books check.
 fn settled(m: &Machine<'static>, held: u64) {
     m.drain_pcp(None, |_| std::thread::yield_now());
-    assert_eq!(m.free_pages() + held, m.managed_pages(), "frames lost");
+    assert_eq!(
+        m.inspect().free_pages() + held,
+        m.inspect().managed_pages(),
+        "frames lost"
+    );
     m.validate().unwrap();
 }
 

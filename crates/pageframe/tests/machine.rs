@@ -61,7 +61,7 @@ fn dma32_requests_stay_low_and_normal_is_preferred() {
 #[test]
 fn exhausting_normal_falls_back_to_dma32_but_not_into_its_reserve() {
     let m = two_zones(64 << 10, 64 << 10);
-    let node = m.node(NodeId::ZERO).unwrap();
+    let node = m.inspect().node(NodeId::ZERO).unwrap();
     let dma32 = node.zone(ZoneKind::Dma32).unwrap();
     let reserve = dma32.lowmem_reserve(ZoneKind::Normal);
     assert_eq!(
@@ -90,6 +90,7 @@ fn exhausting_normal_falls_back_to_dma32_but_not_into_its_reserve() {
 fn reserves_grant_deeper_access_in_order_of_privilege() {
     let m = one_zone(32 << 10);
     let zone = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -131,7 +132,7 @@ fn reserves_grant_deeper_access_in_order_of_privilege() {
 #[test]
 fn setup_errors_are_typed_and_change_nothing() {
     let m = two_zones(4096, 4096);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     assert_eq!(
         m.add_free_range(r(8 * GIB - 1, 8 * GIB + 1)),
         Err(SetupError::Range(RangeError::OutOfSpan))
@@ -144,10 +145,10 @@ fn setup_errors_are_typed_and_change_nothing() {
         m.add_free_range(r(5, 5)),
         Err(SetupError::Range(RangeError::Empty))
     );
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     // Across the zone boundary, all or nothing, then both zones gain frames.
     m.add_free_range(r(4 * GIB - 10, 4 * GIB)).unwrap();
-    assert_eq!(m.free_pages(), before + 10);
+    assert_eq!(m.inspect().free_pages(), before + 10);
     m.validate().unwrap();
 
     let m2 = machine_with(MachineConfig::SINGLE_NODE);
@@ -171,7 +172,8 @@ fn setup_errors_are_typed_and_change_nothing() {
         Some(SetupError::NoSuchNode(n(1)))
     );
     assert!(
-        m2.node(NodeId::ZERO)
+        m2.inspect()
+            .node(NodeId::ZERO)
             .unwrap()
             .zone(ZoneKind::Normal)
             .is_none()
@@ -252,14 +254,19 @@ fn metadata_sizes_are_exactly_what_zones_need() {
 #[test]
 fn reports_name_the_real_node() {
     let m = numa(2, 4);
-    let text = m.buddyinfo().to_string();
+    let text = m.inspect().buddyinfo().to_string();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2);
     assert!(lines[0].starts_with("Node 0, zone   Normal"), "{text}");
     assert!(lines[1].starts_with("Node 1, zone   Normal"), "{text}");
     // 4 pageblocks = 2 order-10 blocks on each node.
     assert_eq!(lines[1].split_whitespace().last(), Some("2"));
-    let z1 = m.node(n(1)).unwrap().zone(ZoneKind::Normal).unwrap();
+    let z1 = m
+        .inspect()
+        .node(n(1))
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
     let pti = z1.pagetypeinfo().to_string();
     assert!(
         pti.contains("Node 1, zone   Normal, type      Movable"),
@@ -296,7 +303,7 @@ fn errors_read_as_sentences() {
 #[test]
 fn two_threads_share_a_machine_without_losing_frames() {
     let m: &Machine<'static> = two_zones(8192, 8192);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let (tx, rx) = std::sync::mpsc::channel::<pageframe::Block>();
     std::thread::scope(|s| {
         s.spawn(move || {
@@ -317,7 +324,7 @@ fn two_threads_share_a_machine_without_losing_frames() {
             }
         });
     });
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }
 
@@ -328,13 +335,13 @@ fn x86_64_frame_allocator_adapter() {
         FrameAllocator, FrameDeallocator, PhysFrame, Size2MiB, Size4KiB,
     };
     let m = two_zones(4096, 4096);
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     // SAFETY: the frames are simulated and never touched.
     let mut a = unsafe { pageframe::paging::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
     let small: PhysFrame<Size4KiB> = a.allocate_frame().unwrap();
     let big: PhysFrame<Size2MiB> = a.allocate_frame().unwrap();
     assert_eq!(big.start_address().as_u64() % (2 << 20), 0);
-    assert_eq!(m.free_pages(), before - 1 - 512);
+    assert_eq!(m.inspect().free_pages(), before - 1 - 512);
     // SAFETY: both frames came from this adapter and are no longer used;
     // the double free breaks the contract on purpose: the machine refuses
     // it (the frame is free), and the adapter counts it.
@@ -344,7 +351,7 @@ fn x86_64_frame_allocator_adapter() {
         a.deallocate_frame(small);
     }
     assert_eq!(a.rejected_frees(), 1);
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
 }
 
 #[test]
@@ -370,6 +377,7 @@ fn gfp_mobility_bits_choose_the_migratetype_and_keep_types_apart() {
     }
     // Every frame sits in a pageblock of its own type: no mixing.
     let normal = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -405,6 +413,7 @@ fn high_order_atomic_requests_reserve_a_highatomic_block() {
     // pageblock becomes reserve (zones of >= 100 pageblocks only).
     let m = one_zone(128 * PB);
     let zone = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -428,41 +437,42 @@ fn high_order_atomic_requests_reserve_a_highatomic_block() {
 fn tunables_are_checked_and_applied() {
     let m = one_zone(64 << 10);
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
         .unwrap();
     let before = z.watermarks();
     assert_eq!(
-        m.set_watermark_scale_factor(0),
+        m.tunables().set_watermark_scale_factor(0),
         Err(pageframe::ConfigError::WatermarkScaleFactor(0))
     );
     assert_eq!(
-        m.set_watermark_scale_factor(3001),
+        m.tunables().set_watermark_scale_factor(3001),
         Err(pageframe::ConfigError::WatermarkScaleFactor(3001))
     );
     assert_eq!(z.watermarks(), before, "refused values change nothing");
-    m.set_watermark_scale_factor(1000).unwrap();
+    m.tunables().set_watermark_scale_factor(1000).unwrap();
     let w = z.watermarks();
     assert_eq!(w.min, before.min);
     assert_eq!(w.low - w.min, (64 << 10) / 10, "10% of the zone");
     assert_eq!(
-        m.set_proactiveness(101),
+        m.tunables().set_proactiveness(101),
         Err(pageframe::ConfigError::Proactiveness(101))
     );
     assert_eq!(
-        m.set_proactiveness(u32::MAX),
+        m.tunables().set_proactiveness(u32::MAX),
         Err(pageframe::ConfigError::Proactiveness(u32::MAX))
     );
-    m.set_proactiveness(0).unwrap();
-    assert_eq!(m.proactiveness(), 0);
+    m.tunables().set_proactiveness(0).unwrap();
+    assert_eq!(m.tunables().proactiveness(), 0);
     assert_eq!(
-        m.set_extfrag_threshold(1001),
+        m.tunables().set_extfrag_threshold(1001),
         Err(pageframe::ConfigError::ExtfragThreshold(1001))
     );
-    m.set_extfrag_threshold(1000).unwrap();
+    m.tunables().set_extfrag_threshold(1000).unwrap();
     // min_free_kbytes: any value, saturating; larger than memory reserves all.
-    m.set_min_free_kbytes(u64::MAX);
+    m.tunables().set_min_free_kbytes(u64::MAX);
     assert_eq!(
         m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO),
         Err(AllocError::OutOfMemory)
@@ -471,7 +481,7 @@ fn tunables_are_checked_and_applied() {
         .alloc(NodeId::ZERO, Gfp::KERNEL | Gfp::MEMALLOC, Order::ZERO)
         .unwrap();
     m.free(a).unwrap();
-    m.set_min_free_kbytes(1024);
+    m.tunables().set_min_free_kbytes(1024);
     assert_eq!(z.watermarks().min, 256);
     assert!(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).is_ok());
 }

@@ -107,7 +107,10 @@ fn pageblock(p: Pfn) -> PfnRange {
 
 /// The tag the core keeps for the block at `head` (`None`: no block).
 fn tag(m: &Machine<'static>, head: Pfn) -> Option<u32> {
-    m.zone_of(head).unwrap().inspect(|mz| mz.tag(head))
+    m.inspect()
+        .zone_of(head)
+        .unwrap()
+        .inspect(|mz| mz.tag(head))
 }
 
 /// Whether a compactor's mark is on the block at `head`.
@@ -116,13 +119,17 @@ fn marked(m: &Machine<'static>, head: Pfn) -> bool {
 }
 
 fn isolated(m: &Machine<'static>, p: Pfn) -> bool {
-    m.zone_of(p)
+    m.inspect()
+        .zone_of(p)
         .unwrap()
         .inspect(|mz| mz.mobility().pageblocks().is_isolated(p))
 }
 
 fn pinned(m: &Machine<'static>, head: Pfn) -> bool {
-    m.zone_of(head).unwrap().inspect(|mz| mz.is_pinned(head))
+    m.inspect()
+        .zone_of(head)
+        .unwrap()
+        .inspect(|mz| mz.is_pinned(head))
 }
 
 /// Every frame an ordinary request can get now, given back: none lies in
@@ -205,7 +212,7 @@ fn compaction_mark_split_by_compaction() {
     for b in left {
         m.free(b).unwrap();
     }
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// Part of a marked block freed: the part kept is the head's, and the
@@ -481,12 +488,12 @@ fn isolation_drain() {
 /// Every free block of the zone reported.
 fn report_all(m: &Machine<'static>) {
     m.report_free_pages(Order::ZERO, |_| true);
-    let (free, reported) = m.reported_pages(Order::ZERO);
+    let (free, reported) = m.inspect().reported_pages(Order::ZERO);
     assert_eq!(free, reported);
 }
 
 fn unreported(m: &Machine<'static>) -> u64 {
-    let (free, reported) = m.reported_pages(Order::ZERO);
+    let (free, reported) = m.inspect().reported_pages(Order::ZERO);
     free - reported
 }
 
@@ -527,12 +534,12 @@ fn reported_migration() {
     let b = m.alloc(NodeId::ZERO, MOVABLE, o(2)).unwrap();
     let range = pageblock(b.pfn());
     report_all(m);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut k = Kernel::new(Some).keep(b);
     let seg = m.alloc_contig_range(range, &mut k).unwrap();
     // The range's free frames left with the segment; the destination's
     // four came off reported memory; the source's four are in the segment.
-    assert_eq!(m.free_pages(), free - (PB - 4) - 4);
+    assert_eq!(m.inspect().free_pages(), free - (PB - 4) - 4);
     m.free_segment(seg).unwrap();
     // The source came back with the range: the next pass offers all of it.
     let mut offered = 0;
@@ -720,7 +727,7 @@ fn pinned_drain() {
 // ---- the owner record ----
 
 fn seq_of(m: &Machine<'static>, p: Pfn) -> (u64, bool) {
-    let o = m.owner_of(p).unwrap();
+    let o = m.inspect().owner_of(p).unwrap();
     (o.owner.seq, o.live)
 }
 
@@ -732,7 +739,7 @@ fn owner_split() {
     let (s, _) = seq_of(m, b.pfn());
     let (lo, hi) = m.split(b).unwrap();
     for h in [&lo, &hi] {
-        let got = m.owner_of(h.pfn()).unwrap();
+        let got = m.inspect().owner_of(h.pfn()).unwrap();
         assert_eq!(
             (got.pfn, got.order, got.owner.tag, got.owner.seq),
             (h.pfn(), o(1), 7, s)
@@ -769,7 +776,7 @@ fn owner_migration() {
     let seg = m.alloc_contig_range(range, &mut k).unwrap();
     let (&dst, _) = k.blocks.iter().next().unwrap();
     assert_eq!(seq_of(m, dst), (s, true));
-    assert_eq!(m.owner_of(dst).unwrap().owner.tag, 7);
+    assert_eq!(m.inspect().owner_of(dst).unwrap().owner.tag, 7);
     m.free_segment(seg).unwrap();
     assert_eq!(
         seq_of(m, src),
@@ -804,7 +811,7 @@ fn owner_cache() {
     let next = c.alloc_tagged(Gfp::KERNEL, Order::ZERO, 8).unwrap();
     assert_eq!(next.pfn(), p);
     assert_eq!(seq_of(m, p), (s + 1, true));
-    assert_eq!(m.owner_of(p).unwrap().owner.tag, 8);
+    assert_eq!(m.inspect().owner_of(p).unwrap().owner.tag, 8);
     c.free(next).unwrap();
 }
 
@@ -819,7 +826,7 @@ fn owner_drain() {
     c.free(b).unwrap();
     assert!(c.drain() > 0);
     assert_eq!(seq_of(m, p), (s, false));
-    assert_eq!(m.owner_of(p).unwrap().owner.tag, 7);
+    assert_eq!(m.inspect().owner_of(p).unwrap().owner.tag, 7);
 }
 
 // ---- the checker ----

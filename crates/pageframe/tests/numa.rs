@@ -14,10 +14,10 @@ use pageframe::{
     AllocError, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SetupError,
     SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
-    thp::{NodePolicy, ThpDefrag, ThpPolicy},
     topology::{
         LOCAL_DISTANCE, NodeMask, Topology, TopologyError, ZonelistKind, build_node_orders,
     },
+    tune::{NodePolicy, ThpDefrag, ThpPolicy},
     zone::ZoneLayout,
 };
 use proptest::prelude::*;
@@ -25,7 +25,11 @@ use proptest::prelude::*;
 const HUGE: Order = Order::HUGE_2M;
 
 fn normal<'m>(m: &'m Machine<'static>, i: usize) -> &'m pageframe::zone::Zone<'static> {
-    m.node(n(i)).unwrap().zone(ZoneKind::Normal).unwrap()
+    m.inspect()
+        .node(n(i))
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap()
 }
 
 /// Direct compaction runs on node `i`'s Normal zone so far.
@@ -123,9 +127,9 @@ fn zones_join_nodes_with_checks() {
         Some(SetupError::NoSuchNode(n(2)))
     );
     zone(m, n(0), ZoneKind::Normal, s0, s0);
-    assert_eq!(m.node_order(n(0)), &[n(0)]);
+    assert_eq!(m.inspect().node_order(n(0)), &[n(0)]);
     assert_eq!(
-        m.node_order(n(1)),
+        m.inspect().node_order(n(1)),
         &[n(0)],
         "a memoryless node uses its neighbours"
     );
@@ -137,9 +141,9 @@ fn zones_join_nodes_with_checks() {
     );
     let s1 = r(base(1), base(1) + PB);
     zone(m, n(1), ZoneKind::Normal, s1, s1);
-    assert_eq!(m.node_order(n(0)), &[n(0), n(1)]);
-    assert_eq!(m.node_of(Pfn(base(1))), Some(n(1)));
-    assert_eq!(m.node_of(Pfn(3)), None);
+    assert_eq!(m.inspect().node_order(n(0)), &[n(0), n(1)]);
+    assert_eq!(m.inspect().node_of(Pfn(base(1))), Some(n(1)));
+    assert_eq!(m.inspect().node_of(Pfn(3)), None);
 }
 
 // --------------------------------------------------------------- zonelists
@@ -190,7 +194,8 @@ fn zonelists_are_node_major_highest_zone_first() {
         zone(m, n(i), ZoneKind::Normal, hi, hi);
     }
     let list = |id: usize, kind| -> Vec<(usize, ZoneKind)> {
-        m.zonelist(n(id), kind)
+        m.inspect()
+            .zonelist(n(id), kind)
             .as_slice()
             .iter()
             .map(|z| (z.node.index(), z.kind))
@@ -211,6 +216,7 @@ fn zonelists_are_node_major_highest_zone_first() {
     assert_eq!(list(1, ZonelistKind::NoFallback), [(1, Normal), (1, Dma32)]);
     // GFP zone selection filters the list: DMA32 requests see DMA32 zones only.
     let dma: Vec<usize> = m
+        .inspect()
         .zonelist(n(0), ZonelistKind::Fallback)
         .eligible(Dma32)
         .map(|z| {
@@ -292,7 +298,7 @@ proptest! {
             let gfp = if thisnode { Gfp::KERNEL | Gfp::THISNODE } else { Gfp::KERNEL };
             match m.alloc(n(local), gfp, order) {
                 Ok(a) => {
-                    prop_assert_eq!(m.node_of(a.pfn()), Some(a.node()));
+                    prop_assert_eq!(m.inspect().node_of(a.pfn()), Some(a.node()));
                     if thisnode {
                         prop_assert_eq!(a.node(), n(local));
                     }
@@ -322,7 +328,7 @@ proptest! {
         for b in live {
             m.free(b).unwrap();
         }
-        prop_assert_eq!(m.free_pages(), 3 * 4 * PB);
+        prop_assert_eq!(m.inspect().free_pages(), 3 * 4 * PB);
     }
 }
 
@@ -344,11 +350,11 @@ fn thisnode_fails_where_fallback_goes_remote() {
         n(1)
     );
     let mut h = Hooks::default();
-    m.set_thp_policy(ThpPolicy::THISNODE_COMPACT);
+    m.tunables().set_thp_policy(ThpPolicy::THISNODE_COMPACT);
     assert!(m.alloc_thp(n(0), true, &mut h).is_err());
-    m.set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
+    m.tunables().set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
     assert_eq!(m.alloc_thp(n(0), true, &mut h).unwrap().node(), n(1));
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert_eq!(
         (s.thp_attempts, s.thp_failed, s.thp_success_remote),
         (2, 1, 1)
@@ -399,7 +405,7 @@ impl ModelDefer {
 /// local compaction can succeed is scripted through the migrator.
 fn node_aware_model_case(nodes: usize, requests: &[(usize, bool)]) -> Result<(), TestCaseError> {
     let m = numa(nodes, 32);
-    m.set_thp_policy(ThpPolicy::NODE_AWARE);
+    m.tunables().set_thp_policy(ThpPolicy::NODE_AWARE);
     let mut h = Hooks::default();
     for i in 0..nodes {
         fragment(m, i, &mut h.words);
@@ -415,7 +421,12 @@ fn node_aware_model_case(nodes: usize, requests: &[(usize, bool)]) -> Result<(),
         // Model: the local node compacts (async) unless deferred; remote
         // nodes have nothing free and are only woken, when the machine-wide
         // back-off allows, which a request failing everywhere renews.
-        let order: Vec<usize> = m.node_order(n(local)).iter().map(|x| x.index()).collect();
+        let order: Vec<usize> = m
+            .inspect()
+            .node_order(n(local))
+            .iter()
+            .map(|x| x.index())
+            .collect();
         let mut ran_local = false;
         if !node_defer[local].deferred() {
             ran_local = true;
@@ -445,7 +456,7 @@ fn node_aware_model_case(nodes: usize, requests: &[(usize, bool)]) -> Result<(),
             }
         }
         for (x, d) in node_defer.iter().enumerate() {
-            let s = m.node(n(x)).unwrap().deferral();
+            let s = m.inspect().node(n(x)).unwrap().deferral();
             prop_assert_eq!(
                 (s.considered, s.shift),
                 (d.considered, d.shift),
@@ -453,10 +464,15 @@ fn node_aware_model_case(nodes: usize, requests: &[(usize, bool)]) -> Result<(),
                 x
             );
         }
-        let g = m.global_deferral();
+        let g = m.inspect().global_deferral();
         prop_assert_eq!((g.considered, g.shift), (global.considered, global.shift));
         for (x, w) in woken.iter().enumerate() {
-            prop_assert_eq!(m.stats(n(x)).kcompactd_wakes, *w, "wakes of node {}", x);
+            prop_assert_eq!(
+                m.inspect().stats(n(x)).kcompactd_wakes,
+                *w,
+                "wakes of node {}",
+                x
+            );
         }
     }
     prop_assert_eq!(h.reclaims, 0, "compact only never reclaims");
@@ -485,7 +501,7 @@ fn node_aware_backs_off_when_every_node_fails() {
     // per-zone deferral only, compacts every node far more often.
     let count = |policy: ThpPolicy| {
         let m = numa(2, 8);
-        m.set_thp_policy(policy);
+        m.tunables().set_thp_policy(policy);
         let mut h = Hooks::default();
         for i in 0..2 {
             fragment(m, i, &mut h.words);
@@ -500,17 +516,17 @@ fn node_aware_backs_off_when_every_node_fails() {
     // 6 doublings (1+2+...+32 skipped) then one run every 64 requests.
     assert!((6..=6 + 400 / 64 + 1).contains(&l), "local runs {l}");
     assert_eq!(r, 0, "no direct compaction of a remote node");
-    let wakes = m.stats(n(1)).kcompactd_wakes;
+    let wakes = m.inspect().stats(n(1)).kcompactd_wakes;
     assert!(
         (6..=6 + 400 / 64 + 1).contains(&wakes),
         "remote wakes {wakes}"
     );
     assert_eq!(
-        m.global_deferral().shift,
+        m.inspect().global_deferral().shift,
         pageframe::compact::COMPACT_MAX_DEFER_SHIFT
     );
-    assert_eq!(m.stats(n(0)).thp_failed, 400);
-    assert!(m.stats(n(0)).global_skips > 300);
+    assert_eq!(m.inspect().stats(n(0)).thp_failed, 400);
+    assert!(m.inspect().stats(n(0)).global_skips > 300);
     let (fl, fr, _) = count(ThpPolicy::REMOTE_FALLBACK);
     assert!(
         fl > l && fr > 0,
@@ -527,22 +543,22 @@ fn node_aware_gets_remote_pages_made_by_kcompactd() {
     // fails and wakes node 1's kcompactd; once it has run, the next fault
     // finds a remote huge page and the machine-wide back-off ends.
     let m = numa(2, 16);
-    m.set_thp_policy(ThpPolicy::NODE_AWARE);
+    m.tunables().set_thp_policy(ThpPolicy::NODE_AWARE);
     let mut h = Hooks::default();
     fragment(m, 0, &mut h.words);
     let mut kc = Words::default();
     fragment(m, 1, &mut kc);
     h.words.refuse = true;
     assert!(m.alloc_thp(n(0), true, &mut h).is_err());
-    assert!(m.node(n(1)).unwrap().kcompactd_pending());
-    assert_eq!(m.global_deferral().shift, 1);
-    m.set_proactiveness(0).unwrap();
+    assert!(m.inspect().node(n(1)).unwrap().kcompactd_pending());
+    assert_eq!(m.inspect().global_deferral().shift, 1);
+    m.tunables().set_proactiveness(0).unwrap();
     let rep = m.kcompactd_tick(n(1), 0, &mut kc);
     assert!(rep.work);
     assert!(normal(m, 1).free_blocks(HUGE) > 0);
     let a = m.alloc_thp(n(0), true, &mut h).unwrap();
     assert_eq!(a.node(), n(1));
-    assert_eq!(m.global_deferral().shift, 0);
+    assert_eq!(m.inspect().global_deferral().shift, 0);
     assert_eq!(
         runs(m, 1),
         1,
@@ -556,22 +572,22 @@ fn node_aware_prefers_local_compaction_then_remote_free_pages() {
     let m = numa(2, 16);
     let mut h = Hooks::default();
     fragment(m, 0, &mut h.words);
-    m.set_thp_policy(ThpPolicy::NODE_AWARE);
+    m.tunables().set_thp_policy(ThpPolicy::NODE_AWARE);
     let a = m.alloc_thp(n(0), true, &mut h).unwrap();
     assert_eq!(a.node(), n(0), "compacted locally rather than going remote");
     // Remote fallback takes the remote free page without compacting.
-    m.set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
+    m.tunables().set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
     let before = runs(m, 0);
     let b = m.alloc_thp(n(0), true, &mut h).unwrap();
     assert_eq!((b.node(), runs(m, 0)), (n(1), before));
     // Local compaction failing: node-aware then takes the remote page.
     h.words.refuse = true;
-    m.set_thp_policy(ThpPolicy::NODE_AWARE);
+    m.tunables().set_thp_policy(ThpPolicy::NODE_AWARE);
     let d = m.alloc_thp(n(0), true, &mut h).unwrap();
     assert_eq!(d.node(), n(1));
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert_eq!((s.thp_success_local, s.thp_success_remote), (1, 2));
-    assert_eq!(m.node(n(0)).unwrap().deferral().shift, 1);
+    assert_eq!(m.inspect().node(n(0)).unwrap().deferral().shift, 1);
 }
 
 #[test]
@@ -590,7 +606,7 @@ fn linux_slow_path_defers_zones_and_reclaims_unless_compact_only() {
     for i in 0..2 {
         assert_eq!(normal(m, i).compact_state().deferral().state().shift, 1);
     }
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert_eq!(s.stalls, 1, "one request stalled");
     assert!(s.stall_ns > 0);
     // Linux counts `compact_stall` per direct compaction attempt: two here.
@@ -598,7 +614,7 @@ fn linux_slow_path_defers_zones_and_reclaims_unless_compact_only() {
     // Compact only: no reclaim. Both zones deferred at the async attempt
     // (the counts reach 2 = 1 << 1 at the sync attempt, which runs).
     let reclaims = h.reclaims;
-    m.set_thp_policy(ThpPolicy {
+    m.tunables().set_thp_policy(ThpPolicy {
         defrag: ThpDefrag::Always,
         nodes: NodePolicy::RemoteFallback,
         compact_only: true,
@@ -663,8 +679,12 @@ fn defrag_policy_table() {
                     compact_only,
                 };
                 let m = one_zone(PB);
-                m.set_thp_policy(p);
-                assert_eq!(m.thp_policy(), p, "policies round-trip through the machine");
+                m.tunables().set_thp_policy(p);
+                assert_eq!(
+                    m.tunables().thp_policy(),
+                    p,
+                    "policies round-trip through the machine"
+                );
             }
         }
     }
@@ -680,7 +700,7 @@ fn defrag_policy_behaviour_on_a_fragmented_machine() {
                 fragment(m, i, &mut h.words);
             }
             h.words.refuse = true;
-            m.set_thp_policy(ThpPolicy {
+            m.tunables().set_thp_policy(ThpPolicy {
                 defrag: d,
                 nodes: NodePolicy::ThisNode,
                 compact_only: false,
@@ -696,12 +716,15 @@ fn defrag_policy_behaviour_on_a_fragmented_machine() {
                 (true, false) => assert!(runs(m, 0) == 2 && sync, "{} madvised={mad}", d.name()),
             }
             assert_eq!(
-                m.node(n(0)).unwrap().kcompactd_pending(),
+                m.inspect().node(n(0)).unwrap().kcompactd_pending(),
                 a.wake_kcompactd,
                 "{} madvised={mad}",
                 d.name()
             );
-            assert_eq!(m.stats(n(0)).stalls, u64::from(a.direct_compaction));
+            assert_eq!(
+                m.inspect().stats(n(0)).stalls,
+                u64::from(a.direct_compaction)
+            );
         }
     }
 }
@@ -711,7 +734,7 @@ fn defrag_policy_behaviour_on_a_fragmented_machine() {
 #[test]
 fn kcompactd_runs_what_it_was_woken_for() {
     let m = numa(2, 16);
-    m.set_proactiveness(0).unwrap();
+    m.tunables().set_proactiveness(0).unwrap();
     let mut w = Words::default();
     fragment(m, 1, &mut w);
     // Nothing recorded: nothing to do.
@@ -722,9 +745,9 @@ fn kcompactd_runs_what_it_was_woken_for() {
     assert!(m.wakeup_kcompactd(n(1), HUGE, ZoneKind::Normal));
     let rep = m.kcompactd_tick(n(1), 0, &mut w);
     assert!(rep.work);
-    assert!(!m.node(n(1)).unwrap().kcompactd_pending());
+    assert!(!m.inspect().node(n(1)).unwrap().kcompactd_pending());
     assert!(normal(m, 1).free_blocks(HUGE) >= 1);
-    let s = m.stats(n(1));
+    let s = m.inspect().stats(n(1));
     assert_eq!(
         (s.kcompactd_wakes, s.kcompactd.wakes, s.compact.stall),
         (1, 1, 0)
@@ -750,27 +773,27 @@ fn proactive_compaction_follows_the_machine_tunable() {
     let m = numa(1, 16);
     let mut w = Words::default();
     fragment(m, 0, &mut w);
-    let score = m.fragmentation_score(n(0)).unwrap();
+    let score = m.inspect().fragmentation_score(n(0)).unwrap();
     assert!(score > 90, "{score}");
-    m.set_proactiveness(0).unwrap();
+    m.tunables().set_proactiveness(0).unwrap();
     let rep = m.kcompactd_tick(n(0), 1_000_000_000, &mut w);
     assert!(!rep.checked, "proactiveness 0: no proactive check");
-    m.set_proactiveness(90).unwrap();
+    m.tunables().set_proactiveness(90).unwrap();
     let rep = m.kcompactd_tick(n(0), 2_000_000_000, &mut w);
     let (before, after) = rep.proactive.expect("a proactive run");
     assert!(after < before, "{before} -> {after}");
-    assert!(m.fragmentation_score(n(0)).unwrap() <= 20);
+    assert!(m.inspect().fragmentation_score(n(0)).unwrap() <= 20);
 }
 
 #[test]
 fn fragmentation_score_tracks_free_memory_outside_huge_blocks() {
     let m = numa(2, 8);
-    assert_eq!(m.fragmentation_score(n(0)), Some(0));
+    assert_eq!(m.inspect().fragmentation_score(n(0)), Some(0));
     fragment(m, 0, &mut Words::default());
-    let s = m.fragmentation_score(n(0)).unwrap();
+    let s = m.inspect().fragmentation_score(n(0)).unwrap();
     assert!(s >= 99, "score {s}");
-    assert_eq!(m.fragmentation_score(n(1)), Some(0));
-    assert_eq!(m.fragmentation_score(n(7)), None);
+    assert_eq!(m.inspect().fragmentation_score(n(1)), Some(0));
+    assert_eq!(m.inspect().fragmentation_score(n(7)), None);
 }
 
 #[test]
@@ -780,14 +803,15 @@ fn stats_add_up() {
     fragment(m, 0, &mut h.words);
     let mut ok = 0;
     for i in 0..30 {
-        m.set_thp_policy([ThpPolicy::NODE_AWARE, ThpPolicy::REMOTE_FALLBACK][i % 2]);
+        m.tunables()
+            .set_thp_policy([ThpPolicy::NODE_AWARE, ThpPolicy::REMOTE_FALLBACK][i % 2]);
         ok += u64::from(m.alloc_thp(n(0), true, &mut h).is_ok());
     }
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert_eq!(s.thp_attempts, 30);
     assert_eq!(s.thp_success(), ok);
     assert_eq!(s.thp_success() + s.thp_failed, 30);
-    assert_eq!(m.total_stats().thp_attempts, 30);
+    assert_eq!(m.inspect().total_stats().thp_attempts, 30);
     m.validate().unwrap();
 }
 
@@ -797,7 +821,7 @@ fn compaction_makes_huge_pages_by_moving_contents() {
     // The node-aware policy with the real compaction engine gets local huge
     // pages, and every word survives at its frame's new place.
     let m = numa(2, 16);
-    m.set_thp_policy(ThpPolicy::NODE_AWARE);
+    m.tunables().set_thp_policy(ThpPolicy::NODE_AWARE);
     let mut h = Hooks::default();
     for i in 0..2 {
         fragment(m, i, &mut h.words);
@@ -811,7 +835,7 @@ fn compaction_makes_huge_pages_by_moving_contents() {
         local += u64::from(a.node() == n(0));
     }
     assert_eq!(local, 3, "compaction made local huge pages");
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert!(s.compact.migrate_success > 0 && s.compact.migrate_success == h.words.moves);
     assert_eq!(s.stalls, 3);
     assert!(s.stall_ns > 0);
@@ -861,6 +885,7 @@ fn zone_layout_follows_the_memory_map() {
     }
     m.add_free_range(small).unwrap();
     let kinds: Vec<ZoneKind> = m
+        .inspect()
         .zonelist(n(0), ZonelistKind::Fallback)
         .as_slice()
         .iter()

@@ -14,7 +14,7 @@ fn each_entry_point_records_tag_site_and_sequence() {
     m.enable_pcp(2, mem).unwrap();
     let m = &*m;
     let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
-    let s0 = m.owner_seq();
+    let s0 = m.inspect().owner_seq();
     let (a, la) = (m.alloc(NodeId::ZERO, Gfp::KERNEL, o(1)).unwrap(), line!());
     let (b, lb) = (c.alloc(Gfp::KERNEL, Order::ZERO).unwrap(), line!());
     let lt = line!() + 1;
@@ -27,12 +27,12 @@ fn each_entry_point_records_tag_site_and_sequence() {
     let lg = line!() + 1;
     let g = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, o(4), 99);
     let (d, e, g) = (d.unwrap(), e.unwrap(), g.unwrap());
-    assert_eq!(m.owner_seq(), s0 + 6);
+    assert_eq!(m.inspect().owner_seq(), s0 + 6);
     for (i, (blk, line)) in [(&a, la), (&b, lb), (&t, lt), (&d, ld), (&e, le), (&g, lg)]
         .into_iter()
         .enumerate()
     {
-        let got = m.owner_of(blk.pfn()).unwrap();
+        let got = m.inspect().owner_of(blk.pfn()).unwrap();
         assert!(got.live);
         assert_eq!((got.pfn, got.order), (blk.pfn(), blk.order()));
         let site = got.owner.site.unwrap();
@@ -43,12 +43,12 @@ fn each_entry_point_records_tag_site_and_sequence() {
         );
         assert_eq!(got.owner.seq, s0 + i as u64);
     }
-    assert_eq!(m.owner_of(t.pfn()).unwrap().owner.tag, 77);
-    assert_eq!(m.owner_of(g.pfn()).unwrap().owner.tag, 99);
+    assert_eq!(m.inspect().owner_of(t.pfn()).unwrap().owner.tag, 77);
+    assert_eq!(m.inspect().owner_of(g.pfn()).unwrap().owner.tag, 99);
     // Untagged blocks of one call site share a tag; other sites differ.
     let tags: std::collections::HashSet<u64> = [&a, &b, &d, &e]
         .iter()
-        .map(|x| m.owner_of(x.pfn()).unwrap().owner.tag)
+        .map(|x| m.inspect().owner_of(x.pfn()).unwrap().owner.tag)
         .collect();
     assert_eq!(tags.len(), 4);
     for x in [a, d, e, g] {
@@ -62,17 +62,17 @@ fn each_entry_point_records_tag_site_and_sequence() {
 fn an_interior_frame_finds_its_block_and_a_freed_one_its_last_owner() {
     let m: &_ = one_zone(1 << 12);
     let a = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, o(5), 5).unwrap();
-    let inside = m.owner_of(a.pfn() + 17).unwrap();
+    let inside = m.inspect().owner_of(a.pfn() + 17).unwrap();
     assert_eq!(
         (inside.pfn, inside.order, inside.live),
         (a.pfn(), o(5), true)
     );
     let p = a.pfn();
     m.free(a).unwrap();
-    let gone = m.owner_of(p).unwrap();
+    let gone = m.inspect().owner_of(p).unwrap();
     assert_eq!((gone.live, gone.owner.tag), (false, 5));
     // A frame never allocated has no record.
-    assert_eq!(m.owner_of(pageframe::Pfn(p.get() + 2048)), None);
+    assert_eq!(m.inspect().owner_of(pageframe::Pfn(p.get() + 2048)), None);
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn splits_and_partial_frees_keep_the_owner() {
     let a = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, o(3), 3).unwrap();
     let (lo, hi) = m.split(a).unwrap();
     for half in [&lo, &hi] {
-        let got = m.owner_of(half.pfn()).unwrap();
+        let got = m.inspect().owner_of(half.pfn()).unwrap();
         assert_eq!((got.pfn, got.order, got.owner.tag), (half.pfn(), o(2), 3));
     }
     // Give back frames 1..3 of the lower half by number: frames 0 and 3
@@ -91,7 +91,7 @@ fn splits_and_partial_frees_keep_the_owner() {
     // SAFETY: the lower half was allocated above, its only copy is `p`.
     unsafe { m.free_raw(PfnRange::new(p + 1, p + 3)).unwrap() };
     for kept in [base, base + 3] {
-        let got = m.owner_of(kept).unwrap();
+        let got = m.inspect().owner_of(kept).unwrap();
         assert_eq!((got.pfn, got.live, got.owner.tag), (kept, true, 3));
     }
     // SAFETY: frames 0 and 3 of the half are still ours, held as numbers.
@@ -100,7 +100,7 @@ fn splits_and_partial_frees_keep_the_owner() {
         m.free_raw(PfnRange::new(base + 3, base + 4)).unwrap();
     }
     m.free(hi).unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 #[test]
@@ -112,14 +112,15 @@ fn migration_carries_the_owner_to_the_new_frames() {
     let before: Vec<(u64, u64)> = kept
         .iter()
         .map(|&p| {
-            let o = m.owner_of(p).unwrap().owner;
+            let o = m.inspect().owner_of(p).unwrap().owner;
             (o.tag, o.seq)
         })
         .collect();
     m.compact_node(NodeId::ZERO, &mut w).unwrap();
     assert!(w.moves > 0);
     let mut after: Vec<(u64, u64)> = Vec::new();
-    m.for_each_owned(|b: OwnedBlock| after.push((b.owner.tag, b.owner.seq)));
+    m.inspect()
+        .for_each_owned(|b: OwnedBlock| after.push((b.owner.tag, b.owner.seq)));
     let mut before = before;
     before.sort_unstable();
     after.sort_unstable();
@@ -129,7 +130,7 @@ fn migration_carries_the_owner_to_the_new_frames() {
     );
     // And each block the kernel holds now is where its record says.
     for b in w.blocks.values() {
-        assert_eq!(m.owner_of(b.pfn()).unwrap().pfn, b.pfn());
+        assert_eq!(m.inspect().owner_of(b.pfn()).unwrap().pfn, b.pfn());
     }
     w.free_all(m);
 }
@@ -137,7 +138,7 @@ fn migration_carries_the_owner_to_the_new_frames() {
 #[test]
 fn the_dump_groups_live_blocks_by_owner_and_finds_a_leak() {
     let m: &_ = one_zone(1 << 14);
-    let since = m.owner_seq();
+    let since = m.inspect().owner_seq();
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(
@@ -152,7 +153,7 @@ fn the_dump_groups_live_blocks_by_owner_and_finds_a_leak() {
     let leaked = m
         .alloc_tagged(NodeId::ZERO, Gfp::KERNEL, o(6), 0xcc)
         .unwrap();
-    let text = m.page_owners().to_string();
+    let text = m.inspect().page_owners().to_string();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
     assert!(lines[1].contains("0x00000000000000cc") && lines[1].trim_start().starts_with("64 "));
@@ -163,7 +164,7 @@ fn the_dump_groups_live_blocks_by_owner_and_finds_a_leak() {
         m.free(b).unwrap();
     }
     let mut left = Vec::new();
-    m.for_each_owned(|b| {
+    m.inspect().for_each_owned(|b| {
         if b.owner.seq >= since {
             left.push(b)
         }
@@ -210,7 +211,7 @@ fn miri_records_round_trip() {
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(1)).unwrap();
     let (lo, hi) = m.split(a).unwrap();
     for b in [&lo, &hi] {
-        let site = m.owner_of(b.pfn()).unwrap().owner.site.unwrap();
+        let site = m.inspect().owner_of(b.pfn()).unwrap().owner.site.unwrap();
         assert_eq!((site.file(), site.line()), (file!(), line));
     }
     m.free(lo).unwrap();
@@ -223,7 +224,12 @@ fn miri_records_round_trip() {
 #[test]
 fn contiguous_ranges_and_cma_buffers_record_their_owner() {
     let m = one_zone(64 * PB);
-    let base = m.zone_of(pageframe::Pfn(4 * GIB)).unwrap().span().start;
+    let base = m
+        .inspect()
+        .zone_of(pageframe::Pfn(4 * GIB))
+        .unwrap()
+        .span()
+        .start;
     let cma = m
         .add_cma_area(PfnRange::new(base + 32 * PB, base + 40 * PB))
         .unwrap();
@@ -236,7 +242,7 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
         p.align_down(Order::HUGE_2M),
         p.align_down(Order::HUGE_2M) + PB,
     );
-    let s0 = m.owner_seq();
+    let s0 = m.inspect().owner_seq();
     let line = line!() + 1;
     let seg = m.alloc_contig_range(pb, &mut w).unwrap();
     let lc = line!() + 1;
@@ -254,7 +260,7 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
             if !range.contains(f) {
                 continue;
             }
-            let got = m.owner_of(f).unwrap();
+            let got = m.inspect().owner_of(f).unwrap();
             assert!(got.live);
             assert!(
                 range.contains_range(&PfnRange::new(got.pfn, got.pfn + got.order.pages())),
@@ -266,10 +272,10 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
             assert_eq!((site.file(), site.line()), (file!(), line), "{f:?}");
         }
     }
-    assert_eq!(m.owner_seq(), s0 + 3, "one record a range");
+    assert_eq!(m.inspect().owner_seq(), s0 + 3, "one record a range");
     // Every frame listed is covered once, by the range's own record.
     let mut listed = 0;
-    m.for_each_owned(|b: OwnedBlock| {
+    m.inspect().for_each_owned(|b: OwnedBlock| {
         if seg.range().contains(b.pfn) {
             assert_eq!(b.owner.seq, s0, "{b:?}");
             listed += b.order.pages();
@@ -280,7 +286,7 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
     m.cma_release(buf).unwrap();
     m.free_segment(any).unwrap();
     // Freed, each frame names the range as its last owner.
-    let last = m.owner_of(p).unwrap();
+    let last = m.inspect().owner_of(p).unwrap();
     assert!(!last.live);
     assert_eq!(last.owner.seq, s0);
     m.validate().unwrap();
@@ -291,7 +297,7 @@ fn contiguous_ranges_and_cma_buffers_record_their_owner() {
 /// offline and brought back names its last owner, never a live one.
 #[test]
 fn hot_added_memory_records_its_owners() {
-    let m = pageframe::Machine::new_boxed(pageframe::MachineConfig::SINGLE_NODE);
+    let m = pageframe::boot::Builder::new(pageframe::MachineConfig::SINGLE_NODE).build_boxed();
     let m = Box::leak(m);
     let boot = PfnRange::new(pageframe::Pfn(4 * GIB), pageframe::Pfn(4 * GIB + 16 * PB));
     common::zone(m, NodeId::ZERO, pageframe::ZoneKind::Normal, boot, boot);
@@ -306,25 +312,25 @@ fn hot_added_memory_records_its_owners() {
         leak(m.zone_metadata_bytes(dimm)),
     )
     .unwrap();
-    assert!(m.owner_of(dimm.start).is_none(), "no record yet");
+    assert!(m.inspect().owner_of(dimm.start).is_none(), "no record yet");
     m.add_free_range(dimm).unwrap();
     let b = m
         .alloc_tagged(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(2), 5)
         .unwrap();
     assert!(dimm.contains(b.pfn()));
-    let got = m.owner_of(b.pfn() + 3).unwrap();
+    let got = m.inspect().owner_of(b.pfn() + 3).unwrap();
     assert_eq!((got.pfn, got.owner.tag, got.live), (b.pfn(), 5, true));
     let mut w = Words::default();
     let line = line!() + 1;
     let seg = m.alloc_contig_range(PfnRange::new(dimm.start + PB, dimm.start + 2 * PB), &mut w);
     let seg = seg.unwrap();
-    let got = m.owner_of(seg.start()).unwrap();
+    let got = m.inspect().owner_of(seg.start()).unwrap();
     assert_eq!((got.live, got.owner.site.unwrap().line()), (true, line));
     m.free_segment(seg).unwrap();
     let off = PfnRange::new(dimm.start + 8 * PB, dimm.start + 9 * PB);
     m.offline_range(off, &mut w).unwrap();
     m.add_free_range(off).unwrap();
-    assert!(m.owner_of(off.start).is_none_or(|o| !o.live));
+    assert!(m.inspect().owner_of(off.start).is_none_or(|o| !o.live));
     m.free(b).unwrap();
     m.validate().unwrap();
 }

@@ -23,7 +23,7 @@ use pageframe::{
 fn a_block_of_one_machine_cannot_be_freed_into_another() {
     let a = one_zone(16 * PB);
     let b = one_zone(16 * PB);
-    let (fa, fb) = (a.free_pages(), b.free_pages());
+    let (fa, fb) = (a.inspect().free_pages(), b.inspect().free_pages());
     let x = a.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
     let refused = b.free(x).unwrap_err();
     assert_eq!(refused.reason(), FreeError::Foreign);
@@ -31,7 +31,10 @@ fn a_block_of_one_machine_cannot_be_freed_into_another() {
     let refused = b.guard(x).unwrap_err();
     assert_eq!(refused.reason(), FreeError::Foreign);
     let x = refused.into_inner();
-    assert_eq!((a.free_pages(), b.free_pages()), (fa - 4, fb));
+    assert_eq!(
+        (a.inspect().free_pages(), b.inspect().free_pages()),
+        (fa - 4, fb)
+    );
     // Through a CPU's cache of the other machine too.
     b.enable_pcp(1, leak(b.pcp_bytes(1).unwrap())).unwrap();
     let b: &'static Machine<'static> = b;
@@ -44,12 +47,12 @@ fn a_block_of_one_machine_cannot_be_freed_into_another() {
         .alloc_contig(NodeId::ZERO, Gfp::KERNEL, 100, 1, &mut w)
         .unwrap();
     let s = b.free_segment(s).unwrap_err().into_inner();
-    assert_eq!(b.free_pages(), fb);
+    assert_eq!(b.inspect().free_pages(), fb);
     // Each goes back where it came from.
     a.free(x).unwrap();
     a.free(y).unwrap();
     a.free_segment(s).unwrap();
-    assert_eq!(a.free_pages(), fa);
+    assert_eq!(a.inspect().free_pages(), fa);
     a.validate().unwrap();
     b.validate().unwrap();
 }
@@ -69,17 +72,27 @@ fn a_cma_buffer_is_released_only_where_it_came_from() {
     let id2 = area(m2);
     let mut w = Words::default();
     let buf = m1.cma_alloc(id1, 300, 1, &mut w).unwrap();
-    let before = (m1.cma_stats(id1).unwrap(), m2.cma_stats(id2).unwrap());
+    let before = (
+        m1.inspect().cma_stats(id1).unwrap(),
+        m2.inspect().cma_stats(id2).unwrap(),
+    );
     assert_eq!(before.0.held, 300);
     let back = m2.cma_release(buf).unwrap_err();
     assert_eq!(back.reason(), FreeError::Foreign);
     assert_eq!(
-        (m1.cma_stats(id1).unwrap(), m2.cma_stats(id2).unwrap()),
+        (
+            m1.inspect().cma_stats(id1).unwrap(),
+            m2.inspect().cma_stats(id2).unwrap()
+        ),
         before,
         "no counter moved"
     );
     m1.cma_release(back.into_inner()).unwrap();
-    assert_eq!(m1.cma_stats(id1).unwrap().held, 0, "no wrap-around");
+    assert_eq!(
+        m1.inspect().cma_stats(id1).unwrap().held,
+        0,
+        "no wrap-around"
+    );
     m1.validate().unwrap();
 }
 
@@ -100,12 +113,12 @@ fn frames_beyond_the_address_width_are_refused_not_lost() {
     let high = Pfn(1 << 40);
     let span = PfnRange::new(high, high + 4 * PB);
     zone(m, NodeId::ZERO, ZoneKind::Normal, span, span);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     // SAFETY: simulated frames, never touched.
     let mut adapter = unsafe { pageframe::paging::FrameAdapter::new(m, NodeId::ZERO, Gfp::KERNEL) };
     let f: Option<PhysFrame<Size4KiB>> = adapter.allocate_frame();
     assert!(f.is_none(), "no frame the crate cannot express");
-    assert_eq!(m.free_pages(), free, "and the frame went back");
+    assert_eq!(m.inspect().free_pages(), free, "and the frame went back");
     m.validate().unwrap();
     // With the target's width, that memory is refused at set-up.
     let t = machine_with(MachineConfig::SINGLE_NODE);
@@ -223,29 +236,29 @@ fn an_owner_follows_its_page_out_of_a_taken_range() {
     assert_eq!(e.pfn, old);
     m.free_segment(seg).unwrap();
     w.free_all(m);
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// A guard frees its block when dropped; `into_inner` takes it back out.
 #[test]
 fn a_guard_frees_its_block_on_drop() {
     let m = one_zone(16 * PB);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     {
         let g = m
             .guard(m.alloc(NodeId::ZERO, Gfp::KERNEL, o(3)).unwrap())
             .unwrap();
         assert_eq!(g.order(), o(3));
-        assert_eq!(m.free_pages(), free - 8);
+        assert_eq!(m.inspect().free_pages(), free - 8);
     }
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     let g = m
         .guard(m.alloc(NodeId::ZERO, Gfp::KERNEL, o(1)).unwrap())
         .unwrap();
     let b = g.into_inner();
-    assert_eq!(m.free_pages(), free - 2, "taken out, not freed");
+    assert_eq!(m.inspect().free_pages(), free - 2, "taken out, not freed");
     m.free(b).unwrap();
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
 }
 
 /// Which call of a [`Panicky`] migrator panics.
@@ -315,7 +328,7 @@ fn a_panicking_migrator_leaves_the_machine_as_it_was() {
         for contig in [true, false] {
             let (m, w) = fragmented();
             let blocks = w.blocks.len();
-            let free = m.free_pages();
+            let free = m.inspect().free_pages();
             let range = r(4 * GIB + 2 * PB, 4 * GIB + 4 * PB);
             let mut p = Panicky {
                 words: w,
@@ -336,7 +349,7 @@ fn a_panicking_migrator_leaves_the_machine_as_it_was() {
             // Moves completed before the panic stand; everything else came
             // back: every block is the kernel's again, its data with it.
             assert_eq!(p.words.blocks.len(), blocks, "{case}: blocks handed back");
-            assert_eq!(m.free_pages(), free, "{case}: free count");
+            assert_eq!(m.inspect().free_pages(), free, "{case}: free count");
             for (pfn, b) in &p.words.blocks {
                 assert_eq!(b.pfn(), *pfn);
                 assert!(
@@ -352,21 +365,29 @@ fn a_panicking_migrator_leaves_the_machine_as_it_was() {
             m.free_segment(seg).unwrap();
             p.words.free_all(m);
             m.drain_stripes();
-            assert_eq!(m.free_pages(), m.managed_pages(), "{case}");
+            assert_eq!(
+                m.inspect().free_pages(),
+                m.inspect().managed_pages(),
+                "{case}"
+            );
             m.validate().unwrap();
         }
     }
     // A reporting callback that panics: the batch comes back unmarked.
     let (m, mut w) = fragmented();
     w.free_all(m);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let r = catch_unwind(AssertUnwindSafe(|| {
         m.report_free_pages(Order::HUGE_2M, |_| panic!("the balloon driver failed"))
     }));
     assert!(r.is_err());
     m.validate().unwrap();
-    assert_eq!(m.free_pages(), free);
-    assert_eq!(m.reported_pages(Order::HUGE_2M).1, 0, "nothing marked");
+    assert_eq!(m.inspect().free_pages(), free);
+    assert_eq!(
+        m.inspect().reported_pages(Order::HUGE_2M).1,
+        0,
+        "nothing marked"
+    );
     std::panic::set_hook(quiet);
 }
 
@@ -393,7 +414,7 @@ impl Migrator for Settling {
     }
     fn migrated(&mut self, b: Block, from: Pfn) {
         self.heard += 1;
-        let z = self.m.zone_of(from).unwrap();
+        let z = self.m.inspect().zone_of(from).unwrap();
         let source = z.inspect(|mz| mz.buddy().block_at(from));
         assert!(
             matches!(source, Some(pageframe::zone::BlockInfo::Allocated { head, .. }) if head == from),
@@ -480,7 +501,7 @@ fn migration_hands_blocks_over_and_back() {
     }
     w.free_all(m);
     m.drain_stripes();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// A kernel that keeps its mapped pages as numbers (in page-table entries)
@@ -552,7 +573,7 @@ fn pages_kept_as_numbers_move_and_nothing_appears() {
                     .unwrap();
             }
         }
-        let base = m.free_pages();
+        let base = m.inspect().free_pages();
         let mut got = Vec::new();
         match how {
             0 => {
@@ -579,7 +600,11 @@ fn pages_kept_as_numbers_move_and_nothing_appears() {
         m.validate().unwrap();
         let taken = got.len() as u64 * 512;
         assert!(how != 0 || taken > 0, "2 MiB blocks made");
-        assert_eq!(m.free_pages() + taken, base, "case {how}: conservation");
+        assert_eq!(
+            m.inspect().free_pages() + taken,
+            base,
+            "case {how}: conservation"
+        );
         for b in got {
             m.free(b).unwrap();
         }
@@ -589,7 +614,11 @@ fn pages_kept_as_numbers_move_and_nothing_appears() {
                 .unwrap();
         }
         m.drain_stripes();
-        assert_eq!(m.free_pages(), m.managed_pages(), "case {how}");
+        assert_eq!(
+            m.inspect().free_pages(),
+            m.inspect().managed_pages(),
+            "case {how}"
+        );
         m.validate().unwrap();
     }
 }

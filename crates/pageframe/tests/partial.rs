@@ -16,7 +16,7 @@ fn pr(a: Pfn, b: Pfn) -> PfnRange {
 #[test]
 fn parts_freed_out_of_order_merge_back_into_the_whole_zone() {
     let m = one_zone(4 * PB);
-    let total = m.free_pages();
+    let total = m.inspect().free_pages();
     // Every way to cut sixteen frames into three parts, freed in the order
     // middle, top, bottom.
     for a in 1..15u64 {
@@ -26,16 +26,22 @@ fn parts_freed_out_of_order_merge_back_into_the_whole_zone() {
             // SAFETY: the block's frames are this test's, held as numbers.
             unsafe {
                 m.free_raw(pr(p + a, p + b)).unwrap();
-                assert_eq!(m.free_pages(), total - 16 + (b - a));
+                assert_eq!(m.inspect().free_pages(), total - 16 + (b - a));
                 m.free_raw(pr(p + b, p + 16)).unwrap();
                 m.free_raw(pr(p, p + a)).unwrap();
             }
-            assert_eq!(m.free_pages(), total, "cut at {a}, {b}");
+            assert_eq!(m.inspect().free_pages(), total, "cut at {a}, {b}");
         }
     }
     m.validate().unwrap();
     // Everything merged: two order-10 blocks.
-    assert_eq!(m.all_zones().map(|z| z.free_blocks(o(10))).sum::<u64>(), 2);
+    assert_eq!(
+        m.inspect()
+            .all_zones()
+            .map(|z| z.free_blocks(o(10)))
+            .sum::<u64>(),
+        2
+    );
 }
 
 #[test]
@@ -50,17 +56,17 @@ fn the_frames_kept_are_blocks_of_their_own() {
         let b = unsafe { m.block_from_raw(p + at, o(k)) }.unwrap();
         m.free(b).unwrap();
     }
-    assert_eq!(m.free_pages(), 4 * PB);
+    assert_eq!(m.inspect().free_pages(), 4 * PB);
     m.validate().unwrap();
 }
 
 #[test]
 fn a_range_with_a_frame_not_allocated_frees_nothing() {
     let m = two_zones(4 * PB, 4 * PB);
-    let low = m.zone_of(Pfn(256)).unwrap().span();
+    let low = m.inspect().zone_of(Pfn(256)).unwrap().span();
     let (p, k) = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap().into_raw();
     let (q, _) = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap().into_raw();
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let cases = [
         // Runs past the block into free memory.
         (pr(p + 2, p + 64), Some(FreeError::AlreadyFree)),
@@ -83,7 +89,7 @@ fn a_range_with_a_frame_not_allocated_frees_nothing() {
         // SAFETY: refused ranges change nothing; the empty one is a no-op.
         let got = unsafe { m.free_raw(range) };
         assert_eq!(got.err().map(|e| e.why), want, "{range:?}");
-        assert_eq!(m.free_pages(), free);
+        assert_eq!(m.inspect().free_pages(), free);
     }
     // Both blocks are still whole: their own order frees them.
     for b in [p, q] {
@@ -107,14 +113,14 @@ fn a_frame_freed_twice_is_refused() {
         m.free_raw(pr(p, p + 1)).unwrap();
         m.free_raw(pr(p + 2, p + 4)).unwrap();
     }
-    assert_eq!(m.free_pages(), 4 * PB);
+    assert_eq!(m.inspect().free_pages(), 4 * PB);
     m.validate().unwrap();
 }
 
 #[test]
 fn threads_free_disjoint_parts_of_the_same_blocks_at_once() {
     let m: &'static _ = one_zone(64 * PB);
-    let total = m.free_pages();
+    let total = m.inspect().free_pages();
     for round in 0..5 {
         let mut blocks = Vec::new();
         while let Ok(b) = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(6)) {
@@ -146,7 +152,7 @@ fn threads_free_disjoint_parts_of_the_same_blocks_at_once() {
         for w in workers {
             w.join().unwrap();
         }
-        assert_eq!(m.free_pages(), total, "round {round}");
+        assert_eq!(m.inspect().free_pages(), total, "round {round}");
         m.validate().unwrap();
     }
 }

@@ -25,14 +25,14 @@ fn machine() -> &'static Machine<'static> {
         r(4 * GIB, 4 * GIB + FRAMES),
     );
     // Every frame can be allocated: the test fills the zone.
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     m.enable_pcp(2, leak(m.pcp_bytes(2).unwrap())).unwrap();
     m
 }
 
 /// Free 2 MiB blocks (an order-10 block counts two).
 fn huge_blocks(m: &Machine<'static>) -> u64 {
-    let z = m.zone_of(pageframe::Pfn(4 * GIB)).unwrap();
+    let z = m.inspect().zone_of(pageframe::Pfn(4 * GIB)).unwrap();
     z.free_blocks(o(9)) + 2 * z.free_blocks(o(10))
 }
 
@@ -65,7 +65,7 @@ fn scattered(
     drain();
     m.drain_stripes();
     let after = huge_blocks(m);
-    let free_frames = m.free_pages();
+    let free_frames = m.inspect().free_pages();
     for b in live {
         free(b);
     }

@@ -3,7 +3,7 @@
 
 use std::alloc::{Layout, alloc_zeroed};
 
-use pageframe::boot::{FrameRanges, Plan, PlanError};
+use pageframe::boot::{Builder, FrameRanges, Plan, PlanError};
 use pageframe::{
     Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, PhysAddr, ZoneKind,
     topology::Topology,
@@ -79,8 +79,9 @@ fn one_node_from_map_to_first_frame() {
     let carved = Carved::for_plan(&plan);
     // SAFETY: `carved` maps every carved frame to host memory the test
     // leaks; nothing else uses it.
-    let m: &mut Machine<'static> = unsafe { plan.build(|pa| carved.virt(pa)) }.unwrap();
-    assert_eq!(m.managed_pages(), plan.free().frames());
+    let m: &mut Machine<'static> =
+        unsafe { plan.build(Builder::new(*plan.config()), |pa| carved.virt(pa)) }.unwrap();
+    assert_eq!(m.inspect().managed_pages(), plan.free().frames());
     let m: &Machine<'static> = m;
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     assert_eq!(a.zone(), ZoneKind::Normal);
@@ -126,13 +127,14 @@ fn two_nodes_get_their_own_zones_and_metadata() {
     }
     let carved = Carved::for_plan(&plan);
     // SAFETY: as in the test above.
-    let m: &Machine<'static> = unsafe { plan.build(|pa| carved.virt(pa)) }.unwrap();
+    let m: &Machine<'static> =
+        unsafe { plan.build(Builder::new(*plan.config()), |pa| carved.virt(pa)) }.unwrap();
     let one = NodeId::new(1).unwrap();
     let a = m
         .alloc(one, Gfp::KERNEL | Gfp::THISNODE, Order::ZERO)
         .unwrap();
     assert!(r(5 * GIB, 7 * GIB).contains(a.pfn()));
-    assert_eq!(m.node_of(a.pfn()), Some(one));
+    assert_eq!(m.inspect().node_of(a.pfn()), Some(one));
     m.free(a).unwrap();
     m.validate().unwrap();
 }
@@ -196,7 +198,11 @@ fn a_misaligned_machine_address_is_refused() {
     let plan = Plan::new(&six_gib(), &[], MachineConfig::SINGLE_NODE).unwrap();
     let carved = Carved::for_plan(&plan);
     // SAFETY: nothing is written: the misalignment is caught first.
-    let r = unsafe { plan.build(|pa| carved.virt(pa).wrapping_add(1)) };
+    let r = unsafe {
+        plan.build(Builder::new(*plan.config()), |pa| {
+            carved.virt(pa).wrapping_add(1)
+        })
+    };
     assert_eq!(r.err(), Some(PlanError::Misaligned));
 }
 
@@ -209,13 +215,14 @@ fn miri_a_plan_builds_its_machine_in_place() {
     let plan = Plan::new(&ram, &[], MachineConfig::SINGLE_NODE).unwrap();
     let carved = Carved::for_plan(&plan);
     // SAFETY: as in the tests above.
-    let m: &Machine<'static> = unsafe { plan.build(|pa| carved.virt(pa)) }.unwrap();
+    let m: &Machine<'static> =
+        unsafe { plan.build(Builder::new(*plan.config()), |pa| carved.virt(pa)) }.unwrap();
     let a = m
         .alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(3).unwrap())
         .unwrap();
     assert!(plan.free().contains(a.pfn()));
     m.free(a).unwrap();
-    assert_eq!(m.free_pages(), plan.free().frames());
+    assert_eq!(m.inspect().free_pages(), plan.free().frames());
     m.validate().unwrap();
 }
 
@@ -241,8 +248,12 @@ fn a_plan_builds_a_machine_with_hooks() {
     let plan = Plan::new(&ram, &[], MachineConfig::SINGLE_NODE).unwrap();
     let carved = Carved::for_plan(&plan);
     // SAFETY: as in the tests above.
-    let m: &Machine<'static, SpinLock, &Allocs> =
-        unsafe { plan.build_with_hooks(|pa| carved.virt(pa), &COUNT) }.unwrap();
+    let m: &Machine<'static, SpinLock, &Allocs> = unsafe {
+        plan.build(Builder::new(*plan.config()).hooks(&COUNT), |pa| {
+            carved.virt(pa)
+        })
+    }
+    .unwrap();
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     assert_eq!(COUNT.0.load(Relaxed), 1);
     m.free(a).unwrap();
@@ -254,7 +265,10 @@ fn a_plan_builds_a_machine_with_hooks() {
     let carved = Carved::for_plan(&plan);
     // SAFETY: as above; the call must refuse before writing.
     let r = unsafe {
-        plan.build_with_hooks::<SpinLock, Huge>(|pa| carved.virt(pa), Huge([0; 1 << 16]))
+        let huge = Builder::new(*plan.config())
+            .lock::<SpinLock>()
+            .hooks(Huge([0; 1 << 16]));
+        plan.build(huge, |pa| carved.virt(pa))
     };
     assert!(matches!(r, Err(PlanError::NoRoom { .. })));
 }
@@ -280,8 +294,9 @@ fn metadata_can_be_kept_where_the_boot_tables_map() {
     );
     let carved = Carved::for_plan(&plan);
     // SAFETY: as in the tests above.
-    let m: &Machine<'static> = unsafe { plan.build(|pa| carved.virt(pa)) }.unwrap();
-    assert_eq!(m.managed_pages(), plan.free().frames());
+    let m: &Machine<'static> =
+        unsafe { plan.build(Builder::new(*plan.config()), |pa| carved.virt(pa)) }.unwrap();
+    assert_eq!(m.inspect().managed_pages(), plan.free().frames());
     assert_eq!(
         Plan::new_within(&ram, &[], MachineConfig::SINGLE_NODE, r(0, 4)).err(),
         Some(PlanError::NoRoom {
@@ -294,4 +309,19 @@ fn metadata_can_be_kept_where_the_boot_tables_map() {
         }),
         "a window too small"
     );
+}
+
+/// The zones of a plan were laid out for its configuration: a builder of
+/// another one is refused before anything is written.
+#[test]
+fn a_builder_of_another_configuration_is_refused() {
+    let plan = Plan::new(&six_gib(), &[], MachineConfig::SINGLE_NODE).unwrap();
+    let carved = Carved::for_plan(&plan);
+    let other = MachineConfig {
+        phys_bits: 40,
+        ..MachineConfig::SINGLE_NODE
+    };
+    // SAFETY: nothing is written: the configuration is checked first.
+    let r = unsafe { plan.build(Builder::new(other), |pa| carved.virt(pa)) };
+    assert_eq!(r.err(), Some(PlanError::OtherConfig));
 }

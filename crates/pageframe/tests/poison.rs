@@ -75,14 +75,15 @@ type Poisoned = Machine<'static, pageframe::lock::SpinLock, Memory>;
 
 /// One zone over simulated memory that starts out as garbage (0x5a).
 fn machine(mode: Poisoning) -> &'static mut Poisoned {
-    let m = Box::leak(Machine::new_boxed_with_hooks(
-        MachineConfig::SINGLE_NODE,
-        Memory {
-            mode,
-            bytes: Mutex::new(vec![0x5a; (FRAMES * PAGE_SIZE) as usize]),
-            events: Mutex::new(Vec::new()),
-        },
-    ));
+    let m = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
+            .hooks(Memory {
+                mode,
+                bytes: Mutex::new(vec![0x5a; (FRAMES * PAGE_SIZE) as usize]),
+                events: Mutex::new(Vec::new()),
+            })
+            .build_boxed(),
+    );
     let span = r(BASE, BASE + FRAMES);
     let meta = leak(m.zone_metadata_bytes(span));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
@@ -98,7 +99,7 @@ fn frames(b: &pageframe::Block) -> PfnRange {
 #[test]
 fn a_write_after_free_is_reported_with_its_frame_and_last_owner() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     assert!(
         mem.read(r(BASE, BASE + FRAMES))
             .iter()
@@ -134,7 +135,7 @@ fn a_write_after_free_is_reported_with_its_frame_and_last_owner() {
             last_owner: Some(0x0bad),
         }
     );
-    assert_eq!(m.use_after_free_reports(), 1);
+    assert_eq!(m.inspect().use_after_free_reports(), 1);
     for b in held {
         m.free(b).unwrap();
     }
@@ -143,7 +144,7 @@ fn a_write_after_free_is_reported_with_its_frame_and_last_owner() {
 #[test]
 fn init_on_alloc_and_init_on_free_zero_what_they_should() {
     let m: &_ = machine(Poisoning::INIT_ON_ALLOC);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     // Garbage everywhere (nothing written at hand-over)...
     assert!(mem.read(r(BASE, BASE + 8)).iter().all(|&x| x == 0x5a));
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(3)).unwrap();
@@ -158,7 +159,7 @@ fn init_on_alloc_and_init_on_free_zero_what_they_should() {
     );
 
     let m: &_ = machine(Poisoning::INIT_ON_FREE);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     assert!(mem.read(r(BASE, BASE + FRAMES)).iter().all(|&x| x == 0));
     let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(1)).unwrap();
     mem.fill(frames(&a), 0x77);
@@ -171,7 +172,7 @@ fn init_on_alloc_and_init_on_free_zero_what_they_should() {
 #[test]
 fn refused_frees_write_nothing() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     // A block of another machine, at the same frame numbers: refused, and
     // this machine's memory (here a live block's) untouched.
     let other: &_ = machine(Poisoning::empty());
@@ -203,7 +204,7 @@ fn cached_frees_and_migration_leave_poison_behind() {
     let bytes = m.pcp_bytes(1).unwrap();
     m.enable_pcp(1, leak(bytes)).unwrap();
     let m: &_ = m;
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     mem.fill(frames(&a), 0x44);
@@ -257,13 +258,13 @@ fn cached_frees_and_migration_leave_poison_behind() {
 fn a_guard_of_a_machine_with_hooks_reads_as_its_block() {
     let m: &_ = machine(Poisoning::empty());
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
-    let (pfn, free) = (b.pfn(), m.free_pages());
+    let (pfn, free) = (b.pfn(), m.inspect().free_pages());
     {
         let g = m.guard(b).unwrap();
         assert_eq!((g.pfn(), g.order()), (pfn, o(2)));
         assert!(format!("{g:?}").contains("order 2"), "{g:?}");
     }
-    assert_eq!(m.free_pages(), free + 4, "freed when dropped");
+    assert_eq!(m.inspect().free_pages(), free + 4, "freed when dropped");
 }
 
 // The poison row of docs/block-state.md: what each transition writes.
@@ -272,7 +273,7 @@ fn a_guard_of_a_machine_with_hooks_reads_as_its_block() {
 #[test]
 fn poison_split() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
     let all = frames(&b);
     mem.fill(all, 0x11);
@@ -287,7 +288,7 @@ fn poison_split() {
 #[test]
 fn poison_partial_free() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(2)).unwrap();
     mem.fill(frames(&b), 0x22);
     let (p, _) = b.into_raw();
@@ -308,7 +309,7 @@ fn poison_partial_free() {
 #[test]
 fn poison_migration() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let b = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(2)).unwrap();
     let src = frames(&b);
     mem.fill(src, 0x66);
@@ -332,7 +333,7 @@ fn poison_migration() {
 #[test]
 fn poison_free() {
     let m: &_ = machine(Poisoning::POISON);
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     let f = frames(&b);
     mem.fill(f, 0x33);
@@ -352,7 +353,7 @@ fn poison_cache() {
     let m = machine(Poisoning::POISON);
     m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
     let m: &_ = m;
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     let f = frames(&b);
@@ -374,7 +375,7 @@ fn poison_drain() {
     let m = machine(Poisoning::POISON);
     m.enable_pcp(1, leak(m.pcp_bytes(1).unwrap())).unwrap();
     let m: &_ = m;
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
     let f = frames(&b);

@@ -16,7 +16,7 @@ const HUGE: Order = Order::HUGE_2M;
 #[test]
 fn every_free_huge_block_is_reported_once_until_reallocated() {
     let m = one_zone(512 * PB); // 1 GiB
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut seen = HashSet::new();
     let s = m.report_free_pages(HUGE, |batch| {
         assert!(batch.len() <= REPORTING_CAPACITY);
@@ -26,12 +26,13 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
         }
         true
     });
-    assert_eq!(m.free_pages(), free, "every block came back");
-    let (big, reported) = m.reported_pages(HUGE);
+    assert_eq!(m.inspect().free_pages(), free, "every block came back");
+    let (big, reported) = m.inspect().reported_pages(HUGE);
     assert_eq!(reported, s.pages);
     assert!(reported * 100 >= big * 95, "{reported} of {big}");
     // The low watermark stays unreported, no more.
     let low = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(pageframe::ZoneKind::Normal)
@@ -62,7 +63,7 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
 #[test]
 fn a_refused_batch_comes_back_unmarked_and_nothing_leaks_meanwhile() {
     let m = one_zone(64 * PB);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut during = None;
     let s = m.report_free_pages(HUGE, |batch| {
         // While a block is reported it is nobody's: its frees are refused,
@@ -90,14 +91,14 @@ fn a_refused_batch_comes_back_unmarked_and_nothing_leaks_meanwhile() {
         for g in got {
             m.free(g).unwrap();
         }
-        during = Some(m.free_pages());
+        during = Some(m.inspect().free_pages());
         false
     });
     assert_eq!(s.blocks, 0);
     assert!(s.refused > 0);
     assert!(during.unwrap() < free, "the batch was off the lists");
-    assert_eq!(m.free_pages(), free);
-    assert_eq!(m.reported_pages(HUGE).1, 0, "refused: unmarked");
+    assert_eq!(m.inspect().free_pages(), free);
+    assert_eq!(m.inspect().reported_pages(HUGE).1, 0, "refused: unmarked");
     m.validate().unwrap();
 }
 
@@ -132,21 +133,21 @@ fn churn_then_two_passes_report_the_free_huge_memory() {
     for _ in 0..2 {
         let _ = m.report_free_pages(HUGE, |_| true);
     }
-    let (big, reported) = m.reported_pages(HUGE);
+    let (big, reported) = m.inspect().reported_pages(HUGE);
     assert!(big > 0);
     assert!(reported * 100 >= big * 95, "{reported} of {big} reported");
     m.validate().unwrap();
     for b in live {
         m.free(b).unwrap();
     }
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// Every frame of the zone allocated, then every other one freed: free
 /// memory in order-0 blocks only. Returns the frames still held.
 fn checkerboard(frames: u64) -> (&'static pageframe::Machine<'static>, Vec<Block>) {
     let m = one_zone(frames);
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     let mut all = Vec::new();
     while let Ok(a) = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO) {
         all.push(a);
@@ -169,7 +170,7 @@ fn checkerboard(frames: u64) -> (&'static pageframe::Machine<'static>, Vec<Block
 #[test]
 fn a_pass_whose_callback_frees_a_frame_every_batch_ends() {
     let (m, mut held) = checkerboard(8192);
-    let free_at_start = m.free_pages();
+    let free_at_start = m.inspect().free_pages();
     let mut offered = 0;
     let s = m.report_free_pages(Order::ZERO, |batch| {
         offered += batch.iter().map(|(_, o)| o.pages()).sum::<u64>();
@@ -192,7 +193,7 @@ fn a_pass_whose_callback_frees_a_frame_every_batch_ends() {
         m.free(b).unwrap();
     }
     m.drain_stripes();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// The callback allocates enough order-0 frames for a stripe to reserve
@@ -210,7 +211,7 @@ fn blocks_given_back_into_a_chunk_reserved_meanwhile_stay_unmarked() {
         if got.is_empty() {
             // Past the stripes' rest after the machine was filled.
             got.extend((0..100).map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap()));
-            assert!(m.stripe_frames() > 0, "a stripe reserved a chunk");
+            assert!(m.inspect().stripe_frames() > 0, "a stripe reserved a chunk");
         }
         m.validate().unwrap();
         true
@@ -221,7 +222,7 @@ fn blocks_given_back_into_a_chunk_reserved_meanwhile_stay_unmarked() {
     }
     m.drain_stripes();
     m.validate().unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 /// Reporting passes mixed with order-0 traffic, in the callback and on
@@ -232,7 +233,7 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
     let seeds = if cfg!(miri) { 2 } else { 100 };
     for seed in 0..seeds {
         let m: &'static pageframe::Machine<'static> = one_zone(16 * PB);
-        m.set_min_free_kbytes(0);
+        m.tunables().set_min_free_kbytes(0);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut mine: Vec<Block> = Vec::new();
@@ -306,6 +307,10 @@ fn reporting_beside_order0_traffic_keeps_every_invariant() {
         });
         m.drain_stripes();
         m.validate().unwrap();
-        assert_eq!(m.free_pages(), m.managed_pages(), "seed {seed}");
+        assert_eq!(
+            m.inspect().free_pages(),
+            m.inspect().managed_pages(),
+            "seed {seed}"
+        );
     }
 }

@@ -71,15 +71,16 @@ type Poisoned = Machine<'static, pageframe::lock::SpinLock, Memory>;
 /// Two Normal-and-Movable zones of [`HALF`] frames, nothing handed over
 /// yet, over memory that starts out as 0x5a.
 fn machine() -> &'static Poisoned {
-    let m = Box::leak(Machine::new_boxed_with_hooks(
-        MachineConfig::SINGLE_NODE,
-        Memory {
-            bytes: Mutex::new(vec![0x5a; (2 * HALF * PAGE_SIZE) as usize]),
-            hold_next: AtomicBool::new(false),
-            held: AtomicBool::new(false),
-            release: AtomicBool::new(false),
-        },
-    ));
+    let m = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
+            .hooks(Memory {
+                bytes: Mutex::new(vec![0x5a; (2 * HALF * PAGE_SIZE) as usize]),
+                hold_next: AtomicBool::new(false),
+                held: AtomicBool::new(false),
+                release: AtomicBool::new(false),
+            })
+            .build_boxed(),
+    );
     let low = r(BASE, BASE + HALF);
     let high = r(BASE + HALF, BASE + 2 * HALF);
     for (kind, span) in [(ZoneKind::Normal, low), (ZoneKind::Movable, high)] {
@@ -102,7 +103,7 @@ fn race(
     Result<(), SetupError>,
     Option<PfnRange>,
 ) {
-    let mem = m.hooks();
+    let mem = m.inspect().hooks();
     let dog = Watchdog::start(1, &["add_free_range"], Duration::from_secs(30));
     mem.hold_next.store(true, SeqCst);
     let (a, b, owned) = std::thread::scope(|s| {
@@ -139,7 +140,7 @@ fn overlap(e: &Result<(), SetupError>) -> bool {
 
 /// Managed frames of the zone over `span`.
 fn managed(m: &Poisoned, span: PfnRange) -> u64 {
-    m.zone_of(span.start).unwrap().managed_pages()
+    m.inspect().zone_of(span.start).unwrap().managed_pages()
 }
 
 #[test]
@@ -153,7 +154,7 @@ fn a_hand_over_that_loses_a_race_writes_nothing() {
     );
     if let Some(frames) = owned {
         assert!(
-            m.hooks().read(frames).iter().all(|&x| x == 0x55),
+            m.inspect().hooks().read(frames).iter().all(|&x| x == 0x55),
             "the loser poisoned a block another thread owns"
         );
     }
@@ -184,6 +185,12 @@ fn a_hand_over_across_two_zones_that_loses_a_race_changes_no_zone() {
     // What a refused call left is a hole still: handing it over works.
     if a.is_err() {
         m.add_free_range(low).unwrap();
-        assert!(m.hooks().read(low).iter().all(|&x| x == PAGE_POISON));
+        assert!(
+            m.inspect()
+                .hooks()
+                .read(low)
+                .iter()
+                .all(|&x| x == PAGE_POISON)
+        );
     }
 }

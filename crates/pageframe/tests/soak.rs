@@ -441,6 +441,7 @@ impl Worker<'_, '_> {
             Thing::Block(b) => {
                 let core = self
                     .m
+                    .inspect()
                     .zone_of(b.pfn())
                     .unwrap()
                     .inspect(|z| z.buddy().block_at(b.pfn()));
@@ -504,6 +505,7 @@ impl Worker<'_, '_> {
         let held = self.held.iter().map(|&(_, pages, _)| pages).sum();
         let cached = self
             .m
+            .inspect()
             .all_zones()
             .filter_map(|z| self.cpu.cache_info(z.node(), z.kind()))
             .map(|i| u64::from(i.count))
@@ -539,7 +541,7 @@ struct Counts {
 
 fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let m = machine(workers);
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let books = Books {
         owners: Owners((0..FRAMES).map(|_| AtomicU32::new(0)).collect()),
         slots: (0..=workers * IDS).map(|_| Mutex::new(None)).collect(),
@@ -682,7 +684,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
             s.spawn(move || {
                 let me = workers as usize;
                 let _watched = dog.worker(me);
-                m.set_proactiveness(50).unwrap();
+                m.tunables().set_proactiveness(50).unwrap();
                 let mut mover = Mover::new(books);
                 let mut rng = SmallRng::seed_from_u64(seed);
                 while !stop.load(Relaxed) {
@@ -758,10 +760,14 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
             let in_use = counted.load(Relaxed) + mailed;
             // Memory offline is neither free nor managed.
             let off: u64 = offline.lock().unwrap().iter().map(PfnRange::len).sum();
-            assert_eq!(m.managed_pages() + off, managed, "checkpoint: managed");
             assert_eq!(
-                m.free_pages() + in_use,
-                m.managed_pages(),
+                m.inspect().managed_pages() + off,
+                managed,
+                "checkpoint: managed"
+            );
+            assert_eq!(
+                m.inspect().free_pages() + in_use,
+                m.inspect().managed_pages(),
                 "checkpoint: free + held/cached/mailed"
             );
             m.validate().unwrap();
@@ -776,14 +782,14 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
         dog.joining();
     });
     dog.stop();
-    assert_eq!(m.managed_pages(), managed, "memory left offline");
-    assert_eq!(m.free_pages(), managed, "frames lost");
+    assert_eq!(m.inspect().managed_pages(), managed, "memory left offline");
+    assert_eq!(m.inspect().free_pages(), managed, "frames lost");
     assert!(
         books.owners.0.iter().all(|o| o.load(Relaxed) == 0),
         "a frame kept an owner"
     );
     m.validate().unwrap();
-    let c = m.total_stats().compact;
+    let c = m.inspect().total_stats().compact;
     let get = |a: &AtomicU64| a.load(Relaxed);
     println!(
         "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} validate() passes while running, 0 failed; {} splits, {} partial frees, {} drains of every cache, {} contiguous allocations and {} ranges tried ({} ranges taken), {} offlines or onlines tried ({} offline, {} online), {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",

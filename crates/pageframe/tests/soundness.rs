@@ -14,8 +14,8 @@ use pageframe::CpuId;
 use pageframe::{
     AllocError, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, SetupError, ZoneKind,
     pcp::PcpSetupError,
-    thp::{NodePolicy, ThpDefrag, ThpPolicy},
     topology::Topology,
+    tune::{NodePolicy, ThpDefrag, ThpPolicy},
 };
 
 /// Two CPUs freeing one frame at once, through their caches or
@@ -28,7 +28,7 @@ fn concurrent_frees_of_one_frame_have_one_winner() {
     let m = one_zone(if cfg!(miri) { 4096 } else { 64 << 10 });
     m.enable_pcp(2, leak(m.pcp_bytes(2).unwrap())).unwrap();
     let m: &Machine<'static> = m;
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     let rounds = if cfg!(miri) { 20 } else { 2000 };
     let barrier = Barrier::new(2);
     let wins = [AtomicU32::new(0), AtomicU32::new(0)];
@@ -88,7 +88,11 @@ fn concurrent_frees_of_one_frame_have_one_winner() {
     let total = wins[0].load(Ordering::Relaxed) + wins[1].load(Ordering::Relaxed);
     assert_eq!(total, rounds as u32, "exactly one free won each round");
     m.drain_pcp(None, |_| std::thread::yield_now());
-    assert_eq!(m.free_pages(), managed, "no frame lost or doubled");
+    assert_eq!(
+        m.inspect().free_pages(),
+        managed,
+        "no frame lost or doubled"
+    );
     m.validate().unwrap();
 }
 
@@ -104,7 +108,7 @@ fn memoryless_node_allocates_from_the_nearest_node() {
     }
     let a = m.alloc(n(2), Gfp::KERNEL, Order::ZERO).unwrap();
     assert_eq!(a.node(), n(1), "node 1 is nearer to node 2");
-    assert_eq!(m.node_order(n(2)), &[n(1), n(0)]);
+    assert_eq!(m.inspect().node_order(n(2)), &[n(1), n(0)]);
     assert_eq!(
         m.alloc(n(2), Gfp::KERNEL | Gfp::THISNODE, Order::ZERO),
         Err(AllocError::NoEligibleZone)
@@ -124,7 +128,7 @@ fn thisnode_policy_never_returns_a_remote_frame() {
     let mut w = Words::default();
     let _kept = fragment(m, 0, &mut w);
     w.refuse = true; // compaction cannot help node 0
-    m.set_thp_policy(ThpPolicy {
+    m.tunables().set_thp_policy(ThpPolicy {
         defrag: ThpDefrag::Always,
         nodes: NodePolicy::ThisNode,
         compact_only: true,
@@ -138,11 +142,11 @@ fn thisnode_policy_never_returns_a_remote_frame() {
             Err(e) => assert_eq!(e, AllocError::OutOfMemory),
         }
     }
-    let s = m.stats(n(0));
+    let s = m.inspect().stats(n(0));
     assert_eq!(s.thp_success_remote, 0);
     assert_eq!(s.thp_attempts, 20);
     // Remote fallback does go remote on the same machine.
-    m.set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
+    m.tunables().set_thp_policy(ThpPolicy::REMOTE_FALLBACK);
     let a = m.alloc_thp(n(0), true, &mut w).unwrap();
     assert_eq!(a.node(), n(1));
     m.free(a).unwrap();
@@ -158,7 +162,7 @@ fn machine_builds_on_a_16_kib_stack() {
     let done = std::thread::Builder::new()
         .stack_size(16 << 10)
         .spawn(move || {
-            let m = Machine::new_in(slot, MachineConfig::SINGLE_NODE);
+            let m = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_in(slot);
             let mut metas = metas.into_iter();
             let dma32 = r(256, 64 << 10);
             let normal = r(4 * GIB, 4 * GIB + (64 << 10));
@@ -175,7 +179,7 @@ fn machine_builds_on_a_16_kib_stack() {
             m.add_free_range(normal).unwrap();
             let a = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
             m.free(a).unwrap();
-            m.managed_pages()
+            m.inspect().managed_pages()
         })
         .unwrap()
         .join()
@@ -208,7 +212,9 @@ fn the_zone_lock_is_the_callers_choice() {
         }
     }
     let m: &mut Machine<'static, Counting> =
-        Machine::new_in_with_lock(Box::leak(Box::new_uninit()), MachineConfig::SINGLE_NODE);
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
+            .lock::<Counting>()
+            .build_in(Box::leak(Box::new_uninit()));
     let span = r(0, 4096);
     let meta = leak(m.zone_metadata_bytes(span));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
@@ -225,7 +231,7 @@ fn the_zone_lock_is_the_callers_choice() {
 #[test]
 fn numbers_near_their_limits_are_refused_cleanly() {
     let m = one_zone(4096);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let raw = |p: Pfn, o: Order| {
         // SAFETY: no such block exists: the call must refuse it.
         unsafe { m.block_from_raw(p, o) }.map(pageframe::Block::into_raw)
@@ -278,7 +284,7 @@ fn numbers_near_their_limits_are_refused_cleanly() {
     }
     // Orders beyond the largest any zone can have are not orders at all.
     assert!(Order::new(70).is_none() && Order::new(pageframe_types::ORDER_LIMIT + 1).is_none());
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     m.validate().unwrap();
 }
 
@@ -288,7 +294,7 @@ fn numbers_near_their_limits_are_refused_cleanly() {
 #[test]
 fn every_entry_point_refuses_what_is_not_in_the_machine() {
     let m = one_zone(4096);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     // Per-CPU set-up: no CPUs, too many, too little memory.
     assert!(m.pcp_bytes(0).is_err());
     assert!(m.pcp_bytes(u32::MAX).is_err());
@@ -296,11 +302,15 @@ fn every_entry_point_refuses_what_is_not_in_the_machine() {
     assert!(m.enable_pcp(0, leak(0)).is_err());
     let need = m.pcp_bytes(2).unwrap();
     assert!(m.enable_pcp(2, leak(need - 1)).is_err(), "one byte short");
-    assert_eq!(m.pcp_cpus(), 0, "a refused set-up leaves no caches");
+    assert_eq!(
+        m.inspect().pcp_cpus(),
+        0,
+        "a refused set-up leaves no caches"
+    );
     m.enable_pcp(2, leak(need)).unwrap();
     assert!(m.enable_pcp(2, leak(need)).is_err(), "twice");
     for f in [1u32, 7] {
-        assert!(m.set_pcp_high_fraction(f).is_err());
+        assert!(m.tunables().set_pcp_high_fraction(f).is_err());
     }
     let m: &Machine<'static> = m;
     // A node of the id space that the topology does not have.
@@ -316,13 +326,13 @@ fn every_entry_point_refuses_what_is_not_in_the_machine() {
     );
     assert!(m.alloc_thp(absent, true, &mut hooks).is_err());
     assert!(m.cpu(CpuId(0), absent).is_err());
-    assert!(m.node(absent).is_none());
-    assert!(m.node_order(absent).is_empty());
+    assert!(m.inspect().node(absent).is_none());
+    assert!(m.inspect().node_order(absent).is_empty());
     assert!(!m.wakeup_kcompactd(absent, Order::HUGE_2M, ZoneKind::Normal));
     assert_eq!(m.kcompactd_tick(absent, 0, &mut hooks), Default::default());
     assert!(m.compact_node(absent, &mut hooks).is_none());
-    assert!(m.fragmentation_score(absent).is_none());
-    assert_eq!(m.stats(absent), Default::default());
+    assert!(m.inspect().fragmentation_score(absent).is_none());
+    assert_eq!(m.inspect().stats(absent), Default::default());
     // CPUs beyond those set up; a CPU whose handle is out.
     assert!(m.cpu(CpuId(2), NodeId::ZERO).is_err());
     assert!(m.cpu(CpuId(u32::MAX), NodeId::ZERO).is_err());
@@ -336,7 +346,7 @@ fn every_entry_point_refuses_what_is_not_in_the_machine() {
         m.alloc(NodeId::ZERO, Gfp::DMA | Gfp::DMA32, Order::ZERO),
         Err(AllocError::InvalidGfp)
     );
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     m.validate().unwrap();
 }
 
@@ -370,30 +380,30 @@ fn per_cpu_caches_before_any_memory_are_refused() {
         no_ram.enable_pcp(2, leak(1 << 20)),
         Err(SetupError::Pcp(PcpSetupError::NoMemory))
     );
-    assert_eq!(no_ram.pcp_cpus(), 0);
+    assert_eq!(no_ram.inspect().pcp_cpus(), 0);
     // Once memory is handed over, the same calls work.
     no_ram.add_free_range(span).unwrap();
     let bytes = no_ram.pcp_bytes(2).unwrap();
     no_ram.enable_pcp(2, leak(bytes)).unwrap();
-    assert_eq!(no_ram.pcp_cpus(), 2);
+    assert_eq!(no_ram.inspect().pcp_cpus(), 2);
 }
 
 /// Tunables read back what was set, at the ends of their range.
 #[test]
 fn min_free_kbytes_reads_back_what_was_set() {
     let m = one_zone(4096);
-    let computed = m.min_free_kbytes();
+    let computed = m.tunables().min_free_kbytes();
     assert!(computed > 0);
     for v in [0, 1, u64::MAX - 1, u64::MAX] {
-        m.set_min_free_kbytes(v);
-        assert_eq!(m.min_free_kbytes(), v);
+        m.tunables().set_min_free_kbytes(v);
+        assert_eq!(m.tunables().min_free_kbytes(), v);
     }
     // u64::MAX reserves everything: ordinary requests fail their mark.
     assert_eq!(
         m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO),
         Err(AllocError::OutOfMemory)
     );
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     assert!(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).is_ok());
 }
 
@@ -402,7 +412,7 @@ fn min_free_kbytes_reads_back_what_was_set() {
 #[test]
 fn contiguous_requests_beyond_the_frame_space_are_invalid() {
     let m = one_zone(4096);
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     let mut w = Words::default();
     for (frames, align) in [
         (pageframe::zone::MAX_PFN + 1, 1),
@@ -430,6 +440,6 @@ fn contiguous_requests_beyond_the_frame_space_are_invalid() {
         .map(pageframe::Segment::into_raw),
         Err(pageframe::ContigError::NotFound)
     );
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     m.validate().unwrap();
 }

@@ -9,7 +9,8 @@ use pageframe::{CpuId, FreeError, Gfp, Machine, NodeId, Order};
 
 /// Free 2 MiB blocks (order 10 counts two).
 fn huge_free(m: &Machine<'static>) -> u64 {
-    m.all_zones()
+    m.inspect()
+        .all_zones()
         .map(|z| z.free_blocks(o(9)) + 2 * z.free_blocks(o(10)))
         .sum()
 }
@@ -20,7 +21,7 @@ fn a_block_split_to_frames_frees_back_through_zone_and_cache() {
     let bytes = m.pcp_bytes(1).unwrap();
     m.enable_pcp(1, leak(bytes)).unwrap();
     let m = &*m;
-    let before = m.free_pages();
+    let before = m.inspect().free_pages();
     let big = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(9)).unwrap();
     let start = big.pfn();
     let mut todo = vec![big];
@@ -44,7 +45,7 @@ fn a_block_split_to_frames_frees_back_through_zone_and_cache() {
             .enumerate()
             .all(|(i, b)| b.pfn() == start + i as u64)
     );
-    assert_eq!(m.free_pages(), before - 512);
+    assert_eq!(m.inspect().free_pages(), before - 512);
     m.validate().unwrap();
     // Half the frames through the cache, half through the zone, interleaved.
     let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
@@ -57,7 +58,7 @@ fn a_block_split_to_frames_frees_back_through_zone_and_cache() {
     }
     cpu.drain();
     drop(cpu);
-    assert_eq!(m.free_pages(), before);
+    assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
     // Merged back: the pageblock is whole again.
     let again = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(9)).unwrap();
@@ -81,7 +82,7 @@ fn the_old_order_no_longer_frees_a_split_block() {
     m.free(hi).unwrap();
     m.free(lo).unwrap();
     m.validate().unwrap();
-    assert_eq!(m.free_pages(), 4 * PB);
+    assert_eq!(m.inspect().free_pages(), 4 * PB);
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn bad_splits_hand_the_block_back_unchanged() {
     );
     other.free(refused.into_inner()).unwrap();
     m.free(one).unwrap();
-    assert_eq!(m.free_pages(), 4 * PB);
+    assert_eq!(m.inspect().free_pages(), 4 * PB);
     m.validate().unwrap();
 }
 
@@ -178,5 +179,5 @@ fn compaction_moves_each_half_of_a_split_block_on_its_own() {
     assert!(huge_free(m) > 0);
     m.validate().unwrap();
     w.free_all(m);
-    assert_eq!(m.free_pages(), 8 * PB);
+    assert_eq!(m.inspect().free_pages(), 8 * PB);
 }

@@ -11,7 +11,8 @@ use common::*;
 use pageframe::{
     Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
-    zone::{MigrateType, Placement},
+    tune::Placement,
+    zone::MigrateType,
 };
 
 /// Regions of four pageblocks (2^11 frames), so that a small zone has
@@ -56,9 +57,9 @@ fn tainted_and_full(placement: Placement) -> (&'static Machine<'static>, Kernel)
     let base = 4 * GIB;
     let span = r(base, base + 4 * REGION);
     zone(m, n(0), ZoneKind::Normal, span, span);
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     let m: &'static Machine<'static> = m;
-    m.set_fallback_placement(placement);
+    m.tunables().set_fallback_placement(placement);
     let mut k = Kernel::default();
     while let Ok(b) = m.alloc(n(0), Gfp::HIGHUSER_MOVABLE, Order::ZERO) {
         k.held.insert(b.pfn(), b);
@@ -81,6 +82,7 @@ fn tainted_and_full(placement: Placement) -> (&'static Machine<'static>, Kernel)
 
 fn counts(m: &Machine<'static>) -> Vec<u32> {
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -112,6 +114,7 @@ fn the_slow_path_makes_room_in_a_tainted_region_before_tainting_a_clean_one() {
         "no page left in the emptied pageblock"
     );
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -145,14 +148,15 @@ fn without_the_superpageblock_placement_a_clean_region_is_tainted() {
 fn the_placement_reaches_every_zone_and_zones_added_later() {
     let m = two_zones(8 * PB, 8 * PB);
     assert_eq!(
-        m.fallback_placement(),
+        m.tunables().fallback_placement(),
         Placement::Superpageblock,
         "the default"
     );
-    m.set_fallback_placement(Placement::Linux);
-    assert_eq!(m.fallback_placement(), Placement::Linux);
+    m.tunables().set_fallback_placement(Placement::Linux);
+    assert_eq!(m.tunables().fallback_placement(), Placement::Linux);
     assert!(
-        m.all_zones()
+        m.inspect()
+            .all_zones()
             .all(|z| z.inspect(|mz| mz.placement()) == Placement::Linux)
     );
     // A zone hot-added afterwards gets it too.

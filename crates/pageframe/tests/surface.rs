@@ -16,7 +16,7 @@ fn a_glob_import_beside_the_x86_64_crate_resolves() {
 /// A machine built without naming its lock gets the default one.
 #[test]
 fn the_default_lock_needs_no_annotation() {
-    let mut m = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+    let mut m = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
     let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 4096));
     let meta = Box::leak(
         vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice(),
@@ -26,5 +26,5 @@ fn the_default_lock_needs_no_annotation() {
     m.add_free_range(span).unwrap();
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     m.free(b).unwrap();
-    assert_eq!(m.free_pages(), 4096);
+    assert_eq!(m.inspect().free_pages(), 4096);
 }

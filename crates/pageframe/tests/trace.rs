@@ -32,10 +32,11 @@ type Traced = Machine<'static, pageframe::lock::SpinLock, Recorder>;
 
 /// One Normal zone of `frames` frames at 4 GiB, all free.
 fn machine(frames: u64, cpus: u32) -> &'static Traced {
-    let m = Box::leak(Machine::new_boxed_with_hooks(
-        MachineConfig::SINGLE_NODE,
-        Recorder::default(),
-    ));
+    let m = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
+            .hooks(Recorder::default())
+            .build_boxed(),
+    );
     let span = r(1 << 20, (1 << 20) + frames);
     m.add_zone(
         NodeId::ZERO,
@@ -49,7 +50,7 @@ fn machine(frames: u64, cpus: u32) -> &'static Traced {
         let mem = leak(m.pcp_bytes(cpus).unwrap());
         m.enable_pcp(cpus, mem).unwrap();
     }
-    m.hooks().take();
+    m.inspect().hooks().take();
     m
 }
 
@@ -61,7 +62,7 @@ fn zone_allocation_and_free_are_bracketed_and_named() {
     let o2 = Order::new(2).unwrap();
     let b = m.alloc(NodeId::ZERO, MOVABLE, o2).unwrap();
     let pfn = b.pfn();
-    let ev = m.hooks().take();
+    let ev = m.inspect().hooks().take();
     assert_eq!(
         ev,
         [
@@ -79,7 +80,7 @@ fn zone_allocation_and_free_are_bracketed_and_named() {
     );
     m.free(b).unwrap();
     assert_eq!(
-        m.hooks().take(),
+        m.inspect().hooks().take(),
         [Event::Free {
             pfn,
             order: o2,
@@ -91,9 +92,9 @@ fn zone_allocation_and_free_are_bracketed_and_named() {
     // SAFETY: a stale copy on purpose: the machine must refuse its free.
     let copy = unsafe { m.block_from_raw(b.pfn(), Order::ZERO) }.unwrap();
     m.free(b).unwrap();
-    m.hooks().take();
+    m.inspect().hooks().take();
     assert!(m.free(copy).is_err());
-    assert!(m.hooks().take().is_empty());
+    assert!(m.inspect().hooks().take().is_empty());
 }
 
 #[test]
@@ -101,7 +102,7 @@ fn a_failed_request_says_why() {
     let m = machine(1 << 12, 0);
     let big = Order::new(11).unwrap();
     let e = m.alloc(NodeId::ZERO, Gfp::KERNEL, big).unwrap_err();
-    let ev = m.hooks().take();
+    let ev = m.inspect().hooks().take();
     assert_eq!(ev.len(), 2);
     assert_eq!(
         ev[1],
@@ -119,6 +120,7 @@ fn a_failed_request_says_why() {
         held.push(b);
     }
     let fails: Vec<_> = m
+        .inspect()
         .hooks()
         .take()
         .into_iter()
@@ -142,7 +144,7 @@ fn the_cached_path_reports_its_cpu_refills_and_spills() {
     let m = machine(1 << 15, 2);
     let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
     let b = c.alloc(MOVABLE, Order::ZERO).unwrap();
-    let ev = m.hooks().take();
+    let ev = m.inspect().hooks().take();
     let refills: Vec<_> = ev
         .iter()
         .filter_map(|e| match e {
@@ -164,7 +166,7 @@ fn the_cached_path_reports_its_cpu_refills_and_spills() {
     let pfn = b.pfn();
     c.free(b).unwrap();
     assert_eq!(
-        m.hooks().take(),
+        m.inspect().hooks().take(),
         [Event::Free {
             pfn,
             order: Order::ZERO,
@@ -174,6 +176,7 @@ fn the_cached_path_reports_its_cpu_refills_and_spills() {
     let cached = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count as u64;
     assert_eq!(c.drain(), cached);
     let spilled: u64 = m
+        .inspect()
         .hooks()
         .take()
         .iter()
@@ -191,7 +194,7 @@ fn the_cached_path_reports_its_cpu_refills_and_spills() {
     let b = m
         .alloc_on(CpuId(0), NodeId::ZERO, MOVABLE, Order::ZERO)
         .unwrap();
-    assert!(m.hooks().take().iter().any(|e| matches!(
+    assert!(m.inspect().hooks().take().iter().any(|e| matches!(
         e,
         Event::Alloc {
             cpu: Some(CpuId(0)),
@@ -200,7 +203,7 @@ fn the_cached_path_reports_its_cpu_refills_and_spills() {
     )));
     m.free_on(CpuId(0), b).unwrap();
     assert!(matches!(
-        m.hooks().take()[..],
+        m.inspect().hooks().take()[..],
         [Event::Free {
             cpu: Some(CpuId(0)),
             ..
@@ -214,6 +217,7 @@ fn the_first_unmovable_request_falls_back_and_claims() {
     let m = machine(1 << 14, 0);
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     let fallbacks: Vec<_> = m
+        .inspect()
         .hooks()
         .take()
         .into_iter()
@@ -231,7 +235,8 @@ fn the_first_unmovable_request_falls_back_and_claims() {
     // The pageblock is unmovable now: the next one takes its own lists.
     let b2 = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     assert!(
-        !m.hooks()
+        !m.inspect()
+            .hooks()
             .take()
             .iter()
             .any(|e| matches!(e, Event::Fallback { .. }))
@@ -278,9 +283,9 @@ fn compaction_is_bracketed_and_reports_each_move() {
             m.free(b).unwrap();
         }
     }
-    m.hooks().take();
+    m.inspect().hooks().take();
     let out = m.compact_node(NodeId::ZERO, &mut mover).unwrap();
-    let ev = m.hooks().take();
+    let ev = m.inspect().hooks().take();
     assert!(mover.moved > 0);
     assert_eq!(
         ev.first(),
@@ -325,6 +330,7 @@ fn a_contiguous_range_reports_its_isolation() {
         .alloc_contig(NodeId::ZERO, Gfp::KERNEL, 1024, 512, &mut Mover::default())
         .unwrap();
     let isolations: Vec<_> = m
+        .inspect()
         .hooks()
         .take()
         .into_iter()
@@ -339,17 +345,17 @@ fn a_contiguous_range_reports_its_isolation() {
     );
     let range = seg.range();
     m.free_segment(seg).unwrap();
-    assert_eq!(m.hooks().take(), [Event::FreeRange { range }]);
+    assert_eq!(m.inspect().hooks().take(), [Event::FreeRange { range }]);
     // Part of an allocation given back by number: the part, named.
     let b = m
         .alloc(NodeId::ZERO, MOVABLE, Order::new(2).unwrap())
         .unwrap();
     let (p, _) = b.into_raw();
-    m.hooks().take();
+    m.inspect().hooks().take();
     // SAFETY: the block was allocated above and is held only as `p`.
     unsafe { m.free_raw(pageframe::PfnRange::new(p, p + 4)) }.unwrap();
     assert_eq!(
-        m.hooks().take(),
+        m.inspect().hooks().take(),
         [Event::FreeRange {
             range: pageframe::PfnRange::new(p, p + 4)
         }]

@@ -41,7 +41,7 @@ fn allocations_and_frees_are_counted_by_order_on_every_path() {
             }
         }
     }
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     for k in 0..=10 {
         assert_eq!(
             v.pgalloc(ZoneKind::Normal, o(k)),
@@ -52,8 +52,8 @@ fn allocations_and_frees_are_counted_by_order_on_every_path() {
     assert_eq!(v.pgalloc_pages(ZoneKind::Dma32), 0);
     assert_eq!(v.pgfree, freed_pages);
     assert_eq!(v.alloc_fail, 0);
-    assert_eq!(v.nr_free_pages, m.free_pages());
-    assert_eq!(v.nr_managed_pages, m.managed_pages());
+    assert_eq!(v.nr_free_pages, m.inspect().free_pages());
+    assert_eq!(v.nr_managed_pages, m.inspect().managed_pages());
     for b in held {
         m.free(b).unwrap();
     }
@@ -91,7 +91,7 @@ fn per_cpu_counters_agree_with_the_caches_own() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     let sum = |f: fn(&pageframe::pcp::PcpStats) -> u64| stats.iter().map(f).sum::<u64>();
     assert_eq!(v.pcp_hit, sum(|s| s.local_hits));
     assert_eq!(v.pcp_refill, sum(|s| s.refills));
@@ -101,7 +101,7 @@ fn per_cpu_counters_agree_with_the_caches_own() {
     assert_eq!(v.pcp_free, sum(|s| s.frees));
     assert_eq!(v.pgalloc(ZoneKind::Normal, Order::ZERO), sum(|s| s.allocs));
     assert_eq!(v.pgfree, v.pgalloc_pages(ZoneKind::Normal));
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 #[test]
@@ -109,16 +109,25 @@ fn scopes_add_up_node_by_node() {
     let m: &_ = numa(2, 16);
     let a = m.alloc(n(1), Gfp::KERNEL | Gfp::THISNODE, o(2)).unwrap();
     let b = m.alloc(n(0), Gfp::KERNEL | Gfp::THISNODE, o(0)).unwrap();
-    let (v0, v1, all) = (m.node_vmstat(n(0)), m.node_vmstat(n(1)), m.vmstat());
+    let (v0, v1, all) = (
+        m.inspect().node_vmstat(n(0)),
+        m.inspect().node_vmstat(n(1)),
+        m.inspect().vmstat(),
+    );
     assert_eq!(v0.pgalloc_pages(ZoneKind::Normal), 1);
     assert_eq!(v1.pgalloc_pages(ZoneKind::Normal), 4);
     assert_eq!(all.pgalloc_pages(ZoneKind::Normal), 5);
-    let z1 = m.node(n(1)).unwrap().zone(ZoneKind::Normal).unwrap();
+    let z1 = m
+        .inspect()
+        .node(n(1))
+        .unwrap()
+        .zone(ZoneKind::Normal)
+        .unwrap();
     assert_eq!(z1.vmstat().pgalloc(ZoneKind::Normal, o(2)), 1);
     assert_eq!(all.nr_free_pages, v0.nr_free_pages + v1.nr_free_pages);
     m.free(a).unwrap();
     m.free(b).unwrap();
-    assert_eq!(m.vmstat().pgfree, 5);
+    assert_eq!(m.inspect().vmstat().pgfree, 5);
 }
 
 #[test]
@@ -128,7 +137,7 @@ fn failures_ranges_and_compaction_are_counted() {
         .add_cma_area(r(4 * GIB + (1 << 13), 4 * GIB + (1 << 14)))
         .unwrap();
     let m = &*m;
-    m.fail_page_alloc().set(FailConfig {
+    m.inspect().fail_page_alloc().set(FailConfig {
         times: Some(3),
         ..FailConfig::ALWAYS
     });
@@ -148,15 +157,15 @@ fn failures_ranges_and_compaction_are_counted() {
     );
     let buf = m.cma_alloc(id, 512, 1, &mut w).unwrap();
     assert!(m.cma_alloc(id, 1 << 20, 1, &mut w).is_err());
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     assert_eq!(v.alloc_fail, 4, "three injected, one impossible order");
     assert_eq!((v.contig_alloc_success, v.contig_alloc_fail), (1, 1));
     assert_eq!((v.cma_alloc_success, v.cma_alloc_fail), (1, 1));
-    let before = m.vmstat().pgfree;
+    let before = m.inspect().vmstat().pgfree;
     m.free_segment(seg).unwrap();
     m.cma_release(buf).unwrap();
     assert_eq!(
-        m.vmstat().pgfree,
+        m.inspect().vmstat().pgfree,
         before + 1024 + 512,
         "ranges count as frees"
     );
@@ -164,12 +173,15 @@ fn failures_ranges_and_compaction_are_counted() {
     let kept = common::fragment(m, 0, &mut w);
     assert!(!kept.is_empty());
     let got = m.alloc_slow(NodeId::ZERO, Gfp::KERNEL | Gfp::MOVABLE, o(9), &mut w);
-    let v = m.vmstat();
+    let v = m.inspect().vmstat();
     assert!(v.compact_stall >= 1, "{v}");
-    assert_eq!(v.compact_stall, m.total_stats().compact.stall);
-    assert_eq!(v.pgmigrate_success, m.total_stats().compact.migrate_success);
+    assert_eq!(v.compact_stall, m.inspect().total_stats().compact.stall);
+    assert_eq!(
+        v.pgmigrate_success,
+        m.inspect().total_stats().compact.migrate_success
+    );
     assert!(v.pgmigrate_success > 0);
-    assert_eq!(v.allocstall, m.total_stats().stalls);
+    assert_eq!(v.allocstall, m.inspect().total_stats().stalls);
     if let Ok(b) = got {
         m.free(b).unwrap();
     }
@@ -184,8 +196,9 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
     let m = &*m;
     let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
-    let text = m.zoneinfo().to_string();
+    let text = m.inspect().zoneinfo().to_string();
     let normal = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)
@@ -214,7 +227,7 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
     c.free(b).unwrap();
     let count = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count;
     drop(c);
-    let text = m.zoneinfo().to_string();
+    let text = m.inspect().zoneinfo().to_string();
     let section = &text[text.find("zone   Normal").unwrap()..];
     assert!(section.contains(&format!("    cpu: 1\n              count: {count}\n")));
 }
@@ -235,14 +248,14 @@ fn free_blocks_are_listed_once_each_and_add_up() {
     }
     m.drain_stripes();
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    m.for_each_free_block(|p, order| {
+    m.inspect().for_each_free_block(|p, order| {
         assert!(p.is_aligned(order), "{p:?} of order {order:?}");
         seen.push((p.get(), p.get() + order.pages()));
     });
     seen.sort_unstable();
     assert!(seen.windows(2).all(|w| w[0].1 <= w[1].0), "no overlap");
     let total: u64 = seen.iter().map(|(a, b)| b - a).sum();
-    assert_eq!(total, m.free_pages());
+    assert_eq!(total, m.inspect().free_pages());
     // None of them is held.
     for b in &held {
         let p = b.pfn().get();

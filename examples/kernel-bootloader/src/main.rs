@@ -29,7 +29,7 @@ use bootloader_api::{BootInfo, BootloaderConfig, entry_point};
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
 use pageframe::CpuId;
-use pageframe::boot::{FrameRanges, Plan};
+use pageframe::boot::{Builder, FrameRanges, Plan};
 use pageframe::{
     Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
     PhysAddr,
@@ -242,12 +242,14 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         "memory map",
         FrameRanges::<512>::from_bootloader_api(&info.memory_regions),
     )?;
-    let plan = step("plan", Plan::new(&usable, &[], MachineConfig::SINGLE_NODE))?;
+    let config = MachineConfig::SINGLE_NODE;
+    let plan = step("plan", Plan::new(&usable, &[], config))?;
     // SAFETY: the loader maps all physical memory at the direct map,
     // writable, for good; the frames the plan carved are usable RAM that
     // nothing else uses.
-    let machine: &'static mut Machine<'static> =
-        step("build", unsafe { plan.build(|pa| map.ptr(pa)) })?;
+    let machine: &'static mut Machine<'static> = step("build", unsafe {
+        plan.build(Builder::new(config), |pa| map.ptr(pa))
+    })?;
     println!(
         "memory map: {} regions, {} usable frames ({} MiB) in {} ranges",
         info.memory_regions.len(),
@@ -255,7 +257,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
         (usable.frames() * PAGE_SIZE) >> 20,
         usable.ranges().len()
     );
-    for z in machine.all_zones() {
+    for z in machine.inspect().all_zones() {
         let span = z.span();
         println!(
             "zone {} node {}: span pfn {:#x}..{:#x}, managed {} frames ({} MiB)",
@@ -269,12 +271,12 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     }
     println!(
         "frames managed: {} of {} usable frames; {} carved for the metadata and the machine",
-        machine.managed_pages(),
+        machine.inspect().managed_pages(),
         usable.frames(),
         plan.carved_frames()
     );
     check(
-        machine.managed_pages() + plan.carved_frames() == usable.frames(),
+        machine.inspect().managed_pages() + plan.carved_frames() == usable.frames(),
         "every usable frame is managed or carved",
     )?;
 
@@ -318,6 +320,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     // 3. Every free frame once, through the cache: a bitmap of the frames
     // seen (from the machine too) catches one handed out twice.
     let end = machine
+        .inspect()
         .all_zones()
         .map(|z| z.span().end.get())
         .max()
@@ -338,7 +341,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     let seen =
         unsafe { core::slice::from_raw_parts_mut(map.ptr(seen_mem.start().addr()), seen_bytes) };
     seen.fill(0);
-    let free_before = machine.free_pages();
+    let free_before = machine.inspect().free_pages();
     // Below the watermarks, and DMA32 last (its lowmem reserve keeps
     // ordinary requests out of it once Normal is empty).
     let take_all = [
@@ -366,7 +369,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     println!(
         "fill: {count} frames allocated one at a time through the cache ({} MiB); {} of {free_before} left free",
         (count * PAGE_SIZE) >> 20,
-        machine.free_pages()
+        machine.inspect().free_pages()
     );
     check(count == free_before, "every free frame could be allocated")?;
     let mut freed = 0u64;
@@ -392,7 +395,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     }
     cpu.drain();
     check(
-        freed == count && machine.free_pages() == free_before,
+        freed == count && machine.inspect().free_pages() == free_before,
         "every frame back",
     )?;
     println!(
@@ -402,7 +405,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     // 4. Movable pages over memory, then a 2 MiB range taken from under
     // them: the pages inside move out, their data intact.
     // Up to 16384 pages and as many spares: a quarter of memory at most.
-    let pages = (machine.free_pages() / 8).min(16_384) as usize;
+    let pages = (machine.inspect().free_pages() / 8).min(16_384) as usize;
     let table_mem = step(
         "table memory",
         machine.alloc_contig(
@@ -482,7 +485,7 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
 
     // 5. Numbers that are not the caller's block: refused, nothing changed.
     // (Safe code cannot free twice: a block is consumed by its free.)
-    let free_now = machine.free_pages();
+    let free_now = machine.inspect().free_pages();
     let some = Pfn::new(mover.table[0]);
     // SAFETY: no block lives there: refused.
     let out = unsafe { machine.block_from_raw(Pfn::new(end + 10), Order::ZERO) };
@@ -499,13 +502,13 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     let twice = unsafe { machine.block_from_raw(some, Order::ZERO) };
     check(twice.is_err(), "a double free is refused")?;
     check(
-        machine.free_pages() == free_now + 1,
+        machine.inspect().free_pages() == free_now + 1,
         "refusals changed nothing",
     )?;
     println!("bad input: out of range, wrong order and double free refused; state unchanged");
 
     // 6. A picture of memory with the pages and the range still held.
-    for z in machine.all_zones() {
+    for z in machine.inspect().all_zones() {
         println!(
             "fragmentation map of zone {} ({}):",
             z.kind().name(),
@@ -524,9 +527,9 @@ fn run(info: &'static mut BootInfo) -> Result<(), Failure> {
     step("free table", machine.free_segment(table_mem))?;
     step("free bitmap", machine.free_segment(seen_mem))?;
     cpu.drain();
-    serial(format_args!("{}", machine.buddyinfo()));
+    serial(format_args!("{}", machine.inspect().buddyinfo()));
     check(
-        machine.free_pages() + pcp.len() == machine.managed_pages(),
+        machine.inspect().free_pages() + pcp.len() == machine.inspect().managed_pages(),
         "all memory back but the cache's own",
     )?;
     step("validate", machine.validate())?;

@@ -17,7 +17,7 @@ use crate::time::{Cycles, Instant};
 use crate::zones;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
-use pageframe::boot::{Plan, PlanError, PlannedZone};
+use pageframe::boot::{Builder, Plan, PlanError, PlannedZone};
 use pageframe::{
     Gfp, Machine, MachineConfig, NodeId, Pfn, PfnRange, SetupError, ZoneKind, topology::Topology,
 };
@@ -189,6 +189,7 @@ pub fn bring_up(
         MachineConfig::SINGLE_NODE
     };
 
+    let machine = Builder::new(config).lock::<IrqLock>().hooks(hooks());
     let start = Instant::now();
     let plan = Plan::new_within(usable.frames(), &affinity[..n], config, BOOT_MAPPED)
         .map_err(BringUpError::Plan)?;
@@ -198,8 +199,7 @@ pub fn bring_up(
     // data, so nothing else uses those frames. The plan is built once
     // (`BROUGHT_UP`).
     let machine: &'static mut KernelMachine =
-        unsafe { plan.build_with_hooks(|pa| pa.get() as *mut u8, hooks()) }
-            .map_err(BringUpError::Plan)?;
+        unsafe { plan.build(machine, |pa| pa.get() as *mut u8) }.map_err(BringUpError::Plan)?;
     let init_cycles = start.elapsed();
     let zones = core::array::from_fn(|i| plan.zones().nth(i).copied());
     if !plan

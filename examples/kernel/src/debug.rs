@@ -179,11 +179,11 @@ pub fn run(
 ) -> Result<(), DebugError> {
     // vmstat and zoneinfo, as Linux prints them.
     println!("debug: vmstat");
-    for line in alloc::format!("{}", m.vmstat()).lines() {
+    for line in alloc::format!("{}", m.inspect().vmstat()).lines() {
         println!("  {line}");
     }
     println!("debug: zoneinfo");
-    for line in alloc::format!("{}", m.zoneinfo()).lines() {
+    for line in alloc::format!("{}", m.inspect().zoneinfo()).lines() {
         println!("  {line}");
     }
 
@@ -239,7 +239,7 @@ pub fn run(
     }
 
     // Owner records: a leak among well-behaved allocations.
-    let since = m.owner_seq();
+    let since = m.inspect().owner_seq();
     let mut fine = Vec::new();
     for t in 0..32u64 {
         if let Ok(b) = m.alloc_tagged(NODE, Gfp::KERNEL, Order::ZERO, 0x1000 + t % 4) {
@@ -251,13 +251,16 @@ pub fn run(
         let _ = m.free(b);
     }
     let mut left = Vec::new();
-    m.for_each_owned(|b| {
+    m.inspect().for_each_owned(|b| {
         if b.owner.seq >= since {
             left.push(b);
         }
     });
     println!("debug: page owners (live blocks by owner, largest first)");
-    for line in alloc::format!("{}", m.page_owners()).lines().take(6) {
+    for line in alloc::format!("{}", m.inspect().page_owners())
+        .lines()
+        .take(6)
+    {
         println!("  {line}");
     }
     match left.as_slice() {
@@ -279,16 +282,16 @@ pub fn run(
     }
 
     // The self-test under fault injection: every failure must be handled.
-    m.fail_page_alloc().set(FailConfig {
+    m.inspect().fail_page_alloc().set(FailConfig {
         probability_ppm: 20_000,
         seed: 0xdeb6,
         ..FailConfig::ALWAYS
     });
-    let before = m.fail_page_alloc().injected();
+    let before = m.inspect().fail_page_alloc().injected();
     let report = selftest::run_with(m, managed, pfn_end, 7, selftest::First::Ordinary);
-    m.fail_page_alloc().disable();
+    m.inspect().fail_page_alloc().disable();
     let report = or_fail(report, "selftest under fault injection");
-    let injected = m.fail_page_alloc().injected() - before;
+    let injected = m.inspect().fail_page_alloc().injected() - before;
     report.print(rate);
     // Every injected failure was an ordinary request the self-test then
     // served from the reserves (the rest: the watermark reached).
@@ -302,7 +305,7 @@ pub fn run(
     // Poisoning: free memory is filled, then a write after a free.
     m.drain_pcp(None, |_| {});
     m.drain_stripes();
-    m.for_each_free_block(|head, order| {
+    m.inspect().for_each_free_block(|head, order| {
         HOOKS.fill(PfnRange::new(head, head + order.pages()), PAGE_POISON);
     });
     HOOKS.poisoning.store(
@@ -349,7 +352,7 @@ pub fn run(
         ),
         _ => return Err(DebugError::Uaf),
     }
-    if got_frame(found) != Some(pfn) || m.use_after_free_reports() != 1 {
+    if got_frame(found) != Some(pfn) || m.inspect().use_after_free_reports() != 1 {
         return Err(DebugError::Uaf);
     }
     Ok(())

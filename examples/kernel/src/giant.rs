@@ -152,6 +152,7 @@ pub struct UserSpace {
 /// stay in the tables (as numbers) for the kernel's life.
 pub fn user_space(machine: &'static KernelMachine, pfn_end: u64) -> Result<UserSpace, GiantError> {
     let normal = machine
+        .inspect()
         .node(NODE)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .ok_or(GiantError::NoMemory(
@@ -209,7 +210,7 @@ pub fn run(
     tables
         .entry(GIANT_BASE, level, Some(&mut take))
         .map_err(|_| GiantError::NoMemory("1 GiB table"))?;
-    let base_free = machine.free_pages();
+    let base_free = machine.inspect().free_pages();
 
     // Fill the Normal zone with user pages.
     let mut vpn = 0u64;
@@ -281,7 +282,7 @@ pub fn run(
     machine
         .validate()
         .map_err(|_| GiantError::Allocator("validate"))?;
-    let after = machine.free_pages();
+    let after = machine.inspect().free_pages();
     if after != base_free {
         return Err(GiantError::Conservation {
             before: base_free,
@@ -347,7 +348,7 @@ fn giant_page(
         Ok(g) => g,
         Err(e) => {
             // Say what stood in the way of each candidate.
-            for z in machine.all_zones() {
+            for z in machine.inspect().all_zones() {
                 let span = z.span();
                 let mut s = span.start.get().next_multiple_of(GIANT);
                 while s + GIANT <= span.end.get() {
@@ -399,6 +400,7 @@ fn hotplug(
     rep: &mut GiantReport,
 ) -> Result<PfnRange, GiantError> {
     let normal = machine
+        .inspect()
         .node(NODE)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .ok_or(GiantError::NoMemory("a Normal zone"))?;
@@ -415,7 +417,7 @@ fn hotplug(
         }
         s += OFFLINE;
     };
-    let managed = machine.managed_pages();
+    let managed = machine.inspect().managed_pages();
     let t0 = Instant::now();
     let moved = machine
         .offline_range(
@@ -430,7 +432,7 @@ fn hotplug(
     rep.range = Some(range);
     rep.zone = Some(ZoneKind::Normal);
     rep.moved = moved;
-    if machine.managed_pages() != managed - OFFLINE {
+    if machine.inspect().managed_pages() != managed - OFFLINE {
         return Err(GiantError::Allocator("managed frames after offline"));
     }
     // The workload goes on while the range is out: its pages read back
@@ -457,7 +459,7 @@ fn hotplug(
     machine
         .add_free_range(range)
         .map_err(|_| GiantError::Allocator("online"))?;
-    if machine.managed_pages() != managed {
+    if machine.inspect().managed_pages() != managed {
         return Err(GiantError::Allocator("managed frames after online"));
     }
     rep.onlined = true;

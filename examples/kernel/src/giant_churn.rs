@@ -27,7 +27,8 @@ use alloc::vec::Vec;
 use pageframe::{
     Block, Gfp, Migrator, NodeId, Order, Pfn, Segment, SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode, Move},
-    zone::{Placement, SuperpageblockCounts},
+    tune::Placement,
+    zone::SuperpageblockCounts,
 };
 
 /// Frames in 1 GiB.
@@ -176,7 +177,7 @@ pub fn run(
     seed: u64,
 ) -> Result<ChurnReport, GiantError> {
     let mut rep = ChurnReport {
-        placement: machine.fallback_placement(),
+        placement: machine.tunables().fallback_placement(),
         ..ChurnReport::default()
     };
     // Bookkeeping and tables first (see `giant::user_space`).
@@ -208,7 +209,7 @@ pub fn run(
     // are back: the same before and after.
     machine.drain_pcp(None, |_| core::hint::spin_loop());
     machine.drain_stripes();
-    let base_free = machine.free_pages();
+    let base_free = machine.inspect().free_pages();
     let mut c = Churn {
         machine,
         mig: UserMigrator {
@@ -356,7 +357,7 @@ pub fn run(
     machine
         .validate()
         .map_err(|_| GiantError::Allocator("validate"))?;
-    let after = machine.free_pages();
+    let after = machine.inspect().free_pages();
     if after != base_free {
         return Err(GiantError::Conservation {
             before: base_free,

@@ -2,7 +2,7 @@
 //! 256 MiB of RAM out of every zone and declared it hotpluggable as the
 //! node's Movable zone, as firmware declares a DIMM slot. Here that memory
 //! "arrives": the zone is hot-added at run time with its metadata carved
-//! from its own first frames (`Machine::memmap_on_memory`), onlined, and a
+//! from its own first frames (`Inspect::memmap_on_memory`), onlined, and a
 //! workload writes data into it. Then its upper half goes offline again
 //! (the data there migrates into the lower half, copied by this kernel),
 //! every word is checked, and the half comes back online.
@@ -164,12 +164,14 @@ fn page_ok(pfn: Pfn, id: u64) -> bool {
 /// Hot-adds the declared range and exercises it.
 pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError> {
     let range = machine
+        .inspect()
         .hotplug_range(NODE, ZoneKind::Movable)
         .ok_or(HotAddError::NotDeclared)?;
     let plan = machine
+        .inspect()
         .memmap_on_memory(range)
         .ok_or(HotAddError::TooSmall)?;
-    let managed = machine.managed_pages();
+    let managed = machine.inspect().managed_pages();
     let t0 = Instant::now();
     // SAFETY: bring-up kept `range` out of every zone and of the heap, so
     // nothing uses its first frames; the direct map covers them. They hold
@@ -187,10 +189,10 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
         .add_free_range(plan.online)
         .map_err(|_| HotAddError::Allocator("online"))?;
     let add_cycles = t0.elapsed();
-    if machine.managed_pages() != managed + plan.online.len() {
+    if machine.inspect().managed_pages() != managed + plan.online.len() {
         return Err(HotAddError::Allocator("managed frames after hot-add"));
     }
-    let base_free = machine.free_pages();
+    let base_free = machine.inspect().free_pages();
 
     // The workload: movable pages, each with its id written into it, until
     // half of the new memory is in use (movable requests prefer the
@@ -273,7 +275,7 @@ pub fn run(machine: &'static KernelMachine) -> Result<HotAddReport, HotAddError>
         .map_err(|_| HotAddError::Allocator("online half"))?;
     drop(owner);
     machine.drain_pcp(None, |_| core::hint::spin_loop());
-    let after = machine.free_pages();
+    let after = machine.inspect().free_pages();
     if after != base_free {
         return Err(HotAddError::Conservation {
             before: base_free,

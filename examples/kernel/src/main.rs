@@ -41,7 +41,7 @@ use bringup::Memory;
 use cmdline::{Modes, Options};
 use core::fmt::Display;
 use pageframe::Order;
-use pageframe::zone::Placement;
+use pageframe::tune::Placement;
 use qemu::{ExitCode, exit};
 use time::{Instant, TscRate};
 
@@ -92,7 +92,7 @@ extern "C" fn kernel_main(start_info: u64) -> ! {
     );
     let setup = entry.elapsed();
     if let Some(p) = opts.placement {
-        mem.machine.set_fallback_placement(match p {
+        mem.machine.tunables().set_fallback_placement(match p {
             cmdline::PlacementWord::Superpageblock => Placement::Superpageblock,
             cmdline::PlacementWord::Neighbour => Placement::Neighbour,
             cmdline::PlacementWord::Linux => Placement::Linux,
@@ -126,7 +126,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
     }
     if opts.modes.contains(Modes::BENCH) {
         let t = Instant::now();
-        let free = machine.free_pages();
+        let free = machine.inspect().free_pages();
         for (order, batch) in [(0, 4096), (9, 64)] {
             let order = Order::new(order).expect("orders 0 and 9 exist");
             for path in [bench::Path::Zone, bench::Path::Cached] {
@@ -177,7 +177,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
     // The default run skips a mode that needs more memory than the guest
     // has; named on the command line, it runs (and fails).
     let too_small = |name: &str, needed: u64| {
-        let free = machine.free_pages();
+        let free = machine.inspect().free_pages();
         let fits = !opts.defaulted || free >= needed;
         if !fits {
             println!(
@@ -236,6 +236,7 @@ fn run_modes(mem: &Memory, opts: &Options, rate: &TscRate, platform: &acpi::Plat
     // small for them (named on the command line, they run and fail).
     let big = mem.hotplug.is_some()
         && machine
+            .inspect()
             .node(bringup::NODE)
             .and_then(|n| n.zone(pageframe::ZoneKind::Normal))
             .is_some_and(|z| z.managed_pages() >= BIG_NORMAL);

@@ -140,7 +140,7 @@ pub struct Params {
 
 /// Prints the fragmentation map of the machine's highest zone.
 fn print_map(machine: &KernelMachine, when: &str) {
-    if let Some(z) = machine.all_zones().last() {
+    if let Some(z) = machine.inspect().all_zones().last() {
         println!(
             "migrate: fragmentation map of zone {} {when}, one character a 2 MiB pageblock ({})",
             z.kind().name(),
@@ -160,7 +160,7 @@ pub(crate) const CHECKED: [usize; 3] = [0, WORDS / 2, WORDS - 1];
 
 fn sum_fallback(machine: &KernelMachine) -> FallbackStats {
     let mut s = FallbackStats::default();
-    for z in machine.all_zones() {
+    for z in machine.inspect().all_zones() {
         let f = z.fallback_stats();
         s.own += f.own;
         s.claims_whole += f.claims_whole;
@@ -177,6 +177,7 @@ fn sum_fallback(machine: &KernelMachine) -> FallbackStats {
 /// Pageblocks holding at least one non-movable allocation, over all zones.
 fn polluted(machine: &KernelMachine) -> u64 {
     machine
+        .inspect()
         .all_zones()
         .map(|z| z.inspect(|m| m.polluted_pageblocks()))
         .sum()
@@ -191,8 +192,8 @@ pub fn run(
     pfn_end: u64,
     p: Params,
 ) -> Result<RunReport, MigrateModeError> {
-    let start_free = machine.free_pages();
-    let captured0 = machine.stats(NODE).compact.captured;
+    let start_free = machine.inspect().free_pages();
+    let captured0 = machine.inspect().stats(NODE).compact.captured;
     let mut rep = RunReport {
         proactiveness: p.proactiveness,
         ..RunReport::default()
@@ -249,7 +250,7 @@ pub fn run(
             )
             .map_err(|_| MigrateModeError::NoMemory("huge page tables"))?;
     }
-    let base_free = machine.free_pages();
+    let base_free = machine.inspect().free_pages();
 
     // Fill.
     let movable = Gfp::KERNEL | Gfp::MOVABLE;
@@ -341,13 +342,14 @@ pub fn run(
         // while the CPU idles.
         if p.proactiveness > 0 {
             machine
+                .tunables()
                 .set_proactiveness(p.proactiveness)
                 .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
             if p.show_map {
                 print_map(machine, "before proactive compaction");
             }
             let t0 = Instant::now();
-            let before = machine.fragmentation_score(NODE);
+            let before = machine.inspect().fragmentation_score(NODE);
             let mut last = crate::timer::ticks();
             while rep.ticks < MAX_TICKS {
                 let now_ticks = crate::timer::wait_tick(last);
@@ -359,19 +361,20 @@ pub fn run(
                 }
             }
             rep.proactive_cycles = t0.elapsed().0;
-            rep.score = before.zip(machine.fragmentation_score(NODE));
+            rep.score = before.zip(machine.inspect().fragmentation_score(NODE));
             rep.migrated_proactive = mig.moved;
             if p.show_map {
                 print_map(machine, "after proactive compaction");
             }
             machine
+                .tunables()
                 .set_proactiveness(0)
                 .map_err(|_| MigrateModeError::Allocator("proactiveness"))?;
         }
 
         // 2 MiB allocations until failure, direct compaction as the
         // fallback (the machine's slow path).
-        rep.free_before = machine.free_pages();
+        rep.free_before = machine.inspect().free_pages();
         loop {
             for _ in 0..p.unmovable_per_block {
                 if let Ok(f) = machine.alloc(NODE, Gfp::KERNEL, Order::ZERO) {
@@ -416,20 +419,21 @@ pub fn run(
     rep.blocks = blocks.len() as u64;
     rep.migrated = mig.moved;
     rep.batches = mig.batches;
-    rep.captured = machine.stats(NODE).compact.captured - captured0;
+    rep.captured = machine.inspect().stats(NODE).compact.captured - captured0;
     rep.polluted_peak = polluted(machine);
     rep.unmovable_in_movable = unmovable
         .iter()
         .map(Block::pfn)
         .filter(|&f| {
             machine
+                .inspect()
                 .zone_of(f)
                 .and_then(|z| z.inspect(|m| m.block_type(f)))
                 == Some(MigrateType::Movable)
         })
         .count() as u64;
     if p.show_peak {
-        for z in machine.all_zones() {
+        for z in machine.inspect().all_zones() {
             println!(
                 "unmovable: pagetypeinfo zone {} with everything allocated:",
                 z.kind().name()
@@ -510,7 +514,7 @@ pub fn run(
             .free(f)
             .map_err(|_| MigrateModeError::Allocator("free of an unmovable frame"))?;
     }
-    let after = machine.free_pages();
+    let after = machine.inspect().free_pages();
     if after != base_free {
         return Err(MigrateModeError::Conservation {
             before: base_free,
@@ -612,7 +616,7 @@ pub fn print_mobility(machine: &KernelMachine, r: &RunReport) {
          everything allocated; unmovable frames of the run inside movable-typed pageblocks {}",
         r.polluted_before, r.polluted_peak, r.unmovable_in_movable
     );
-    for z in machine.all_zones() {
+    for z in machine.inspect().all_zones() {
         println!(
             "unmovable: pagetypeinfo zone {} after the run:",
             z.kind().name()

@@ -59,7 +59,7 @@ pub fn platform(p: &crate::acpi::Platform) {
 pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
     let machine = mem.machine;
     for s in mem.zones() {
-        let Some(zone) = machine.node(s.node).and_then(|n| n.zone(s.kind)) else {
+        let Some(zone) = machine.inspect().node(s.node).and_then(|n| n.zone(s.kind)) else {
             continue;
         };
         println!(
@@ -81,7 +81,7 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
         );
     }
     let ram_frames = info.memmap.ram_bytes() / PAGE_SIZE;
-    let managed = machine.managed_pages();
+    let managed = machine.inspect().managed_pages();
     let meta: u64 = mem.zones().map(|s| s.metadata_bytes as u64).sum();
     println!(
         "frames managed: {managed} of {ram_frames} RAM frames ({})",
@@ -94,7 +94,7 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
     );
     println!(
         "per-CPU caches: {} CPUs, {} KiB at {}",
-        machine.pcp_cpus(),
+        machine.inspect().pcp_cpus(),
         mem.pcp.0 >> 10,
         mem.pcp.1
     );
@@ -123,12 +123,12 @@ pub fn memory(mem: &Memory, info: &BootInfo, rate: &TscRate, setup: Cycles) {
 /// `/proc/buddyinfo`, `/proc/pagetypeinfo` and the watermarks.
 pub fn free_lists(machine: &KernelMachine) {
     println!("buddyinfo:");
-    crate::print!("{}", machine.buddyinfo());
+    crate::print!("{}", machine.inspect().buddyinfo());
     println!("pagetypeinfo:");
-    for zone in machine.all_zones() {
+    for zone in machine.inspect().all_zones() {
         crate::print!("{}", zone.pagetypeinfo());
     }
-    for zone in machine.all_zones() {
+    for zone in machine.inspect().all_zones() {
         let w = zone.watermarks();
         println!(
             "zone {} watermarks: min {} low {} high {} pages, free {}",

@@ -352,7 +352,7 @@ pub fn run(
         result: Default::default(),
     };
     // Counted after the buffers: the heap may have grown for them.
-    let before = machine.free_pages();
+    let before = machine.inspect().free_pages();
     let t = Instant::now();
     smp::run_all(&|| {
         let cpu = smp::cpu_index();
@@ -362,7 +362,7 @@ pub fn run(
     let cycles = t.elapsed().0;
     let mut rep = SmpReport {
         n,
-        managed: machine.managed_pages(),
+        managed: machine.inspect().managed_pages(),
         zone: *shared.zone.lock(),
         cycles,
         ..SmpReport::default()
@@ -381,7 +381,7 @@ pub fn run(
         }
     }
     // Every cache was drained by its owner: every frame is back.
-    let after = machine.free_pages();
+    let after = machine.inspect().free_pages();
     if after != before {
         return Err(SmpStressError::Conservation { before, after });
     }

@@ -32,7 +32,7 @@ impl Snapshot {
     pub fn take(machine: &KernelMachine) -> Self {
         machine.drain_stripes();
         let mut zones = [None; ZONES_MAX];
-        for (slot, zone) in zones.iter_mut().zip(machine.all_zones()) {
+        for (slot, zone) in zones.iter_mut().zip(machine.inspect().all_zones()) {
             let mut free_blocks = [0; ORDERS];
             for (o, count) in free_blocks.iter_mut().enumerate() {
                 *count = Order::new(o as u8).map_or(0, |order| zone.free_blocks(order));

@@ -145,9 +145,9 @@ fn median(v: &mut [u64]) -> u64 {
 /// but for the page-table frames the mode created (they stay, empty, for
 /// later modes).
 pub fn run(machine: &'static KernelMachine) -> Result<ThpSwapReport, ThpSwapError> {
-    let free0 = machine.free_pages();
+    let free0 = machine.inspect().free_pages();
     let (rep, tables) = run_inner(machine)?;
-    if machine.free_pages() + tables != free0 {
+    if machine.inspect().free_pages() + tables != free0 {
         return Err(ThpSwapError::Leak("frames"));
     }
     Ok(rep)

@@ -53,13 +53,13 @@ fn machine(frames: u64, pcp: bool) -> &'static Machine<'static> {
     let span = PfnRange::new(Pfn(0), Pfn(frames));
     // Leaked with its metadata: the lab is a short-lived host program.
     let m: &'static mut Machine<'static> =
-        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
     let meta: &'static mut [MaybeUninit<u8>] =
         Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
         .expect("zone");
     m.add_free_range(span).expect("memory");
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     if pcp {
         let mem = Box::leak(Box::new_uninit_slice(m.pcp_bytes(1).expect("sizing")));
         m.enable_pcp(1, mem).expect("caches");
@@ -70,6 +70,7 @@ fn machine(frames: u64, pcp: bool) -> &'static Machine<'static> {
 /// Frames in free, aligned 2 MiB blocks of the machine's zone.
 fn machine_huge_free(m: &Machine<'static>) -> u64 {
     let z = m
+        .inspect()
         .node(NodeId::ZERO)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .expect("zone");

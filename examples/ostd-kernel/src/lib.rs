@@ -16,8 +16,8 @@ fn kernel_main() {
     let m = FRAMES.machine().expect("OSTD allocated before main");
     println!(
         "pageframe: {} frames managed, {} free, {} adopted from OSTD's early allocator",
-        m.managed_pages(),
-        m.free_pages(),
+        m.inspect().managed_pages(),
+        m.inspect().free_pages(),
         FRAMES.counters().adopted_frames
     );
     let seg = FrameAllocOptions::new().alloc_segment(512).unwrap();
@@ -47,7 +47,7 @@ mod test {
     /// caches hold freed frames back from the zones' counts).
     fn settled(m: &Machine<'static>) -> u64 {
         super::FRAMES.drain_caches();
-        m.free_pages()
+        m.inspect().free_pages()
     }
 
     #[ktest]
@@ -58,7 +58,7 @@ mod test {
         let before = settled(m);
         let seg = FrameAllocOptions::new().alloc_segment(16).unwrap();
         let pfn = PhysAddr::new(seg.paddr() as u64).pfn_down();
-        assert!(m.zone_of(pfn).is_some());
+        assert!(m.inspect().zone_of(pfn).is_some());
         assert_eq!(settled(m), before - 16);
         drop(seg);
         assert_eq!(settled(m), before);

@@ -250,7 +250,7 @@ impl FrameAllocator {
         // Checked: past 2^63 frames the power of two does not exist (a
         // wrapped one would be a single frame).
         let want = frames.checked_next_power_of_two()?.max(align);
-        let max = m.mobility_config().buddy.max_order;
+        let max = m.inspect().mobility_config().buddy.max_order;
         if want > max.pages() {
             return Self::alloc_range(m, frames, align);
         }

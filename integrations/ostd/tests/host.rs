@@ -231,13 +231,16 @@ fn random_sizes_and_partial_frees(k: u64, pcp: bool, path: Path) {
     }
     let pcp_frames = if pcp {
         drain_all(a, 2);
-        m.managed_pages() - m.free_pages()
+        m.inspect().managed_pages() - m.inspect().free_pages()
     } else {
         0
     };
     assert!(pcp_frames < 64, "{pcp_frames}");
-    assert_eq!(m.free_pages() + pcp_frames, m.managed_pages());
-    assert!(added - m.managed_pages() < 300);
+    assert_eq!(
+        m.inspect().free_pages() + pcp_frames,
+        m.inspect().managed_pages()
+    );
+    assert!(added - m.inspect().managed_pages() < 300);
     assert_eq!(a.counters().refused_frees, 0);
 }
 
@@ -270,7 +273,7 @@ fn layouts_are_honoured_and_impossible_ones_refused() {
     }
     assert_eq!(a.counters().failed_allocs, 7);
     let m = a.machine().unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
 #[test]
@@ -283,7 +286,7 @@ fn bad_input_is_refused_counted_and_changes_nothing() {
     assert_eq!(early, Err(DeallocError::NoMachine));
     let p = a.alloc_frames(4, 1).unwrap();
     let m = a.machine().unwrap();
-    let free = m.free_pages();
+    let free = m.inspect().free_pages();
     // SAFETY (every call below): each is refused, with nothing freed.
     unsafe {
         // Handed over twice, in part.
@@ -320,7 +323,7 @@ fn bad_input_is_refused_counted_and_changes_nothing() {
         // A size that runs past the last frame number says so.
         assert_eq!(a.dealloc_frames(p, u64::MAX), Err(DeallocError::Overflow));
     }
-    assert_eq!(m.free_pages(), free);
+    assert_eq!(m.inspect().free_pages(), free);
     assert_eq!(
         a.counters(),
         Counters {
@@ -338,7 +341,7 @@ fn bad_input_is_refused_counted_and_changes_nothing() {
         // A second free of the same frames is refused.
         assert!(a.dealloc_frames(p, 1).is_err());
     }
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -348,7 +351,7 @@ fn frames_never_handed_over_are_adopted_once() {
     let base = 4 * PART;
     let p = a.alloc_frames(1, 1).unwrap();
     let m = a.machine().unwrap();
-    let managed = m.managed_pages();
+    let managed = m.inspect().managed_pages();
     // The frame between the two low pieces and the early allocator's
     // frames around the kernel image, given back one by one as OSTD does.
     // SAFETY: simulated RAM never handed over, given up for good.
@@ -358,7 +361,7 @@ fn frames_never_handed_over_are_adopted_once() {
             a.dealloc_frames(Pfn(base + q), 1).unwrap();
         }
     }
-    assert_eq!(m.managed_pages(), managed + 0x401);
+    assert_eq!(m.inspect().managed_pages(), managed + 0x401);
     assert_eq!(a.counters().adopted_frames, 0x401);
     // Given back twice: free now, refused.
     // SAFETY: refused, nothing freed.
@@ -367,7 +370,7 @@ fn frames_never_handed_over_are_adopted_once() {
     // The adopted memory merges with its neighbours: the zone is whole.
     // SAFETY: ours.
     unsafe { a.dealloc_frames(p, 1) }.unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }
 
@@ -418,7 +421,7 @@ fn threads_free_parts(k: u64, path: Path, threads: u64) {
     let m = a.machine().unwrap();
     drain_all(a, 2);
     // Everything back but the caches' own memory.
-    let used = m.managed_pages() - m.free_pages();
+    let used = m.inspect().managed_pages() - m.inspect().free_pages();
     assert!(used > 0 && used < 64, "{used}");
     m.validate().unwrap();
 }
@@ -443,9 +446,9 @@ fn memory_beyond_the_address_width_is_refused_and_the_rest_works() {
     assert_eq!(a.counters().refused_adds, 3);
     let p = a.alloc_frames(16, 16).unwrap();
     let m = a.machine().unwrap();
-    assert!(m.managed_pages() <= added);
+    assert!(m.inspect().managed_pages() <= added);
     // SAFETY: just allocated, not used.
     unsafe { a.dealloc_frames(p, 16) }.unwrap();
-    assert_eq!(m.free_pages(), m.managed_pages());
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
     m.validate().unwrap();
 }

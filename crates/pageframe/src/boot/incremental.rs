@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
-use super::{FrameRanges, Plan, PlanError};
+use super::{Builder, FrameRanges, Plan, PlanError};
 use crate::error::SetupError;
 use crate::gfp::Gfp;
 use crate::lock::{Mutex, RawMutex, SpinLock};
@@ -86,7 +86,7 @@ struct Gathered<const N: usize> {
 /// // ...and the first allocation builds the machine over what it has.
 /// let m = FRAMES.machine().unwrap();
 /// let frame = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-/// assert!(m.free_pages() > 0x3000);
+/// assert!(m.inspect().free_pages() > 0x3000);
 /// m.free(frame).unwrap();
 /// ```
 pub struct Incremental<const N: usize = 128, R: RawMutex + 'static = SpinLock> {
@@ -209,7 +209,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
         // carves only inside the window); the plan is built once, under
         // the lock, and the machine lives as long as `self` (`'static`
         // memory).
-        let m = unsafe { plan.build_with_lock::<R>(self.virt) }?;
+        let m = unsafe { plan.build(Builder::new(self.config).lock::<R>(), self.virt) }?;
         if let Some(cpus) = self.cpus
             && let Some(gfp) = self.pcp_gfp(&g.ranges)
         {

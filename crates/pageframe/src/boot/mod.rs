@@ -27,7 +27,7 @@
 //! through the kernel's direct map:
 //!
 //! ```
-//! use pageframe::boot::{FrameRanges, Plan};
+//! use pageframe::boot::{Builder, FrameRanges, Plan};
 //! use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, PhysAddr};
 //! # let ram = std::alloc::Layout::from_size_align(64 << 20, 4096).unwrap();
 //! # let ram_base = unsafe { std::alloc::alloc_zeroed(ram) } as u64; // physical 0 on the host
@@ -36,11 +36,13 @@
 //!
 //! // bootloader_api: FrameRanges::from_bootloader_api(&boot_info.memory_regions)
 //! let usable = FrameRanges::<128>::from_entries(memory_regions)?;
-//! let plan = Plan::new(&usable, &[], MachineConfig::SINGLE_NODE)?;
+//! let config = MachineConfig::SINGLE_NODE;
+//! let plan = Plan::new(&usable, &[], config)?;
 //! // SAFETY: all RAM is mapped at `phys_offset` (the kernel's direct map),
 //! // and the frames the plan carved are used by nothing else.
-//! let machine: &Machine<'static> =
-//!     unsafe { plan.build(|pa: PhysAddr| (phys_offset + pa.get()) as *mut u8) }?;
+//! let machine: &Machine<'static> = unsafe {
+//!     plan.build(Builder::new(config), |pa: PhysAddr| (phys_offset + pa.get()) as *mut u8)
+//! }?;
 //! let frame = machine.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO)?;
 //! assert!(usable.contains(frame.pfn()));
 //! machine.free(frame)?;
@@ -105,6 +107,7 @@
 
 #[cfg(feature = "bootloader_api")]
 mod bootloader_api;
+mod builder;
 mod incremental;
 #[cfg(feature = "limine")]
 mod limine;
@@ -118,6 +121,7 @@ use core::fmt;
 
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
+pub use builder::Builder;
 pub use incremental::{AddError, Incremental};
 pub use plan::{Plan, PlanError, PlannedZone};
 

@@ -7,15 +7,16 @@
 //! where each zone's metadata goes (the top of the zone's own frames, so
 //! that it is node-local; anywhere on the node if the zone cannot hold it),
 //! where the machine itself goes, and what is left to hand over.
-//! [`Plan::build`] then writes the machine there, adds the zones and hands
-//! the rest over: the kernel only says where its direct map puts physical
-//! memory.
+//! [`Plan::build`] then writes the machine a [`Builder`] describes there,
+//! adds the zones and hands the rest over: the kernel only says where its
+//! direct map puts physical memory.
 
 use core::mem::{MaybeUninit, size_of};
 
 use pageframe_types::{PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 
-use super::{FrameRanges, MapError};
+use super::{Builder, FrameRanges, MapError};
+use crate::debug::Hooks;
 use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::{Machine, MachineConfig};
@@ -47,6 +48,9 @@ pub enum PlanError {
     Setup(SetupError),
     /// The virtual address given for the machine is not aligned for it.
     Misaligned,
+    /// The builder describes a machine of another configuration than the
+    /// one the plan was made for.
+    OtherConfig,
 }
 
 impl core::fmt::Display for PlanError {
@@ -61,6 +65,7 @@ impl core::fmt::Display for PlanError {
             PlanError::Map(e) => write!(f, "frame set: {e}"),
             PlanError::Setup(e) => write!(f, "machine: {e}"),
             PlanError::Misaligned => f.write_str("the machine's address is misaligned"),
+            PlanError::OtherConfig => f.write_str("the builder's configuration is not the plan's"),
         }
     }
 }
@@ -258,6 +263,12 @@ impl<const N: usize> Plan<N> {
         })
     }
 
+    /// The configuration the plan was made for: [`Plan::build`] takes a
+    /// [`Builder`] of it.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
     /// The zones, node by node, low to high.
     pub fn zones(&self) -> impl Iterator<Item = &PlannedZone> + '_ {
         self.zones.iter().flatten()
@@ -278,9 +289,14 @@ impl<const N: usize> Plan<N> {
         self.machine.len() + self.zones().map(|z| z.metadata.len()).sum::<u64>()
     }
 
-    /// Writes the machine into its carved frames, adds every zone with its
-    /// carved metadata and hands the free frames over. `virt` gives the
-    /// virtual address at which the kernel maps a physical address.
+    /// Writes the machine `machine` describes into its carved frames, adds
+    /// every zone with its carved metadata and hands the free frames over.
+    /// `virt` gives the virtual address at which the kernel maps a
+    /// physical address. The builder's configuration must be the plan's
+    /// ([`PlanError::OtherConfig`] otherwise: the zones were laid out for
+    /// it). The plan carved whole frames for a machine without hooks:
+    /// hooks that do not fit in what is left of the last one (a reference
+    /// always does) get [`PlanError::NoRoom`].
     ///
     /// # Safety
     ///
@@ -289,44 +305,14 @@ impl<const N: usize> Plan<N> {
     /// writable at `virt` of its address, contiguously within each range,
     /// and used by nothing else; the frames handed over are numbers to the
     /// allocator, which never touches them. Call it once per plan.
-    ///
-    /// The machine takes the default lock ([`crate::lock::SpinLock`]);
-    /// [`Plan::build_with_lock`] builds one with another.
-    pub unsafe fn build<'a>(
+    pub unsafe fn build<'a, R: RawMutex, H: Hooks>(
         &self,
+        machine: Builder<R, H>,
         virt: impl Fn(PhysAddr) -> *mut u8,
-    ) -> Result<&'a mut Machine<'a>, PlanError> {
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.build_with_lock(virt) }
-    }
-
-    /// [`Plan::build`] for a machine whose zones take the lock `R` (one
-    /// that disables interrupts, say: see [`crate::lock`]).
-    ///
-    /// # Safety
-    ///
-    /// As for [`Plan::build`].
-    pub unsafe fn build_with_lock<'a, R: RawMutex>(
-        &self,
-        virt: impl Fn(PhysAddr) -> *mut u8,
-    ) -> Result<&'a mut Machine<'a, R>, PlanError> {
-        // SAFETY: the caller's guarantees, passed on.
-        unsafe { self.build_with_hooks(virt, crate::debug::NoHooks) }
-    }
-
-    /// [`Plan::build_with_lock`] for a machine that reports to `hooks`
-    /// ([`crate::debug`]). The plan carved whole frames for a machine
-    /// without hooks: hooks that do not fit in what is left of the last
-    /// one (a reference always does) get [`PlanError::NoRoom`].
-    ///
-    /// # Safety
-    ///
-    /// As for [`Plan::build`].
-    pub unsafe fn build_with_hooks<'a, R: RawMutex, H: crate::debug::Hooks>(
-        &self,
-        virt: impl Fn(PhysAddr) -> *mut u8,
-        hooks: H,
     ) -> Result<&'a mut Machine<'a, R, H>, PlanError> {
+        if *machine.config() != self.config {
+            return Err(PlanError::OtherConfig);
+        }
         let bytes = size_of::<Machine<'a, R, H>>();
         if bytes as u64 > self.machine.len() * PAGE_SIZE {
             return Err(PlanError::NoRoom { bytes });
@@ -339,7 +325,7 @@ impl<const N: usize> Plan<N> {
         // writable at `slot`, contiguously, for `'a`, and used by nothing
         // else; they hold `bytes` (checked above), and the pointer is
         // aligned (checked above).
-        let machine = Machine::new_in_with_hooks(unsafe { &mut *slot }, self.config, hooks);
+        let machine = machine.build_in(unsafe { &mut *slot });
         for z in self.zones() {
             // SAFETY: as above, for the zone's carved metadata frames, which
             // hold at least `metadata_bytes` bytes.

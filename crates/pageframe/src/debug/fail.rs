@@ -23,13 +23,13 @@
 //! ```
 //! use pageframe::debug::fail::FailConfig;
 //! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-//! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+//! # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
 //! # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
 //! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 //! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
 //! # m.add_free_range(span).unwrap();
 //! // Every third allocation of order 1 or more fails, five times.
-//! m.fail_page_alloc().set(FailConfig {
+//! m.inspect().fail_page_alloc().set(FailConfig {
 //!     interval: 3,
 //!     times: Some(5),
 //!     min_order: Order::new(1).unwrap(),
@@ -41,8 +41,8 @@
 //! // Order 0 is spared, and so is a request that must not fail.
 //! assert!(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).is_ok());
 //! assert!(m.alloc(NodeId::ZERO, Gfp::KERNEL | Gfp::NOFAIL, order1).is_ok());
-//! assert_eq!(m.fail_page_alloc().injected(), 2);
-//! m.fail_page_alloc().disable();
+//! assert_eq!(m.inspect().fail_page_alloc().injected(), 2);
+//! m.inspect().fail_page_alloc().disable();
 //! ```
 
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::Relaxed};
@@ -83,7 +83,7 @@ impl FailConfig {
     };
 }
 
-/// A machine's fault injection state ([`crate::Machine::fail_page_alloc`]).
+/// A machine's fault injection state ([`crate::debug::Inspect::fail_page_alloc`]).
 pub struct FailPageAlloc {
     enabled: AtomicBool,
     probability_ppm: AtomicU32,

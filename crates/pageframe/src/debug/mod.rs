@@ -2,11 +2,11 @@
 //!
 //! | tool | Linux | here | off |
 //! |---|---|---|---|
-//! | event counters | `/proc/vmstat` | [`vmstat`]: [`crate::Machine::vmstat`] | feature `vmstat` |
-//! | zone report | `/proc/zoneinfo` | [`crate::Machine::zoneinfo`] | (a read) |
-//! | who holds a block | `page_owner` | [`owner`]: [`crate::Machine::owner_of`], [`crate::Machine::page_owners`] | feature `page-owner` |
+//! | event counters | `/proc/vmstat` | [`vmstat`]: [`crate::debug::Inspect::vmstat`] | feature `vmstat` |
+//! | zone report | `/proc/zoneinfo` | [`crate::debug::Inspect::zoneinfo`] | (a read) |
+//! | who holds a block | `page_owner` | [`owner`]: [`crate::debug::Inspect::owner_of`], [`crate::debug::Inspect::page_owners`] | feature `page-owner` |
 //! | trace events | `kmem`, `compaction` tracepoints | [`Hooks::event`], [`Event`] | [`NoHooks`] |
-//! | fault injection | `fail_page_alloc` | [`fail`]: [`crate::Machine::fail_page_alloc`] | feature `fail-alloc` |
+//! | fault injection | `fail_page_alloc` | [`fail`]: [`crate::debug::Inspect::fail_page_alloc`] | feature `fail-alloc` |
 //! | memory init, poisoning | `init_on_alloc`, `init_on_free`, `page_poison` | [`Poisoning`] through [`Hooks::fill`], [`Hooks::check`] | [`NoHooks`] |
 //! | consistency check | `CONFIG_DEBUG_VM` | [`crate::Machine::validate`]: the structure, the rule and the frame | (a read) |
 //!
@@ -20,7 +20,9 @@
 //! into them are static: with [`NoHooks`] every call is an empty inline
 //! function and the paths compile to what they were without it. A kernel
 //! that wants events builds its machine with
-//! [`Machine::new_in_with_hooks`](crate::Machine::new_in_with_hooks).
+//! [`crate::boot::Builder::hooks`], and reads them back through
+//! [`Inspect::hooks`]. [`Inspect`] (from [`crate::Machine::inspect`]) is
+//! also where the reports and tools below are reached.
 //!
 //! Hooks run on the path that raised the event, sometimes with a zone lock
 //! held or inside the per-CPU fast path: they must not allocate from the
@@ -47,18 +49,19 @@
 //!     }
 //! }
 //!
-//! let mut m = Machine::new_boxed_with_hooks(MachineConfig::SINGLE_NODE, ByOrder::default());
+//! let mut m = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).hooks(ByOrder::default()).build_boxed();
 //! # let span = PfnRange::new(Pfn(0x1000), Pfn(0x5000));
 //! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 //! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
 //! # m.add_free_range(span).unwrap();
 //! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap()).unwrap();
-//! assert_eq!(m.hooks().0[2].load(Relaxed), 1);
+//! assert_eq!(m.inspect().hooks().0[2].load(Relaxed), 1);
 //! m.free(b).unwrap();
 //! ```
 
 #[cfg(feature = "fail-alloc")]
 pub mod fail;
+mod inspect;
 #[cfg(feature = "page-owner")]
 pub mod owner;
 mod poison;
@@ -66,6 +69,7 @@ mod poison;
 pub mod vmstat;
 mod zoneinfo;
 
+pub use inspect::Inspect;
 pub use zoneinfo::ZoneInfo;
 
 use pageframe_buddy::{Order, Pfn, PfnRange, PhysAddr};
@@ -320,7 +324,7 @@ bitflags::bitflags! {
     /// }
     ///
     /// let ram = Ram(Mutex::new(vec![0; 64 * PAGE_SIZE as usize]), Mutex::new(None));
-    /// let mut m = Machine::new_boxed_with_hooks(MachineConfig::SINGLE_NODE, ram);
+    /// let mut m = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).hooks(ram).build_boxed();
     /// let span = PfnRange::new(Pfn(BASE), Pfn(BASE + 64));
     /// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
     /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
@@ -328,9 +332,9 @@ bitflags::bitflags! {
     /// let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
     /// let at = Ram::at(b.pfn());
     /// m.free(b).unwrap();
-    /// m.hooks().0.lock().unwrap()[at + 8] = 1; // a stale pointer writes
+    /// m.inspect().hooks().0.lock().unwrap()[at + 8] = 1; // a stale pointer writes
     /// let again = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-    /// let report = m.hooks().1.lock().unwrap().take();
+    /// let report = m.inspect().hooks().1.lock().unwrap().take();
     /// assert!(matches!(report, Some(Event::UseAfterFree { pfn, .. }) if pfn == again.pfn()));
     /// ```
     #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]

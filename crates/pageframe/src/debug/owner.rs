@@ -15,22 +15,22 @@
 //!
 //! ```
 //! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-//! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+//! # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
 //! # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
 //! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 //! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
 //! # m.add_free_range(span).unwrap();
-//! let since = m.owner_seq();
+//! let since = m.inspect().owner_seq();
 //! let a = m.alloc_tagged(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap(), 0xd15c).unwrap();
 //! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap(); // never freed: a leak
 //! // Who holds the third frame of `a`?
-//! let held = m.owner_of(a.pfn() + 2).unwrap();
+//! let held = m.inspect().owner_of(a.pfn() + 2).unwrap();
 //! assert_eq!((held.pfn, held.owner.tag, held.live), (a.pfn(), 0xd15c, true));
 //! m.free(a).unwrap();
 //! // What is still held of what was allocated since `since`: the leak, and
 //! // where in the source it was allocated.
 //! let mut leaks = Vec::new();
-//! m.for_each_owned(|o| if o.owner.seq >= since { leaks.push(o) });
+//! m.inspect().for_each_owned(|o| if o.owner.seq >= since { leaks.push(o) });
 //! assert_eq!(leaks.len(), 1);
 //! assert_eq!(leaks[0].owner.site.unwrap().file(), file!());
 //! # let _ = b;
@@ -57,7 +57,7 @@ pub struct Owner {
     /// Where in the source the allocation was made.
     pub site: Option<&'static Location<'static>>,
     /// The allocation's place in the machine's sequence
-    /// ([`crate::Machine::owner_seq`]).
+    /// ([`crate::debug::Inspect::owner_seq`]).
     pub seq: u64,
 }
 
@@ -189,7 +189,7 @@ impl<'a> Owners<'a> {
 /// line.
 pub const DUMP_GROUPS: usize = 64;
 
-/// Live blocks grouped by owner tag; see [`crate::Machine::page_owners`].
+/// Live blocks grouped by owner tag; see [`crate::debug::Inspect::page_owners`].
 pub struct OwnerDump<'m, 'a, R: RawMutex, H: Hooks>(pub(crate) &'m Machine<'a, R, H>);
 
 #[derive(Clone, Copy)]

@@ -89,9 +89,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         });
     }
 
-    /// Blocks handed out that were found written while free
-    /// ([`Poisoning::POISON`]).
-    pub fn use_after_free_reports(&self) -> u64 {
+    /// See [`crate::debug::Inspect::use_after_free_reports`].
+    pub(crate) fn use_after_free_reports(&self) -> u64 {
         self.uaf_reports.load(Relaxed)
     }
 }

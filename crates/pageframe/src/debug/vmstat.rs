@@ -5,21 +5,21 @@
 //! The counters the fast paths bump are kept per zone and per CPU (each
 //! CPU's on cache lines of its own, next to its per-CPU caches; callers
 //! without a CPU share one set per zone) and added up when read: a
-//! machine's [`crate::Machine::vmstat`], a node's
-//! [`crate::Machine::node_vmstat`], a zone's [`crate::zone::Zone::vmstat`].
+//! machine's [`crate::debug::Inspect::vmstat`], a node's
+//! [`crate::debug::Inspect::node_vmstat`], a zone's [`crate::zone::Zone::vmstat`].
 //! Slow-path events (stalls, compaction, migration, huge pages) come from
-//! the nodes' counters ([`crate::Machine::stats`]).
+//! the nodes' counters ([`crate::debug::Inspect::stats`]).
 //!
 //! ```
 //! # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-//! # let mut m: Box<Machine<'static>> = Machine::new_boxed(MachineConfig::SINGLE_NODE);
+//! # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
 //! # let span = PfnRange::new(Pfn(0x10_0000), Pfn(0x10_4000));
 //! # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
 //! # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
 //! # m.add_free_range(span).unwrap();
 //! let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(3).unwrap()).unwrap();
 //! m.free(b).unwrap();
-//! let v = m.vmstat();
+//! let v = m.inspect().vmstat();
 //! assert_eq!(v.pgalloc(ZoneKind::Normal, Order::new(3).unwrap()), 1);
 //! assert_eq!((v.pgalloc_pages(ZoneKind::Normal), v.pgfree), (8, 8));
 //! // The text of /proc/vmstat, one counter a line.

@@ -17,7 +17,7 @@ use crate::machine::Machine;
 use crate::zone::Zone;
 use crate::zone_kind::ZoneKind;
 
-/// A machine's `/proc/zoneinfo`; see [`Machine::zoneinfo`].
+/// A machine's `/proc/zoneinfo`; see [`crate::debug::Inspect::zoneinfo`].
 pub struct ZoneInfo<'m, 'a, R: RawMutex, H: Hooks>(pub(crate) &'m Machine<'a, R, H>);
 
 impl<R: RawMutex, H: Hooks> fmt::Display for ZoneInfo<'_, '_, R, H> {

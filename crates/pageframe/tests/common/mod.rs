@@ -52,7 +52,7 @@ pub fn claim_cpu<'m>(m: &'m Machine<'static>, cpu: u32, node: NodeId) -> CpuCach
 
 /// An empty machine for `config`, on the heap, for the test's whole run.
 pub fn machine_with(config: MachineConfig) -> &'static mut Machine<'static> {
-    Box::leak(Machine::new_boxed(config))
+    Box::leak(pageframe::boot::Builder::new(config).build_boxed())
 }
 
 /// Adds zone `kind` over `span` on `node` and hands `free` over.

@@ -34,7 +34,10 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     }
     let mut m = World::new(frames)?;
     m.fragment(Pattern::Stride, opts.seed);
-    m.machine.set_proactiveness(20).map_err(|e| e.to_string())?;
+    m.machine
+        .tunables()
+        .set_proactiveness(20)
+        .map_err(|e| e.to_string())?;
     let pinned = m.set_pins(true);
     println!(
         "backoff: {} MiB zone, {} frames in use, all pinned until t = {unpin_at} s; kcompactd proactiveness 20, a tick every 500 ms for {seconds} s (simulated)",
@@ -75,7 +78,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         cum.push((now as f64 / 1e9, cpu_ms));
     }
     m.owners.verify(&m.mem)?;
-    let st = m.machine.stats(NODE).kcompactd;
+    let st = m.machine.inspect().stats(NODE).kcompactd;
     let per_run = run_costs.iter().sum::<f64>() / run_costs.len().max(1) as f64;
     let every_check_ms = per_run * pinned_ticks as f64;
     let mut t = Table::new(&["t (s)", "score before", "score after", "run ms"]);
@@ -130,7 +133,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         ]),
         None => t.row(vec!["after unpinning".into(), "no run".into()]),
     }
-    let final_score = m.machine.fragmentation_score(NODE).unwrap_or(0);
+    let final_score = m.machine.inspect().fragmentation_score(NODE).unwrap_or(0);
     t.row(vec!["final node score".into(), final_score.to_string()]);
     println!("{}", t.render());
     if !opts.no_plot {

@@ -179,7 +179,7 @@ impl World {
     pub fn new(frames: u64) -> Result<World, String> {
         let span = PfnRange::new(Pfn(0), Pfn(frames));
         let m: &'static mut Machine<'static> =
-            Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+            Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
         let meta: &'static mut [MaybeUninit<u8>] =
             Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
         m.add_zone(NODE, ZoneKind::Normal, span, meta)
@@ -235,7 +235,7 @@ impl World {
                 let _ = m.free(b);
             }
         }
-        m.free_pages()
+        m.inspect().free_pages()
     }
 
     /// Pins (or unpins) every owner's frame: compaction cannot move them.
@@ -274,6 +274,7 @@ impl World {
     pub fn huge_free(&self) -> u64 {
         let z = self
             .machine
+            .inspect()
             .node(NODE)
             .and_then(|n| n.zone(ZoneKind::Normal))
             .expect("the zone");

@@ -118,6 +118,7 @@ fn phase(
     let mut m = World::new(frames)?;
     let free_before = m.fragment(pattern, seed);
     m.machine
+        .tunables()
         .set_proactiveness(u32::from(proactiveness.unwrap_or(0)))
         .map_err(|e| e.to_string())?;
     let stop = AtomicBool::new(false);
@@ -144,7 +145,7 @@ fn phase(
                         thread::sleep(Duration::from_millis(10).min(wake - Instant::now()));
                     }
                 }
-                let st = m.machine.stats(NODE).kcompactd;
+                let st = m.machine.inspect().stats(NODE).kcompactd;
                 (
                     st.proactive_checks,
                     st.proactive_runs,
@@ -205,7 +206,7 @@ fn full_once(frames: u64, pattern: Pattern, seed: u64) -> Result<Full, String> {
     m.machine.compact_node(NODE, &mut mig);
     let wall_s = t.elapsed().as_secs_f64();
     m.owners.verify(&m.mem)?;
-    let free = m.machine.free_pages();
+    let free = m.machine.inspect().free_pages();
     let huge_share = m.huge_free() as f64 / free.max(1) as f64;
     // The memcpy baseline: the very same 4 KiB copies, same addresses, same
     // order, with nothing else around them.

@@ -87,7 +87,7 @@ impl World {
     fn new(frames: u64, seed: u64) -> Result<World, String> {
         let span = PfnRange::new(Pfn(0), Pfn(frames));
         let m: &'static mut Machine<'static> =
-            Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+            Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
         let meta: &'static mut [MaybeUninit<u8>] =
             Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
         m.add_zone(NODE, ZoneKind::Normal, span, meta)
@@ -162,7 +162,7 @@ impl World {
     /// The fewest movable frames any 1 GiB candidate holds (None: every
     /// candidate is blocked).
     fn min_giant_cost(&self) -> Option<u64> {
-        let z = self.m.node(NODE)?.zone(ZoneKind::Normal)?;
+        let z = self.m.inspect().node(NODE)?.zone(ZoneKind::Normal)?;
         let span = z.span();
         (0..span.len() / GIANT)
             .filter_map(|k| {
@@ -279,7 +279,8 @@ pub fn run(opts: &Opts) -> Result<(), String> {
     // frame, no hole), chosen at random, taken offline and back online.
     const OFF: u64 = 1 << 16;
     let z =
-        w.m.node(NODE)
+        w.m.inspect()
+            .node(NODE)
             .and_then(|n| n.zone(ZoneKind::Normal))
             .ok_or("zone")?;
     let (mut tried, mut ok, mut moved, mut used) = (0u32, 0u32, 0u64, 0u64);
@@ -345,7 +346,7 @@ pub fn run(opts: &Opts) -> Result<(), String> {
         let t = Instant::now();
         let s = w.m.report_free_pages(Order::HUGE_2M, |_| true);
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        let (big, rep) = w.m.reported_pages(Order::HUGE_2M);
+        let (big, rep) = w.m.inspect().reported_pages(Order::HUGE_2M);
         r.row(vec![
             pass.to_string(),
             s.blocks.to_string(),

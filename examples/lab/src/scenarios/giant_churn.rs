@@ -37,7 +37,7 @@ use pageframe::{
     Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks,
     ZoneKind,
     compact::{MigrateError, MigrateMode},
-    zone::Placement,
+    tune::Placement,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -270,16 +270,17 @@ fn run_variant(v: &Variant, p: &Params, seed: u64) -> Result<Outcome, String> {
     let span = PfnRange::new(Pfn(0), Pfn(p.frames));
     // Leaked with its metadata: the lab is a short-lived host program.
     let m: &'static mut Machine<'static> =
-        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
     let meta: &'static mut [MaybeUninit<u8>] =
         Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     m.add_zone(NODE, ZoneKind::Normal, span, meta)
         .map_err(|e| e.to_string())?;
     m.add_free_range(span).map_err(|e| e.to_string())?;
-    m.set_defrag_mode(v.defrag_mode);
-    m.set_fallback_placement(v.placement);
+    m.tunables().set_defrag_mode(v.defrag_mode);
+    m.tunables().set_fallback_placement(v.placement);
     let m: &'static Machine<'static> = m;
     let zone = m
+        .inspect()
         .node(NODE)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .ok_or("zone")?;

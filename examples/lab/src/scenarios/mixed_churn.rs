@@ -218,19 +218,23 @@ fn run_variant(v: &Variant, blocks: u64, p: &Params, seed: u64) -> Result<Outcom
         ..MobilityConfig::DEFAULT
     };
     // Leaked with its metadata: the lab is a short-lived host program.
-    let m: &'static mut Machine<'static> = Box::leak(Machine::new_boxed(MachineConfig {
-        mobility: cfg,
-        ..MachineConfig::SINGLE_NODE
-    }));
+    let m: &'static mut Machine<'static> = Box::leak(
+        pageframe::boot::Builder::new(MachineConfig {
+            mobility: cfg,
+            ..MachineConfig::SINGLE_NODE
+        })
+        .build_boxed(),
+    );
     let meta: &'static mut [MaybeUninit<u8>] =
         Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     let node = NodeId::ZERO;
     m.add_zone(node, ZoneKind::Normal, span, meta)
         .map_err(|e| e.to_string())?;
     m.add_free_range(span).map_err(|e| e.to_string())?;
-    m.set_defrag_mode(v.defrag_mode);
+    m.tunables().set_defrag_mode(v.defrag_mode);
     let m: &'static Machine<'static> = m;
     let zone = m
+        .inspect()
         .node(node)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .ok_or("zone")?;

@@ -31,7 +31,7 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
     let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + frames));
     // Leaked with its metadata: the lab is a short-lived host program.
     let m: &'static mut Machine<'static> =
-        Box::leak(Machine::new_boxed(MachineConfig::SINGLE_NODE));
+        Box::leak(pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed());
     let meta: &'static mut [MaybeUninit<u8>] =
         Box::leak(Box::new_uninit_slice(m.zone_metadata_bytes(span)));
     m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta)
@@ -42,6 +42,7 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
         .map_err(|e| e.to_string())?;
     let m: &'static Machine<'static> = m;
     let zone = m
+        .inspect()
         .node(NodeId::ZERO)
         .and_then(|n| n.zone(ZoneKind::Normal))
         .ok_or("zone")?;
@@ -49,7 +50,8 @@ fn run_one(frames: u64, burst: usize, total: usize, fixed: bool) -> Result<Run, 
         // Fixed high = managed / fraction / CPUs: the fraction that keeps
         // it where auto-tuning starts (high_min = the low watermark / CPUs).
         let fraction = (frames / zone.watermarks().low.max(1)).max(8) as u32;
-        m.set_pcp_high_fraction(fraction)
+        m.tunables()
+            .set_pcp_high_fraction(fraction)
             .map_err(|e| e.to_string())?;
     }
     let rounds = (total / burst).max(20);

@@ -33,8 +33,8 @@ use pageframe::{
     Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
     SlowPathHooks, ZoneKind,
     compact::{MigrateError, MigrateMode},
-    thp::ThpPolicy,
     topology::{NodeStats, Topology},
+    tune::ThpPolicy,
 };
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -129,6 +129,7 @@ impl SlowPathHooks for Kernel {
     fn reclaim(&mut self, node: NodeId, kind: ZoneKind, pages: u64) -> u64 {
         let Some(span) = self
             .machine
+            .inspect()
             .node(node)
             .and_then(|n| n.zone(kind))
             .map(|z| z.span())
@@ -324,7 +325,7 @@ fn run_one(
     let topology = Topology::uniform(2).map_err(|e| e.to_string())?;
     // Leaked with its metadata: the lab is a short-lived host program.
     let m: &'static mut Machine<'static> =
-        Box::leak(Machine::new_boxed(MachineConfig::new(topology)));
+        Box::leak(pageframe::boot::Builder::new(MachineConfig::new(topology)).build_boxed());
     let span_of = |i: u64| PfnRange::new(Pfn(i * frames_per_node), Pfn((i + 1) * frames_per_node));
     for i in 0..2u64 {
         let span = span_of(i);
@@ -336,8 +337,10 @@ fn run_one(
         m.add_free_range(span).map_err(|e| e.to_string())?;
     }
     // kcompactd does the work the faults wake it for, nothing proactive.
-    m.set_proactiveness(0).map_err(|e| e.to_string())?;
-    m.set_thp_policy(*policy);
+    m.tunables()
+        .set_proactiveness(0)
+        .map_err(|e| e.to_string())?;
+    m.tunables().set_thp_policy(*policy);
     let m: &'static Machine<'static> = m;
     let total = 2 * frames_per_node as usize;
     let mut kernel = Kernel {
@@ -367,7 +370,7 @@ fn run_one(
     let mut out = Outcome::default();
     for (i, score) in out.scores.iter_mut().enumerate() {
         *score = NodeId::new(i)
-            .and_then(|id| m.fragmentation_score(id))
+            .and_then(|id| m.inspect().fragmentation_score(id))
             .unwrap_or(0);
     }
     let local = NodeId::ZERO;
@@ -381,13 +384,13 @@ fn run_one(
         // is counted, not charged to the faulting task.
         for i in 0..2 {
             let id = NodeId::new(i).ok_or("node id")?;
-            if m.node(id).is_some_and(|n| n.kcompactd_pending()) {
-                let before = m.stats(id);
+            if m.inspect().node(id).is_some_and(|n| n.kcompactd_pending()) {
+                let before = m.inspect().stats(id);
                 let t1 = Instant::now();
                 now += 1;
                 m.kcompactd_tick(id, now, &mut kernel);
                 out.bg_ns += t1.elapsed().as_nanos() as u64;
-                let after = m.stats(id);
+                let after = m.inspect().stats(id);
                 out.bg_migrated += after.compact.migrate_success - before.compact.migrate_success;
                 out.bg_runs += after.compact.runs - before.compact.runs;
             }
@@ -418,7 +421,7 @@ fn run_one(
             return Err(format!("frame {p}: contents lost ({w:#x})"));
         }
     }
-    out.stats = m.total_stats();
+    out.stats = m.inspect().total_stats();
     out.swapped = k.swapped;
     Ok(out)
 }

@@ -196,6 +196,7 @@ fn filling_over_a_lower_zone_searches_the_tainted_regions_only_after_a_change() 
     }
     assert!(dma32 > 2 * REGION, "DMA32 served {dma32}");
     let normal = m
+        .inspect()
         .node(NodeId::ZERO)
         .unwrap()
         .zone(ZoneKind::Normal)

@@ -7,7 +7,7 @@
 //! Blocks below it live inside one chunk, in its free bitmap (`bits.rs`),
 //! and the chunk keeps how many free blocks of each order it holds. A
 //! chunk with some but not all of its frames free is filed by how full it
-//! is (`partial.rs`), which is how allocations find the fullest chunk.
+//! is (`partial_chunks.rs`), which is how allocations find the fullest chunk.
 
 use core::mem::MaybeUninit;
 
@@ -40,7 +40,7 @@ pub(crate) enum Mode {
 }
 
 /// Bit of [`Chunk::flags`]: a free head reported to the hypervisor since it
-/// went on its list (`report.rs`).
+/// went on its list (`reporting.rs`).
 pub(crate) const REPORTED: u8 = 1;
 /// Bit of [`Chunk::flags`]: some bit of the chunk's reported bitmap is set.
 pub(crate) const RBITS: u8 = 2;

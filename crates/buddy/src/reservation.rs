@@ -123,7 +123,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     /// Reserves the free frames of one chunk of `list` for order-0
     /// allocations: the chunk a small request would be served from (see
-    /// `partial.rs`), or a fresh chunk split off a free block of at least
+    /// `partial_chunks.rs`), or a fresh chunk split off a free block of at least
     /// the chunk order. Frames later allocated from it carry `tag` once it
     /// is given back. `None` when `list` has no free memory, when the chunk
     /// a small request would be served from has fewer than `min_free` free

@@ -6,7 +6,7 @@
 use crate::bits;
 use crate::chunk::{Chunk, FILED, Mode, RBITS};
 use crate::frame::{Idx, Word};
-use crate::partial::PartialIndex;
+use crate::partial_chunks::PartialIndex;
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
 

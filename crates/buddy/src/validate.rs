@@ -5,7 +5,7 @@ use crate::bits;
 use crate::chunk::{FILED, MAX_CHUNK_ORDER, Mode, RBITS};
 use crate::error::ValidateError;
 use crate::frame::{Idx, Kind, NIL};
-use crate::partial::{BUCKETS, PartialIndex};
+use crate::partial_chunks::{BUCKETS, PartialIndex};
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn};

@@ -5,7 +5,7 @@
 use crate::chunk::{Chunk, Mode};
 use crate::error::{AllocError, FreeError};
 use crate::frame::{Idx, NIL, Word};
-use crate::partial::BUCKETS;
+use crate::partial_chunks::BUCKETS;
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::{BlockInfo, BuddyZone};
 use crate::{Order, Pfn, PfnRange, bits};

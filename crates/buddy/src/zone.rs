@@ -9,7 +9,7 @@ use crate::chunk::{Chunk, ChunkTable, MAX_CHUNK_ORDER, Mode};
 use crate::error::{InitError, RangeError};
 use crate::frame::{FrameWords, Idx, Kind, TAG_MASK, Word};
 use crate::free_area::FreeAreas;
-use crate::partial::PartialIndex;
+use crate::partial_chunks::PartialIndex;
 use crate::policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 use crate::stats::Stats;
 use crate::{ORDER_LIMIT, Order, Pfn, PfnRange};

@@ -10,7 +10,7 @@
 use crate::chunk::{Mode, RBITS, REPORTED};
 use crate::error::FreeError;
 use crate::frame::NIL;
-use crate::partial::BUCKETS;
+use crate::partial_chunks::BUCKETS;
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::{BlockInfo, BuddyZone};
 use crate::{Order, Pfn, bits};

@@ -1,6 +1,6 @@
 //! How compaction reaches a zone: under its lock, one short critical
 //! section at a time (a pageblock's scan, one migration's bookkeeping), never
-//! across a [`crate::Migrator`] call, which runs kernel code that may take
+//! across a [`crate::FrameMover`] call, which runs kernel code that may take
 //! its own locks or call back into the allocator.
 
 use core::cell::RefCell;

@@ -2,7 +2,7 @@
 //! §1(d), Linux `__alloc_contig_migrate_range`): the caller has isolated the
 //! range's pageblocks, so nothing new lands there and every frame freed there
 //! stays out of circulation; this moves every movable allocation inside the
-//! range to memory outside it through the kernel's [`Migrator`], with the
+//! range to memory outside it through the kernel's [`FrameMover`], with the
 //! same protocol as compaction, until the range is wholly free.
 
 use core::fmt;
@@ -12,13 +12,13 @@ use pageframe_mobility::{AllocMode, Blocker, MigrateType, tag as mtag};
 
 use crate::access::locked;
 use crate::moves::fits_batch;
-use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
+use crate::{FrameMover, MigrateError, MigrateMode, Move, ZoneLock, tag};
 
 /// Sources taken per critical section.
 const BATCH: usize = 32;
 /// Passes over the range while a block refuses with `Again` or is held by a
 /// compactor (Linux retries `-EAGAIN` a bounded number of times). Blocks
-/// the kernel keeps ([`Migrator::isolate`] says no) get one more pass
+/// the kernel keeps ([`FrameMover::isolate`] says no) get one more pass
 /// after a drain, and more only while each pass leaves fewer of them.
 pub const EVACUATE_PASSES: u32 = 10;
 
@@ -95,7 +95,7 @@ struct Src {
 /// isolated pageblocks), made without a watermark check: the range's frames
 /// come back as it empties, so the zone's free memory is unchanged at the
 /// end.
-pub fn evacuate_range<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+pub fn evacuate_range<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
     zone: &Z,
     range: PfnRange,
     mig: &mut M,
@@ -254,12 +254,12 @@ enum Stage {
 }
 
 /// A batch being moved: the sources `collect` marked and their moves, made
-/// by the kernel in one [`Migrator::migrate_batch`]. Whatever ends the batch
+/// by the kernel in one [`FrameMover::migrate_batch`]. Whatever ends the batch
 /// early (a panic in the kernel's migrator), dropping it finishes what
 /// [`Moving::run`] would have: moves the kernel reported made go into the
 /// books, destinations of the others go back to the zone, sources not
 /// moved are unmarked and given back to the kernel if it had isolated them.
-struct Moving<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
+struct Moving<'m, Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> {
     zone: &'m Z,
     mig: &'m mut M,
     batch: [Src; BATCH],
@@ -271,7 +271,7 @@ struct Moving<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
     m: usize,
 }
 
-impl<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'m, Z, M> {
+impl<'m, Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Moving<'m, Z, M> {
     fn new(zone: &'m Z, mig: &'m mut M, batch: [Src; BATCH], n: usize) -> Self {
         Moving {
             zone,
@@ -415,7 +415,7 @@ impl<'m, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Moving<'m, Z, M> {
     }
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Moving<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Drop for Moving<'_, Z, M> {
     fn drop(&mut self) {
         // Only a panic in the kernel's migrator leaves a batch unfinished.
         let _ = self.finish();

@@ -6,7 +6,7 @@ use pageframe_mobility::MigrateType;
 
 use crate::control::CompactRequest;
 use crate::{
-    CompactResult, CompactStats, MAX_COMPACT_RETRIES, Migrator, NodeZone, Priority, ZoneLock,
+    CompactResult, CompactStats, FrameMover, MAX_COMPACT_RETRIES, NodeZone, Priority, ZoneLock,
     compact_zone,
 };
 
@@ -40,7 +40,7 @@ pub struct DirectOutcome {
 /// The caller decides whether compaction is allowed at all (Linux requires
 /// `__GFP_IO` and direct-reclaim permission) and reports the allocation's
 /// outcome with [`DirectOutcome::finish`].
-pub fn try_to_compact_pages<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+pub fn try_to_compact_pages<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
     zones: &[NodeZone<'_, Z>],
     order: Order,
     mt: MigrateType,

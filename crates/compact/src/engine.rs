@@ -14,10 +14,10 @@ use crate::migrate_scan::Isolate;
 use crate::skip::reset_skip_hints;
 use crate::state::UNSET;
 use crate::suitable::suit_allocation_order;
-use crate::{CompactResult, CompactState, CompactStats, MigrateMode, Migrator, Move, ZoneLock};
+use crate::{CompactResult, CompactState, CompactStats, FrameMover, MigrateMode, Move, ZoneLock};
 
 /// One run's working state (`compact_control`, spec 03 §3.3).
-pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
+pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> {
     pub zone: &'r Z,
     pub state: &'r CompactState,
     pub mig: &'r mut M,
@@ -65,13 +65,13 @@ pub(crate) struct Run<'r, Z: ZoneLock + ?Sized, M: Migrator + ?Sized> {
 /// A run ends in [`Run::finish`], which leaves it holding nothing; a run
 /// dropped holding something is one a panic in the kernel's migrator cut
 /// short, and gives everything back (see [`Run::give_back`]).
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Drop for Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Drop for Run<'_, Z, M> {
     fn drop(&mut self) {
         self.give_back();
     }
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Run<'_, Z, M> {
     /// First frame of `pfn`'s pageblock.
     #[inline]
     pub fn block_start(&self, pfn: u64) -> u64 {
@@ -215,7 +215,7 @@ fn local_regions(z: &MobileZone<'_>) -> Option<u8> {
 /// Deferral is the caller's business (see [`crate::try_to_compact_pages`]).
 /// The zone lock is taken per pageblock scanned and per block migrated,
 /// never across a `migrator` call.
-pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+pub fn compact_zone<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
     zone: &Z,
     state: &CompactState,
     migrator: &mut M,
@@ -294,7 +294,7 @@ pub fn compact_zone<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
     run.finish(result)
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Run<'_, Z, M> {
     fn main_loop(&mut self) -> CompactResult {
         let sync = self.req.mode != MigrateMode::Async;
         let st = self.state;

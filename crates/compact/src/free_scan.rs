@@ -9,9 +9,9 @@ use pageframe_mobility::{MigrateType, MobileZone};
 
 use crate::access::locked;
 use crate::engine::Run;
-use crate::{COMPACT_CLUSTER_MAX, Migrator, ZoneLock, tag};
+use crate::{COMPACT_CLUSTER_MAX, FrameMover, ZoneLock, tag};
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Run<'_, Z, M> {
     /// `isolate_freepages` (spec 03 §10.1): isolates free blocks until they
     /// cover the pending sources, walking pageblocks downward from the free
     /// cursor but never into the migrate scanner's pageblock or below.

@@ -19,8 +19,8 @@ use crate::proactive::{Thresholds, node_score, thresholds};
 use crate::skip::reset_isolation_suitable;
 use crate::suitable::suit_allocation_order;
 use crate::{
-    CompactResult, DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, HPAGE_FRAG_CHECK_INTERVAL_MS,
-    Migrator, NodeZone, ZoneLock, compact_zone,
+    CompactResult, DEFAULT_EXTFRAG_THRESHOLD, DEFAULT_PROACTIVENESS, FrameMover,
+    HPAGE_FRAG_CHECK_INTERVAL_MS, NodeZone, ZoneLock, compact_zone,
 };
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -269,7 +269,7 @@ impl Kcompactd {
     /// `low`. A run that does not lower the score pushes the next check out
     /// by `500 ms << 6`. Call it from a timer at least every 500 ms; extra
     /// calls cost a comparison.
-    pub fn tick<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+    pub fn tick<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
         &mut self,
         now: u64,
         zones: &[NodeZone<'_, Z>],
@@ -335,7 +335,7 @@ impl Kcompactd {
     /// `kcompactd_do_work` (spec 03 §11.2): compacts each zone up to the
     /// woken highest zone for the woken order, skipping deferred zones and
     /// zones where compaction would not help.
-    fn do_work<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+    fn do_work<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
         &mut self,
         zones: &[NodeZone<'_, Z>],
         order: Order,
@@ -385,7 +385,7 @@ impl Kcompactd {
 /// populated zone of the node whole, in sync mode, ignoring skip hints,
 /// until the scanners meet. Returns the highest result and the summed
 /// counters.
-pub fn compact_memory<Z: ZoneLock + ?Sized, M: Migrator + ?Sized>(
+pub fn compact_memory<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized>(
     zones: &[NodeZone<'_, Z>],
     migrator: &mut M,
 ) -> CompactOutcome {

@@ -17,7 +17,7 @@ mod isolated;
 mod kcompactd;
 mod migrate;
 mod migrate_scan;
-mod migrator;
+mod mover;
 mod moves;
 mod proactive;
 mod result;
@@ -35,7 +35,7 @@ pub use engine::compact_zone;
 pub use kcompactd::{
     Kcompactd, KcompactdStats, KcompactdWake, ProactivenessError, TickReport, compact_memory,
 };
-pub use migrator::{MigrateError, Migrator};
+pub use mover::{FrameMover, MigrateError};
 pub use moves::{MIGRATE_BATCH_MAX, Move};
 pub use pageframe_mobility::{Mark, ReserveAccess, Watermarks, ZoneMarks};
 pub use proactive::{Thresholds, fragmentation_score, node_score, thresholds, weighted_score};

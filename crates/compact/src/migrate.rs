@@ -1,6 +1,6 @@
 //! Migrating a batch (spec 03 §10.4, §12): destinations come from the free
 //! scanner's blocks (`compaction_alloc`, split on demand), the kernel moves
-//! the blocks in batches ([`Migrator::migrate_batch`]: one TLB flush for
+//! the blocks in batches ([`FrameMover::migrate_batch`]: one TLB flush for
 //! many), and the allocator's books follow: each destination takes its
 //! source's tag, each source is freed (and captured if it completes the
 //! requested block, §8).
@@ -14,7 +14,7 @@ use crate::access::locked;
 use crate::engine::Run;
 use crate::isolated::FreePages;
 use crate::moves::fits_batch;
-use crate::{MigrateError, MigrateMode, Migrator, Move, ZoneLock, tag};
+use crate::{FrameMover, MigrateError, MigrateMode, Move, ZoneLock, tag};
 
 /// How a batch went.
 #[derive(Default)]
@@ -47,7 +47,7 @@ fn pending(m: &Move) -> bool {
     matches!(m.outcome(), None | Some(Err(MigrateError::Again)))
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Run<'_, Z, M> {
     /// `migrate_pages` on the isolated sources; every source not moved is
     /// put back before returning. `moves[i]` is the move of source `i`.
     pub fn migrate_batch(&mut self) -> Batch {

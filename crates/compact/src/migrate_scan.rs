@@ -11,7 +11,7 @@ use crate::access::locked;
 use crate::control::RunKind;
 use crate::engine::Run;
 use crate::isolated::Source;
-use crate::{COMPACT_CLUSTER_MAX, MIGRATE_BATCH_MAX, Migrator, ZoneLock, tag};
+use crate::{COMPACT_CLUSTER_MAX, FrameMover, MIGRATE_BATCH_MAX, ZoneLock, tag};
 
 /// What `isolate_migratepages` found.
 pub(crate) enum Isolate {
@@ -31,7 +31,7 @@ enum BlockScan {
     Scanned(u64),
 }
 
-impl<Z: ZoneLock + ?Sized, M: Migrator + ?Sized> Run<'_, Z, M> {
+impl<Z: ZoneLock + ?Sized, M: FrameMover + ?Sized> Run<'_, Z, M> {
     /// Frames a batch isolates before it is migrated. Linux stops at
     /// `COMPACT_CLUSTER_MAX` (spec 03 §9.3), which matters to a run that
     /// can end before its pageblock is done: a direct compactor that may

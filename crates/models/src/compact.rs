@@ -20,8 +20,8 @@ use pageframe_buddy::{BlockInfo, Order, Pfn, PfnRange};
 use pageframe_mobility::{AllocMode, MigrateType, MobileZone, Watermarks, tag as mtag};
 
 use pageframe_compact::{
-    CompactResult, CompactState, Kcompactd, KcompactdWake, MIGRATE_BATCH_MAX, MigrateError,
-    MigrateMode, Migrator, Move as Moving, NodeZone, Priority, ZoneMarks, compact_memory, tag,
+    CompactResult, CompactState, FrameMover, Kcompactd, KcompactdWake, MIGRATE_BATCH_MAX,
+    MigrateError, MigrateMode, Move as Moving, NodeZone, Priority, ZoneMarks, compact_memory, tag,
     try_to_compact_pages,
 };
 
@@ -185,7 +185,7 @@ impl TagMigrator {
     }
 }
 
-impl Migrator for TagMigrator {
+impl FrameMover for TagMigrator {
     fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
         let p = pfn.get();
         self.isolations += 1;

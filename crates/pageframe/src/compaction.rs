@@ -6,7 +6,7 @@
 //! cached behind the compactor's back.
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
-use pageframe_compact::{MigrateError, MigrateMode, Migrator, Move, NodeZone, ZoneLock};
+use pageframe_compact::{FrameMover, MigrateError, MigrateMode, Move, NodeZone, ZoneLock};
 use pageframe_mobility::{MobileZone, ZoneMarks};
 
 use crate::block::Block;
@@ -188,7 +188,9 @@ impl<R: RawMutex, H: Hooks> Drop for BatchMarks<'_, '_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Migrator for Guarded<'_, '_, '_, R, H, M> {
+impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> FrameMover
+    for Guarded<'_, '_, '_, R, H, M>
+{
     fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
         let Some(z) = self.machine.zone_of(pfn) else {
             return false;

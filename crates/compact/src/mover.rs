@@ -39,23 +39,23 @@ impl core::error::Error for MigrateError {}
 /// method here runs, so implementations may take their own locks (page
 /// table, LRU) and may sleep in the blocking modes.
 ///
-/// Protocol for one source block (spec 03 §12): [`Migrator::isolate`] (the
+/// Protocol for one source block (spec 03 §12): [`FrameMover::isolate`] (the
 /// kernel takes a reference so the block cannot be freed under the
-/// compactor), then either [`Migrator::migrate`] into a destination the
-/// compactor took from the free lists followed by [`Migrator::migrated`]
+/// compactor), then either [`FrameMover::migrate`] into a destination the
+/// compactor took from the free lists followed by [`FrameMover::migrated`]
 /// once the allocator's books are updated (the source is then free and the
-/// destination is the owner's), or [`Migrator::putback`] if the block did
+/// destination is the owner's), or [`FrameMover::putback`] if the block did
 /// not move. Between `isolate` and `migrated`/`putback` the kernel must not
 /// free the source; after `migrate` returns `Ok` and until `migrated` it must
 /// not free the destination.
 ///
 /// The allocator moves isolated blocks in batches
-/// ([`Migrator::migrate_batch`], up to [`crate::MIGRATE_BATCH_MAX`] frames,
+/// ([`FrameMover::migrate_batch`], up to [`crate::MIGRATE_BATCH_MAX`] frames,
 /// or one larger block alone):
 /// a kernel that implements it unmaps the whole batch, flushes TLBs once,
 /// then copies and remaps each block; one that does not gets
-/// [`Migrator::migrate`] per block.
-pub trait Migrator {
+/// [`FrameMover::migrate`] per block.
+pub trait FrameMover {
     /// Take the block `(pfn, order)`, allocated movable with tag word `tag`,
     /// off the kernel's lists so it can move. `false` refuses (busy, being
     /// freed, pinned since the scanner looked). Default: accept.
@@ -75,13 +75,13 @@ pub trait Migrator {
     ) -> Result<(), MigrateError>;
 
     /// Moves a batch of isolated blocks (spec 03 §12,
-    /// `migrate_pages_batch`): each [`Move`] as [`Migrator::migrate`] would
+    /// `migrate_pages_batch`): each [`Move`] as [`FrameMover::migrate`] would
     /// make it, its outcome reported with [`Move::set`] as soon as it is
     /// known. One call lets a kernel unmap every source, flush TLBs once for
     /// the batch, then copy and remap each block. A move left without an
     /// outcome counts as failed (`Busy`), so it must not have happened. If
     /// the call panics, the moves reported `Ok` count as made and the others
-    /// as not. Default: [`Migrator::migrate`] for each move, in order.
+    /// as not. Default: [`FrameMover::migrate`] for each move, in order.
     fn migrate_batch(&mut self, moves: &mut [Move], mode: MigrateMode) {
         for m in moves {
             m.set(self.migrate(m.src(), m.dst(), m.order(), mode));
@@ -101,7 +101,7 @@ pub trait Migrator {
         let _ = (src, dst, order);
     }
 
-    /// [`Migrator::migrated`] for every move of a batch that was made (each
+    /// [`FrameMover::migrated`] for every move of a batch that was made (each
     /// reported `Ok`), once the allocator's books show them all; their
     /// sources are freed after this returns. Default: `migrated` for each,
     /// in order.
@@ -132,7 +132,7 @@ pub trait Migrator {
     fn drain_caches(&mut self) {}
 }
 
-impl<M: Migrator + ?Sized> Migrator for &mut M {
+impl<M: FrameMover + ?Sized> FrameMover for &mut M {
     fn isolate(&mut self, pfn: Pfn, order: Order, tag: u32) -> bool {
         (**self).isolate(pfn, order, tag)
     }

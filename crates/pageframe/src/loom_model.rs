@@ -104,7 +104,7 @@ fn machine_of(zones: &[(ZoneKind, u64)]) -> &'static LoomMachine {
         m.add_zone(NodeId::ZERO, kind, span, meta).unwrap();
         m.add_free_range(span).unwrap();
     }
-    m.set_min_free_kbytes(0);
+    m.tunables().set_min_free_kbytes(0);
     // Touches every stripe's lock here, so its lazily made flag is made
     // before the threads share it.
     m.drain_stripes();

@@ -80,8 +80,7 @@ use crate::debug::{Hooks, NoHooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
-use crate::zone_kind::ZoneKind;
-use crate::zonelist::ZoneRef;
+use crate::zone_kind::{ZoneKind, ZoneRef};
 
 /// Which machine a block belongs to: a number no other machine of this
 /// program has (counted from 1). Sixty-four bits, so that it never comes
@@ -204,7 +203,7 @@ impl Block {
     /// [`ZoneRef::index`] of the block's zone, without decoding it.
     #[inline]
     pub(crate) fn zone_index(&self) -> usize {
-        (self.head >> ZONE_SHIFT) as usize % crate::zonelist::MAX_ZONES
+        (self.head >> ZONE_SHIFT) as usize % crate::zone_kind::MAX_ZONES
     }
 
     #[inline]

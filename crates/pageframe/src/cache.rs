@@ -436,7 +436,7 @@ mod tests {
     use std::vec::Vec;
 
     use crate::CpuId;
-    use crate::topology::ZoneRef;
+    use crate::zone_kind::ZoneRef;
     use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
     /// The frames of `cpu`'s first refill: one allocation, then as many as

@@ -13,10 +13,9 @@ use crate::block::Block;
 use crate::debug::{Event, Hooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::topology::MAX_NUMNODES;
+use crate::node_id::MAX_NUMNODES;
 use crate::zone::Zone;
-use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-use crate::zonelist::ZoneRef;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 
 /// A machine's zone as the compaction crate reaches it: under the zone's
 /// own lock, one short critical section at a time. Private: nothing

@@ -20,13 +20,10 @@ use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
 use crate::machine::Machine;
-use crate::node_id::NodeId;
+use crate::node_id::{MAX_CPUS, NodeId};
 use crate::zone::Zone;
 use crate::zone_kind::ZoneKind;
-use crate::zonelist::{MAX_ZONES, ZoneRef};
-
-/// Most CPUs a machine's per-CPU caches can be set up for.
-pub const MAX_CPUS: usize = 4096;
+use crate::zone_kind::{MAX_ZONES, ZoneRef};
 
 /// A zone, this CPU's claimed cache of it, and what every block of the
 /// zone carries ([`Block::zone_meta`]).

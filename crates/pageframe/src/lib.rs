@@ -99,6 +99,7 @@ mod loom_model;
 mod migrator;
 mod node;
 mod node_id;
+mod numa;
 mod numa_stats;
 #[cfg(feature = "x86_64")]
 pub mod paging;
@@ -140,8 +141,9 @@ pub mod compact {
 /// Per-CPU caches: their sizes, counters and set-up errors (spec 04). A
 /// CPU reaches its caches through its [`CpuCache`] handle.
 pub mod pcp {
-    pub use crate::cpu::{CacheInfo, MAX_CPUS};
+    pub use crate::cpu::CacheInfo;
     pub use crate::error::{CpuError, PcpSetupError};
+    pub use crate::node_id::MAX_CPUS;
     pub use pageframe_pcp::{PcpError, PcpStats};
 }
 

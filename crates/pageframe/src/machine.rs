@@ -37,13 +37,13 @@ use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
-use crate::node_id::NodeId;
+use crate::node_id::{MAX_NUMNODES, NodeId};
+use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
-use crate::topology::{MAX_NUMNODES, Topology};
 use crate::zone::Zone;
-use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
+use crate::zonelist::{NodeMask, NodeOrder, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;
 
 /// How a machine is built: its nodes, how its zones group memory, and how

@@ -43,8 +43,8 @@ use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node_id::NodeId;
 use crate::stripe::Stripes;
+use crate::zone_kind::ZoneRef;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-use crate::zonelist::ZoneRef;
 #[cfg(feature = "vmstat")]
 use pageframe_pcp::CpuId;
 

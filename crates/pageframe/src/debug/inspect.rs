@@ -14,11 +14,12 @@ use crate::lock::{RawMutex, SpinLock};
 use crate::machine::{Machine, MachineBuddyInfo};
 use crate::node::Node;
 use crate::node_id::NodeId;
+use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
-use crate::topology::Topology;
 use crate::zone::Zone;
 use crate::zone_kind::ZoneKind;
-use crate::zonelist::{ZoneRef, Zonelist, ZonelistKind};
+use crate::zone_kind::ZoneRef;
+use crate::zonelist::{Zonelist, ZonelistKind};
 
 /// A read-only view of a machine: what it is made of, what it counts,
 /// its reports, and the debugging tools ([`Machine::inspect`]). Nothing

@@ -80,7 +80,7 @@ use pageframe_pcp::CpuId;
 use crate::error::AllocError;
 use crate::gfp::Gfp;
 use crate::node_id::NodeId;
-use crate::zonelist::ZoneRef;
+use crate::zone_kind::ZoneRef;
 
 /// One trace event. Frame numbers are the block's first frame.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

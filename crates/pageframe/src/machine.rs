@@ -796,7 +796,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// See [`crate::debug::Inspect::owner_of`].
     #[cfg(feature = "page-owner")]
-    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner::OwnedBlock> {
+    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner_record::OwnedBlock> {
         use crate::frame_state::State;
         let z = self.zone_of(pfn)?;
         let max = z.inspect(|mz| mz.buddy().max_order());
@@ -809,7 +809,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             if let State::Allocated(o, _) | State::Isolated(o) = z.states.get(head)
                 && o == order
             {
-                return Some(crate::debug::owner::OwnedBlock {
+                return Some(crate::debug::owner_record::OwnedBlock {
                     pfn: head,
                     order,
                     owner: z.owners.get(head)?,
@@ -818,7 +818,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             }
         }
         let (pfn, order, owner) = z.owners.last_holder(pfn)?;
-        Some(crate::debug::owner::OwnedBlock {
+        Some(crate::debug::owner_record::OwnedBlock {
             pfn,
             order,
             owner,
@@ -828,7 +828,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// See [`crate::debug::Inspect::for_each_owned`].
     #[cfg(feature = "page-owner")]
-    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
+    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner_record::OwnedBlock)) {
         use crate::frame_state::State;
         for z in self.all_zones() {
             let mut p = z.span().start;
@@ -836,7 +836,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 let step = match z.states.get(p) {
                     State::Allocated(order, _) | State::Isolated(order) => {
                         if let Some(owner) = z.owners.get(p) {
-                            f(crate::debug::owner::OwnedBlock {
+                            f(crate::debug::owner_record::OwnedBlock {
                                 pfn: p,
                                 order,
                                 owner,
@@ -850,12 +850,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 p = p + step;
             }
         }
-    }
-
-    /// See [`crate::debug::Inspect::page_owners`].
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn page_owners(&self) -> crate::debug::owner::OwnerDump<'_, 'a, R, H> {
-        crate::debug::owner::OwnerDump(self)
     }
 
     /// See [`crate::debug::Inspect::fail_page_alloc`].
@@ -1224,11 +1218,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             v.add_node(&n.stats());
         }
         v
-    }
-
-    /// See [`crate::debug::Inspect::zoneinfo`].
-    pub(crate) fn zoneinfo(&self) -> crate::debug::ZoneInfo<'_, 'a, R, H> {
-        crate::debug::ZoneInfo(self)
     }
 
     /// See [`crate::debug::Inspect::total_stats`].

@@ -103,7 +103,7 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     vm_shared: ZoneCounters,
     /// Owner records ([`crate::debug::owner`]).
     #[cfg(feature = "page-owner")]
-    pub(crate) owners: crate::debug::owner::Owners<'a>,
+    pub(crate) owners: crate::debug::owner_record::Owners<'a>,
     /// Counters of each CPU with a cache, beside the caches.
     #[cfg(feature = "vmstat")]
     pub(crate) vm_cpus: &'a [ZoneCounters],
@@ -130,7 +130,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 .saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
                 .saturating_add(FrameStates::bytes(span));
             #[cfg(feature = "page-owner")]
-            let m = m.saturating_add(crate::debug::owner::Owners::bytes(span));
+            let m = m.saturating_add(crate::debug::owner_record::Owners::bytes(span));
             m
         }
     }
@@ -178,7 +178,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
         let chunk = config.core().chunk_order;
         #[cfg(feature = "page-owner")]
-        let (owners, rest) = crate::debug::owner::Owners::carve(span, rest).ok_or(too_small)?;
+        let (owners, rest) =
+            crate::debug::owner_record::Owners::carve(span, rest).ok_or(too_small)?;
         let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
@@ -1028,7 +1029,7 @@ mod metadata {
             let bytes = Zone::<SpinLock>::metadata_bytes(span, MobilityConfig::DEFAULT) as u64;
             // The page-owner records are a debugging tool's, on top.
             #[cfg(feature = "page-owner")]
-            let bytes = bytes - crate::debug::owner::Owners::bytes(span) as u64;
+            let bytes = bytes - crate::debug::owner_record::Owners::bytes(span) as u64;
             let (least, most) = formula(frames);
             assert!(
                 (least..=most).contains(&bytes),

@@ -264,7 +264,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     /// ```
     #[inline]
     pub fn zoneinfo(self) -> crate::debug::ZoneInfo<'m, 'a, R, H> {
-        self.machine.zoneinfo()
+        crate::debug::ZoneInfo(self.machine)
     }
 
     /// The machine's counters as `/proc/vmstat` shows them
@@ -341,6 +341,6 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     #[cfg(feature = "page-owner")]
     #[inline]
     pub fn page_owners(self) -> crate::debug::owner::OwnerDump<'m, 'a, R, H> {
-        self.machine.page_owners()
+        crate::debug::owner::OwnerDump(self.machine)
     }
 }

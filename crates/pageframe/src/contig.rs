@@ -19,7 +19,7 @@ use crate::error::ContigError;
 
 // The other calls beyond power-of-two blocks: CMA areas, memory hotplug,
 // free page reporting.
-pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
+pub use crate::cma_area::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 #[cfg(feature = "vmstat")]
 use crate::debug::vmstat::MachineCounters;

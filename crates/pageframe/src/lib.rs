@@ -87,12 +87,14 @@ mod reporting;
 mod block;
 pub mod boot;
 mod cache;
+mod cma_area;
 mod compaction;
 pub mod debug;
 mod error;
 mod fragmap;
 mod frame_state;
 mod gfp;
+mod guard;
 pub mod lock;
 #[cfg(all(test, loom))]
 mod loom_model;
@@ -114,10 +116,11 @@ mod zone_kind;
 mod zone_layout;
 mod zonelist;
 
-pub use block::{Block, BlockGuard, CmaBuffer, RawError, Refused, Segment};
+pub use block::{Block, CmaBuffer, RawError, Refused, Segment};
 pub use cpu::CpuCache;
 pub use error::{AllocError, ConfigError, ContigError, FreeError, SetupError};
 pub use gfp::Gfp;
+pub use guard::BlockGuard;
 pub use machine::{Machine, MachineConfig};
 pub use migrator::Migrator;
 pub use node_id::NodeId;

@@ -30,11 +30,12 @@ use pageframe_mobility::{
     default_min_free_kbytes,
 };
 
-use crate::block::{Block, BlockGuard, Call, MachineId, RawError, Refused};
+use crate::block::{Block, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
+use crate::guard::BlockGuard;
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
 use crate::node_id::{MAX_NUMNODES, NodeId};
@@ -156,7 +157,7 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// (declared at set-up, see [`crate::hotplug`]).
     pub(crate) hotplug: [[Option<PfnRange>; NR_ZONE_KINDS]; MAX_NUMNODES],
     /// CMA areas, in the order they were added.
-    pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
+    pub(crate) cma: [Option<crate::cma_area::CmaArea>; crate::cma_area::MAX_CMA_AREAS],
     /// The kernel's hooks ([`crate::debug`]).
     pub(crate) hooks: H,
     /// Fault injection ([`crate::debug::fail`]).
@@ -232,7 +233,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             });
             addr_of_mut!((*p).cpus).write(0);
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
-            addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
+            addr_of_mut!((*p).cma).write([const { None }; crate::cma_area::MAX_CMA_AREAS]);
             addr_of_mut!((*p).hooks).write(hooks);
             #[cfg(feature = "fail-alloc")]
             addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());

@@ -6,7 +6,7 @@
 use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_mobility::MobilityConfig;
 
-use crate::cma::{CmaId, CmaStats};
+use crate::cma_area::{CmaId, CmaStats};
 use crate::debug::{Hooks, NoHooks};
 use crate::gfp::Gfp;
 use crate::hotplug::MemmapOnMemory;

@@ -27,7 +27,7 @@ use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 use pageframe_types::carve;
 
@@ -333,7 +333,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// [`Zone::refill_traced`] with the lock `z` already taken.
     pub(crate) fn refill_locked<H: Hooks>(
         &self,
-        mut z: crate::zone::ZoneGuard<'_, 'a, R>,
+        mut z: crate::zone_core::ZoneGuard<'_, 'a, R>,
         hooks: &H,
         order: Order,
         mt: MigrateType,

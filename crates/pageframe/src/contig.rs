@@ -32,7 +32,7 @@ use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
 pub use crate::reporting::{REPORTING_CAPACITY, ReportStats};
-use crate::zone::{Holding, Zone};
+use crate::zone_core::{Holding, Zone};
 
 /// Zones with at most this many aligned candidates have them all costed
 /// (see [`Machine::alloc_contig`]).
@@ -534,7 +534,7 @@ impl<R: RawMutex> Zone<'_, R> {
 
     fn check_tiling(
         &self,
-        z: &crate::zone::ZoneInner<'_>,
+        z: &crate::zone_core::ZoneInner<'_>,
         range: PfnRange,
     ) -> Result<(), RawError> {
         let err = |pfn, why| RawError { pfn, why };

@@ -21,7 +21,7 @@ use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
 use crate::machine::Machine;
 use crate::node_id::{MAX_CPUS, NodeId};
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 use crate::zone_kind::{MAX_ZONES, ZoneRef};
 

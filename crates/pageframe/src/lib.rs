@@ -112,6 +112,7 @@ mod thp;
 pub mod topology;
 pub mod tune;
 pub mod zone;
+mod zone_core;
 mod zone_kind;
 mod zone_layout;
 mod zonelist;

@@ -42,7 +42,7 @@ use crate::node_id::{MAX_NUMNODES, NodeId};
 use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 use crate::zonelist::{NodeMask, NodeOrder, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;

@@ -24,7 +24,7 @@ use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 use crate::zone_kind::ZoneRef;
 

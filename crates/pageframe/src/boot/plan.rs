@@ -22,7 +22,7 @@ use crate::lock::RawMutex;
 use crate::machine::{Machine, MachineConfig};
 use crate::node_id::MAX_NUMNODES;
 use crate::node_id::NodeId;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zone_layout::ZoneLayout;
 

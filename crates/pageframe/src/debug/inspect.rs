@@ -16,7 +16,7 @@ use crate::node::Node;
 use crate::node_id::NodeId;
 use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 use crate::zone_kind::ZoneRef;
 use crate::zonelist::{Zonelist, ZonelistKind};

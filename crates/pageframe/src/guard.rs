@@ -4,10 +4,24 @@
 
 use core::fmt;
 
-use crate::block::Block;
+use pageframe_buddy::FreeError;
+
+use crate::block::{Block, Call, Refused};
 use crate::debug::{Hooks, NoHooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
+
+/// # A block that frees itself
+impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+    /// A block that frees itself when dropped ([`BlockGuard`]); a block of
+    /// another machine is refused.
+    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
+        if block.machine() != self.id {
+            return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
+        }
+        Ok(BlockGuard::new(self, block))
+    }
+}
 
 /// A block that frees itself when dropped, for code that wants RAII:
 /// scratch buffers, memory held for the length of a call. A kernel's

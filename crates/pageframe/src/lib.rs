@@ -61,11 +61,14 @@ extern crate std;
 
 // The files that add to `Machine`, in the order its docs read (rustdoc
 // lists impl blocks in the order of the modules): set-up, allocation and
-// validation; the slow path; per-CPU caches; allocation from any context;
-// contiguous ranges, CMA, hotplug; background compaction; reporting. Its
+// validation; a block that frees itself; the slow path; per-CPU caches;
+// allocation from any context; contiguous ranges, CMA, hotplug;
+// background compaction; reporting. Its
 // two facets come after: `tune` (the knobs) and `debug` (reading the
 // machine, and the debugging tools).
 mod machine;
+
+mod guard;
 
 mod slow_path;
 
@@ -94,7 +97,6 @@ mod error;
 mod fragmap;
 mod frame_state;
 mod gfp;
-mod guard;
 pub mod lock;
 #[cfg(all(test, loom))]
 mod loom_model;

@@ -35,7 +35,6 @@ use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::guard::BlockGuard;
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
 use crate::node_id::{MAX_NUMNODES, NodeId};
@@ -865,7 +864,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         node: NodeId,
         gfp: Gfp,
         order: Order,
-        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
     ) -> Result<Block, AllocError> {
         // The common case first: the first zone of the zonelist serves at
         // the low watermark. (A cache hit was already tried by the caller.)
@@ -963,7 +962,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         gfp: Gfp,
         order: Order,
         mut flags: AllocFlags,
-        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
     ) -> Result<Block, AllocError> {
         let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::NoEligibleZone;
@@ -1071,15 +1070,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         // A block of this machine names one of its zones: no topology check.
         let r = block.zone_ref();
         self.nodes[r.node.index() % MAX_NUMNODES].zone(r.kind)
-    }
-
-    /// A block that frees itself when dropped ([`BlockGuard`]); a block of
-    /// another machine is refused.
-    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
-        if block.machine() != self.id {
-            return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
-        }
-        Ok(BlockGuard::new(self, block))
     }
 
     /// The block `(pfn, order)` as a [`Block`] again, from the number a

@@ -53,6 +53,27 @@
 //! let _ = pageframe::paging::FrameAdapter::new(m, pageframe::NodeId::ZERO, pageframe::Gfp::KERNEL);
 //! # }
 //! ```
+//!
+//! ## Inside: five layers
+//!
+//! The crate's files are layered, and each imports only from its own
+//! layer and those below, so the crate reads from the bottom up and a
+//! lower file never depends on how a higher one uses it (`cargo xtask
+//! layers` checks this against its table in `xtask/src/layers.rs`):
+//!
+//! 1. **values and hooks**: blocks, errors, ids and their bounds, GFP
+//!    flags, locks, the ownership byte, the [`debug::Hooks`] and
+//!    [`Migrator`] traits, and the state a zone or the machine embeds
+//!    (counters, owner records, CMA areas);
+//! 2. **the zone and its per-CPU caches**: [`zone::Zone`], its order-0
+//!    stripes, the zone side of the per-CPU protocol;
+//! 3. **the machine**: [`Machine`], nodes, zonelists, the allocation and
+//!    free calls ([`CpuCache`], the slow path with direct compaction,
+//!    allocation from any context) and the knobs ([`tune`]);
+//! 4. **services built on it**: contiguous ranges and CMA ([`contig`]),
+//!    hotplug, background compaction, free page reporting, partial frees,
+//!    the `x86_64` adapters and [`boot`];
+//! 5. **debugging tools**: [`debug::Inspect`] and the reports it gives.
 #![no_std]
 #![deny(missing_docs)]
 

@@ -21,8 +21,9 @@
 //!   compaction for M minutes, with `validate()` running alongside
 //! * `coverage`        line coverage of the library crates (cargo-llvm-cov)
 //! * `tsan`            the threaded tests and the soak under ThreadSanitizer
-//! * `lint`            rustfmt, clippy with warnings denied, `surface` (the
-//!   peers harness too, where llfree-rs is at its default place)
+//! * `lint`            rustfmt, clippy with warnings denied, `surface`,
+//!   `layers` (the peers harness too, where llfree-rs is at its default
+//!   place)
 //! * `bench [filter]`  criterion benches, then a table of medians per op and
 //!   ratios to the peer allocator
 //! * `bench-table`     only the table, from the last bench run
@@ -35,6 +36,8 @@
 //! * `qemu [args]`     build and boot the example kernel (README's main job)
 //! * `lab <args>`      run a lab scenario
 //! * `citations`       check that every `spec 0N §X` resolves in docs/rules/
+//! * `layers [--all]`  the facade's module files by layer: imports that
+//!   point up and import cycles (part of `lint`; `xtask/src/layers.rs`)
 //! * `surface`         the facade's root budget, `Machine`'s method budget,
 //!   one path per item, cited paths, links and issue numbers in every text
 //!   (part of `lint`)
@@ -47,6 +50,7 @@
 mod architecture;
 mod citations;
 mod docs_check;
+mod layers;
 mod ostd_bench;
 mod peers;
 mod surface;
@@ -1034,6 +1038,7 @@ fn lint() -> Result<(), String> {
         }
     }
     surface_and_docs()?;
+    layers::check(&root(), false)?;
     run(Command::new("rustfmt").args([
         "--check",
         "--edition",
@@ -1130,6 +1135,7 @@ fn main() -> ExitCode {
         },
         Some("qemu") => ensure_qemu().and_then(|()| ensure_kernel_target()).and_then(|()| run(Command::new("examples/kernel/run.sh").args(rest()))),
         Some("surface") => surface_and_docs(),
+        Some("layers") => layers::check(&root(), args.get(1).is_some_and(|a| a == "--all")),
         Some("citations") => citations::unresolved(&root()).and_then(|bad| match bad.len() {
             0 => {
                 println!("every rule citation resolves to docs/rules/");
@@ -1140,7 +1146,7 @@ fn main() -> ExitCode {
         Some("portability") => portability(),
         Some("peers") => peers::peers(&args[1..]),
         Some("lab") => run(Command::new("cargo").args(["run", "--release", "-p", "pageframe-lab", "--"]).args(rest())),
-        _ => Err("usage: cargo xtask <test|ostd|ostd-bench [--boots N] [--icount]|instructions [path]|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
+        _ => Err("usage: cargo xtask <test|ostd|ostd-bench [--boots N] [--icount]|instructions [path]|lint|fuzz <target|all> <secs>|miri|loom|soak --minutes M [--cpus N]|coverage|tsan|citations|surface|layers [--all]|bench [filter]|bench-table|qemu [args]|lab <args>|portability|peers [--llfree DIR] [--rounds N] [--out FILE]>".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

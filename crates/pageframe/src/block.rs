@@ -65,7 +65,7 @@
 //! handed back ([`Refused`]).
 //!
 //! A dropped block stays allocated (leaked, as with `mem::forget`): give it
-//! back with [`crate::Machine::free`], or hold it in a [`BlockGuard`],
+//! back with [`crate::Machine::free`], or hold it in a [`crate::BlockGuard`],
 //! which frees it when dropped.
 
 use core::fmt;
@@ -75,13 +75,9 @@ use pageframe_types::atomic::AtomicU64;
 
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange, PhysAddr};
 
-use crate::cma::CmaId;
-use crate::debug::{Hooks, NoHooks};
-use crate::lock::RawMutex;
-use crate::machine::Machine;
+use crate::cma_area::CmaId;
 use crate::node_id::NodeId;
-use crate::zone_kind::ZoneKind;
-use crate::zonelist::ZoneRef;
+use crate::zone_kind::{ZoneKind, ZoneRef};
 
 /// Which machine a block belongs to: a number no other machine of this
 /// program has (counted from 1). Sixty-four bits, so that it never comes
@@ -204,7 +200,7 @@ impl Block {
     /// [`ZoneRef::index`] of the block's zone, without decoding it.
     #[inline]
     pub(crate) fn zone_index(&self) -> usize {
-        (self.head >> ZONE_SHIFT) as usize % crate::zonelist::MAX_ZONES
+        (self.head >> ZONE_SHIFT) as usize % crate::zone_kind::MAX_ZONES
     }
 
     #[inline]
@@ -451,68 +447,6 @@ impl fmt::Display for RawError {
 }
 
 impl core::error::Error for RawError {}
-
-/// A block that frees itself when dropped, for code that wants RAII:
-/// scratch buffers, memory held for the length of a call. A kernel's
-/// long-lived records keep plain [`Block`]s (they move into and out of its
-/// data structures and its migrator); a guard borrows the machine.
-///
-/// ```
-/// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
-/// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
-/// # let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + 4096));
-/// # let meta = Box::leak(vec![core::mem::MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
-/// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
-/// # m.add_free_range(span).unwrap();
-/// let free = m.inspect().free_pages();
-/// {
-///     let scratch = m.guard(m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::new(2).unwrap()).unwrap()).unwrap();
-///     assert_eq!(scratch.order().pages(), 4);
-/// } // freed here
-/// assert_eq!(m.inspect().free_pages(), free);
-/// ```
-pub struct BlockGuard<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
-    block: Option<Block>,
-}
-
-impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
-    /// Made by [`crate::Machine::guard`], for a block of that machine.
-    pub(crate) fn new(machine: &'m Machine<'a, R, H>, block: Block) -> Self {
-        BlockGuard {
-            machine,
-            block: Some(block),
-        }
-    }
-
-    /// The block back, no longer freed on drop.
-    pub fn into_inner(mut self) -> Block {
-        self.block.take().unwrap_or_else(|| unreachable!())
-    }
-}
-
-impl<R: RawMutex, H: Hooks> core::ops::Deref for BlockGuard<'_, '_, R, H> {
-    type Target = Block;
-    fn deref(&self) -> &Block {
-        self.block.as_ref().unwrap_or_else(|| unreachable!())
-    }
-}
-
-impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
-    fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            // The guard was made for a block of this machine: the free
-            // cannot be refused.
-            let _ = self.machine.free(b);
-        }
-    }
-}
-
-impl<R: RawMutex, H: Hooks> fmt::Debug for BlockGuard<'_, '_, R, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("BlockGuard").field(&self.block).finish()
-    }
-}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

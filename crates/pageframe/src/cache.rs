@@ -21,15 +21,46 @@ use pageframe_pcp::{
     SpillBatch, ZoneFlags, ZoneGeometry, pcp_list_type,
 };
 
+use crate::block::ZoneMeta;
 #[cfg(feature = "vmstat")]
 use crate::debug::vmstat::ZoneCounters;
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
-use crate::zone::Zone;
-use crate::zone_kind::ZoneKind;
+use crate::zone_core::Zone;
+use crate::zone_kind::{MAX_ZONES, ZoneKind, ZoneRef};
 use pageframe_types::carve;
+
+/// A zone, this CPU's claimed cache of it, and what every block of the
+/// zone carries ([`crate::Block::zone_meta`]).
+pub(crate) type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, ZoneMeta);
+
+/// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
+/// its zone.
+pub(crate) struct Locals<'m, 'a, R: RawMutex> {
+    pub(crate) by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
+    /// The CPU whose caches they are.
+    pub(crate) cpu: CpuId,
+}
+
+impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
+    #[inline]
+    pub(crate) fn get(&mut self, r: ZoneRef) -> Option<&mut LocalPcp<'a, 'a>> {
+        Some(&mut self.entry(r)?.1)
+    }
+
+    #[inline]
+    pub(crate) fn entry(&mut self, r: ZoneRef) -> Option<&mut Claimed<'m, 'a, R>> {
+        self.at(r.index())
+    }
+
+    /// The claimed cache of the zone of index `i` ([`ZoneRef::index`]).
+    #[inline(always)]
+    pub(crate) fn at(&mut self, i: usize) -> Option<&mut Claimed<'m, 'a, R>> {
+        self.by_zone.get_mut(i)?.as_mut()
+    }
+}
 
 /// Orders the per-CPU caches hold: 0..=3 and the pageblock order (spec 04
 /// §2.2).
@@ -333,7 +364,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// [`Zone::refill_traced`] with the lock `z` already taken.
     pub(crate) fn refill_locked<H: Hooks>(
         &self,
-        mut z: crate::zone::ZoneGuard<'_, 'a, R>,
+        mut z: crate::zone_core::ZoneGuard<'_, 'a, R>,
         hooks: &H,
         order: Order,
         mt: MigrateType,
@@ -436,7 +467,7 @@ mod tests {
     use std::vec::Vec;
 
     use crate::CpuId;
-    use crate::topology::ZoneRef;
+    use crate::zone_kind::ZoneRef;
     use crate::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
 
     /// The frames of `cpu`'s first refill: one allocation, then as many as

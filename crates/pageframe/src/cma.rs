@@ -15,46 +15,12 @@ use pageframe_buddy::{BlockInfo, FreeError, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
 use crate::block::{Call, CmaBuffer, Refused};
+use crate::cma_area::{CmaArea, CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::debug::{Caller, Hooks};
 use crate::error::ContigError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
-
-/// Most CMA areas a machine keeps.
-pub const MAX_CMA_AREAS: usize = 8;
-
-/// A CMA area of a machine.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct CmaId(pub u8);
-
-/// One area's state: its range and counters.
-pub(crate) struct CmaArea {
-    range: PfnRange,
-    held: AtomicU64,
-    allocs: AtomicU64,
-    failures: AtomicU64,
-    moved: AtomicU64,
-}
-
-/// What an area holds and has done.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct CmaStats {
-    /// The area.
-    pub range: PfnRange,
-    /// Frames held by contiguous requests ([`Machine::cma_alloc`]).
-    pub held: u64,
-    /// Free frames in the area.
-    pub free: u64,
-    /// Frames of ordinary movable allocations in the area.
-    pub movable: u64,
-    /// Contiguous requests served.
-    pub allocs: u64,
-    /// Contiguous requests that failed.
-    pub failures: u64,
-    /// Frames migrated out of the area by contiguous requests.
-    pub moved: u64,
-}
 
 /// # CMA areas
 ///

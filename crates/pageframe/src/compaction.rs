@@ -13,10 +13,9 @@ use crate::block::Block;
 use crate::debug::{Event, Hooks};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::topology::MAX_NUMNODES;
-use crate::zone::Zone;
-use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-use crate::zonelist::ZoneRef;
+use crate::node_id::MAX_NUMNODES;
+use crate::zone_core::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 
 /// A machine's zone as the compaction crate reaches it: under the zone's
 /// own lock, one short critical section at a time. Private: nothing
@@ -74,7 +73,7 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
     /// Runs `f` on the compaction crate's view of the zones: each with its
     /// lock, compaction state and marks, in order.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&[NodeZone<'_, Locked<'z, 'a, R>>]) -> T) -> T {
-        let _running: [Option<crate::zone::Holding<'z>>; MAX_ZONES] =
+        let _running: [Option<crate::zone_core::Holding<'z>>; MAX_ZONES] =
             core::array::from_fn(|i| (i < self.len).then(|| self.zones[i].hold()));
         let locks: [Locked<'z, 'a, R>; MAX_ZONES] = core::array::from_fn(|i| Locked(self.zones[i]));
         let view: [NodeZone<'_, Locked<'z, 'a, R>>; MAX_ZONES] = core::array::from_fn(|i| {

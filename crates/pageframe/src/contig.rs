@@ -19,7 +19,7 @@ use crate::error::ContigError;
 
 // The other calls beyond power-of-two blocks: CMA areas, memory hotplug,
 // free page reporting.
-pub use crate::cma::{CmaId, CmaStats, MAX_CMA_AREAS};
+pub use crate::cma_area::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 #[cfg(feature = "vmstat")]
 use crate::debug::vmstat::MachineCounters;
@@ -32,7 +32,7 @@ use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
 pub use crate::reporting::{REPORTING_CAPACITY, ReportStats};
-use crate::zone::{Holding, Zone};
+use crate::zone_core::{Holding, Zone};
 
 /// Zones with at most this many aligned candidates have them all costed
 /// (see [`Machine::alloc_contig`]).
@@ -534,7 +534,7 @@ impl<R: RawMutex> Zone<'_, R> {
 
     fn check_tiling(
         &self,
-        z: &crate::zone::ZoneInner<'_>,
+        z: &crate::zone_core::ZoneInner<'_>,
         range: PfnRange,
     ) -> Result<(), RawError> {
         let err = |pfn, why| RawError { pfn, why };

@@ -12,51 +12,17 @@
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{FreeError, Order, Pfn};
-use pageframe_pcp::{CpuId, LocalPcp, PcpStats};
+use pageframe_pcp::{CpuId, PcpStats};
 
-use crate::block::{Block, MachineId, RawError, Refused, ZoneMeta};
+use crate::block::{Block, MachineId, RawError, Refused};
+use crate::cache::Locals;
 use crate::debug::{Caller, Hooks, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{RawMutex, SpinLock};
 use crate::machine::Machine;
-use crate::node_id::NodeId;
-use crate::zone::Zone;
-use crate::zone_kind::ZoneKind;
-use crate::zonelist::{MAX_ZONES, ZoneRef};
-
-/// Most CPUs a machine's per-CPU caches can be set up for.
-pub const MAX_CPUS: usize = 4096;
-
-/// A zone, this CPU's claimed cache of it, and what every block of the
-/// zone carries ([`Block::zone_meta`]).
-type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, ZoneMeta);
-
-/// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
-/// its zone.
-pub(crate) struct Locals<'m, 'a, R: RawMutex> {
-    by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
-    /// The CPU whose caches they are.
-    pub(crate) cpu: CpuId,
-}
-
-impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
-    #[inline]
-    pub(crate) fn get(&mut self, r: ZoneRef) -> Option<&mut LocalPcp<'a, 'a>> {
-        Some(&mut self.entry(r)?.1)
-    }
-
-    #[inline]
-    fn entry(&mut self, r: ZoneRef) -> Option<&mut Claimed<'m, 'a, R>> {
-        self.at(r.index())
-    }
-
-    /// The claimed cache of the zone of index `i` ([`ZoneRef::index`]).
-    #[inline(always)]
-    fn at(&mut self, i: usize) -> Option<&mut Claimed<'m, 'a, R>> {
-        self.by_zone.get_mut(i)?.as_mut()
-    }
-}
+use crate::node_id::{MAX_CPUS, NodeId};
+use crate::zone_kind::{ZoneKind, ZoneRef};
 
 /// One CPU's cache of one zone, as [`CpuCache::cache_info`] reports it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

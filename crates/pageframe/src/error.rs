@@ -10,8 +10,8 @@ use pageframe_buddy::Pfn;
 use pageframe_compact::EvacuateError;
 use pageframe_mobility::Blocker;
 
-use crate::node_id::NodeId;
-use crate::topology::TopologyError;
+use crate::node_id::{MAX_CPUS, NodeId};
+use crate::numa::TopologyError;
 use crate::zone_kind::ZoneKind;
 
 /// Why an allocation failed.
@@ -148,7 +148,7 @@ impl fmt::Display for PcpSetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PcpSetupError::CpuCount => {
-                write!(f, "the CPU count must be 1..={}", crate::pcp::MAX_CPUS)
+                write!(f, "the CPU count must be 1..={MAX_CPUS}")
             }
             PcpSetupError::AlreadyEnabled => f.write_str("already enabled"),
             PcpSetupError::NoMemory => f.write_str("no memory handed over yet to size them from"),

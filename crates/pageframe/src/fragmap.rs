@@ -9,7 +9,7 @@ use core::fmt;
 use pageframe_mobility::{PageblockUse, SuperpageblockCounts, SuperpageblockUse};
 
 use crate::lock::RawMutex;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 
 /// Pageblocks a line of the map shows.
 pub const MAP_WIDTH: usize = 64;

@@ -36,7 +36,7 @@ use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 
 /// How a hot-added range holds its own metadata

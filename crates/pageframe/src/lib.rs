@@ -53,6 +53,27 @@
 //! let _ = pageframe::paging::FrameAdapter::new(m, pageframe::NodeId::ZERO, pageframe::Gfp::KERNEL);
 //! # }
 //! ```
+//!
+//! ## Inside: five layers
+//!
+//! The crate's files are layered, and each imports only from its own
+//! layer and those below, so the crate reads from the bottom up and a
+//! lower file never depends on how a higher one uses it (`cargo xtask
+//! layers` checks this against its table in `xtask/src/layers.rs`):
+//!
+//! 1. **values and hooks**: blocks, errors, ids and their bounds, GFP
+//!    flags, locks, the ownership byte, the [`debug::Hooks`] and
+//!    [`Migrator`] traits, and the state a zone or the machine embeds
+//!    (counters, owner records, CMA areas);
+//! 2. **the zone and its per-CPU caches**: [`zone::Zone`], its order-0
+//!    stripes, the zone side of the per-CPU protocol;
+//! 3. **the machine**: [`Machine`], nodes, zonelists, the allocation and
+//!    free calls ([`CpuCache`], the slow path with direct compaction,
+//!    allocation from any context) and the knobs ([`tune`]);
+//! 4. **services built on it**: contiguous ranges and CMA ([`contig`]),
+//!    hotplug, background compaction, free page reporting, partial frees,
+//!    the `x86_64` adapters and [`boot`];
+//! 5. **debugging tools**: [`debug::Inspect`] and the reports it gives.
 #![no_std]
 #![deny(missing_docs)]
 
@@ -61,11 +82,14 @@ extern crate std;
 
 // The files that add to `Machine`, in the order its docs read (rustdoc
 // lists impl blocks in the order of the modules): set-up, allocation and
-// validation; the slow path; per-CPU caches; allocation from any context;
-// contiguous ranges, CMA, hotplug; background compaction; reporting. Its
+// validation; a block that frees itself; the slow path; per-CPU caches;
+// allocation from any context; contiguous ranges, CMA, hotplug;
+// background compaction; reporting. Its
 // two facets come after: `tune` (the knobs) and `debug` (reading the
 // machine, and the debugging tools).
 mod machine;
+
+mod guard;
 
 mod slow_path;
 
@@ -87,6 +111,7 @@ mod reporting;
 mod block;
 pub mod boot;
 mod cache;
+mod cma_area;
 mod compaction;
 pub mod debug;
 mod error;
@@ -99,6 +124,7 @@ mod loom_model;
 mod migrator;
 mod node;
 mod node_id;
+mod numa;
 mod numa_stats;
 #[cfg(feature = "x86_64")]
 pub mod paging;
@@ -109,14 +135,16 @@ mod thp;
 pub mod topology;
 pub mod tune;
 pub mod zone;
+mod zone_core;
 mod zone_kind;
 mod zone_layout;
 mod zonelist;
 
-pub use block::{Block, BlockGuard, CmaBuffer, RawError, Refused, Segment};
+pub use block::{Block, CmaBuffer, RawError, Refused, Segment};
 pub use cpu::CpuCache;
 pub use error::{AllocError, ConfigError, ContigError, FreeError, SetupError};
 pub use gfp::Gfp;
+pub use guard::BlockGuard;
 pub use machine::{Machine, MachineConfig};
 pub use migrator::Migrator;
 pub use node_id::NodeId;
@@ -140,8 +168,9 @@ pub mod compact {
 /// Per-CPU caches: their sizes, counters and set-up errors (spec 04). A
 /// CPU reaches its caches through its [`CpuCache`] handle.
 pub mod pcp {
-    pub use crate::cpu::{CacheInfo, MAX_CPUS};
+    pub use crate::cpu::CacheInfo;
     pub use crate::error::{CpuError, PcpSetupError};
+    pub use crate::node_id::MAX_CPUS;
     pub use pageframe_pcp::{PcpError, PcpStats};
 }
 

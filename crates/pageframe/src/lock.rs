@@ -67,7 +67,7 @@
 //!
 //! | lock | taken by | why the wait ends |
 //! |---|---|---|
-//! | a zone's lock (the kernel's [`crate::lock::RawMutex`]) | the zone path, refills and spills of per-CPU caches, compaction's steps, contiguous ranges, reporting, validation | its holder runs library code only, with no other wait inside (no kernel callback runs under it, except the closure given to [`crate::zone::Zone::inspect`], which must not call the machine) |
+//! | a zone's lock (the kernel's [`crate::lock::RawMutex`]) | the zone path, refills and spills of per-CPU caches, compaction's steps, contiguous ranges, reporting, validation | its holder runs library code only, with no other wait inside (no kernel callback runs under it, except the closure given to [`crate::zone_core::Zone::inspect`], which must not call the machine) |
 //! | an order-0 stripe's lock | an order-0 free of a frame that stripe holds; giving the stripes back | as above; allocations take a stripe with `try_lock` and go elsewhere when it is busy; lock order is stripe, then zone |
 //! | the per-CPU sizing update flag | [`crate::tune::Tunables::set_pcp_high_fraction`] and watermark changes | its holder writes each CPU's mailbox and releases it, without waiting for anyone |
 //! | swap's list lock and cluster locks (`pageframe-swap`) | slot allocation and free | scanning takes cluster locks with `try_lock` while it holds the list lock; a cluster's holder takes the list lock only after its own work, so no cycle |

@@ -30,20 +30,20 @@ use pageframe_mobility::{
     default_min_free_kbytes,
 };
 
-use crate::block::{Block, BlockGuard, Call, MachineId, RawError, Refused};
+use crate::block::{Block, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node::Node;
-use crate::node_id::NodeId;
+use crate::node_id::{MAX_NUMNODES, NodeId};
+use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
 use crate::thp::ThpPolicy;
-use crate::topology::{MAX_NUMNODES, Topology};
-use crate::zone::Zone;
-use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-use crate::zonelist::{NodeMask, NodeOrder, ZoneRef, Zonelist, ZonelistKind, build_node_orders};
+use crate::zone_core::Zone;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
+use crate::zonelist::{NodeMask, NodeOrder, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;
 
 /// How a machine is built: its nodes, how its zones group memory, and how
@@ -156,7 +156,7 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// (declared at set-up, see [`crate::hotplug`]).
     pub(crate) hotplug: [[Option<PfnRange>; NR_ZONE_KINDS]; MAX_NUMNODES],
     /// CMA areas, in the order they were added.
-    pub(crate) cma: [Option<crate::cma::CmaArea>; crate::cma::MAX_CMA_AREAS],
+    pub(crate) cma: [Option<crate::cma_area::CmaArea>; crate::cma_area::MAX_CMA_AREAS],
     /// The kernel's hooks ([`crate::debug`]).
     pub(crate) hooks: H,
     /// Fault injection ([`crate::debug::fail`]).
@@ -232,7 +232,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             });
             addr_of_mut!((*p).cpus).write(0);
             addr_of_mut!((*p).hotplug).write([[None; NR_ZONE_KINDS]; MAX_NUMNODES]);
-            addr_of_mut!((*p).cma).write([const { None }; crate::cma::MAX_CMA_AREAS]);
+            addr_of_mut!((*p).cma).write([const { None }; crate::cma_area::MAX_CMA_AREAS]);
             addr_of_mut!((*p).hooks).write(hooks);
             #[cfg(feature = "fail-alloc")]
             addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());
@@ -796,7 +796,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// See [`crate::debug::Inspect::owner_of`].
     #[cfg(feature = "page-owner")]
-    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner::OwnedBlock> {
+    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner_record::OwnedBlock> {
         use crate::frame_state::State;
         let z = self.zone_of(pfn)?;
         let max = z.inspect(|mz| mz.buddy().max_order());
@@ -809,7 +809,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             if let State::Allocated(o, _) | State::Isolated(o) = z.states.get(head)
                 && o == order
             {
-                return Some(crate::debug::owner::OwnedBlock {
+                return Some(crate::debug::owner_record::OwnedBlock {
                     pfn: head,
                     order,
                     owner: z.owners.get(head)?,
@@ -818,7 +818,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             }
         }
         let (pfn, order, owner) = z.owners.last_holder(pfn)?;
-        Some(crate::debug::owner::OwnedBlock {
+        Some(crate::debug::owner_record::OwnedBlock {
             pfn,
             order,
             owner,
@@ -828,7 +828,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// See [`crate::debug::Inspect::for_each_owned`].
     #[cfg(feature = "page-owner")]
-    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner::OwnedBlock)) {
+    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner_record::OwnedBlock)) {
         use crate::frame_state::State;
         for z in self.all_zones() {
             let mut p = z.span().start;
@@ -836,7 +836,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 let step = match z.states.get(p) {
                     State::Allocated(order, _) | State::Isolated(order) => {
                         if let Some(owner) = z.owners.get(p) {
-                            f(crate::debug::owner::OwnedBlock {
+                            f(crate::debug::owner_record::OwnedBlock {
                                 pfn: p,
                                 order,
                                 owner,
@@ -852,12 +852,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         }
     }
 
-    /// See [`crate::debug::Inspect::page_owners`].
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn page_owners(&self) -> crate::debug::owner::OwnerDump<'_, 'a, R, H> {
-        crate::debug::owner::OwnerDump(self)
-    }
-
     /// See [`crate::debug::Inspect::fail_page_alloc`].
     #[cfg(feature = "fail-alloc")]
     pub(crate) fn fail_page_alloc(&self) -> &crate::debug::fail::FailPageAlloc {
@@ -870,7 +864,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         node: NodeId,
         gfp: Gfp,
         order: Order,
-        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
     ) -> Result<Block, AllocError> {
         // The common case first: the first zone of the zonelist serves at
         // the low watermark. (A cache hit was already tried by the caller.)
@@ -968,7 +962,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         gfp: Gfp,
         order: Order,
         mut flags: AllocFlags,
-        mut cpu: Option<&mut crate::cpu::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
     ) -> Result<Block, AllocError> {
         let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::NoEligibleZone;
@@ -1076,15 +1070,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         // A block of this machine names one of its zones: no topology check.
         let r = block.zone_ref();
         self.nodes[r.node.index() % MAX_NUMNODES].zone(r.kind)
-    }
-
-    /// A block that frees itself when dropped ([`BlockGuard`]); a block of
-    /// another machine is refused.
-    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
-        if block.machine() != self.id {
-            return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
-        }
-        Ok(BlockGuard::new(self, block))
     }
 
     /// The block `(pfn, order)` as a [`Block`] again, from the number a
@@ -1224,11 +1209,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             v.add_node(&n.stats());
         }
         v
-    }
-
-    /// See [`crate::debug::Inspect::zoneinfo`].
-    pub(crate) fn zoneinfo(&self) -> crate::debug::ZoneInfo<'_, 'a, R, H> {
-        crate::debug::ZoneInfo(self)
     }
 
     /// See [`crate::debug::Inspect::total_stats`].

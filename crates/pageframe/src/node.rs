@@ -16,7 +16,7 @@ use pageframe_compact::{Deferral, DeferralState, Kcompactd, KcompactdWake};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node_id::NodeId;
 use crate::numa_stats::{NodeCounters, NodeStats};
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 
 /// Slot states: no zone; a hot-add is writing the zone; the zone is there.

@@ -1,10 +1,19 @@
-//! A NUMA node's identity (spec 01 §3.4).
+//! The identities of NUMA nodes (spec 01 §3.4), and how many nodes and
+//! CPUs a machine can have. The bounds live beside the identity they
+//! bound, at the bottom of the facade, because every per-node and per-CPU
+//! table and every error that names a count is sized by them.
 
 use core::fmt;
 
-use crate::topology::MAX_NUMNODES;
+/// Most nodes a [`crate::topology::Topology`] (and so a
+/// [`crate::Machine`]) can describe. Fixed so that every per-node table is
+/// an array: no heap.
+pub const MAX_NUMNODES: usize = 8;
 
-/// A node's identity: an index below [`MAX_NUMNODES`](crate::topology::MAX_NUMNODES).
+/// Most CPUs a machine's per-CPU caches can be set up for.
+pub const MAX_CPUS: usize = 4096;
+
+/// A node's identity: an index below [`MAX_NUMNODES`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct NodeId(pub(crate) u8);
 

@@ -24,9 +24,9 @@ use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
-use crate::zonelist::ZoneRef;
+use crate::zone_kind::ZoneRef;
 
 /// The flags [`Machine::try_alloc`] accepts: where the block comes from
 /// and what the caller does with it. The others ask for what the call

@@ -12,7 +12,7 @@ use crate::block::RawError;
 use crate::debug::Hooks;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 
 /// Tries of one step before a racing change is taken for misuse: each
 /// failed try means another CPU split or freed a block of the range's

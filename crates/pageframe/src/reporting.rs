@@ -15,7 +15,7 @@ use pageframe_types::unwind::OnUnwind;
 use crate::debug::Hooks;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 
 /// Blocks per batch (Linux `PAGE_REPORTING_CAPACITY`).
 pub const REPORTING_CAPACITY: usize = 32;

@@ -36,7 +36,8 @@ use crate::node_id::NodeId;
 use crate::numa_stats::NodeStats;
 use crate::thp::{NodePolicy, ThpPolicy};
 use crate::zone_kind::ZoneKind;
-use crate::zonelist::{ZoneRef, Zonelist};
+use crate::zone_kind::ZoneRef;
+use crate::zonelist::Zonelist;
 
 /// Frames one direct reclaim pass asks for (`SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: u64 = 32;

@@ -169,7 +169,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Tunables<'m, 'a, R, H> {
     ///   free first, so that the other regions stay 1 GiB pages
     ///   [`Machine::alloc_contig`] can take, by moving only movable memory.
     ///   Each zone counts its tainted regions (the zone's
-    ///   [`crate::zone::Zone::superpageblock_map`], `vmstat`);
+    ///   [`crate::zone_core::Zone::superpageblock_map`], `vmstat`);
     /// * [`Placement::Neighbour`]: only the 4 MiB rule below it (a
     ///   pageblock beside one of the request's type first), as before
     ///   there were superpageblocks;

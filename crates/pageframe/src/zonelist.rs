@@ -3,9 +3,9 @@
 //! preference order, each node's zones from the highest down (node-major);
 //! `NOFALLBACK` lists only the node's own zones (`__GFP_THISNODE`).
 
-use crate::node_id::NodeId;
-use crate::topology::{MAX_NUMNODES, Topology};
-use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
+use crate::node_id::{MAX_NUMNODES, NodeId};
+use crate::numa::Topology;
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 
 /// A set of nodes, one bit each.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
@@ -110,39 +110,6 @@ fn find_next_best_node(
         }
     }
     best.map(|(_, n)| n)
-}
-
-/// One entry of a zonelist.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct ZoneRef {
-    /// The zone's node.
-    pub node: NodeId,
-    /// The zone's kind on that node.
-    pub kind: ZoneKind,
-}
-
-/// Zones a machine can have, `MAX_NUMNODES * NR_ZONE_KINDS`; a power of two
-/// (so an index masked by it is in range without a check).
-pub(crate) const MAX_ZONES: usize = MAX_NUMNODES * NR_ZONE_KINDS;
-const _: () = assert!(MAX_ZONES.is_power_of_two() && NR_ZONE_KINDS.is_power_of_two());
-
-impl ZoneRef {
-    /// The zone's index among every zone a machine can have, below
-    /// [`MAX_ZONES`].
-    #[inline]
-    pub(crate) fn index(self) -> usize {
-        (self.node.index() * NR_ZONE_KINDS + self.kind.index()) % MAX_ZONES
-    }
-
-    /// The reference of index `i` (masked into range).
-    #[inline]
-    pub(crate) fn from_index(i: u8) -> ZoneRef {
-        let i = usize::from(i) % MAX_ZONES;
-        ZoneRef {
-            node: NodeId((i / NR_ZONE_KINDS) as u8),
-            kind: ZoneKind::ALL[i % NR_ZONE_KINDS],
-        }
-    }
 }
 
 /// Which of a node's two zonelists.

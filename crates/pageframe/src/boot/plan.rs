@@ -20,9 +20,9 @@ use crate::debug::Hooks;
 use crate::error::SetupError;
 use crate::lock::RawMutex;
 use crate::machine::{Machine, MachineConfig};
+use crate::node_id::MAX_NUMNODES;
 use crate::node_id::NodeId;
-use crate::topology::MAX_NUMNODES;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 use crate::zone_layout::ZoneLayout;
 

@@ -6,7 +6,7 @@
 use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_mobility::MobilityConfig;
 
-use crate::cma::{CmaId, CmaStats};
+use crate::cma_area::{CmaId, CmaStats};
 use crate::debug::{Hooks, NoHooks};
 use crate::gfp::Gfp;
 use crate::hotplug::MemmapOnMemory;
@@ -14,11 +14,12 @@ use crate::lock::{RawMutex, SpinLock};
 use crate::machine::{Machine, MachineBuddyInfo};
 use crate::node::Node;
 use crate::node_id::NodeId;
+use crate::numa::Topology;
 use crate::numa_stats::NodeStats;
-use crate::topology::Topology;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
-use crate::zonelist::{ZoneRef, Zonelist, ZonelistKind};
+use crate::zone_kind::ZoneRef;
+use crate::zonelist::{Zonelist, ZonelistKind};
 
 /// A read-only view of a machine: what it is made of, what it counts,
 /// its reports, and the debugging tools ([`Machine::inspect`]). Nothing
@@ -263,7 +264,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     /// ```
     #[inline]
     pub fn zoneinfo(self) -> crate::debug::ZoneInfo<'m, 'a, R, H> {
-        self.machine.zoneinfo()
+        crate::debug::ZoneInfo(self.machine)
     }
 
     /// The machine's counters as `/proc/vmstat` shows them
@@ -340,6 +341,6 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     #[cfg(feature = "page-owner")]
     #[inline]
     pub fn page_owners(self) -> crate::debug::owner::OwnerDump<'m, 'a, R, H> {
-        self.machine.page_owners()
+        crate::debug::owner::OwnerDump(self.machine)
     }
 }

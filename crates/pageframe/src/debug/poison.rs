@@ -9,7 +9,7 @@ use crate::block::Block;
 use crate::debug::{Event, Hooks, PAGE_POISON, Poisoning};
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 
 /// The frames of the block at `pfn`.
 fn frames(pfn: Pfn, order: Order) -> PfnRange {

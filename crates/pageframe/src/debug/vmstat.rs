@@ -6,7 +6,7 @@
 //! CPU's on cache lines of its own, next to its per-CPU caches; callers
 //! without a CPU share one set per zone) and added up when read: a
 //! machine's [`crate::debug::Inspect::vmstat`], a node's
-//! [`crate::debug::Inspect::node_vmstat`], a zone's [`crate::zone::Zone::vmstat`].
+//! [`crate::debug::Inspect::node_vmstat`], a zone's [`crate::zone_core::Zone::vmstat`].
 //! Slow-path events (stalls, compaction, migration, huge pages) come from
 //! the nodes' counters ([`crate::debug::Inspect::stats`]).
 //!

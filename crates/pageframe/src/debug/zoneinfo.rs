@@ -14,7 +14,7 @@ use pageframe_pcp::CpuId;
 use crate::debug::Hooks;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
-use crate::zone::Zone;
+use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 
 /// A machine's `/proc/zoneinfo`; see [`crate::debug::Inspect::zoneinfo`].

@@ -110,6 +110,7 @@ pub const LAYERS: &[(&str, usize)] = &[
     ("debug/inspect.rs", 4),
     ("debug/mod.rs", 4),
     ("debug/owner.rs", 4),
+    ("debug/vmstat_sum.rs", 4),
     ("debug/zoneinfo.rs", 4),
 ];
 

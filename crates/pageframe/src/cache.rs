@@ -22,8 +22,7 @@ use pageframe_pcp::{
 };
 
 use crate::block::ZoneMeta;
-#[cfg(feature = "vmstat")]
-use crate::debug::vmstat::ZoneCounters;
+use crate::debug::vmstat::{CpuCounters, Refilled, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
@@ -100,7 +99,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     pub(crate) fn pcp_bytes(&self, cpus: u32, local_cpus: u32) -> Result<usize, PcpSetupError> {
         let slots = self.pcp_sizing(local_cpus, 0)?.suggested_slots();
         let per_cpu = carve::bytes_for::<Slot>(slots).ok_or(PcpSetupError::CpuCount)?;
-        #[cfg(feature = "vmstat")]
+        // The counters are zero-sized without the `vmstat` feature: no
+        // bytes.
         let per_cpu = carve::bytes_for::<ZoneCounters>(1)
             .and_then(|c| per_cpu.checked_add(c))
             .ok_or(PcpSetupError::CpuCount)?;
@@ -138,13 +138,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             let cache = PerCpuPages::new(lists, sizing, config).map_err(PcpSetupError::Sizing)?;
             slot.write(PcpSlot::new(cache));
         }
-        #[cfg(feature = "vmstat")]
-        let rest = {
-            let (counters, rest) =
-                carve::carve_init(rest, cpus as usize, |_| ZoneCounters::new()).ok_or(too_small)?;
-            self.vm_cpus = counters;
-            rest
-        };
+        let (counters, rest) = CpuCounters::carve(rest, cpus as usize).ok_or(too_small)?;
+        self.vm_cpus = counters;
         // SAFETY: the loop above wrote every element (an early return leaves
         // the memory unused and the zone without caches).
         let slots: &'a [PcpSlot<'a>] = unsafe { carve::assume_init(array) };
@@ -199,8 +194,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     ) -> Option<Pfn> {
         let p = local.alloc(&hooks.on(self), order, mt).ok()?;
         self.states.set_allocated(p, order, mt);
-        #[cfg(feature = "vmstat")]
-        if !hooks.refilled.get() {
+        if !hooks.refilled.seen() {
             self.vm(hooks.cpu).pcp_hit();
         }
         Some(p)
@@ -269,7 +263,6 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             self.states.set_allocated(pfn, order, mt);
             return self.free(pfn, order);
         }
-        #[cfg(feature = "vmstat")]
         self.vm(hooks.cpu).pcp_free();
         Ok(())
     }
@@ -281,8 +274,7 @@ pub(crate) struct Traced<'h, H: Hooks> {
     pub hooks: &'h H,
     pub cpu: Option<CpuId>,
     /// Whether the operation refilled a cache (its block was no hit).
-    #[cfg(feature = "vmstat")]
-    pub refilled: core::cell::Cell<bool>,
+    pub refilled: Refilled,
 }
 
 impl<'h, H: Hooks> Traced<'h, H> {
@@ -308,11 +300,8 @@ impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, '_, R, H> {
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let t = self.traced;
         self.zone.refill_traced(t.hooks, order, mt, sink);
-        #[cfg(feature = "vmstat")]
-        {
-            t.refilled.set(true);
-            self.zone.vm(t.cpu).pcp_refill(sink.taken() as u64);
-        }
+        t.refilled.note();
+        self.zone.vm(t.cpu).pcp_refill(sink.taken() as u64);
         if H::TRACE {
             t.hooks.event(&Event::PcpRefill {
                 zone: self.zone.zone_ref(),
@@ -327,7 +316,6 @@ impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, '_, R, H> {
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let t = self.traced;
         self.zone.spill(batch);
-        #[cfg(feature = "vmstat")]
         self.zone.vm(t.cpu).pcp_spill(batch.pages());
         if H::TRACE {
             t.hooks.event(&Event::PcpSpill {

@@ -80,7 +80,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
                 // tiles it (a frame's record is never an older block's
                 // while the range holds it).
                 #[cfg(feature = "page-owner")]
-                let owner = caller.owner(self.next_owner_seq());
+                let owner = crate::debug::owner_record::Owner::of(caller, self.owner_seq.next());
                 for (p, info) in m.buddy().walk(range) {
                     if let BlockInfo::Allocated { head, order, .. } = info
                         && head == p

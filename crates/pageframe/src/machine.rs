@@ -32,6 +32,8 @@ use pageframe_mobility::{
 
 use crate::block::{Block, Call, MachineId, RawError, Refused};
 use crate::cache::Traced;
+use crate::debug::owner_record::{OwnerSeq, Owners};
+use crate::debug::vmstat::{MachineCounters, Refilled, ZoneCounters};
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
@@ -162,12 +164,11 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// Fault injection ([`crate::debug::fail`]).
     #[cfg(feature = "fail-alloc")]
     fail: crate::debug::fail::FailPageAlloc,
-    /// Counters of rare events ([`crate::debug::vmstat`]).
-    #[cfg(feature = "vmstat")]
-    pub(crate) vm: crate::debug::vmstat::MachineCounters,
-    /// The next owner record's sequence number ([`crate::debug::owner`]).
-    #[cfg(feature = "page-owner")]
-    owner_seq: AtomicU64,
+    /// Counters of rare events (feature `vmstat`; empty without).
+    pub(crate) vm: MachineCounters,
+    /// The next owner record's sequence number (feature `page-owner`;
+    /// empty without).
+    pub(crate) owner_seq: OwnerSeq,
     /// Blocks found written while free ([`crate::debug::Poisoning`]).
     pub(crate) uaf_reports: AtomicU64,
     /// Held by every call that changes which memory the machine manages
@@ -236,10 +237,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             addr_of_mut!((*p).hooks).write(hooks);
             #[cfg(feature = "fail-alloc")]
             addr_of_mut!((*p).fail).write(crate::debug::fail::FailPageAlloc::new());
-            #[cfg(feature = "vmstat")]
-            addr_of_mut!((*p).vm).write(crate::debug::vmstat::MachineCounters::new());
-            #[cfg(feature = "page-owner")]
-            addr_of_mut!((*p).owner_seq).write(AtomicU64::new(0));
+            addr_of_mut!((*p).vm).write(MachineCounters::new());
+            addr_of_mut!((*p).owner_seq).write(OwnerSeq::new());
             addr_of_mut!((*p).uaf_reports).write(AtomicU64::new(0));
             addr_of_mut!((*p).setup).write(Mutex::new(()));
             slot.assume_init_mut()
@@ -638,7 +637,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// then against the min watermarks with the reserve access `gfp` grants
     /// (spec 01 §8.3). `__GFP_THISNODE` never leaves `node`; a memoryless
     /// node allocates from the nearest nodes with memory.
-    #[cfg_attr(feature = "page-owner", track_caller)]
+    #[track_caller]
     pub fn alloc(&self, node: NodeId, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
         self.traced(node, gfp, order, None, Caller::here(), || {
             self.alloc_fast(node, gfp, order, None)
@@ -695,7 +694,8 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         events: bool,
         f: impl FnOnce() -> Result<Block, AllocError>,
     ) -> Result<Block, AllocError> {
-        let _ = (gfp, order, cpu, caller);
+        // Only fault injection reads the flags.
+        let _ = gfp;
         #[cfg(feature = "fail-alloc")]
         let r = if self.fail.should_fail(gfp, order) {
             Err(AllocError::OutOfMemory)
@@ -707,22 +707,17 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         if let Ok(b) = &r {
             self.poison_alloc(b, events);
         }
-        #[cfg(feature = "page-owner")]
-        if let Ok(b) = &r
-            && let Some(z) = self.zone(b.zone_ref())
-        {
-            z.owners
-                .set(b.pfn(), order, caller.owner(self.next_owner_seq()));
-        }
-        #[cfg(feature = "vmstat")]
-        match &r {
-            Ok(b) => {
-                if let Some(z) = self.zone(b.zone_ref()) {
-                    z.vm(cpu).alloc(order);
+        // Without either tool the records and counters are empty, and the
+        // zone is not even looked up.
+        if Owners::KEPT || ZoneCounters::KEPT {
+            match &r {
+                Ok(b) => {
+                    if let Some(z) = self.zone(b.zone_ref()) {
+                        z.owners.record(b.pfn(), order, caller, &self.owner_seq);
+                        z.vm(cpu).alloc(order);
+                    }
                 }
-            }
-            Err(_) => {
-                self.vm.alloc_fail.fetch_add(1, Relaxed);
+                Err(_) => self.vm.alloc_failed(),
             }
         }
         r
@@ -731,9 +726,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Counts a free of `zone` and reports it to the hooks.
     #[inline(always)]
     pub(crate) fn freed(&self, zone: &Zone<'a, R>, pfn: Pfn, order: Order, cpu: Option<CpuId>) {
-        #[cfg(feature = "vmstat")]
         zone.vm(cpu).free(order);
-        let _ = zone;
         if H::TRACE {
             self.hooks.event(&Event::Free { pfn, order, cpu });
         }
@@ -742,9 +735,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Counts frames of `zone` freed other than as one block (a segment,
     /// part of an allocation) and reports them to the hooks.
     pub(crate) fn freed_range(&self, zone: &Zone<'a, R>, range: PfnRange) {
-        #[cfg(feature = "vmstat")]
         zone.vm(None).free_pages(range.len());
-        let _ = zone;
         if H::TRACE {
             self.hooks.event(&Event::FreeRange { range });
         }
@@ -756,100 +747,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         Traced {
             hooks: &self.hooks,
             cpu,
-            #[cfg(feature = "vmstat")]
-            refilled: core::cell::Cell::new(false),
+            refilled: Refilled::new(),
         }
     }
 
     /// See [`crate::debug::Inspect::hooks`].
     pub(crate) fn hooks(&self) -> &H {
         &self.hooks
-    }
-
-    /// [`Machine::alloc`] recording `tag` as the block's owner
-    /// ([`crate::debug::owner`], feature `page-owner`).
-    #[cfg(feature = "page-owner")]
-    #[track_caller]
-    pub fn alloc_tagged(
-        &self,
-        node: NodeId,
-        gfp: Gfp,
-        order: Order,
-        tag: u64,
-    ) -> Result<Block, AllocError> {
-        self.traced(node, gfp, order, None, Caller::tagged(tag), || {
-            self.alloc_fast(node, gfp, order, None)
-        })
-    }
-
-    /// See [`crate::debug::Inspect::owner_seq`].
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn owner_seq(&self) -> u64 {
-        self.owner_seq.load(Relaxed)
-    }
-
-    /// A new allocation's sequence number.
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn next_owner_seq(&self) -> u64 {
-        self.owner_seq.fetch_add(1, Relaxed)
-    }
-
-    /// See [`crate::debug::Inspect::owner_of`].
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<crate::debug::owner_record::OwnedBlock> {
-        use crate::frame_state::State;
-        let z = self.zone_of(pfn)?;
-        let max = z.inspect(|mz| mz.buddy().max_order());
-        for k in 0..=max.get() {
-            let order = Order::new_truncated(k);
-            let head = pfn.align_down(order);
-            if !z.span().contains(head) {
-                break;
-            }
-            if let State::Allocated(o, _) | State::Isolated(o) = z.states.get(head)
-                && o == order
-            {
-                return Some(crate::debug::owner_record::OwnedBlock {
-                    pfn: head,
-                    order,
-                    owner: z.owners.get(head)?,
-                    live: true,
-                });
-            }
-        }
-        let (pfn, order, owner) = z.owners.last_holder(pfn)?;
-        Some(crate::debug::owner_record::OwnedBlock {
-            pfn,
-            order,
-            owner,
-            live: false,
-        })
-    }
-
-    /// See [`crate::debug::Inspect::for_each_owned`].
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(crate::debug::owner_record::OwnedBlock)) {
-        use crate::frame_state::State;
-        for z in self.all_zones() {
-            let mut p = z.span().start;
-            while p < z.span().end {
-                let step = match z.states.get(p) {
-                    State::Allocated(order, _) | State::Isolated(order) => {
-                        if let Some(owner) = z.owners.get(p) {
-                            f(crate::debug::owner_record::OwnedBlock {
-                                pfn: p,
-                                order,
-                                owner,
-                                live: true,
-                            });
-                        }
-                        order.pages()
-                    }
-                    _ => 1,
-                };
-                p = p + step;
-            }
-        }
     }
 
     /// See [`crate::debug::Inspect::fail_page_alloc`].
@@ -1184,31 +1088,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// See [`crate::debug::Inspect::stats`].
     pub(crate) fn stats(&self, id: NodeId) -> NodeStats {
         self.node(id).map_or_else(NodeStats::default, Node::stats)
-    }
-
-    /// See [`crate::debug::Inspect::vmstat`].
-    #[cfg(feature = "vmstat")]
-    pub(crate) fn vmstat(&self) -> crate::debug::vmstat::VmStat {
-        let mut v = crate::debug::vmstat::VmStat::default();
-        for z in self.all_zones() {
-            z.add_vmstat(&mut v);
-        }
-        v.add_node(&self.total_stats());
-        self.vm.add_to(&mut v);
-        v
-    }
-
-    /// See [`crate::debug::Inspect::node_vmstat`].
-    #[cfg(feature = "vmstat")]
-    pub(crate) fn node_vmstat(&self, id: NodeId) -> crate::debug::vmstat::VmStat {
-        let mut v = crate::debug::vmstat::VmStat::default();
-        if let Some(n) = self.node(id) {
-            for z in n.zones() {
-                z.add_vmstat(&mut v);
-            }
-            v.add_node(&n.stats());
-        }
-        v
     }
 
     /// See [`crate::debug::Inspect::total_stats`].

@@ -17,8 +17,8 @@ use pageframe_mobility::{FallbackStats, MobileZone, MobilityConfig, Watermarks, 
 use pageframe_pcp::{PcpSet, ZoneFlags};
 use pageframe_types::MigrateType;
 
-#[cfg(feature = "vmstat")]
-use crate::debug::vmstat::{VmStat, ZoneCounters};
+use crate::debug::owner_record::Owners;
+use crate::debug::vmstat::{CpuCounters, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::AllocError;
 use crate::frame_state::{FrameStates, State};
@@ -28,7 +28,6 @@ use crate::node_id::NodeId;
 use crate::stripe::Stripes;
 use crate::zone_kind::ZoneRef;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
-#[cfg(feature = "vmstat")]
 use pageframe_pcp::CpuId;
 
 /// The zone lock, held.
@@ -81,15 +80,13 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     /// the zone (kept to one range so that a zone stays small: it is built
     /// on the kernel's stack).
     cma_span: PfnRange,
-    /// Counters of callers without a CPU ([`crate::debug::vmstat`]).
-    #[cfg(feature = "vmstat")]
-    vm_shared: ZoneCounters,
-    /// Owner records ([`crate::debug::owner`]).
-    #[cfg(feature = "page-owner")]
-    pub(crate) owners: crate::debug::owner_record::Owners<'a>,
+    /// Counters of callers without a CPU (feature `vmstat`; empty
+    /// without).
+    pub(crate) vm_shared: ZoneCounters,
+    /// Owner records (feature `page-owner`; empty without).
+    pub(crate) owners: Owners<'a>,
     /// Counters of each CPU with a cache, beside the caches.
-    #[cfg(feature = "vmstat")]
-    pub(crate) vm_cpus: &'a [ZoneCounters],
+    pub(crate) vm_cpus: CpuCounters<'a>,
 }
 
 impl<'a, R: RawMutex> Zone<'a, R> {
@@ -109,12 +106,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         } else {
             // Saturating, as the layers below: on a 32-bit target a large
             // span's parts exceed `usize`, and no buffer then suffices.
-            let m = m
-                .saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
-                .saturating_add(FrameStates::bytes(span));
-            #[cfg(feature = "page-owner")]
-            let m = m.saturating_add(crate::debug::owner_record::Owners::bytes(span));
-            m
+            m.saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
+                .saturating_add(FrameStates::bytes(span))
+                .saturating_add(Owners::bytes(span))
         }
     }
 
@@ -160,9 +154,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let too_small = InitError::MetadataTooSmall { needed, given };
         let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
         let chunk = config.core().chunk_order;
-        #[cfg(feature = "page-owner")]
-        let (owners, rest) =
-            crate::debug::owner_record::Owners::carve(span, rest).ok_or(too_small)?;
+        let (owners, rest) = Owners::carve(span, rest).ok_or(too_small)?;
         let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
@@ -192,56 +184,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             addr_of_mut!((*p).busy).write(AtomicU32::new(0));
             addr_of_mut!((*p).compact).write(CompactState::new());
             addr_of_mut!((*p).cma_span).write(PfnRange::new(Pfn(0), Pfn(0)));
-            #[cfg(feature = "vmstat")]
             addr_of_mut!((*p).vm_shared).write(ZoneCounters::new());
-            #[cfg(feature = "page-owner")]
             addr_of_mut!((*p).owners).write(owners);
-            #[cfg(feature = "vmstat")]
-            addr_of_mut!((*p).vm_cpus).write(&[]);
+            addr_of_mut!((*p).vm_cpus).write(CpuCounters::NONE);
         }
         Ok(())
     }
 
     /// The counters `cpu` bumps: its own when it has a cache of this zone,
     /// the shared ones otherwise.
-    #[cfg(feature = "vmstat")]
     #[inline]
     pub(crate) fn vm(&self, cpu: Option<CpuId>) -> &ZoneCounters {
-        cpu.and_then(|c| self.vm_cpus.get(c.0 as usize))
-            .unwrap_or(&self.vm_shared)
-    }
-
-    /// This zone's counters: its allocations, frees and per-CPU cache
-    /// traffic on every CPU, and its free and managed frames
-    /// ([`crate::debug::vmstat`], feature `vmstat`).
-    #[cfg(feature = "vmstat")]
-    pub fn vmstat(&self) -> VmStat {
-        let mut v = VmStat::default();
-        self.add_vmstat(&mut v);
-        v
-    }
-
-    #[cfg(feature = "vmstat")]
-    pub(crate) fn add_vmstat(&self, v: &mut VmStat) {
-        v.nr_free_pages += self.free_pages();
-        v.nr_managed_pages += self.managed_pages();
-        self.inspect(|m| {
-            let c = m.superpageblock_counts();
-            v.nr_superpageblocks += c.whole;
-            v.nr_superpageblocks_tainted += c.tainted;
-            v.nr_superpageblocks_clean += c.clean;
-            v.nr_superpageblocks_free += c.free;
-            let s = m.stats();
-            v.superpageblock_fallback_kept += s.superpageblock_kept;
-            v.superpageblock_fallback_tainting += s.superpageblock_tainting;
-            let (t, c) = m.mobility().pageblocks().superpageblocks().events();
-            v.superpageblock_tainted += t;
-            v.superpageblock_cleaned += c;
-        });
-        self.vm_shared.add_to(self.kind, v);
-        for c in self.vm_cpus {
-            c.add_to(self.kind, v);
-        }
+        self.vm_cpus.get(cpu).unwrap_or(&self.vm_shared)
     }
 
     /// Counts an operation that may leave isolation marks or busy frames in
@@ -552,13 +506,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         };
         match z.buddy.split_allocated(pfn, order) {
             Ok(upper) => {
-                // Both halves keep the block's owner.
-                #[cfg(feature = "page-owner")]
-                if let Some(o) = self.owners.get(pfn) {
-                    let half = Order::new_truncated(order.get() - 1);
-                    self.owners.set(pfn, half, o);
-                    self.owners.set(upper, half, o);
-                }
+                self.owners.split(pfn, upper, order);
                 // The upper half's byte is the lower half's (pinned if the
                 // block was).
                 self.states.mirror(pfn, upper);
@@ -1010,8 +958,8 @@ mod metadata {
             let frames = mib << 8;
             let span = PfnRange::new(Pfn(1 << 20), Pfn((1 << 20) + frames));
             let bytes = Zone::<SpinLock>::metadata_bytes(span, MobilityConfig::DEFAULT) as u64;
-            // The page-owner records are a debugging tool's, on top.
-            #[cfg(feature = "page-owner")]
+            // The page-owner records are a debugging tool's, on top (0
+            // without the feature).
             let bytes = bytes - crate::debug::owner_record::Owners::bytes(span) as u64;
             let (least, most) = formula(frames);
             assert!(

@@ -10,8 +10,6 @@ use pageframe_compact::{CompactResult, TickReport};
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::CpuId;
 
-#[cfg(feature = "page-owner")]
-use super::owner_record::Owner;
 use crate::error::AllocError;
 use crate::gfp::Gfp;
 use crate::node_id::NodeId;
@@ -309,9 +307,9 @@ impl Poisoning {
 #[derive(Clone, Copy)]
 pub(crate) struct Caller {
     #[cfg(feature = "page-owner")]
-    tag: Option<u64>,
+    pub(crate) tag: Option<u64>,
     #[cfg(feature = "page-owner")]
-    site: &'static core::panic::Location<'static>,
+    pub(crate) site: &'static core::panic::Location<'static>,
 }
 
 impl Caller {
@@ -335,18 +333,6 @@ impl Caller {
         Caller {
             tag: Some(tag),
             site: core::panic::Location::caller(),
-        }
-    }
-
-    /// The owner record of the allocation numbered `seq`.
-    #[cfg(feature = "page-owner")]
-    pub(crate) fn owner(self, seq: u64) -> Owner {
-        Owner {
-            tag: self
-                .tag
-                .unwrap_or(core::ptr::from_ref(self.site) as usize as u64),
-            site: Some(self.site),
-            seq,
         }
     }
 }

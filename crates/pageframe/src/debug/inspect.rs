@@ -315,7 +315,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     #[cfg(feature = "page-owner")]
     #[inline]
     pub fn owner_seq(self) -> u64 {
-        self.machine.owner_seq()
+        self.machine.owner_seq.get()
     }
 
     /// The block holding `pfn` and its owner (`live`), or, for a free

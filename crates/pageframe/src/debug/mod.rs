@@ -65,11 +65,16 @@ mod hooks;
 mod inspect;
 #[cfg(feature = "page-owner")]
 pub mod owner;
-#[cfg(feature = "page-owner")]
+// The state a zone and the machine embed is there in every build (empty
+// without the feature); the reports are the features'.
 pub(crate) mod owner_record;
 mod poison;
 #[cfg(feature = "vmstat")]
 pub mod vmstat;
+#[cfg(not(feature = "vmstat"))]
+pub(crate) mod vmstat;
+#[cfg(feature = "vmstat")]
+mod vmstat_sum;
 mod zoneinfo;
 
 pub(crate) use hooks::Caller;

@@ -39,11 +39,90 @@
 use core::fmt;
 use core::panic::Location;
 
-use crate::debug::Hooks;
+use pageframe_buddy::{Order, Pfn};
+
+use crate::block::Block;
+use crate::debug::{Caller, Hooks};
+use crate::error::AllocError;
+use crate::frame_state::State;
+use crate::gfp::Gfp;
 use crate::lock::RawMutex;
 use crate::machine::Machine;
+use crate::node_id::NodeId;
 
 pub use super::owner_record::{OwnedBlock, Owner};
+
+/// The allocation the kernel tags, and the reads of the records.
+impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
+    /// [`Machine::alloc`] recording `tag` as the block's owner
+    /// ([`crate::debug::owner`], feature `page-owner`).
+    #[track_caller]
+    pub fn alloc_tagged(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        tag: u64,
+    ) -> Result<Block, AllocError> {
+        self.traced(node, gfp, order, None, Caller::tagged(tag), || {
+            self.alloc_fast(node, gfp, order, None)
+        })
+    }
+
+    /// See [`crate::debug::Inspect::owner_of`].
+    pub(crate) fn owner_of(&self, pfn: Pfn) -> Option<OwnedBlock> {
+        let z = self.zone_of(pfn)?;
+        let max = z.inspect(|mz| mz.buddy().max_order());
+        for k in 0..=max.get() {
+            let order = Order::new_truncated(k);
+            let head = pfn.align_down(order);
+            if !z.span().contains(head) {
+                break;
+            }
+            if let State::Allocated(o, _) | State::Isolated(o) = z.states.get(head)
+                && o == order
+            {
+                return Some(OwnedBlock {
+                    pfn: head,
+                    order,
+                    owner: z.owners.get(head)?,
+                    live: true,
+                });
+            }
+        }
+        let (pfn, order, owner) = z.owners.last_holder(pfn)?;
+        Some(OwnedBlock {
+            pfn,
+            order,
+            owner,
+            live: false,
+        })
+    }
+
+    /// See [`crate::debug::Inspect::for_each_owned`].
+    pub(crate) fn for_each_owned(&self, mut f: impl FnMut(OwnedBlock)) {
+        for z in self.all_zones() {
+            let mut p = z.span().start;
+            while p < z.span().end {
+                let step = match z.states.get(p) {
+                    State::Allocated(order, _) | State::Isolated(order) => {
+                        if let Some(owner) = z.owners.get(p) {
+                            f(OwnedBlock {
+                                pfn: p,
+                                order,
+                                owner,
+                                live: true,
+                            });
+                        }
+                        order.pages()
+                    }
+                    _ => 1,
+                };
+                p = p + step;
+            }
+        }
+    }
+}
 
 /// At most this many owners in a [`OwnerDump`]; the rest are summed in one
 /// line.

@@ -2,16 +2,29 @@
 //! carved with the zone's metadata and written on every allocation. They
 //! sit at the bottom of the facade with the other state a zone embeds;
 //! [`crate::debug::owner`] is where they are read and reported.
+//!
+//! Without the feature this module keeps only [`Owners`] and [`OwnerSeq`],
+//! zero-sized: no metadata, nothing recorded, and the calls on the
+//! allocation paths compile to nothing.
 
+#[cfg(not(feature = "page-owner"))]
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
+#[cfg(feature = "page-owner")]
 use core::panic::Location;
+#[cfg(feature = "page-owner")]
 use core::ptr;
+#[cfg(feature = "page-owner")]
 use core::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use pageframe_buddy::{Order, Pfn, PfnRange};
+#[cfg(feature = "page-owner")]
 use pageframe_types::atomic::AtomicU64;
 
+use crate::debug::Caller;
+
 /// Who allocated a block.
+#[cfg(feature = "page-owner")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Owner {
     /// The caller's tag (the call site's address when it gave none).
@@ -23,7 +36,22 @@ pub struct Owner {
     pub seq: u64,
 }
 
+#[cfg(feature = "page-owner")]
+impl Owner {
+    /// The record of `caller`'s allocation numbered `seq`.
+    pub(crate) fn of(caller: Caller, seq: u64) -> Owner {
+        Owner {
+            tag: caller
+                .tag
+                .unwrap_or(core::ptr::from_ref(caller.site) as usize as u64),
+            site: Some(caller.site),
+            seq,
+        }
+    }
+}
+
 /// A block and its owner record.
+#[cfg(feature = "page-owner")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct OwnedBlock {
     /// Its first frame.
@@ -38,6 +66,7 @@ pub struct OwnedBlock {
 }
 
 /// One frame's record (written at block heads).
+#[cfg(feature = "page-owner")]
 pub(crate) struct Record {
     site: AtomicPtr<Location<'static>>,
     tag: AtomicU64,
@@ -46,16 +75,24 @@ pub(crate) struct Record {
 }
 
 /// Where a record keeps the block's order.
+#[cfg(feature = "page-owner")]
 const ORDER_SHIFT: u32 = 58;
+#[cfg(feature = "page-owner")]
 const SEQ_MASK: u64 = (1 << ORDER_SHIFT) - 1;
 
 /// The records of a zone's span.
+#[cfg(feature = "page-owner")]
 pub(crate) struct Owners<'a> {
     base: Pfn,
     recs: &'a [Record],
 }
 
+#[cfg(feature = "page-owner")]
 impl<'a> Owners<'a> {
+    /// Whether records are kept (a path may skip finding a zone's when
+    /// not).
+    pub(crate) const KEPT: bool = true;
+
     /// Bytes for `span`'s records, alignment slack included.
     pub(crate) const fn bytes(span: PfnRange) -> usize {
         match pageframe_types::carve::bytes_for::<Record>(span.len() as usize) {
@@ -83,6 +120,23 @@ impl<'a> Owners<'a> {
             },
             rest,
         ))
+    }
+
+    /// Records `caller` as the owner of the block of `order` at `pfn`, the
+    /// next in `seq`.
+    #[inline]
+    pub(crate) fn record(&self, pfn: Pfn, order: Order, caller: Caller, seq: &OwnerSeq) {
+        self.set(pfn, order, Owner::of(caller, seq.next()));
+    }
+
+    /// The block of `order` at `pfn` was split at `upper`: both halves keep
+    /// its owner.
+    pub(crate) fn split(&self, pfn: Pfn, upper: Pfn, order: Order) {
+        if let Some(o) = self.get(pfn) {
+            let half = Order::new_truncated(order.get() - 1);
+            self.set(pfn, half, o);
+            self.set(upper, half, o);
+        }
     }
 
     fn rec(&self, pfn: Pfn) -> Option<&Record> {
@@ -144,5 +198,66 @@ impl<'a> Owners<'a> {
             },
             order,
         ))
+    }
+}
+
+/// The machine's allocation sequence: each owner record takes the next
+/// number ([`crate::debug::Inspect::owner_seq`]).
+#[cfg(feature = "page-owner")]
+pub(crate) struct OwnerSeq(AtomicU64);
+
+#[cfg(feature = "page-owner")]
+impl OwnerSeq {
+    pub(crate) const fn new() -> OwnerSeq {
+        OwnerSeq(AtomicU64::new(0))
+    }
+
+    /// The number the next allocation gets.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+
+    /// A new allocation's number.
+    pub(crate) fn next(&self) -> u64 {
+        self.0.fetch_add(1, Relaxed)
+    }
+}
+
+/// No records without the feature.
+#[cfg(not(feature = "page-owner"))]
+pub(crate) struct Owners<'a>(PhantomData<&'a ()>);
+
+#[cfg(not(feature = "page-owner"))]
+impl<'a> Owners<'a> {
+    pub(crate) const KEPT: bool = false;
+
+    pub(crate) const fn bytes(_: PfnRange) -> usize {
+        0
+    }
+
+    /// Takes nothing off `mem`.
+    #[inline(always)]
+    pub(crate) fn carve(
+        _: PfnRange,
+        mem: &'a mut [MaybeUninit<u8>],
+    ) -> Option<(Self, &'a mut [MaybeUninit<u8>])> {
+        Some((Owners(PhantomData), mem))
+    }
+
+    #[inline(always)]
+    pub(crate) fn record(&self, _: Pfn, _: Order, _: Caller, _: &OwnerSeq) {}
+
+    #[inline(always)]
+    pub(crate) fn split(&self, _: Pfn, _: Pfn, _: Order) {}
+}
+
+/// No sequence without the feature.
+#[cfg(not(feature = "page-owner"))]
+pub(crate) struct OwnerSeq;
+
+#[cfg(not(feature = "page-owner"))]
+impl OwnerSeq {
+    pub(crate) const fn new() -> OwnerSeq {
+        OwnerSeq
     }
 }

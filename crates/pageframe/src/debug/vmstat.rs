@@ -26,22 +26,41 @@
 //! let text = format!("{v}");
 //! assert!(text.contains("pgalloc_normal 8\n") && text.contains("pgfree 8\n"));
 //! ```
+//!
+//! Without the feature this module is private and keeps only the types of
+//! the counters, zero-sized, with methods that do nothing: the paths call them
+//! either way, and without the feature those calls compile to nothing
+//! (as calls into [`crate::debug::NoHooks`] do).
 
+#[cfg(feature = "vmstat")]
 use core::fmt;
+#[cfg(not(feature = "vmstat"))]
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+#[cfg(feature = "vmstat")]
 use core::sync::atomic::Ordering::Relaxed;
 
 use pageframe_buddy::Order;
+use pageframe_pcp::CpuId;
+#[cfg(feature = "vmstat")]
 use pageframe_types::ORDER_LIMIT;
+#[cfg(feature = "vmstat")]
 use pageframe_types::atomic::AtomicU64;
+#[cfg(feature = "vmstat")]
+use pageframe_types::carve;
 
+#[cfg(feature = "vmstat")]
 use crate::numa_stats::NodeStats;
+#[cfg(feature = "vmstat")]
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
 
 /// Orders a counter array covers.
+#[cfg(feature = "vmstat")]
 pub const ORDERS: usize = ORDER_LIMIT as usize + 1;
 
 /// One zone's fast-path counters as one CPU (or the callers without one)
 /// bumps them, on cache lines of their own.
+#[cfg(feature = "vmstat")]
 #[repr(align(64))]
 pub(crate) struct ZoneCounters {
     pgalloc: [AtomicU64; ORDERS],
@@ -54,7 +73,12 @@ pub(crate) struct ZoneCounters {
     pcp_spill_pages: AtomicU64,
 }
 
+#[cfg(feature = "vmstat")]
 impl ZoneCounters {
+    /// Whether counters are kept (a path may skip finding a zone's when
+    /// not).
+    pub(crate) const KEPT: bool = true;
+
     pub(crate) const fn new() -> ZoneCounters {
         ZoneCounters {
             pgalloc: [const { AtomicU64::new(0) }; ORDERS],
@@ -118,8 +142,63 @@ impl ZoneCounters {
     }
 }
 
+/// The counters of each CPU with a cache of a zone, beside the caches
+/// (none until the caches are set up).
+#[cfg(feature = "vmstat")]
+pub(crate) struct CpuCounters<'a>(&'a [ZoneCounters]);
+
+#[cfg(feature = "vmstat")]
+impl<'a> CpuCounters<'a> {
+    pub(crate) const NONE: CpuCounters<'a> = CpuCounters(&[]);
+
+    /// Carves `cpus` CPUs' counters off the front of `mem`; returns them
+    /// and the rest.
+    pub(crate) fn carve(
+        mem: &'a mut [MaybeUninit<u8>],
+        cpus: usize,
+    ) -> Option<(CpuCounters<'a>, &'a mut [MaybeUninit<u8>])> {
+        let (counters, rest) = carve::carve_init(mem, cpus, |_| ZoneCounters::new())?;
+        Some((CpuCounters(counters), rest))
+    }
+
+    /// `cpu`'s counters, if it has a cache of the zone.
+    #[inline]
+    pub(crate) fn get(&self, cpu: Option<CpuId>) -> Option<&'a ZoneCounters> {
+        cpu.and_then(|c| self.0.get(c.0 as usize))
+    }
+
+    /// Every CPU's.
+    pub(crate) fn all(&self) -> &'a [ZoneCounters] {
+        self.0
+    }
+}
+
+/// Whether an operation on a per-CPU cache refilled it (then its block was
+/// no hit).
+#[cfg(feature = "vmstat")]
+pub(crate) struct Refilled(core::cell::Cell<bool>);
+
+#[cfg(feature = "vmstat")]
+impl Refilled {
+    #[inline]
+    pub(crate) const fn new() -> Refilled {
+        Refilled(core::cell::Cell::new(false))
+    }
+
+    #[inline]
+    pub(crate) fn note(&self) {
+        self.0.set(true);
+    }
+
+    #[inline]
+    pub(crate) fn seen(&self) -> bool {
+        self.0.get()
+    }
+}
+
 /// The machine's counters of rare events (contended only by failures and
 /// slow paths).
+#[cfg(feature = "vmstat")]
 pub(crate) struct MachineCounters {
     pub(crate) alloc_fail: AtomicU64,
     pub(crate) contig_success: AtomicU64,
@@ -130,6 +209,7 @@ pub(crate) struct MachineCounters {
     pub(crate) offline_fail: AtomicU64,
 }
 
+#[cfg(feature = "vmstat")]
 impl MachineCounters {
     pub(crate) const fn new() -> MachineCounters {
         MachineCounters {
@@ -141,6 +221,12 @@ impl MachineCounters {
             offline_success: AtomicU64::new(0),
             offline_fail: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a request that failed.
+    #[inline]
+    pub(crate) fn alloc_failed(&self) {
+        self.alloc_fail.fetch_add(1, Relaxed);
     }
 
     /// Counts the outcome of a rare operation in `ok` or `fail`.
@@ -165,6 +251,7 @@ impl MachineCounters {
 /// A snapshot of the counters of a machine, a node or a zone. Counters a
 /// scope does not keep read 0 (a zone's compaction counters, a node's
 /// failures: see each field).
+#[cfg(feature = "vmstat")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct VmStat {
     /// Free frames now (`nr_free_pages`).
@@ -253,6 +340,7 @@ pub struct VmStat {
     pub superpageblock_cleaned: u64,
 }
 
+#[cfg(feature = "vmstat")]
 impl VmStat {
     /// Blocks of `order` handed out by `kind` zones.
     pub fn pgalloc(&self, kind: ZoneKind, order: Order) -> u64 {
@@ -288,6 +376,7 @@ impl VmStat {
 /// Linux's `/proc/vmstat` text: `name value`, one a line, then the
 /// counters Linux does not have (allocations by order, per-CPU caches,
 /// contiguous ranges).
+#[cfg(feature = "vmstat")]
 impl fmt::Display for VmStat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "nr_free_pages {}", self.nr_free_pages)?;
@@ -364,6 +453,7 @@ impl fmt::Display for VmStat {
 }
 
 /// A zone kind's name as vmstat spells it.
+#[cfg(feature = "vmstat")]
 fn lower(k: ZoneKind) -> &'static str {
     match k {
         ZoneKind::Dma => "dma",
@@ -371,4 +461,92 @@ fn lower(k: ZoneKind) -> &'static str {
         ZoneKind::Normal => "normal",
         ZoneKind::Movable => "movable",
     }
+}
+
+/// The counters without the feature: nothing kept, nothing counted.
+#[cfg(not(feature = "vmstat"))]
+pub(crate) struct ZoneCounters;
+
+#[cfg(not(feature = "vmstat"))]
+impl ZoneCounters {
+    pub(crate) const KEPT: bool = false;
+
+    pub(crate) const fn new() -> ZoneCounters {
+        ZoneCounters
+    }
+
+    #[inline(always)]
+    pub(crate) fn alloc(&self, _: Order) {}
+
+    #[inline(always)]
+    pub(crate) fn free(&self, _: Order) {}
+
+    #[inline(always)]
+    pub(crate) fn free_pages(&self, _: u64) {}
+
+    #[inline(always)]
+    pub(crate) fn pcp_hit(&self) {}
+
+    #[inline(always)]
+    pub(crate) fn pcp_free(&self) {}
+
+    #[inline(always)]
+    pub(crate) fn pcp_refill(&self, _: u64) {}
+
+    #[inline(always)]
+    pub(crate) fn pcp_spill(&self, _: u64) {}
+}
+
+#[cfg(not(feature = "vmstat"))]
+pub(crate) struct CpuCounters<'a>(PhantomData<&'a ()>);
+
+#[cfg(not(feature = "vmstat"))]
+impl<'a> CpuCounters<'a> {
+    pub(crate) const NONE: CpuCounters<'a> = CpuCounters(PhantomData);
+
+    /// Takes nothing off `mem`.
+    #[inline(always)]
+    pub(crate) fn carve(
+        mem: &'a mut [MaybeUninit<u8>],
+        _: usize,
+    ) -> Option<(CpuCounters<'a>, &'a mut [MaybeUninit<u8>])> {
+        Some((CpuCounters::NONE, mem))
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self, _: Option<CpuId>) -> Option<&'a ZoneCounters> {
+        None
+    }
+}
+
+#[cfg(not(feature = "vmstat"))]
+pub(crate) struct Refilled;
+
+#[cfg(not(feature = "vmstat"))]
+impl Refilled {
+    #[inline(always)]
+    pub(crate) const fn new() -> Refilled {
+        Refilled
+    }
+
+    #[inline(always)]
+    pub(crate) fn note(&self) {}
+
+    #[inline(always)]
+    pub(crate) fn seen(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(not(feature = "vmstat"))]
+pub(crate) struct MachineCounters;
+
+#[cfg(not(feature = "vmstat"))]
+impl MachineCounters {
+    pub(crate) const fn new() -> MachineCounters {
+        MachineCounters
+    }
+
+    #[inline(always)]
+    pub(crate) fn alloc_failed(&self) {}
 }

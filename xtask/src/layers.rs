@@ -916,7 +916,7 @@ mod tests {
                 "a.rs",
                 "use crate::{b::{self, X}, d::inner::Y};\nfn f() { crate::B::new(); }",
             ),
-            ("b.rs", "fn g() -> crate::p::Q { todo!() }"),
+            ("b.rs", "fn g() -> crate::p::Q { Q::new() }"),
             ("d/mod.rs", "mod inner;\npub use inner::Y;"),
             ("d/inner.rs", "use super::super::a::Z; use super::W;"),
         ]));

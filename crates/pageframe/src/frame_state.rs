@@ -65,12 +65,33 @@ const fn allocated(order: Order, mt: MigrateType) -> u8 {
     encode(kind, order)
 }
 
+/// The type an allocated kind records (1..=3, or 9..=11 pinned); `None`
+/// for every other kind.
+#[inline(always)]
+const fn allocated_type(kind: u8) -> Option<MigrateType> {
+    match kind {
+        1 | 9 => Some(MigrateType::Unmovable),
+        2 | 10 => Some(MigrateType::Movable),
+        3 | 11 => Some(MigrateType::Reclaimable),
+        _ => None,
+    }
+}
+
+/// The type of `v` if it says "allocated at `order`, not pinned".
+#[inline(always)]
+const fn unpinned_allocation(v: u8, order: Order) -> Option<MigrateType> {
+    if v & 0xf != order.get() || v & PINNED != 0 {
+        return None;
+    }
+    allocated_type(v >> KIND_SHIFT)
+}
+
 const fn decode(v: u8) -> State {
     let order = Order::new_truncated(v & 0xf);
+    if let Some(mt) = allocated_type(v >> KIND_SHIFT) {
+        return State::Allocated(order, mt);
+    }
     match v >> KIND_SHIFT {
-        1 | 9 => State::Allocated(order, MigrateType::Unmovable),
-        2 | 10 => State::Allocated(order, MigrateType::Movable),
-        3 | 11 => State::Allocated(order, MigrateType::Reclaimable),
         CACHED => State::Cached(order),
         ISOLATED => State::Isolated(order),
         MOVED_OUT => State::MovedOut(order),
@@ -267,6 +288,24 @@ impl<'a> FrameStates<'a> {
     /// would hand it to the next owner still pinned.
     #[inline]
     pub(crate) fn take_for_cache(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
+        // The common case, an unpinned allocation of `order`, in one
+        // compare-and-swap without decoding; anything else (and a lost
+        // race) the general path decides.
+        if let Some(s) = self.slot(pfn) {
+            let v = s.load(Relaxed);
+            if let Some(mt) = unpinned_allocation(v, order)
+                && s.compare_exchange(v, encode(CACHED, order), Relaxed, Relaxed)
+                    .is_ok()
+            {
+                return Ok(mt);
+            }
+        }
+        self.take_for_cache_checked(pfn, order)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_for_cache_checked(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
         self.take(pfn, order, |_, pin| {
             (pin == 0).then_some(encode(CACHED, order))
         })

@@ -49,6 +49,9 @@ pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     cpu: CpuId,
     node: NodeId,
     locals: Locals<'m, 'a, R>,
+    /// The zone index ([`ZoneRef::index`]) of the last
+    /// [`CpuCache::free_raw`], tried first by the next.
+    last_raw: usize,
 }
 
 /// # Per-CPU caches
@@ -198,6 +201,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             cpu,
             node,
             locals,
+            last_raw: 0,
         })
     }
 
@@ -448,22 +452,46 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
     /// allocation, it is the caller's (it came from this machine as a block
     /// the caller turned into this number, and the caller keeps no other
     /// block or number of it).
-    #[inline]
+    #[inline(always)]
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
         let err = |why| RawError { pfn, why };
-        let r = self
-            .machine
-            .zone_ref_of(pfn)
-            .ok_or(err(FreeError::OutOfRange))?;
-        match self.free_in(r.index(), pfn, order) {
-            Some(r) => r.map_err(err),
-            None => {
-                // SAFETY: the caller's promise, passed on.
-                let b = unsafe { self.machine.block_from_raw(pfn, order) }?;
-                // A refused block goes back to being the caller's number.
-                self.machine.free(b).map_err(|r| err(r.reason()))
-            }
+        // The zone of the last such free first: a kernel frees mostly
+        // into one zone, and its span is one compare away.
+        let mut i = self.last_raw;
+        if !self
+            .locals
+            .at(i)
+            .is_some_and(|(z, ..)| z.span().contains(pfn))
+        {
+            i = self
+                .machine
+                .zone_ref_of(pfn)
+                .ok_or(err(FreeError::OutOfRange))?
+                .index();
+            self.last_raw = i;
         }
+        match self.free_in(i, pfn, order) {
+            Some(r) => r.map_err(err),
+            // SAFETY: the caller's promise, passed on.
+            None => unsafe { self.free_raw_uncached(pfn, order) },
+        }
+    }
+
+    /// [`CpuCache::free_raw`] of a frame of a zone this handle has no
+    /// cache of.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuCache::free_raw`].
+    #[inline(never)]
+    unsafe fn free_raw_uncached(&self, pfn: Pfn, order: Order) -> Result<(), RawError> {
+        // SAFETY: the caller's promise, passed on.
+        let b = unsafe { self.machine.block_from_raw(pfn, order) }?;
+        // A refused block goes back to being the caller's number.
+        self.machine.free(b).map_err(|r| RawError {
+            pfn,
+            why: r.reason(),
+        })
     }
 
     /// Frees `(pfn, order)` through this CPU's cache of the zone of index

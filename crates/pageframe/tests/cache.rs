@@ -495,3 +495,90 @@ fn threads_without_handles_share_frames_across_cpus() {
     assert_eq!(m.inspect().free_pages(), before);
     m.validate().unwrap();
 }
+
+/// `CpuCache::free_raw` looks the zone up from the frame whichever zone the
+/// last such free went to, and refuses what is not the caller's block with
+/// a typed error that changes nothing; a pinned block goes to its zone
+/// unpinned, not into the cache.
+#[test]
+fn raw_frees_through_a_handle_find_each_zone_and_refuse_the_rest() {
+    let m = machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    let low = r(GIB / 4, GIB / 4 + FRAMES / 2);
+    let high = r(4 * GIB, 4 * GIB + FRAMES / 2);
+    zone(m, NodeId::ZERO, ZoneKind::Dma32, low, low);
+    zone(m, NodeId::ZERO, ZoneKind::Normal, high, high);
+    let bytes = m.pcp_bytes(1).unwrap();
+    m.enable_pcp(1, leak(bytes)).unwrap();
+    let before = m.inspect().free_pages();
+    let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let in_zone = |p: Pfn| if low.contains(p) { 0 } else { 1 };
+
+    // Frames of both zones, freed alternately by number.
+    let mut live = Vec::new();
+    for i in 0..400u32 {
+        let gfp = if i % 2 == 0 { Gfp::DMA32 } else { Gfp::KERNEL };
+        live.push(cpu.alloc(gfp, Order::ZERO).unwrap().into_raw());
+    }
+    let mut seen = [0; 2];
+    for &(p, _) in &live {
+        seen[in_zone(p)] += 1;
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "frames of both zones: {seen:?}");
+    let (first, rest) = live.split_first().unwrap();
+    for &(p, order) in rest {
+        // SAFETY: allocated above, held only as this number.
+        unsafe { cpu.free_raw(p, order) }.unwrap();
+    }
+
+    // What is not the caller's block, by number: refused, nothing changed.
+    let b = cpu.alloc(Gfp::KERNEL, o(2)).unwrap();
+    let (q, order) = b.into_raw();
+    let free_before = m.inspect().free_pages();
+    let (p, _) = rest[0];
+    let refused = |cpu: &mut pageframe::CpuCache<'_, 'static>, p: Pfn, o: Order| {
+        // SAFETY: none of these is a live allocation of that order (the
+        // call must refuse each).
+        unsafe { cpu.free_raw(p, o) }.map_err(|e| {
+            assert_eq!(e.pfn, p);
+            e.why
+        })
+    };
+    assert_eq!(
+        refused(&mut cpu, p, Order::ZERO),
+        Err(FreeError::AlreadyFree)
+    );
+    assert_eq!(
+        refused(&mut cpu, Pfn(0x10), Order::ZERO),
+        Err(FreeError::OutOfRange)
+    );
+    assert!(matches!(
+        refused(&mut cpu, q, Order::ZERO),
+        Err(FreeError::WrongOrder { .. })
+    ));
+    assert_eq!(m.inspect().free_pages(), free_before);
+    // SAFETY: allocated above, held only as this number.
+    unsafe { cpu.free_raw(q, order) }.unwrap();
+
+    // A pinned block is the zone's to unpin: it bypasses the cache.
+    let b = cpu.alloc(Gfp::DMA32, Order::ZERO).unwrap();
+    m.set_pinned(&b, true).unwrap();
+    let (pinned, order) = b.into_raw();
+    let cached = cpu.cache_info(NodeId::ZERO, ZoneKind::Dma32).unwrap().count;
+    // SAFETY: allocated above, held only as this number.
+    unsafe { cpu.free_raw(pinned, order) }.unwrap();
+    assert_eq!(
+        cpu.cache_info(NodeId::ZERO, ZoneKind::Dma32).unwrap().count,
+        cached,
+        "a pinned frame reached the cache"
+    );
+    assert_eq!(
+        refused(&mut cpu, pinned, Order::ZERO),
+        Err(FreeError::AlreadyFree)
+    );
+
+    // SAFETY: allocated above, held only as this number.
+    unsafe { cpu.free_raw(first.0, first.1) }.unwrap();
+    cpu.drain();
+    assert_eq!(m.inspect().free_pages(), before, "every frame back");
+    m.validate().unwrap();
+}

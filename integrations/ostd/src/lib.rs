@@ -39,6 +39,16 @@ enum Via<'h> {
     Local(&'h mut CpuCache<'static, 'static>),
 }
 
+/// The order of a block of `frames` frames (a power of two); `None` for any
+/// other count.
+#[inline(always)]
+fn whole_block(frames: u64) -> Option<Order> {
+    match frames.is_power_of_two() {
+        true => Order::new(frames.trailing_zeros() as u8),
+        false => None,
+    }
+}
+
 /// pageframe behind the range contract of OSTD's frame allocator: any
 /// size and alignment in pages, any part of an allocation given back in
 /// any order and in several calls, memory handed over range by range
@@ -315,19 +325,25 @@ impl FrameAllocator {
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
     pub unsafe fn dealloc_frames_local(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         // SAFETY: the caller's promises, passed on.
-        let h = unsafe { self.local() };
-        // One frame, the common case, straight to the handle; anything it
-        // refuses (changing nothing) takes the general path.
-        if frames == 1
-            && let Some(h) = h
-        {
-            // SAFETY: the caller's promise: the frame is its own,
-            // allocated by this allocator, held as a number only.
-            if unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok() {
+        let mut h = unsafe { self.local() };
+        // A whole block straight to the handle: one frame, the common case,
+        // on a path of its own where the order is a constant, and a huge
+        // page. Anything the handle refuses (changing nothing) takes the
+        // general path.
+        if let Some(h) = h.as_deref_mut() {
+            let freed = if frames == 1 {
+                // SAFETY: the caller's promise: the frame is its own,
+                // allocated by this allocator, held as a number only.
+                unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok()
+            } else if let Some(order) = whole_block(frames) {
+                // SAFETY: as above, for the frames.
+                unsafe { h.free_raw(pfn, order) }.is_ok()
+            } else {
+                false
+            };
+            if freed {
                 return Ok(());
             }
-            // SAFETY: as above.
-            return unsafe { self.counted_dealloc(pfn, frames, Via::Claim) };
         }
         // SAFETY: the caller's promises, passed on.
         unsafe { self.dealloc_general(pfn, frames, h) }
@@ -386,9 +402,7 @@ impl FrameAllocator {
         // came out as one block) goes back through this CPU's cache; a
         // number that is no such block changes nothing there, and the
         // general path below decides.
-        if frames.is_power_of_two()
-            && let Some(order) = Order::new(frames.trailing_zeros() as u8)
-        {
+        if let Some(order) = whole_block(frames) {
             let freed = match via {
                 // SAFETY: the caller's promise: the frames are its own,
                 // allocated by this allocator, held as numbers only.

@@ -5,7 +5,8 @@
 //!
 //! Paths: `zone` (`Machine::alloc`/`free`), `zone-2m` (the same, a 2 MiB
 //! block), `cached` (a `CpuCache` held by
-//! its CPU), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
+//! its CPU), `cached-fill` (`n` allocations alone through that handle, its
+//! refills from the zone included), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
 //! segment through the local calls).
@@ -79,7 +80,7 @@ fn main() {
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
         _ => panic!(
-            "usage: pairs <zone|zone-2m|cached|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"
+            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"
         ),
     };
     let o0 = Order::ZERO;
@@ -99,6 +100,16 @@ fn main() {
                 let b = c.alloc(Gfp::KERNEL, o0).expect("a frame");
                 c.free(black_box(b)).expect("freed");
             }
+        }
+        // `n` order-0 blocks taken through CPU 0's cache (refilled from
+        // the zone as it empties): what a kernel's fill costs.
+        "cached-fill" => {
+            let m = machine();
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).expect("CPU 0");
+            let held: Vec<_> = (0..n)
+                .map(|_| c.alloc(Gfp::KERNEL, o0).expect("a frame"))
+                .collect();
+            black_box(held);
         }
         "on-cpu" => {
             let m = machine();

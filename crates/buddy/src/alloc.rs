@@ -3,7 +3,7 @@
 
 use crate::chunk::Mode;
 use crate::error::AllocError;
-use crate::frame::{Kind, TAG_MASK};
+use crate::frame::{Idx, Kind, TAG_MASK};
 use crate::policy::{ListId, MergePolicy};
 use crate::zone::BuddyZone;
 use crate::{Order, Pfn, bits};
@@ -66,10 +66,13 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     /// Up to `max` more order-0 frames of `list` from the chunk that holds
     /// `pfn` (a frame an order-0 allocation just took), lowest first, each
-    /// allocated with `tag` and offered to `take`; a frame `take` refuses
-    /// stays free and ends the run. Returns how many were taken. For a
-    /// layer that fills a cache from one chunk (a per-CPU cache's home,
-    /// which holds the frames of one chunk): the chunk's counts are redone
+    /// allocated with `tag`. They are offered a bitmap word at a time:
+    /// `take(base, bits)` is offered the frames `base + b` for each bit `b`
+    /// of `bits` (`base` aligned to 64 frames) and returns those it takes,
+    /// a subset of `bits`; frames it leaves stay free and end the run.
+    /// Returns how many were taken. For a layer that fills a cache from
+    /// one chunk (a per-CPU cache's home, which holds the frames of one
+    /// chunk as a bitmap of the same layout): the chunk's counts are redone
     /// and it is refiled once for the run, not once a frame. Nothing is
     /// taken from a chunk of another list, one that is not split into
     /// frames, or outside the zone.
@@ -79,7 +82,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         list: ListId,
         max: usize,
         tag: u32,
-        mut take: impl FnMut(Pfn) -> bool,
+        mut take: impl FnMut(Pfn, u64) -> u64,
     ) -> usize {
         if max == 0 || !self.span.contains(pfn) || self.c == 0 {
             return 0;
@@ -92,24 +95,27 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let tag = tag & TAG_MASK;
         let first = self.first(k);
         let mut taken = 0;
-        let mut w = 0;
-        'words: while w < self.wpc as usize && taken < max {
-            let mut word = self.words(k)[w];
-            while word != 0 {
-                let x = (w as u32) << 6 | word.trailing_zeros();
-                let i = first + x;
-                if !take(self.pfn(i)) {
-                    break 'words;
-                }
-                word &= word - 1;
-                self.words_mut(k)[w] = word;
-                self.frames.set(i, crate::frame::Word::head(0, tag));
-                taken += 1;
-                if taken == max {
-                    break 'words;
-                }
+        for w in 0..self.wpc as usize {
+            let word = self.words(k)[w];
+            if word == 0 {
+                continue;
             }
-            w += 1;
+            let offer = bits::lowest(word, max - taken);
+            let base = first + ((w as Idx) << 6);
+            let got = take(self.pfn(base), offer) & offer;
+            self.words_mut(k)[w] = word & !got;
+            let mut rest = got;
+            while rest != 0 {
+                self.frames.set(
+                    base + rest.trailing_zeros(),
+                    crate::frame::Word::head(0, tag),
+                );
+                rest &= rest - 1;
+            }
+            taken += got.count_ones() as usize;
+            if got != offer || taken == max {
+                break;
+            }
         }
         if taken > 0 {
             self.recount(k, taken as u16);

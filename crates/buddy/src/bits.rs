@@ -158,6 +158,19 @@ pub(crate) fn maximal_order_at(w: &[u64], c: u8, x: u32) -> u8 {
     o
 }
 
+/// The lowest `n` set bits of `w` (all of them when it has no more).
+#[inline]
+pub(crate) fn lowest(w: u64, n: usize) -> u64 {
+    if n >= w.count_ones() as usize {
+        return w;
+    }
+    let mut above = w;
+    for _ in 0..n {
+        above &= above - 1;
+    }
+    w & !above
+}
+
 /// Free frames in the chunk.
 #[inline]
 pub(crate) fn count(w: &[u64]) -> u32 {
@@ -169,6 +182,18 @@ mod tests {
     extern crate std;
 
     use super::*;
+
+    #[test]
+    fn lowest_keeps_the_lowest_set_bits() {
+        let w = 0b1011_0110u64;
+        assert_eq!(lowest(w, 0), 0);
+        assert_eq!(lowest(w, 1), 0b10);
+        assert_eq!(lowest(w, 3), 0b1_0110);
+        assert_eq!(lowest(w, 5), w);
+        assert_eq!(lowest(w, 64), w);
+        assert_eq!(lowest(u64::MAX, 63), u64::MAX >> 1);
+        assert_eq!(lowest(1 << 63, 1), 1 << 63);
+    }
 
     /// Reference: the maximal blocks of each order, frame by frame.
     fn reference(frames: &[bool], c: u8) -> std::vec::Vec<(u32, u8)> {

@@ -298,9 +298,10 @@ fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
     let p = z.alloc(Order::ZERO, l).unwrap();
     let free = z.free_pages();
     let mut got = Vec::new();
-    let n = z.alloc_run(p, l, 10, 0, |f| {
-        got.push(f);
-        true
+    let n = z.alloc_run(p, l, 10, 0, |base, bits| {
+        assert_eq!(base.get() % 64, 0, "a word's first frame");
+        got.extend((0..64).filter(|b| bits & 1 << b != 0).map(|b| base + b));
+        bits
     });
     assert_eq!(n, 10);
     let chunk = p.get() & !511;
@@ -308,8 +309,12 @@ fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
     assert_eq!(got, want, "the lowest free frames after the first");
     assert_eq!(z.free_pages(), free - 10);
     z.validate().unwrap();
-    // A refusal ends the run, the refused frame free.
-    let n = z.alloc_run(p, l, 100, 0, |f| f != Pfn(chunk + 14));
+    // A refusal ends the run, the refused frames free: here every frame
+    // from the 14th of the chunk (and bits never offered are not taken).
+    let n = z.alloc_run(p, l, 100, 0, |base, bits| {
+        let below = (1u64 << (chunk + 14 - base.get())) - 1;
+        (bits & below) | 1
+    });
     assert_eq!(n, 3);
     assert!(z.free(Pfn(chunk + 14), Order::ZERO).is_err(), "still free");
     z.validate().unwrap();
@@ -322,10 +327,10 @@ fn a_run_takes_the_lowest_free_frames_of_one_chunk() {
     assert_eq!(z.free_pages(), 2048);
     // A wholly free chunk (not split) and a frame outside the zone give
     // nothing; neither does a zero-length run.
-    assert_eq!(z.alloc_run(Pfn(0), l, 5, 0, |_| true), 0);
-    assert_eq!(z.alloc_run(Pfn(4096), l, 5, 0, |_| true), 0);
+    assert_eq!(z.alloc_run(Pfn(0), l, 5, 0, |_, b| b), 0);
+    assert_eq!(z.alloc_run(Pfn(4096), l, 5, 0, |_, b| b), 0);
     let q = z.alloc(Order::ZERO, l).unwrap();
-    assert_eq!(z.alloc_run(q, l, 0, 0, |_| true), 0);
+    assert_eq!(z.alloc_run(q, l, 0, 0, |_, b| b), 0);
     z.free(q, Order::ZERO).unwrap();
     z.validate().unwrap();
 }

@@ -201,7 +201,7 @@ impl<'a> MobileZone<'a> {
         pfn: Pfn,
         mt: MigrateType,
         max: usize,
-        take: impl FnMut(Pfn) -> bool,
+        take: impl FnMut(Pfn, u64) -> u64,
     ) -> usize {
         let mt = if self.mobility().grouping {
             mt

@@ -397,13 +397,17 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                     let room = z.buddy.free_pages().saturating_sub(z.wmark.low + 1);
                     let want = sink.remaining().min(room as usize);
                     let states = &self.states;
-                    z.buddy.alloc_run(p, mt, want, |f| {
-                        if sink.push(f).is_err() {
-                            return false;
+                    z.buddy.alloc_run(p, mt, want, |base, bits| {
+                        let got = sink.push_word(base, bits);
+                        let mut rest = got;
+                        while rest != 0 {
+                            states.set_cached(base + u64::from(rest.trailing_zeros()), order);
+                            rest &= rest - 1;
                         }
-                        states.set_cached(f, order);
-                        last = f;
-                        true
+                        if got != 0 {
+                            last = base + u64::from(63 - got.leading_zeros());
+                        }
+                        got
                     });
                 }
                 line = self.states.line_of(last);

@@ -121,6 +121,28 @@ impl Home {
         self.put(frame, shift)
     }
 
+    /// [`Home::accept`] of the frames `base + b` for each bit `b` of
+    /// `bits` (`base` aligned to 64 frames), all in one word of the region:
+    /// returns those it holds now (none for another region, and none
+    /// already held twice).
+    #[inline]
+    pub(crate) fn accept_word(&mut self, base: Pfn, bits: u64, shift: u8) -> u64 {
+        if bits == 0 {
+            return 0;
+        }
+        if self.is_empty() {
+            self.region = base.get() >> shift;
+        }
+        if !self.contains(base, shift) {
+            return 0;
+        }
+        let w = ((base.get() & ((1 << shift) - 1)) >> 6) as usize;
+        let new = bits & !self.bits[w];
+        self.bits[w] |= new;
+        self.words |= 1 << w;
+        new
+    }
+
     /// Visits every frame held, lowest first.
     pub(crate) fn for_each(&self, shift: u8, mut f: impl FnMut(Pfn)) {
         for (w, &word) in self.bits.iter().enumerate() {

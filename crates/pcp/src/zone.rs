@@ -126,6 +126,40 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         Ok(())
     }
 
+    /// Hands order-0 frames a bitmap word at a time: the frames `base + b`
+    /// for each bit `b` of `bits` (`base` aligned to 64 frames), at most
+    /// [`RefillSink::remaining`] of them. Returns the bits taken, lowest
+    /// first; the refill is complete when that is less than `bits`. A home
+    /// list takes the word with one `or` (its bitmap has the chunk's
+    /// layout); other lists take frame by frame.
+    #[inline]
+    pub fn push_word(&mut self, base: Pfn, bits: u64) -> u64 {
+        let want = bits.count_ones() as usize;
+        let got = match &mut self.home {
+            Some((h, shift)) if want <= self.remaining => h.accept_word(base, bits, *shift),
+            _ => {
+                let mut got = 0;
+                let mut rest = bits;
+                while rest != 0 {
+                    let b = rest.trailing_zeros();
+                    if self.push(base + u64::from(b)).is_err() {
+                        return got;
+                    }
+                    got |= 1 << b;
+                    rest &= rest - 1;
+                }
+                return got;
+            }
+        };
+        let n = got.count_ones() as usize;
+        self.remaining -= n;
+        self.taken += n;
+        if got != bits {
+            self.remaining = 0; // another region
+        }
+        got
+    }
+
     /// Hands one block beyond what the cache asked for: a zone may round a
     /// refill up (to keep two CPUs' caches off one line of its per-frame
     /// metadata, say). `Err(frame)` (the zone keeps it) when the slot
@@ -264,5 +298,48 @@ impl Iterator for SpillBatch<'_, '_> {
         self.pages += pages as u64;
         self.blocks += 1;
         Some((frame, order))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use crate::lists::Slot;
+
+    /// A refill by bitmap words: a home takes a word of its region whole,
+    /// ends the refill at another region's, and a word beyond what the
+    /// cache wants (or a list without a home) goes frame by frame, lowest
+    /// first.
+    #[test]
+    fn words_go_into_the_home_whole_and_elsewhere_frame_by_frame() {
+        let mut slots = std::vec![Slot::EMPTY; 8];
+        let mut lists = Lists::new(&mut slots);
+        let li = ListIndex::new(0).unwrap();
+        let mut home = Home::EMPTY;
+        let mut sink = RefillSink::new(&mut lists, Some((&mut home, 7)), li, 100);
+        assert_eq!(sink.push_word(Pfn(128), 0xff), 0xff);
+        assert_eq!(sink.push_word(Pfn(192), 0b11), 0b11);
+        assert_eq!((sink.taken(), sink.remaining()), (10, 90));
+        assert_eq!(sink.push_word(Pfn(256), 1), 0, "another region");
+        assert_eq!(sink.remaining(), 0, "the refill ends there");
+        assert_eq!(home.len(), 10);
+        assert!(home.contains(Pfn(128), 7) && !home.contains(Pfn(0), 7));
+
+        // More frames than wanted: the lowest, one by one.
+        let mut home = Home::EMPTY;
+        let mut sink = RefillSink::new(&mut lists, Some((&mut home, 7)), li, 3);
+        assert_eq!(sink.push_word(Pfn(0), 0b1111_0000), 0b111_0000);
+        assert_eq!((sink.taken(), sink.remaining()), (3, 0));
+        assert_eq!(home.take(7), Some(Pfn(4)));
+
+        // No home: onto the list's tail, frame by frame.
+        let mut sink = RefillSink::new(&mut lists, None, li, 10);
+        assert_eq!(sink.push_word(Pfn(64), 0b101), 0b101);
+        assert_eq!(sink.taken(), 2);
+        assert_eq!(lists.len(li), 2);
+        assert_eq!(lists.pop_head(li), Some(Pfn(64)));
+        assert_eq!(lists.pop_head(li), Some(Pfn(66)));
     }
 }

@@ -27,7 +27,7 @@ use crate::debug::{Caller, Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
 pub use crate::hotplug::MemmapOnMemory;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
@@ -43,7 +43,7 @@ pub(crate) const RANKED: usize = 64;
 /// Any number of contiguous frames, a given range, or a 1 GiB page:
 /// movable memory in the way migrates out through the kernel's
 /// [`crate::Migrator`].
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Allocates exactly the frames of `range` (`alloc_contig_range`): every
     /// pageblock it touches is isolated, the movable allocations inside it
     /// are migrated elsewhere through `migrator` (in [`MigrateMode::Sync`];
@@ -209,7 +209,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         &self,
         range: PfnRange,
         migrator: &mut M,
-    ) -> Result<(&Zone<'a, R>, u64, Holding<'_>), ContigError> {
+    ) -> Result<(&Zone<'a, P::Lock>, u64, Holding<'_>), ContigError> {
         if range.is_empty() {
             return Err(ContigError::Invalid);
         }
@@ -274,7 +274,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             match r {
                 Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
                 r => {
-                    if H::TRACE {
+                    if P::Hooks::TRACE {
                         self.hooks.event(&Event::Isolate {
                             range,
                             ok: r.is_ok(),
@@ -386,7 +386,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// blocks a candidate.
     pub(crate) fn contig_in<M: Migrator + ?Sized>(
         &self,
-        z: &Zone<'a, R>,
+        z: &Zone<'a, P::Lock>,
         within: PfnRange,
         frames: u64,
         align: u64,

@@ -16,8 +16,9 @@
 //! Trace events (Linux's `kmem` and `compaction` tracepoints) and
 //! poisoning go to a [`Hooks`] value the machine owns.
 //!
-//! A machine is generic over its hooks, [`NoHooks`] by default, so calls
-//! into them are static: with [`NoHooks`] every call is an empty inline
+//! A machine is generic over its hooks (the `Hooks` of its
+//! [`crate::lock::Platform`]), [`NoHooks`] by default, so calls into them
+//! are static: with [`NoHooks`] every call is an empty inline
 //! function and the paths compile to what they were without it. A kernel
 //! that wants events builds its machine with
 //! [`crate::boot::Builder::hooks`], and reads them back through

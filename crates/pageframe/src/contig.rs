@@ -17,8 +17,8 @@ use pageframe_types::unwind::OnUnwind;
 use crate::block::{RawError, Refused, Segment};
 use crate::error::ContigError;
 
-// The other calls beyond power-of-two blocks: CMA areas, memory hotplug,
-// free page reporting.
+// CMA: contiguous allocation from areas set aside for it.
+pub use crate::block::CmaBuffer;
 pub use crate::cma_area::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 #[cfg(feature = "vmstat")]
@@ -26,12 +26,10 @@ use crate::debug::vmstat::MachineCounters;
 use crate::debug::{Caller, Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
-pub use crate::hotplug::MemmapOnMemory;
 use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
-pub use crate::reporting::{REPORTING_CAPACITY, ReportStats};
 use crate::zone_core::{Holding, Zone};
 
 /// Zones with at most this many aligned candidates have them all costed

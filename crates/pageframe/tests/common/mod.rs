@@ -8,8 +8,8 @@ pub mod watchdog;
 
 use pageframe::{
     Block, CpuCache, CpuId, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange,
-    SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     topology::Topology,
 };
 

@@ -13,7 +13,6 @@
 //! [`crate::tune::Tunables`] and the reading and debugging calls on
 //! [`crate::debug::Inspect`].
 
-use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{
@@ -1117,11 +1116,6 @@ impl<'a, P: Platform> Machine<'a, P> {
             n.counters.add(&s);
         }
     }
-
-    /// See [`crate::debug::Inspect::buddyinfo`].
-    pub(crate) fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, P> {
-        MachineBuddyInfo(self)
-    }
 }
 
 /// Every zone's span, sorted, for the zone of a frame in a few compares.
@@ -1164,18 +1158,6 @@ impl ZoneIndex {
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     let q = u128::from(a) * u128::from(b) / u128::from(c.max(1));
     u64::try_from(q).unwrap_or(u64::MAX)
-}
-
-/// See [`crate::debug::Inspect::buddyinfo`].
-pub struct MachineBuddyInfo<'m, 'a, P: Platform = (SpinLock, NoHooks)>(&'m Machine<'a, P>);
-
-impl<P: Platform> fmt::Display for MachineBuddyInfo<'_, '_, P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for n in self.0.nodes() {
-            write!(f, "{}", n.buddyinfo())?;
-        }
-        Ok(())
-    }
 }
 
 /// `placement`'s index in [`Placement::ALL`] (how the tunable stores it).

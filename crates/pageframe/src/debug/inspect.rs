@@ -7,11 +7,12 @@ use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_mobility::MobilityConfig;
 
 use crate::cma_area::{CmaId, CmaStats};
+use crate::debug::MachineBuddyInfo;
 use crate::debug::NoHooks;
 use crate::gfp::Gfp;
 use crate::hotplug::MemmapOnMemory;
 use crate::lock::{Platform, SpinLock};
-use crate::machine::{Machine, MachineBuddyInfo};
+use crate::machine::Machine;
 use crate::node::Node;
 use crate::node_id::NodeId;
 use crate::numa::Topology;
@@ -246,7 +247,7 @@ impl<'m, 'a, P: Platform> Inspect<'m, 'a, P> {
     /// `/proc/buddyinfo` for the whole machine: one line a zone.
     #[inline]
     pub fn buddyinfo(self) -> MachineBuddyInfo<'m, 'a, P> {
-        self.machine.buddyinfo()
+        MachineBuddyInfo(self.machine)
     }
 
     /// `/proc/zoneinfo`: every zone's watermarks, sizes, protection, free

@@ -60,6 +60,7 @@
 //! m.free(b).unwrap();
 //! ```
 
+mod buddyinfo;
 #[cfg(feature = "fail-alloc")]
 pub mod fail;
 mod hooks;
@@ -78,6 +79,7 @@ pub(crate) mod vmstat;
 mod vmstat_sum;
 mod zoneinfo;
 
+pub use buddyinfo::MachineBuddyInfo;
 pub(crate) use hooks::Caller;
 pub use hooks::{Event, Hooks, NoHooks, PAGE_POISON, Poisoning};
 pub use inspect::Inspect;

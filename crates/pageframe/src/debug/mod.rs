@@ -1,12 +1,13 @@
-//! The kernel developer's toolbox, as Linux has it:
+//! The kernel developer's toolbox, as Linux has it (a tool behind a
+//! feature is named, not linked: it exists only with the feature):
 //!
 //! | tool | Linux | here | off |
 //! |---|---|---|---|
-//! | event counters | `/proc/vmstat` | [`vmstat`]: [`crate::debug::Inspect::vmstat`] | feature `vmstat` |
+//! | event counters | `/proc/vmstat` | `debug::vmstat`: `Inspect::vmstat` | feature `vmstat` |
 //! | zone report | `/proc/zoneinfo` | [`crate::debug::Inspect::zoneinfo`] | (a read) |
-//! | who holds a block | `page_owner` | [`owner`]: [`crate::debug::Inspect::owner_of`], [`crate::debug::Inspect::page_owners`] | feature `page-owner` |
+//! | who holds a block | `page_owner` | `debug::owner`: `Inspect::owner_of`, `Inspect::page_owners` | feature `page-owner` |
 //! | trace events | `kmem`, `compaction` tracepoints | [`Hooks::event`], [`Event`] | [`NoHooks`] |
-//! | fault injection | `fail_page_alloc` | [`fail`]: [`crate::debug::Inspect::fail_page_alloc`] | feature `fail-alloc` |
+//! | fault injection | `fail_page_alloc` | `debug::fail`: `Inspect::fail_page_alloc` | feature `fail-alloc` |
 //! | memory init, poisoning | `init_on_alloc`, `init_on_free`, `page_poison` | [`Poisoning`] through [`Hooks::fill`], [`Hooks::check`] | [`NoHooks`] |
 //! | consistency check | `CONFIG_DEBUG_VM` | [`crate::Machine::validate`]: the structure, the rule and the frame | (a read) |
 //!

@@ -68,8 +68,8 @@ pub fn machine_with_hooks<H: Hooks>(
     cpus: u32,
     mobility: MobilityConfig,
     hooks: H,
-) -> &'static Machine<'static, SpinLock, H> {
-    let m: &'static mut Machine<'static, SpinLock, H> = Box::leak(
+) -> &'static Machine<'static, (SpinLock, H)> {
+    let m: &'static mut Machine<'static, (SpinLock, H)> = Box::leak(
         pageframe::boot::Builder::new(MachineConfig {
             mobility,
             ..MachineConfig::SINGLE_NODE
@@ -115,7 +115,7 @@ impl Frames for BuddyZone<'_> {
 
 /// The machine's zone path (lock, watermark check, mobility layer, buddy
 /// core), with watermarks lifted so benchmarks may fill it.
-pub struct Facade<H: Hooks + 'static = NoHooks>(pub &'static Machine<'static, SpinLock, H>);
+pub struct Facade<H: Hooks + 'static = NoHooks>(pub &'static Machine<'static, (SpinLock, H)>);
 
 impl<H: Hooks> Frames for Facade<H> {
     type Handle = Block;
@@ -141,11 +141,11 @@ impl<H: Hooks> Frames for Facade<H> {
 
 /// A CPU's cached path on a machine with per-CPU caches (movable requests,
 /// watermarks as the zone has them).
-pub struct Cached<H: Hooks + 'static = NoHooks>(pub CpuCache<'static, 'static, SpinLock, H>);
+pub struct Cached<H: Hooks + 'static = NoHooks>(pub CpuCache<'static, 'static, (SpinLock, H)>);
 
 impl<H: Hooks> Cached<H> {
     /// CPU `cpu`'s handle on `m`.
-    pub fn new(m: &'static Machine<'static, SpinLock, H>, cpu: u32) -> Cached<H> {
+    pub fn new(m: &'static Machine<'static, (SpinLock, H)>, cpu: u32) -> Cached<H> {
         Cached(m.cpu(CpuId(cpu), NodeId::ZERO).expect("handle"))
     }
 }

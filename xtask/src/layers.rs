@@ -107,6 +107,7 @@ pub const LAYERS: &[(&str, usize)] = &[
     ("partial.rs", 3),
     ("reporting.rs", 3),
     // The debugging tools: reading the whole machine.
+    ("debug/buddyinfo.rs", 4),
     ("debug/inspect.rs", 4),
     ("debug/mod.rs", 4),
     ("debug/owner.rs", 4),

@@ -6,8 +6,9 @@
 //!
 //! * no frame ever has two owners: every block handed out is disjoint from
 //!   every block still owned, lies in one zone, is aligned to its order;
-//!   the model holds every [`pageframe::Block`], [`pageframe::Segment`] and
-//!   [`pageframe::CmaBuffer`] it is given, and gives each back exactly once;
+//!   the model holds every [`pageframe::Block`], [`pageframe::Segment`]
+//!   and [`pageframe::contig::CmaBuffer`] it is given, and gives each back
+//!   exactly once;
 //! * ownership moves with migration: the model's migrator hands a block
 //!   over only when asked for one it holds, and takes back the new block;
 //! * a migrator that panics leaves the machine as a refusal would;
@@ -34,9 +35,10 @@ use pageframe_pcp::CpuId;
 
 use pageframe::lock::SpinLock;
 use pageframe::{
-    AllocError, Block, CmaBuffer, ContigError, Gfp, Machine, MachineConfig, Migrator, NodeId,
-    RawError, Segment, SlowPathHooks, ZoneKind,
-    contig::CmaId,
+    AllocError, Block, ContigError, Gfp, Machine, MachineConfig, Migrator, NodeId, RawError,
+    Segment, ZoneKind,
+    compact::SlowPathHooks,
+    contig::{CmaBuffer, CmaId},
     topology::Topology,
     tune::{NodePolicy, Placement, ThpDefrag, ThpPolicy},
     zone::Zone,

@@ -26,7 +26,7 @@ use crate::debug::vmstat::{CpuCounters, Refilled, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::zone_core::Zone;
 use crate::zone_kind::{MAX_ZONES, ZoneKind, ZoneRef};
 use pageframe_types::carve;
@@ -283,26 +283,28 @@ impl<'h, H: Hooks> Traced<'h, H> {
     pub(crate) fn on<'t, 'z, 'a, R: RawMutex>(
         &'t self,
         zone: &'z Zone<'a, R>,
-    ) -> TracedZone<'t, 'z, 'a, 'h, R, H> {
+    ) -> TracedZone<'t, 'z, 'a, 'h, (R, H)> {
         TracedZone { zone, traced: self }
     }
 }
 
 /// A zone with the hooks its caches report to (static: with
-/// [`crate::debug::NoHooks`] and no counters it is the zone).
-pub(crate) struct TracedZone<'t, 'z, 'a, 'h, R: RawMutex, H: Hooks> {
-    zone: &'z Zone<'a, R>,
-    traced: &'t Traced<'h, H>,
+/// [`crate::debug::NoHooks`] and no counters it is the zone). `P` is the
+/// zone's lock and the hooks as a pair, whatever platform type the
+/// machine was named with.
+pub(crate) struct TracedZone<'t, 'z, 'a, 'h, P: Platform> {
+    zone: &'z Zone<'a, P::Lock>,
+    traced: &'t Traced<'h, P::Hooks>,
 }
 
-impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, '_, R, H> {
+impl<P: Platform> PcpZone for TracedZone<'_, '_, '_, '_, P> {
     #[inline]
     fn refill(&self, order: Order, mt: MigrateType, sink: &mut RefillSink<'_, '_>) {
         let t = self.traced;
         self.zone.refill_traced(t.hooks, order, mt, sink);
         t.refilled.note();
         self.zone.vm(t.cpu).pcp_refill(sink.taken() as u64);
-        if H::TRACE {
+        if P::Hooks::TRACE {
             t.hooks.event(&Event::PcpRefill {
                 zone: self.zone.zone_ref(),
                 cpu: t.cpu,
@@ -317,7 +319,7 @@ impl<R: RawMutex, H: Hooks> PcpZone for TracedZone<'_, '_, '_, '_, R, H> {
         let t = self.traced;
         self.zone.spill(batch);
         self.zone.vm(t.cpu).pcp_spill(batch.pages());
-        if H::TRACE {
+        if P::Hooks::TRACE {
             t.hooks.event(&Event::PcpSpill {
                 zone: self.zone.zone_ref(),
                 cpu: t.cpu,

@@ -16,9 +16,9 @@ use pageframe_mobility::MigrateType;
 
 use crate::block::{Call, CmaBuffer, Refused};
 use crate::cma_area::{CmaArea, CmaId, CmaStats, MAX_CMA_AREAS};
-use crate::debug::{Caller, Hooks};
+use crate::debug::Caller;
 use crate::error::ContigError;
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 
@@ -26,7 +26,7 @@ use crate::migrator::Migrator;
 ///
 /// Areas reserved for drivers' contiguous buffers that serve movable
 /// allocations meanwhile (spec 03 §1(d)).
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Sets `range` aside as a CMA area (at set-up, after the memory was
     /// handed over): whole pageblocks of one zone, every frame free. Its
     /// pageblocks become CMA: movable allocations may use them, nothing

@@ -1,5 +1,5 @@
 //! A CMA area's identity, its state and what it reports. The machine
-//! embeds the areas' state and a [`crate::CmaBuffer`] names its area, so
+//! embeds the areas' state and a [`crate::contig::CmaBuffer`] names its area, so
 //! these live at the bottom of the facade; setting areas up and taking
 //! buffers from them is `cma.rs`, a service on the machine.
 

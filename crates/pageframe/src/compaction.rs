@@ -11,7 +11,7 @@ use pageframe_mobility::{MobileZone, ZoneMarks};
 
 use crate::block::Block;
 use crate::debug::{Event, Hooks};
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::node_id::MAX_NUMNODES;
 use crate::zone_core::Zone;
@@ -45,8 +45,8 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
     /// The zones `refs` names (up to `highest`), in that order, with the
     /// marks held against a requester whose highest zone is `highest`.
     /// `None` if there is none.
-    pub(crate) fn new<H: Hooks>(
-        machine: &'z Machine<'a, R, H>,
+    pub(crate) fn new<P: Platform<Lock = R>>(
+        machine: &'z Machine<'a, P>,
         refs: impl Iterator<Item = ZoneRef>,
         highest: ZoneKind,
     ) -> Option<Self> {
@@ -113,13 +113,13 @@ impl<'z, 'a, R: RawMutex> ZoneSet<'z, 'a, R> {
 /// a panic in its `migrated` leaves none unsettled; their destinations stay
 /// allocated (the kernel maps them; a block it was not given is lost,
 /// never handed out again).
-pub(crate) struct Guarded<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> {
+pub(crate) struct Guarded<'g, 'z, 'a, P: Platform, M: crate::Migrator + ?Sized> {
     pub inner: &'g mut M,
-    pub machine: &'z Machine<'a, R, H>,
+    pub machine: &'z Machine<'a, P>,
 }
 
-impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, R, H, M> {
-    pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, R, H>) -> Self {
+impl<'g, 'z, 'a, P: Platform, M: crate::Migrator + ?Sized> Guarded<'g, 'z, 'a, P, M> {
+    pub(crate) fn new(inner: &'g mut M, machine: &'z Machine<'a, P>) -> Self {
         Guarded { inner, machine }
     }
 
@@ -141,13 +141,13 @@ impl<'g, 'z, 'a, R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> Guarded<'g,
 /// has answered (or panicked), a source it moved is "moved out" (its
 /// frames poisoned as free memory when it answered), the destination of a
 /// move not made is free again.
-struct BatchMarks<'b, 'z, 'a, R: RawMutex, H: Hooks> {
-    machine: &'z Machine<'a, R, H>,
+struct BatchMarks<'b, 'z, 'a, P: Platform> {
+    machine: &'z Machine<'a, P>,
     moves: &'b mut [Move],
     answered: bool,
 }
 
-impl<R: RawMutex, H: Hooks> BatchMarks<'_, '_, '_, R, H> {
+impl<P: Platform> BatchMarks<'_, '_, '_, P> {
     /// Records the kernel's answers; `answered`: it returned (trace events
     /// and poisoning run kernel hooks, not done while a panic unwinds).
     fn record(&mut self, answered: bool) {
@@ -155,7 +155,7 @@ impl<R: RawMutex, H: Hooks> BatchMarks<'_, '_, '_, R, H> {
         let machine = self.machine;
         for m in self.moves.iter() {
             let (src, dst, order) = (m.src(), m.dst(), m.order());
-            if answered && H::TRACE {
+            if answered && P::Hooks::TRACE {
                 machine.hooks.event(&Event::Migrate {
                     from: src,
                     to: dst,
@@ -179,7 +179,7 @@ impl<R: RawMutex, H: Hooks> BatchMarks<'_, '_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex, H: Hooks> Drop for BatchMarks<'_, '_, '_, R, H> {
+impl<P: Platform> Drop for BatchMarks<'_, '_, '_, P> {
     fn drop(&mut self) {
         if !self.answered {
             self.record(false);
@@ -187,9 +187,7 @@ impl<R: RawMutex, H: Hooks> Drop for BatchMarks<'_, '_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex, H: Hooks, M: crate::Migrator + ?Sized> FrameMover
-    for Guarded<'_, '_, '_, R, H, M>
-{
+impl<P: Platform, M: crate::Migrator + ?Sized> FrameMover for Guarded<'_, '_, '_, P, M> {
     fn isolate(&mut self, pfn: Pfn, order: Order, _tag: u32) -> bool {
         let Some(z) = self.machine.zone_of(pfn) else {
             return false;

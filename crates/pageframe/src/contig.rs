@@ -17,8 +17,8 @@ use pageframe_types::unwind::OnUnwind;
 use crate::block::{RawError, Refused, Segment};
 use crate::error::ContigError;
 
-// The other calls beyond power-of-two blocks: CMA areas, memory hotplug,
-// free page reporting.
+// CMA: contiguous allocation from areas set aside for it.
+pub use crate::block::CmaBuffer;
 pub use crate::cma_area::{CmaId, CmaStats, MAX_CMA_AREAS};
 use crate::compaction::{Guarded, Locked};
 #[cfg(feature = "vmstat")]
@@ -26,12 +26,10 @@ use crate::debug::vmstat::MachineCounters;
 use crate::debug::{Caller, Event, Hooks};
 use crate::frame_state::State;
 use crate::gfp::Gfp;
-pub use crate::hotplug::MemmapOnMemory;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
-pub use crate::reporting::{REPORTING_CAPACITY, ReportStats};
 use crate::zone_core::{Holding, Zone};
 
 /// Zones with at most this many aligned candidates have them all costed
@@ -43,7 +41,7 @@ pub(crate) const RANKED: usize = 64;
 /// Any number of contiguous frames, a given range, or a 1 GiB page:
 /// movable memory in the way migrates out through the kernel's
 /// [`crate::Migrator`].
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Allocates exactly the frames of `range` (`alloc_contig_range`): every
     /// pageblock it touches is isolated, the movable allocations inside it
     /// are migrated elsewhere through `migrator` (in [`MigrateMode::Sync`];
@@ -209,7 +207,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         &self,
         range: PfnRange,
         migrator: &mut M,
-    ) -> Result<(&Zone<'a, R>, u64, Holding<'_>), ContigError> {
+    ) -> Result<(&Zone<'a, P::Lock>, u64, Holding<'_>), ContigError> {
         if range.is_empty() {
             return Err(ContigError::Invalid);
         }
@@ -274,7 +272,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             match r {
                 Err(ContigError::Blocked { pfn, .. }) if tries < 3 && z.stripes.holds(pfn) => {}
                 r => {
-                    if H::TRACE {
+                    if P::Hooks::TRACE {
                         self.hooks.event(&Event::Isolate {
                             range,
                             ok: r.is_ok(),
@@ -386,7 +384,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// blocks a candidate.
     pub(crate) fn contig_in<M: Migrator + ?Sized>(
         &self,
-        z: &Zone<'a, R>,
+        z: &Zone<'a, P::Lock>,
         within: PfnRange,
         frames: u64,
         align: u64,

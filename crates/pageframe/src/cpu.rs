@@ -16,10 +16,10 @@ use pageframe_pcp::{CpuId, PcpStats};
 
 use crate::block::{Block, MachineId, RawError, Refused};
 use crate::cache::Locals;
-use crate::debug::{Caller, Hooks, NoHooks};
+use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
-use crate::lock::{RawMutex, SpinLock};
+use crate::lock::{Platform, SpinLock};
 use crate::machine::Machine;
 use crate::node_id::{MAX_CPUS, NodeId};
 use crate::zone_kind::{ZoneKind, ZoneRef};
@@ -42,13 +42,13 @@ pub struct CacheInfo {
 /// A CPU's handle: allocates and frees through its per-CPU caches. See the
 /// module docs for the contract; without per-CPU caches
 /// ([`Machine::enable_pcp`] not called) it allocates from the zones.
-pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
+pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
+    machine: &'m Machine<'a, P>,
     /// The machine's identity, kept here for the blocks' checks.
     id: MachineId,
     cpu: CpuId,
     node: NodeId,
-    locals: Locals<'m, 'a, R>,
+    locals: Locals<'m, 'a, P::Lock>,
     /// The zone index ([`ZoneRef::index`]) of the last
     /// [`CpuCache::free_raw`], tried first by the next.
     last_raw: usize,
@@ -57,7 +57,7 @@ pub struct CpuCache<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
 /// # Per-CPU caches
 ///
 /// Memory for the caches, each CPU's handle, and draining them.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
     /// memory handed over so far (the caches are sized from it: a CPU's
     /// cache may hold up to 1/8 of its zone divided among the node's CPUs).
@@ -180,7 +180,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// drainers, or retry); `NoSuchCpu` beyond the CPUs set up;
     /// `NoSuchNode` for a node outside the topology ([`CpuError`]). Without
     /// per-CPU caches the handle allocates from the zones.
-    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, R, H>, CpuError> {
+    pub fn cpu(&self, cpu: CpuId, node: NodeId) -> Result<CpuCache<'_, 'a, P>, CpuError> {
         if !self.topology().contains(node) {
             return Err(CpuError::NoSuchNode(node));
         }
@@ -321,7 +321,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ///   polling (the zone locks are never held here).
     pub fn drain_pcp(
         &self,
-        mut local: Option<&mut CpuCache<'_, 'a, R, H>>,
+        mut local: Option<&mut CpuCache<'_, 'a, P>>,
         mut kick: impl FnMut(CpuId),
     ) {
         // Requests to every cache of every zone first, so that owners drain
@@ -346,7 +346,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 }
 
-impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// The CPU.
     pub fn cpu(&self) -> CpuId {
         self.cpu
@@ -559,7 +559,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> CpuCache<'m, 'a, R, H> {
     }
 
     /// The machine.
-    pub fn machine(&self) -> &'m Machine<'a, R, H> {
+    pub fn machine(&self) -> &'m Machine<'a, P> {
         self.machine
     }
 }

@@ -7,15 +7,15 @@ use core::fmt;
 use pageframe_buddy::FreeError;
 
 use crate::block::{Block, Call, Refused};
-use crate::debug::{Hooks, NoHooks};
-use crate::lock::RawMutex;
+use crate::debug::NoHooks;
+use crate::lock::{Platform, SpinLock};
 use crate::machine::Machine;
 
 /// # A block that frees itself
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// A block that frees itself when dropped ([`BlockGuard`]); a block of
     /// another machine is refused.
-    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, R, H>, Refused<Block>> {
+    pub fn guard(&self, block: Block) -> Result<BlockGuard<'_, 'a, P>, Refused<Block>> {
         if block.machine() != self.id {
             return Err(Refused::by(Call::Guard, block, FreeError::Foreign));
         }
@@ -42,14 +42,14 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 /// } // freed here
 /// assert_eq!(m.inspect().free_pages(), free);
 /// ```
-pub struct BlockGuard<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
+pub struct BlockGuard<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
+    machine: &'m Machine<'a, P>,
     block: Option<Block>,
 }
 
-impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> BlockGuard<'m, 'a, P> {
     /// Made by [`crate::Machine::guard`], for a block of that machine.
-    pub(crate) fn new(machine: &'m Machine<'a, R, H>, block: Block) -> Self {
+    pub(crate) fn new(machine: &'m Machine<'a, P>, block: Block) -> Self {
         BlockGuard {
             machine,
             block: Some(block),
@@ -62,14 +62,14 @@ impl<'m, 'a, R: RawMutex, H: Hooks> BlockGuard<'m, 'a, R, H> {
     }
 }
 
-impl<R: RawMutex, H: Hooks> core::ops::Deref for BlockGuard<'_, '_, R, H> {
+impl<P: Platform> core::ops::Deref for BlockGuard<'_, '_, P> {
     type Target = Block;
     fn deref(&self) -> &Block {
         self.block.as_ref().unwrap_or_else(|| unreachable!())
     }
 }
 
-impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
+impl<P: Platform> Drop for BlockGuard<'_, '_, P> {
     fn drop(&mut self) {
         if let Some(b) = self.block.take() {
             // The guard was made for a block of this machine: the free
@@ -79,7 +79,7 @@ impl<R: RawMutex, H: Hooks> Drop for BlockGuard<'_, '_, R, H> {
     }
 }
 
-impl<R: RawMutex, H: Hooks> fmt::Debug for BlockGuard<'_, '_, R, H> {
+impl<P: Platform> fmt::Debug for BlockGuard<'_, '_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("BlockGuard").field(&self.block).finish()
     }

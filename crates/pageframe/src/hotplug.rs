@@ -31,9 +31,8 @@ use core::mem::MaybeUninit;
 
 use pageframe_buddy::{PAGE_SIZE, PfnRange};
 
-use crate::debug::Hooks;
 use crate::error::SetupError;
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
 use crate::zone_core::Zone;
@@ -62,7 +61,7 @@ impl MemmapOnMemory {
 ///
 /// Ranges taken offline and brought online, and zones that arrive at run
 /// time.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Declares, at set-up, that node `node` may get a zone of `kind` over
     /// (part of) `range` at run time. Checked before anything changes: the
     /// node exists, has no zone of that kind and no range declared for it,
@@ -143,7 +142,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         kind: ZoneKind,
         span: PfnRange,
         meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<&Zone<'a, R>, SetupError> {
+    ) -> Result<&Zone<'a, P::Lock>, SetupError> {
         let n = self.node(node).ok_or(SetupError::NoSuchNode(node))?;
         let setup = self.setup();
         let declared = self.hotplug[node.index()][kind.index()]

@@ -13,7 +13,7 @@ use pageframe_compact::{CompactOutcome, TickReport, compact_memory, node_score};
 
 use crate::compaction::{Guarded, ZoneSet};
 use crate::debug::{Event, Hooks};
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
@@ -24,9 +24,9 @@ use crate::zone_kind::ZoneKind;
 ///
 /// What a kernel's kcompactd thread or timer calls, and whole-node
 /// compaction (spec 03 §11).
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// The zones of node `id`, low to high, for a requester of `highest`.
-    fn node_zones(&self, id: NodeId, highest: ZoneKind) -> Option<ZoneSet<'_, 'a, R>> {
+    fn node_zones(&self, id: NodeId, highest: ZoneKind) -> Option<ZoneSet<'_, 'a, P::Lock>> {
         let node = self.node(id)?;
         let refs = node.zones().map(|z| z.zone_ref());
         ZoneSet::new(self, refs, highest)
@@ -85,7 +85,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         k.set_extfrag_threshold(self.extfrag_threshold());
         let mut guarded = Guarded::new(migrator, self);
         let report = set.with(|zones| k.tick(now_ns, zones, &node.wake, &mut guarded));
-        if H::TRACE && (report.work || report.proactive.is_some()) {
+        if P::Hooks::TRACE && (report.work || report.proactive.is_some()) {
             self.hooks.event(&Event::Kcompactd { node: id, report });
         }
         report
@@ -101,14 +101,14 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     ) -> Option<CompactOutcome> {
         let set = self.node_zones(id, ZoneKind::Movable)?;
         let mut guarded = Guarded::new(migrator, self);
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::CompactBegin {
                 node: id,
                 order: None,
             });
         }
         let out = set.with(|zones| compact_memory(zones, &mut guarded));
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::CompactEnd {
                 node: id,
                 order: None,

@@ -71,8 +71,8 @@
 //!    free calls ([`CpuCache`], the slow path with direct compaction,
 //!    allocation from any context) and the knobs ([`tune`]);
 //! 4. **services built on it**: contiguous ranges and CMA ([`contig`]),
-//!    hotplug, background compaction, free page reporting, partial frees,
-//!    the `x86_64` adapters and [`boot`];
+//!    memory [`hotplug`], background compaction, free page [`reporting`],
+//!    partial frees, the `x86_64` adapters and [`boot`];
 //! 5. **debugging tools**: [`debug::Inspect`] and the reports it gives.
 #![no_std]
 #![deny(missing_docs)]
@@ -101,11 +101,11 @@ pub mod contig;
 
 mod cma;
 
-mod hotplug;
+pub mod hotplug;
 
 mod kcompactd;
 
-mod reporting;
+pub mod reporting;
 
 // Everything else.
 mod block;
@@ -140,7 +140,7 @@ mod zone_kind;
 mod zone_layout;
 mod zonelist;
 
-pub use block::{Block, CmaBuffer, RawError, Refused, Segment};
+pub use block::{Block, RawError, Refused, Segment};
 pub use cpu::CpuCache;
 pub use error::{AllocError, ConfigError, ContigError, FreeError, SetupError};
 pub use gfp::Gfp;
@@ -150,15 +150,15 @@ pub use migrator::Migrator;
 pub use node_id::NodeId;
 pub use pageframe_pcp::CpuId;
 pub use pageframe_types::{Order, PAGE_SIZE, Pfn, PfnRange, PhysAddr};
-pub use slow_path::SlowPathHooks;
 pub use zone_kind::ZoneKind;
 
-/// Compaction and migration: what a [`Migrator`] is told, what a run
-/// reports, and the deferral that keeps failing runs rare (spec 03).
+/// Compaction, migration and reclaim: what the slow path asks of the
+/// kernel ([`compact::SlowPathHooks`]), what a [`Migrator`] is told, what
+/// a run reports, and the deferral that keeps failing runs rare (spec 03).
 pub mod compact {
     pub use crate::error::PinError;
     pub use crate::migrator::NoMigration;
-    pub use crate::slow_path::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
+    pub use crate::slow_path::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, SlowPathHooks};
     pub use pageframe_compact::{
         COMPACT_MAX_DEFER_SHIFT, CompactOutcome, CompactResult, CompactState, CompactStats,
         Deferral, DeferralState, MIGRATE_BATCH_MAX, MigrateError, MigrateMode, Move, TickReport,

@@ -1,8 +1,8 @@
 //! The zone lock is the kernel's choice, since only the kernel knows
 //! whether it allocates from interrupt handlers: every
 //! lock the allocator takes is a [`lock_api::RawMutex`], the convention of
-//! the Rust ecosystem (`spin`, `parking_lot`), given as a type parameter of
-//! [`crate::Machine`].
+//! the Rust ecosystem (`spin`, `parking_lot`), named with the kernel's
+//! hooks as the machine's [`Platform`]: `Machine<'a, (Lock, Hooks)>`.
 //!
 //! The default, [`SpinLock`], spins with interrupts untouched: right for a
 //! kernel that never allocates from an interrupt handler (and for host
@@ -51,7 +51,7 @@
 //! }
 //!
 //! // A machine whose zones take the interrupt-safe lock:
-//! type KernelMachine<'a> = pageframe::Machine<'a, IrqSafe>;
+//! type KernelMachine<'a> = pageframe::Machine<'a, (IrqSafe, pageframe::debug::NoHooks)>;
 //! # let _ = core::mem::size_of::<KernelMachine<'static>>();
 //! ```
 //!
@@ -119,6 +119,43 @@
 //! began, whatever its callback or other CPUs free meanwhile.
 
 pub use lock_api::{GuardNoSend, GuardSend, RawMutex};
+
+use crate::debug::Hooks;
+
+/// What a kernel supplies to a [`crate::Machine`]: the lock its zones take
+/// and the hooks it reports to ([`crate::debug::Hooks`]). One parameter
+/// names both, so the machine and every type that borrows it take one
+/// type; the calls are as static as with two.
+///
+/// A pair is a platform: `Machine<'static, (IrqLock, KernelHooks)>`. A
+/// kernel may as well name its own:
+///
+/// ```
+/// use pageframe::debug::NoHooks;
+/// use pageframe::lock::{Platform, SpinLock};
+///
+/// struct MyKernel;
+/// impl Platform for MyKernel {
+///     type Lock = SpinLock;
+///     type Hooks = NoHooks;
+/// }
+///
+/// let m = pageframe::boot::Builder::new(pageframe::MachineConfig::SINGLE_NODE)
+///     .platform::<MyKernel>(NoHooks)
+///     .build_boxed();
+/// let _: &pageframe::Machine<'_, MyKernel> = &m;
+/// ```
+pub trait Platform {
+    /// The lock every zone takes ([`crate::lock`] says which to choose).
+    type Lock: RawMutex;
+    /// The hooks the machine reports to ([`crate::debug::NoHooks`]: none).
+    type Hooks: Hooks;
+}
+
+impl<R: RawMutex, H: Hooks> Platform for (R, H) {
+    type Lock = R;
+    type Hooks = H;
+}
 
 /// The default lock: a spin lock that leaves interrupts alone.
 pub type SpinLock = spin::mutex::SpinMutex<()>;

@@ -73,7 +73,10 @@ fn no_wait<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-type LoomMachine = Machine<'static, LoomLock>;
+/// The lock the models' zones take, and no hooks.
+type Loom = (LoomLock, crate::debug::NoHooks);
+
+type LoomMachine = Machine<'static, Loom>;
 
 const FRAMES: u64 = 16;
 
@@ -331,7 +334,7 @@ fn two_cpus_draining_two_zones_at_once() {
     RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
     builder().check(|| {
         let m = machine_of(&[(ZoneKind::Dma32, 0), (ZoneKind::Normal, 1 << 20)]);
-        let fill = |c: &mut crate::CpuCache<'static, 'static, LoomLock>| {
+        let fill = |c: &mut crate::CpuCache<'static, 'static, Loom>| {
             for gfp in [Gfp::KERNEL | Gfp::DMA32, Gfp::KERNEL] {
                 let b = c.alloc(gfp, Order::ZERO).unwrap();
                 c.free(b).unwrap();

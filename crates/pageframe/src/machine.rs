@@ -13,7 +13,6 @@
 //! [`crate::tune::Tunables`] and the reading and debugging calls on
 //! [`crate::debug::Inspect`].
 
-use core::fmt;
 use core::mem::MaybeUninit;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{
@@ -37,7 +36,7 @@ use crate::debug::vmstat::{MachineCounters, Refilled, ZoneCounters};
 use crate::debug::{Caller, Event, Hooks, NoHooks};
 use crate::error::{AllocError, PinError, SetupError};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::{Mutex, RawMutex, SpinLock};
+use crate::lock::{Mutex, Platform, RawMutex, SpinLock};
 use crate::node::Node;
 use crate::node_id::{MAX_NUMNODES, NodeId};
 use crate::numa::Topology;
@@ -126,17 +125,19 @@ pub(crate) struct Knobs {
 /// Build it with [`crate::boot::Builder`], add zones with
 /// [`Machine::add_zone`] and memory with [`Machine::add_free_range`];
 /// afterwards every method takes `&self` and the machine can be shared
-/// across CPUs. `R` is the lock every zone takes ([`crate::lock`]).
+/// across CPUs. `P` is what the kernel supplies ([`Platform`]): the lock
+/// every zone takes ([`crate::lock`]) and the hooks it reports to
+/// ([`crate::debug`]); by default a spin lock and no hooks.
 ///
 /// See the crate docs for which allocation path serves which need.
-pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
+pub struct Machine<'a, P: Platform = (SpinLock, NoHooks)> {
     /// Which machine its blocks belong to.
     pub(crate) id: MachineId,
     /// The first frame beyond the physical address width.
     pfn_limit: Pfn,
     topology: Topology,
     mobility: MobilityConfig,
-    nodes: [Node<'a, R>; MAX_NUMNODES],
+    nodes: [Node<'a, P::Lock>; MAX_NUMNODES],
     orders: [NodeOrder; MAX_NUMNODES],
     /// `[node][Fallback, NoFallback]`.
     zonelists: [[Zonelist; 2]; MAX_NUMNODES],
@@ -160,7 +161,7 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// CMA areas, in the order they were added.
     pub(crate) cma: [Option<crate::cma_area::CmaArea>; crate::cma_area::MAX_CMA_AREAS],
     /// The kernel's hooks ([`crate::debug`]).
-    pub(crate) hooks: H,
+    pub(crate) hooks: P::Hooks,
     /// Fault injection ([`crate::debug::fail`]).
     #[cfg(feature = "fail-alloc")]
     fail: crate::debug::fail::FailPageAlloc,
@@ -176,7 +177,7 @@ pub struct Machine<'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
     /// each checks and commits under it, so a call that another CPU's beats
     /// is refused with nothing changed, and watermarks are computed from
     /// one state at a time. Taken before any zone lock.
-    setup: Mutex<R, ()>,
+    setup: Mutex<P::Lock, ()>,
 }
 
 /// Proof that the caller holds the machine's set-up lock.
@@ -188,7 +189,7 @@ pub(crate) struct SetupGuard<'g, R: RawMutex> {
 ///
 /// An empty machine, its zones and the memory they manage. Set-up takes
 /// `&mut self`; afterwards the machine is shared.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Writes an empty machine (every node of `config.topology`, no zones)
     /// into `slot` and returns it, field by field: nothing larger than a
     /// few hundred bytes is built on the stack, so this works on a 16 KiB
@@ -196,7 +197,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     pub(crate) fn write_in(
         slot: &mut MaybeUninit<Self>,
         config: MachineConfig,
-        hooks: H,
+        hooks: P::Hooks,
     ) -> &mut Self {
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to `slot`, exclusively borrowed, writable and
@@ -248,7 +249,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Metadata bytes a zone over `span` of this machine needs (see
     /// [`Zone::metadata_bytes`]); 0 for a span no zone can have.
     pub fn zone_metadata_bytes(&self, span: PfnRange) -> usize {
-        Zone::<R>::metadata_bytes(span, self.mobility)
+        Zone::<P::Lock>::metadata_bytes(span, self.mobility)
     }
 
     /// Adds the zone `kind` to node `node` over `span`, every frame a hole
@@ -263,7 +264,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         kind: ZoneKind,
         span: PfnRange,
         meta: &'a mut [MaybeUninit<u8>],
-    ) -> Result<&Zone<'a, R>, SetupError> {
+    ) -> Result<&Zone<'a, P::Lock>, SetupError> {
         if !self.topology.contains(node) {
             return Err(SetupError::NoSuchNode(node));
         }
@@ -306,7 +307,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// [`Machine::add_free_range`] under the set-up lock.
     pub(crate) fn add_free_range_locked(
         &self,
-        setup: &SetupGuard<'_, R>,
+        setup: &SetupGuard<'_, P::Lock>,
         range: PfnRange,
     ) -> Result<(), SetupError> {
         if range.is_empty() {
@@ -344,7 +345,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 
     /// Takes the set-up lock (see the field).
-    pub(crate) fn setup(&self) -> SetupGuard<'_, R> {
+    pub(crate) fn setup(&self) -> SetupGuard<'_, P::Lock> {
         SetupGuard {
             _held: self.setup.lock(),
         }
@@ -412,7 +413,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 ///
 /// The topology, the nodes and zones, and the order in which a request
 /// tries them.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// See [`crate::debug::Inspect::topology`].
     pub(crate) fn topology(&self) -> &Topology {
         &self.topology
@@ -424,33 +425,33 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 
     /// See [`crate::debug::Inspect::node`].
-    pub(crate) fn node(&self, id: NodeId) -> Option<&Node<'a, R>> {
+    pub(crate) fn node(&self, id: NodeId) -> Option<&Node<'a, P::Lock>> {
         self.topology.contains(id).then(|| &self.nodes[id.index()])
     }
 
     /// See [`crate::debug::Inspect::nodes`].
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = &Node<'a, R>> + '_ {
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &Node<'a, P::Lock>> + '_ {
         self.topology.nodes().map(|n| &self.nodes[n.index()])
     }
 
-    pub(crate) fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node<'a, R>> {
+    pub(crate) fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node<'a, P::Lock>> {
         let n = self.topology.nr_nodes();
         self.nodes.iter_mut().take(n)
     }
 
     /// See [`crate::debug::Inspect::all_zones`].
-    pub(crate) fn all_zones(&self) -> impl Iterator<Item = &Zone<'a, R>> + '_ {
+    pub(crate) fn all_zones(&self) -> impl Iterator<Item = &Zone<'a, P::Lock>> + '_ {
         self.nodes().flat_map(|n| n.zones())
     }
 
     /// See [`crate::debug::Inspect::zone`].
-    pub(crate) fn zone(&self, r: ZoneRef) -> Option<&Zone<'a, R>> {
+    pub(crate) fn zone(&self, r: ZoneRef) -> Option<&Zone<'a, P::Lock>> {
         self.node(r.node)?.zone(r.kind)
     }
 
     /// See [`crate::debug::Inspect::zone_of`].
     #[inline]
-    pub(crate) fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, R>> {
+    pub(crate) fn zone_of(&self, pfn: Pfn) -> Option<&Zone<'a, P::Lock>> {
         // A hot-added zone may span less than its declared range.
         self.zone(self.index.find(pfn)?)
             .filter(|z| z.span().contains(pfn))
@@ -516,7 +517,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 ///
 /// What the allocation paths read of the knobs [`crate::tune::Tunables`]
 /// sets, and the watermarks derived from them.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// See [`crate::tune::Tunables::min_free_kbytes`].
     pub(crate) fn min_free_kbytes(&self) -> u64 {
         if self.knobs.min_free_kbytes_set.load(Acquire) {
@@ -587,7 +588,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// [`Machine::recompute_watermarks`] under the set-up lock, so that the
     /// managed counts it reads do not change while it runs.
-    pub(crate) fn recompute_watermarks_locked(&self, _setup: &SetupGuard<'_, R>) {
+    pub(crate) fn recompute_watermarks_locked(&self, _setup: &SetupGuard<'_, P::Lock>) {
         let pages_min = self.min_free_kbytes() / (PAGE_SIZE / 1024);
         let lowmem = self.lowmem_pages().max(1);
         let factor = self.knobs.watermark_scale_factor.load(Relaxed);
@@ -629,7 +630,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 ///
 /// Blocks without a CPU handle (the fast path is [`crate::CpuCache`]),
 /// given back by the [`Block`] that owns them.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Allocates `2^order` frames for a task on `node` from the free lists,
     /// never compacting or reclaiming: the zonelist `gfp` selects (spec 01
     /// §3.6), first against the low watermarks (without fragmenting
@@ -657,11 +658,11 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         caller: Caller,
         f: impl FnOnce() -> Result<Block, AllocError>,
     ) -> Result<Block, AllocError> {
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::AllocStart { order, cpu });
         }
         let r = self.accounted(gfp, order, cpu, caller, true, f);
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&match &r {
                 Ok(b) => Event::Alloc {
                     pfn: b.pfn(),
@@ -725,25 +726,31 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// Counts a free of `zone` and reports it to the hooks.
     #[inline(always)]
-    pub(crate) fn freed(&self, zone: &Zone<'a, R>, pfn: Pfn, order: Order, cpu: Option<CpuId>) {
+    pub(crate) fn freed(
+        &self,
+        zone: &Zone<'a, P::Lock>,
+        pfn: Pfn,
+        order: Order,
+        cpu: Option<CpuId>,
+    ) {
         zone.vm(cpu).free(order);
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::Free { pfn, order, cpu });
         }
     }
 
     /// Counts frames of `zone` freed other than as one block (a segment,
     /// part of an allocation) and reports them to the hooks.
-    pub(crate) fn freed_range(&self, zone: &Zone<'a, R>, range: PfnRange) {
+    pub(crate) fn freed_range(&self, zone: &Zone<'a, P::Lock>, range: PfnRange) {
         zone.vm(None).free_pages(range.len());
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::FreeRange { range });
         }
     }
 
     /// The hooks as a CPU's caches report to them.
     #[inline(always)]
-    pub(crate) fn traced_cpu(&self, cpu: Option<CpuId>) -> Traced<'_, H> {
+    pub(crate) fn traced_cpu(&self, cpu: Option<CpuId>) -> Traced<'_, P::Hooks> {
         Traced {
             hooks: &self.hooks,
             cpu,
@@ -752,7 +759,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     }
 
     /// See [`crate::debug::Inspect::hooks`].
-    pub(crate) fn hooks(&self) -> &H {
+    pub(crate) fn hooks(&self) -> &P::Hooks {
         &self.hooks
     }
 
@@ -768,7 +775,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         node: NodeId,
         gfp: Gfp,
         order: Order,
-        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
     ) -> Result<Block, AllocError> {
         // The common case first: the first zone of the zonelist serves at
         // the low watermark. (A cache hit was already tried by the caller.)
@@ -866,7 +873,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         gfp: Gfp,
         order: Order,
         mut flags: AllocFlags,
-        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, R>>,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
     ) -> Result<Block, AllocError> {
         let highest = gfp.request_zone().ok_or(AllocError::InvalidGfp)?;
         let mut last = AllocError::NoEligibleZone;
@@ -967,7 +974,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// The zone holding `block`, if the block is this machine's.
     #[inline]
-    pub(crate) fn zone_of_block(&self, block: &Block) -> Option<&Zone<'a, R>> {
+    pub(crate) fn zone_of_block(&self, block: &Block) -> Option<&Zone<'a, P::Lock>> {
         if block.machine() != self.id {
             return None;
         }
@@ -1040,7 +1047,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 ///
 /// Free and managed frames, counters, and the walk that checks every
 /// invariant.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// See [`crate::debug::Inspect::for_each_free_block`].
     pub(crate) fn for_each_free_block(&self, mut f: impl FnMut(Pfn, Order)) {
         for z in self.all_zones() {
@@ -1109,11 +1116,6 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
             n.counters.add(&s);
         }
     }
-
-    /// See [`crate::debug::Inspect::buddyinfo`].
-    pub(crate) fn buddyinfo(&self) -> MachineBuddyInfo<'_, 'a, R, H> {
-        MachineBuddyInfo(self)
-    }
 }
 
 /// Every zone's span, sorted, for the zone of a frame in a few compares.
@@ -1156,18 +1158,6 @@ impl ZoneIndex {
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     let q = u128::from(a) * u128::from(b) / u128::from(c.max(1));
     u64::try_from(q).unwrap_or(u64::MAX)
-}
-
-/// See [`crate::debug::Inspect::buddyinfo`].
-pub struct MachineBuddyInfo<'m, 'a, R: RawMutex, H: Hooks = NoHooks>(&'m Machine<'a, R, H>);
-
-impl<R: RawMutex, H: Hooks> fmt::Display for MachineBuddyInfo<'_, '_, R, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for n in self.0.nodes() {
-            write!(f, "{}", n.buddyinfo())?;
-        }
-        Ok(())
-    }
 }
 
 /// `placement`'s index in [`Placement::ALL`] (how the tunable stores it).

@@ -18,10 +18,10 @@ use pageframe_pcp::{AllocMiss, CpuId, PcpZone, RefillSink, SpillBatch, ZoneFlags
 
 use crate::block::Block;
 use crate::cache::cached_order;
-use crate::debug::{Caller, Hooks, NoHooks};
+use crate::debug::{Caller, NoHooks};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::node_id::NodeId;
 use crate::zone_core::Zone;
@@ -45,7 +45,7 @@ const ANY_CONTEXT: Gfp = Gfp::DMA
     .union(Gfp::NOMEMALLOC);
 
 /// # Allocation from any context
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Allocates `2^order` frames for a caller that must never wait (Linux's
     /// `alloc_pages_nolock`): an NMI handler, a tracing or profiling hook, a
     /// BPF-like program, anything that may have interrupted this machine on
@@ -87,11 +87,13 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// Of the debugging tools ([`crate::debug`]), fault injection, the
     /// counters and the owner records work as for every allocation (atomics
     /// in the machine's memory). Poisoning checks and initialises the block
-    /// through [`Hooks::check`] and [`Hooks::fill`], which touch memory and
-    /// nothing else; a write found is counted
-    /// ([`crate::debug::Inspect::use_after_free_reports`]) but not reported, and no trace
-    /// event is raised: [`Hooks::event`] is the kernel's code, which may
-    /// take locks. On targets without 64-bit atomics (riscv32imac) the
+    /// through [`crate::debug::Hooks::check`] and
+    /// [`crate::debug::Hooks::fill`], which touch memory and nothing else;
+    /// a write found is counted
+    /// ([`crate::debug::Inspect::use_after_free_reports`]) but not
+    /// reported, and no trace event is raised:
+    /// [`crate::debug::Hooks::event`] is the kernel's code, which may take
+    /// locks. On targets without 64-bit atomics (riscv32imac) the
     /// zones' free counts and the counters sit behind a lock-based
     /// fallback: there the call is not safe in an NMI handler.
     ///
@@ -218,7 +220,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     #[inline(always)]
     fn try_cache(
         &self,
-        z: &Zone<'a, R>,
+        z: &Zone<'a, P::Lock>,
         cpu: CpuId,
         gfp: Gfp,
         order: Order,
@@ -254,7 +256,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// zone's free lists under its `try_lock` (`Busy` when it is held).
     fn try_free_lists(
         &self,
-        z: &Zone<'a, R>,
+        z: &Zone<'a, P::Lock>,
         gfp: Gfp,
         order: Order,
         flags: AllocFlags,

@@ -15,20 +15,20 @@ use ::x86_64::structures::paging::{
 };
 use pageframe_buddy::{Order, PAGE_SHIFT, Pfn};
 
-use crate::debug::{Hooks, NoHooks};
-use crate::lock::RawMutex;
+use crate::debug::NoHooks;
+use crate::lock::{Platform, SpinLock};
 use crate::{Gfp, Machine, NodeId};
 
 /// Hands out 4 KiB and 2 MiB frames from a [`Machine`] with fixed GFP
 /// flags, for a task on one node.
-pub struct FrameAdapter<'m, 'a, R: RawMutex, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
+pub struct FrameAdapter<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
+    machine: &'m Machine<'a, P>,
     node: NodeId,
     gfp: Gfp,
     rejected_frees: u64,
 }
 
-impl<'m, 'a, R: RawMutex, H: Hooks> FrameAdapter<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> FrameAdapter<'m, 'a, P> {
     /// An adapter allocating from `machine` for `node` with `gfp`.
     ///
     /// # Safety
@@ -37,7 +37,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> FrameAdapter<'m, 'a, R, H> {
     /// RAM that nothing but the allocator's owners uses, for as long as the
     /// adapter lives: the `FrameAllocator` contract the adapter implements
     /// promises unused frames to page-table code, which writes them.
-    pub unsafe fn new(machine: &'m Machine<'a, R, H>, node: NodeId, gfp: Gfp) -> Self {
+    pub unsafe fn new(machine: &'m Machine<'a, P>, node: NodeId, gfp: Gfp) -> Self {
         FrameAdapter {
             machine,
             node,
@@ -92,20 +92,20 @@ impl<'m, 'a, R: RawMutex, H: Hooks> FrameAdapter<'m, 'a, R, H> {
 // SAFETY: the machine hands each frame to one owner until it is freed (its
 // checked free refuses anything else), and `FrameAdapter::new`'s contract
 // makes every frame it manages unused RAM.
-unsafe impl<R: RawMutex, H: Hooks> FrameAllocator<Size4KiB> for FrameAdapter<'_, '_, R, H> {
+unsafe impl<P: Platform> FrameAllocator<Size4KiB> for FrameAdapter<'_, '_, P> {
     fn allocate_frame(&mut self) -> Option<PhysFrame<Size4KiB>> {
         self.alloc(Order::ZERO)
     }
 }
 
 // SAFETY: as for 4 KiB frames; an order-9 block is 2 MiB and naturally aligned.
-unsafe impl<R: RawMutex, H: Hooks> FrameAllocator<Size2MiB> for FrameAdapter<'_, '_, R, H> {
+unsafe impl<P: Platform> FrameAllocator<Size2MiB> for FrameAdapter<'_, '_, P> {
     fn allocate_frame(&mut self) -> Option<PhysFrame<Size2MiB>> {
         self.alloc(Order::HUGE_2M)
     }
 }
 
-impl<R: RawMutex, H: Hooks> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, R, H> {
+impl<P: Platform> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, P> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size4KiB>) {
         // SAFETY: the trait's contract: an unused frame this allocator
         // handed out.
@@ -113,7 +113,7 @@ impl<R: RawMutex, H: Hooks> FrameDeallocator<Size4KiB> for FrameAdapter<'_, '_, 
     }
 }
 
-impl<R: RawMutex, H: Hooks> FrameDeallocator<Size2MiB> for FrameAdapter<'_, '_, R, H> {
+impl<P: Platform> FrameDeallocator<Size2MiB> for FrameAdapter<'_, '_, P> {
     unsafe fn deallocate_frame(&mut self, frame: PhysFrame<Size2MiB>) {
         // SAFETY: as for 4 KiB frames.
         unsafe { self.free(frame, Order::HUGE_2M) };

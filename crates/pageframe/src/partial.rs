@@ -9,8 +9,7 @@
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 
 use crate::block::RawError;
-use crate::debug::Hooks;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::zone_core::Zone;
 
@@ -19,7 +18,7 @@ use crate::zone_core::Zone;
 /// neighbourhood, which it does at most a few times per block.
 const RACE_TRIES: u32 = 64;
 
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Frees the frames of `range`, any part of the caller's allocations:
     /// the blocks holding them are split until `range` is made of whole
     /// blocks, and those are freed; frames of those blocks outside `range`

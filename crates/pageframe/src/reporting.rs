@@ -12,8 +12,7 @@
 use pageframe_buddy::{Order, Pfn};
 use pageframe_types::unwind::OnUnwind;
 
-use crate::debug::Hooks;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::zone_core::Zone;
 
@@ -36,7 +35,7 @@ pub struct ReportStats {
 /// # Free page reporting
 ///
 /// Free blocks told to a hypervisor (virtio-balloon), off the fast path.
-impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
+impl<P: Platform> Machine<'_, P> {
     /// One reporting pass over every zone: the callback gets batches of up
     /// to [`REPORTING_CAPACITY`] free blocks of at least `min` order that
     /// are not reported yet, and returns whether it reported them (`false`

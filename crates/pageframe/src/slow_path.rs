@@ -29,7 +29,7 @@ use crate::compaction::{Guarded, Locked, ZoneSet};
 use crate::debug::{Caller, Event, Hooks};
 use crate::error::AllocError;
 use crate::gfp::{AllocFlags, Gfp};
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::migrator::Migrator;
 use crate::node_id::NodeId;
@@ -93,7 +93,7 @@ struct Stall {
 /// The slow path: what a request that may wait tries before it fails
 /// (spec 01 §10, spec 03 §11.1), and transparent huge pages under the THP
 /// policy.
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Allocates `2^order` frames for a task on `node`, trying as hard as
     /// `gfp` allows: the free lists, then (for requests that may do direct
     /// reclaim and I/O, order above 0) direct compaction through `hooks`'
@@ -468,14 +468,14 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
         let mt = gfp.migratetype();
         let mut guarded = Guarded::new(hooks, self);
         let order_ev = Some(order);
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::CompactBegin {
                 node: local,
                 order: order_ev,
             });
         }
         let out = set.with(|zones| try_to_compact_pages(zones, order, mt, prio, &mut guarded));
-        if H::TRACE {
+        if P::Hooks::TRACE {
             self.hooks.event(&Event::CompactEnd {
                 node: local,
                 order: order_ev,

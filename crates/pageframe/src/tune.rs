@@ -23,9 +23,9 @@ use core::sync::atomic::Ordering::{Relaxed, Release};
 
 use pageframe_mobility::MAX_WATERMARK_SCALE_FACTOR;
 
-use crate::debug::{Hooks, NoHooks};
+use crate::debug::NoHooks;
 use crate::error::ConfigError;
-use crate::lock::{RawMutex, SpinLock};
+use crate::lock::{Platform, SpinLock};
 use crate::machine::{Machine, placement_index};
 
 pub use crate::thp::{DefragAction, NodePolicy, ThpDefrag, ThpPolicy};
@@ -34,28 +34,28 @@ pub use pageframe_mobility::Placement;
 /// The machine's knobs: each setter with its getter. A borrowed view of
 /// the machine ([`Machine::tunables`]), free to make and to copy; every
 /// call takes effect for all CPUs at once, through a shared machine.
-pub struct Tunables<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
+pub struct Tunables<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
+    machine: &'m Machine<'a, P>,
 }
 
-impl<R: RawMutex, H: Hooks> Clone for Tunables<'_, '_, R, H> {
+impl<P: Platform> Clone for Tunables<'_, '_, P> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<R: RawMutex, H: Hooks> Copy for Tunables<'_, '_, R, H> {}
+impl<P: Platform> Copy for Tunables<'_, '_, P> {}
 
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// The run-time knobs ([`crate::tune`]): watermarks, compaction,
     /// fallback placement, per-CPU cache sizing, the THP policy.
     #[inline]
-    pub fn tunables(&self) -> Tunables<'_, 'a, R, H> {
+    pub fn tunables(&self) -> Tunables<'_, 'a, P> {
         Tunables { machine: self }
     }
 }
 
-impl<'m, 'a, R: RawMutex, H: Hooks> Tunables<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> Tunables<'m, 'a, P> {
     /// Sets `vm.min_free_kbytes` (spec 01 §7.2) and recomputes every
     /// zone's watermarks. Any value is accepted: one larger than the
     /// machine's memory reserves all of it (every ordinary allocation then

@@ -12,7 +12,6 @@
 pub use crate::fragmap::{
     FragmentationMap, MAP_LEGEND, MAP_WIDTH, SUPERPAGEBLOCK_LEGEND, SuperpageblockMap,
 };
-pub use crate::machine::MachineBuddyInfo;
 pub use crate::node::BuddyInfo;
 pub use crate::zone_core::{PageTypeInfo, Zone};
 pub use crate::zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};

@@ -14,8 +14,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::*;
 use pageframe::{
-    Block, ContigError, Gfp, Migrator, NodeId, Order, Pfn, SlowPathHooks,
-    compact::{MIGRATE_BATCH_MAX, MigrateError, MigrateMode, Move},
+    Block, ContigError, Gfp, Migrator, NodeId, Order, Pfn,
+    compact::{MIGRATE_BATCH_MAX, MigrateError, MigrateMode, Move, SlowPathHooks},
 };
 
 /// A kernel that moves whole batches: [`Words`] underneath, plus the size

@@ -257,7 +257,7 @@ impl Migrator for Recorder {
     }
 }
 
-impl pageframe::SlowPathHooks for Recorder {}
+impl pageframe::compact::SlowPathHooks for Recorder {}
 
 #[test]
 fn compaction_keeps_the_cache_path_states() {

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use common::*;
 use pageframe::{
-    Block, Gfp, Machine, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    Block, Gfp, Machine, Migrator, NodeId, Order, Pfn, ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     tune::Placement,
     zone::MigrateType,
 };

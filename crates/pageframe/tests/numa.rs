@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use common::*;
 use pageframe::{
     AllocError, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SetupError,
-    SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     topology::{
         LOCAL_DISTANCE, NodeMask, Topology, TopologyError, ZonelistKind, build_node_orders,
     },

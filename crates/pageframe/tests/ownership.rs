@@ -545,7 +545,7 @@ impl Migrator for Mapped {
     }
 }
 
-impl pageframe::SlowPathHooks for Mapped {}
+impl pageframe::compact::SlowPathHooks for Mapped {}
 
 /// Pages kept as numbers move under direct compaction, contiguous
 /// allocation and proactive compaction as owned blocks do, and every

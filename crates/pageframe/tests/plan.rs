@@ -248,7 +248,7 @@ fn a_plan_builds_a_machine_with_hooks() {
     let plan = Plan::new(&ram, &[], MachineConfig::SINGLE_NODE).unwrap();
     let carved = Carved::for_plan(&plan);
     // SAFETY: as in the tests above.
-    let m: &Machine<'static, SpinLock, &Allocs> = unsafe {
+    let m: &Machine<'static, (SpinLock, &Allocs)> = unsafe {
         plan.build(Builder::new(*plan.config()).hooks(&COUNT), |pa| {
             carved.virt(pa)
         })

@@ -71,7 +71,7 @@ impl Hooks for Memory {
     }
 }
 
-type Poisoned = Machine<'static, pageframe::lock::SpinLock, Memory>;
+type Poisoned = Machine<'static, (pageframe::lock::SpinLock, Memory)>;
 
 /// One zone over simulated memory that starts out as garbage (0x5a).
 fn machine(mode: Poisoning) -> &'static mut Poisoned {

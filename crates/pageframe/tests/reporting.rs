@@ -7,7 +7,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use pageframe::{Block, FreeError, Gfp, NodeId, Order, Pfn, RawError, contig::REPORTING_CAPACITY};
+use pageframe::{
+    Block, FreeError, Gfp, NodeId, Order, Pfn, RawError, reporting::REPORTING_CAPACITY,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

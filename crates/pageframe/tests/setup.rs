@@ -66,7 +66,7 @@ impl Hooks for Memory {
     }
 }
 
-type Poisoned = Machine<'static, pageframe::lock::SpinLock, Memory>;
+type Poisoned = Machine<'static, (pageframe::lock::SpinLock, Memory)>;
 
 /// Two Normal-and-Movable zones of [`HALF`] frames, nothing handed over
 /// yet, over memory that starts out as 0x5a.

@@ -29,8 +29,8 @@ use common::watchdog::Watchdog;
 use common::*;
 use pageframe::{
     Block, CpuCache, Gfp, Machine, MachineConfig, Migrator, Order, Pfn, PfnRange, Segment,
-    SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     topology::Topology,
 };
 use rand::rngs::SmallRng;

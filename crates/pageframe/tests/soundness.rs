@@ -211,7 +211,7 @@ fn the_zone_lock_is_the_callers_choice() {
             unsafe { RawMutex::unlock(&self.0) }
         }
     }
-    let m: &mut Machine<'static, Counting> =
+    let m: &mut Machine<'static, (Counting, pageframe::debug::NoHooks)> =
         pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE)
             .lock::<Counting>()
             .build_in(Box::leak(Box::new_uninit()));

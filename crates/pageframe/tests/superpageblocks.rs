@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use common::*;
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     tune::Placement,
     zone::MigrateType,
 };

@@ -28,7 +28,7 @@ impl Recorder {
     }
 }
 
-type Traced = Machine<'static, pageframe::lock::SpinLock, Recorder>;
+type Traced = Machine<'static, (pageframe::lock::SpinLock, Recorder)>;
 
 /// One Normal zone of `frames` frames at 4 GiB, all free.
 fn machine(frames: u64, cpus: u32) -> &'static Traced {

@@ -25,7 +25,7 @@ use pageframe::{
 /// The kernel's allocator: a [`Machine`] whose zones take the
 /// interrupt-safe lock (and, built with the `debug` feature, report to the
 /// kernel's hooks).
-pub type KernelMachine = Machine<'static, IrqLock, KernelHooks>;
+pub type KernelMachine = Machine<'static, (IrqLock, KernelHooks)>;
 
 /// The hooks the kernel's machine reports to.
 #[cfg(feature = "debug")]

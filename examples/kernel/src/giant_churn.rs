@@ -25,8 +25,8 @@ use crate::user_pages::{UserMigrator, user_addr};
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use pageframe::{
-    Block, Gfp, Migrator, NodeId, Order, Pfn, Segment, SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode, Move},
+    Block, Gfp, Migrator, NodeId, Order, Pfn, Segment, ZoneKind,
+    compact::{MigrateError, MigrateMode, Move, SlowPathHooks},
     tune::Placement,
     zone::SuperpageblockCounts,
 };

@@ -159,7 +159,7 @@ struct Shared {
     result: [Mutex<Option<Result<CpuReport, SmpStressError>>>; CPUS],
 }
 
-type Handle = CpuCache<'static, 'static, IrqLock, crate::bringup::KernelHooks>;
+type Handle = CpuCache<'static, 'static, (IrqLock, crate::bringup::KernelHooks)>;
 
 /// The migrator of the stress's contiguous ranges: the stress's blocks
 /// are in flight between CPUs, so nothing moves (the range comes from free

@@ -23,8 +23,8 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 use pageframe::{
-    Block, Gfp, Migrator, Order, Pfn, SlowPathHooks,
-    compact::{MigrateError, MigrateMode, Move},
+    Block, Gfp, Migrator, Order, Pfn,
+    compact::{MigrateError, MigrateMode, Move, SlowPathHooks},
 };
 
 use crate::bringup::{KernelMachine, NODE};

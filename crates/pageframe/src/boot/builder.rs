@@ -27,21 +27,21 @@ use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 
 use crate::debug::{Hooks, NoHooks};
-use crate::lock::{RawMutex, SpinLock};
+use crate::lock::{Platform, RawMutex, SpinLock};
 use crate::machine::{Machine, MachineConfig};
 
 #[cfg(doc)]
 use super::Plan;
 
-/// What a machine is before it exists: its configuration, the lock `R`
-/// its zones take ([`crate::lock`]) and the hooks `H` it reports to
-/// ([`crate::debug`]). Start from [`Builder::new`] (the default lock, no
-/// hooks), change either, then build.
-pub struct Builder<R: RawMutex = SpinLock, H: Hooks = NoHooks> {
+/// What a machine is before it exists: its configuration and its
+/// [`Platform`] `P`: the lock its zones take ([`crate::lock`]) and the
+/// hooks it reports to ([`crate::debug`]). Start from [`Builder::new`]
+/// (the default lock, no hooks), change either, then build.
+pub struct Builder<P: Platform = (SpinLock, NoHooks)> {
     config: MachineConfig,
-    hooks: H,
+    hooks: P::Hooks,
     /// The lock is a type only: no value of it is held here.
-    lock: PhantomData<fn() -> R>,
+    lock: PhantomData<fn() -> P::Lock>,
 }
 
 impl Builder {
@@ -57,10 +57,10 @@ impl Builder {
     }
 }
 
-impl<R: RawMutex, H: Hooks> Builder<R, H> {
+impl<P: Platform> Builder<P> {
     /// The same machine with zones that take the lock `L` (one that
     /// disables interrupts, say: see [`crate::lock`]).
-    pub fn lock<L: RawMutex>(self) -> Builder<L, H> {
+    pub fn lock<L: RawMutex>(self) -> Builder<(L, P::Hooks)> {
         Builder {
             config: self.config,
             hooks: self.hooks,
@@ -70,7 +70,18 @@ impl<R: RawMutex, H: Hooks> Builder<R, H> {
 
     /// The same machine reporting to `hooks` ([`crate::debug::Hooks`]:
     /// trace events, poisoning).
-    pub fn hooks<K: Hooks>(self, hooks: K) -> Builder<R, K> {
+    pub fn hooks<K: Hooks>(self, hooks: K) -> Builder<(P::Lock, K)> {
+        Builder {
+            config: self.config,
+            hooks,
+            lock: PhantomData,
+        }
+    }
+
+    /// The same machine for a kernel's own [`Platform`] `Q`, reporting to
+    /// `hooks`: for a kernel that names its lock and hooks as one type
+    /// rather than a pair.
+    pub fn platform<Q: Platform>(self, hooks: Q::Hooks) -> Builder<Q> {
         Builder {
             config: self.config,
             hooks,
@@ -90,15 +101,15 @@ impl<R: RawMutex, H: Hooks> Builder<R, H> {
     /// ([`Machine::add_free_range`]).
     pub fn build_in<'s, 'a>(
         self,
-        slot: &'s mut MaybeUninit<Machine<'a, R, H>>,
-    ) -> &'s mut Machine<'a, R, H> {
+        slot: &'s mut MaybeUninit<Machine<'a, P>>,
+    ) -> &'s mut Machine<'a, P> {
         Machine::write_in(slot, self.config, self.hooks)
     }
 
     /// An empty machine in a box (host programs and tests).
     #[cfg(feature = "std")]
-    pub fn build_boxed<'a>(self) -> std::boxed::Box<Machine<'a, R, H>> {
-        let mut b = std::boxed::Box::<Machine<'a, R, H>>::new_uninit();
+    pub fn build_boxed<'a>(self) -> std::boxed::Box<Machine<'a, P>> {
+        let mut b = std::boxed::Box::<Machine<'a, P>>::new_uninit();
         self.build_in(&mut b);
         // SAFETY: `build_in` initialised every field.
         unsafe { b.assume_init() }

@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use pageframe_types::{Pfn, PfnRange, PhysAddr};
 
 use super::{Builder, FrameRanges, Plan, PlanError};
+use crate::debug::NoHooks;
 use crate::error::SetupError;
 use crate::gfp::Gfp;
 use crate::lock::{Mutex, RawMutex, SpinLock};
@@ -95,10 +96,10 @@ pub struct Incremental<const N: usize = 128, R: RawMutex + 'static = SpinLock> {
     virt: fn(PhysAddr) -> *mut u8,
     cpus: Option<fn() -> u32>,
     gathered: Mutex<SpinLock, Gathered<N>>,
-    machine: AtomicPtr<Machine<'static, R>>,
+    machine: AtomicPtr<Machine<'static, (R, NoHooks)>>,
     /// Shares the machine between threads as `&Machine`: `Sync` only if
     /// the machine is (an `AtomicPtr` alone would always be).
-    _shares: PhantomData<&'static Machine<'static, R>>,
+    _shares: PhantomData<&'static Machine<'static, (R, NoHooks)>>,
 }
 
 impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
@@ -187,7 +188,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     /// inside the window. The machine lives in memory handed over for
     /// good, so it outlives `self` (`'static`).
     #[inline]
-    pub fn machine(&self) -> Result<&'static Machine<'static, R>, PlanError> {
+    pub fn machine(&self) -> Result<&'static Machine<'static, (R, NoHooks)>, PlanError> {
         match self.built() {
             Some(m) => Ok(m),
             None => self.build(),
@@ -197,7 +198,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
     /// The first [`Incremental::machine`]: builds the machine (once).
     #[cold]
     #[inline(never)]
-    fn build(&self) -> Result<&'static Machine<'static, R>, PlanError> {
+    fn build(&self) -> Result<&'static Machine<'static, (R, NoHooks)>, PlanError> {
         let g = self.gathered.lock();
         if let Some(m) = self.built() {
             return Ok(m);
@@ -246,7 +247,7 @@ impl<const N: usize, R: RawMutex + 'static> Incremental<N, R> {
 
     /// The machine if it is built.
     #[inline]
-    pub fn built(&self) -> Option<&'static Machine<'static, R>> {
+    pub fn built(&self) -> Option<&'static Machine<'static, (R, NoHooks)>> {
         let p = self.machine.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored once, from the
         // `&'static mut Machine` the plan built, and is never written

@@ -99,7 +99,8 @@
 //!    per-CPU caches, then keep it as `&'static Machine` and give each CPU
 //!    its handle ([`crate::Machine::cpu`]). A kernel that allocates from
 //!    interrupt handlers picks an interrupt-disabling lock
-//!    (`Machine<'static, YourIrqLock>`, any `lock_api::RawMutex`).
+//!    (`Machine<'static, (YourIrqLock, NoHooks)>`, any
+//!    `lock_api::RawMutex`: see [`crate::lock::Platform`]).
 //! 6. **Let it move pages** (optional): compaction, contiguous ranges and
 //!    memory offline ask the kernel's [`crate::Migrator`] for the blocks
 //!    they would move, then to copy them and fix their mappings;

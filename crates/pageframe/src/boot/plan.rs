@@ -16,9 +16,8 @@ use core::mem::{MaybeUninit, size_of};
 use pageframe_types::{PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 
 use super::{Builder, FrameRanges, MapError};
-use crate::debug::Hooks;
 use crate::error::SetupError;
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::{Machine, MachineConfig};
 use crate::node_id::MAX_NUMNODES;
 use crate::node_id::NodeId;
@@ -305,19 +304,19 @@ impl<const N: usize> Plan<N> {
     /// writable at `virt` of its address, contiguously within each range,
     /// and used by nothing else; the frames handed over are numbers to the
     /// allocator, which never touches them. Call it once per plan.
-    pub unsafe fn build<'a, R: RawMutex, H: Hooks>(
+    pub unsafe fn build<'a, P: Platform>(
         &self,
-        machine: Builder<R, H>,
+        machine: Builder<P>,
         virt: impl Fn(PhysAddr) -> *mut u8,
-    ) -> Result<&'a mut Machine<'a, R, H>, PlanError> {
+    ) -> Result<&'a mut Machine<'a, P>, PlanError> {
         if *machine.config() != self.config {
             return Err(PlanError::OtherConfig);
         }
-        let bytes = size_of::<Machine<'a, R, H>>();
+        let bytes = size_of::<Machine<'a, P>>();
         if bytes as u64 > self.machine.len() * PAGE_SIZE {
             return Err(PlanError::NoRoom { bytes });
         }
-        let slot = virt(self.machine.start.addr()).cast::<MaybeUninit<Machine<'a, R, H>>>();
+        let slot = virt(self.machine.start.addr()).cast::<MaybeUninit<Machine<'a, P>>>();
         if !slot.is_aligned() {
             return Err(PlanError::Misaligned);
         }

@@ -7,11 +7,12 @@ use pageframe_buddy::{Order, Pfn, PfnRange};
 use pageframe_mobility::MobilityConfig;
 
 use crate::cma_area::{CmaId, CmaStats};
-use crate::debug::{Hooks, NoHooks};
+use crate::debug::MachineBuddyInfo;
+use crate::debug::NoHooks;
 use crate::gfp::Gfp;
 use crate::hotplug::MemmapOnMemory;
-use crate::lock::{RawMutex, SpinLock};
-use crate::machine::{Machine, MachineBuddyInfo};
+use crate::lock::{Platform, SpinLock};
+use crate::machine::Machine;
 use crate::node::Node;
 use crate::node_id::NodeId;
 use crate::numa::Topology;
@@ -26,24 +27,24 @@ use crate::zonelist::{Zonelist, ZonelistKind};
 /// here allocates or frees; the tools change only what they are for
 /// (fault injection's settings). Free to make and to copy: it borrows the
 /// machine, and what it returns borrows the machine too, not the view.
-pub struct Inspect<'m, 'a, R: RawMutex = SpinLock, H: Hooks = NoHooks> {
-    machine: &'m Machine<'a, R, H>,
+pub struct Inspect<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
+    machine: &'m Machine<'a, P>,
 }
 
-impl<R: RawMutex, H: Hooks> Clone for Inspect<'_, '_, R, H> {
+impl<P: Platform> Clone for Inspect<'_, '_, P> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<R: RawMutex, H: Hooks> Copy for Inspect<'_, '_, R, H> {}
+impl<P: Platform> Copy for Inspect<'_, '_, P> {}
 
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Reading the machine ([`crate::debug::Inspect`]): nodes and zones,
     /// free and managed frames, counters, `/proc`-style reports, the
     /// hooks, owner records and fault injection.
     #[inline]
-    pub fn inspect(&self) -> Inspect<'_, 'a, R, H> {
+    pub fn inspect(&self) -> Inspect<'_, 'a, P> {
         Inspect { machine: self }
     }
 }
@@ -52,7 +53,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 ///
 /// Nodes, zones, the order in which requests try them, and what was
 /// declared for later (hot-add, CMA).
-impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> Inspect<'m, 'a, P> {
     /// The machine's topology.
     #[inline]
     pub fn topology(self) -> &'m Topology {
@@ -67,31 +68,31 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
 
     /// Node `id` (memoryless nodes too), if it is one of the topology's.
     #[inline]
-    pub fn node(self, id: NodeId) -> Option<&'m Node<'a, R>> {
+    pub fn node(self, id: NodeId) -> Option<&'m Node<'a, P::Lock>> {
         self.machine.node(id)
     }
 
     /// The topology's nodes, in id order.
     #[inline]
-    pub fn nodes(self) -> impl Iterator<Item = &'m Node<'a, R>> + 'm {
+    pub fn nodes(self) -> impl Iterator<Item = &'m Node<'a, P::Lock>> + 'm {
         self.machine.nodes()
     }
 
     /// Every zone of every node.
     #[inline]
-    pub fn all_zones(self) -> impl Iterator<Item = &'m Zone<'a, R>> + 'm {
+    pub fn all_zones(self) -> impl Iterator<Item = &'m Zone<'a, P::Lock>> + 'm {
         self.machine.all_zones()
     }
 
     /// The zone a zonelist entry names.
     #[inline]
-    pub fn zone(self, r: ZoneRef) -> Option<&'m Zone<'a, R>> {
+    pub fn zone(self, r: ZoneRef) -> Option<&'m Zone<'a, P::Lock>> {
         self.machine.zone(r)
     }
 
     /// The zone whose span holds `pfn`.
     #[inline]
-    pub fn zone_of(self, pfn: Pfn) -> Option<&'m Zone<'a, R>> {
+    pub fn zone_of(self, pfn: Pfn) -> Option<&'m Zone<'a, P::Lock>> {
         self.machine.zone_of(pfn)
     }
 
@@ -154,7 +155,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
 ///
 /// Free and managed frames, per-node counters, and what the background
 /// services (reporting, compaction) see.
-impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> Inspect<'m, 'a, P> {
     /// Free frames over all nodes (not counting per-CPU caches).
     #[inline]
     pub fn free_pages(self) -> u64 {
@@ -242,11 +243,11 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
 ///
 /// `/proc/buddyinfo`, `/proc/zoneinfo` and `/proc/vmstat`, in Linux's text
 /// or as counters.
-impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> Inspect<'m, 'a, P> {
     /// `/proc/buddyinfo` for the whole machine: one line a zone.
     #[inline]
-    pub fn buddyinfo(self) -> MachineBuddyInfo<'m, 'a, R, H> {
-        self.machine.buddyinfo()
+    pub fn buddyinfo(self) -> MachineBuddyInfo<'m, 'a, P> {
+        MachineBuddyInfo(self.machine)
     }
 
     /// `/proc/zoneinfo`: every zone's watermarks, sizes, protection, free
@@ -263,7 +264,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     /// assert!(text.starts_with("Node 0, zone   Normal\n  pages free     16384\n"));
     /// ```
     #[inline]
-    pub fn zoneinfo(self) -> crate::debug::ZoneInfo<'m, 'a, R, H> {
+    pub fn zoneinfo(self) -> crate::debug::ZoneInfo<'m, 'a, P> {
         crate::debug::ZoneInfo(self.machine)
     }
 
@@ -288,10 +289,10 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
 ///
 /// The kernel's hooks, poisoning's reports, fault injection and the owner
 /// records ([`crate::debug`]).
-impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
+impl<'m, 'a, P: Platform> Inspect<'m, 'a, P> {
     /// The machine's hooks ([`crate::debug`]).
     #[inline]
-    pub fn hooks(self) -> &'m H {
+    pub fn hooks(self) -> &'m P::Hooks {
         self.machine.hooks()
     }
 
@@ -340,7 +341,7 @@ impl<'m, 'a, R: RawMutex, H: Hooks> Inspect<'m, 'a, R, H> {
     /// ([`crate::debug::owner`]).
     #[cfg(feature = "page-owner")]
     #[inline]
-    pub fn page_owners(self) -> crate::debug::owner::OwnerDump<'m, 'a, R, H> {
+    pub fn page_owners(self) -> crate::debug::owner::OwnerDump<'m, 'a, P> {
         crate::debug::owner::OwnerDump(self.machine)
     }
 }

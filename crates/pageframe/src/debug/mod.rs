@@ -1,12 +1,13 @@
-//! The kernel developer's toolbox, as Linux has it:
+//! The kernel developer's toolbox, as Linux has it (a tool behind a
+//! feature is named, not linked: it exists only with the feature):
 //!
 //! | tool | Linux | here | off |
 //! |---|---|---|---|
-//! | event counters | `/proc/vmstat` | [`vmstat`]: [`crate::debug::Inspect::vmstat`] | feature `vmstat` |
+//! | event counters | `/proc/vmstat` | `debug::vmstat`: `Inspect::vmstat` | feature `vmstat` |
 //! | zone report | `/proc/zoneinfo` | [`crate::debug::Inspect::zoneinfo`] | (a read) |
-//! | who holds a block | `page_owner` | [`owner`]: [`crate::debug::Inspect::owner_of`], [`crate::debug::Inspect::page_owners`] | feature `page-owner` |
+//! | who holds a block | `page_owner` | `debug::owner`: `Inspect::owner_of`, `Inspect::page_owners` | feature `page-owner` |
 //! | trace events | `kmem`, `compaction` tracepoints | [`Hooks::event`], [`Event`] | [`NoHooks`] |
-//! | fault injection | `fail_page_alloc` | [`fail`]: [`crate::debug::Inspect::fail_page_alloc`] | feature `fail-alloc` |
+//! | fault injection | `fail_page_alloc` | `debug::fail`: `Inspect::fail_page_alloc` | feature `fail-alloc` |
 //! | memory init, poisoning | `init_on_alloc`, `init_on_free`, `page_poison` | [`Poisoning`] through [`Hooks::fill`], [`Hooks::check`] | [`NoHooks`] |
 //! | consistency check | `CONFIG_DEBUG_VM` | [`crate::Machine::validate`]: the structure, the rule and the frame | (a read) |
 //!
@@ -16,8 +17,9 @@
 //! Trace events (Linux's `kmem` and `compaction` tracepoints) and
 //! poisoning go to a [`Hooks`] value the machine owns.
 //!
-//! A machine is generic over its hooks, [`NoHooks`] by default, so calls
-//! into them are static: with [`NoHooks`] every call is an empty inline
+//! A machine is generic over its hooks (the `Hooks` of its
+//! [`crate::lock::Platform`]), [`NoHooks`] by default, so calls into them
+//! are static: with [`NoHooks`] every call is an empty inline
 //! function and the paths compile to what they were without it. A kernel
 //! that wants events builds its machine with
 //! [`crate::boot::Builder::hooks`], and reads them back through
@@ -59,6 +61,7 @@
 //! m.free(b).unwrap();
 //! ```
 
+mod buddyinfo;
 #[cfg(feature = "fail-alloc")]
 pub mod fail;
 mod hooks;
@@ -77,6 +80,7 @@ pub(crate) mod vmstat;
 mod vmstat_sum;
 mod zoneinfo;
 
+pub use buddyinfo::MachineBuddyInfo;
 pub(crate) use hooks::Caller;
 pub use hooks::{Event, Hooks, NoHooks, PAGE_POISON, Poisoning};
 pub use inspect::Inspect;

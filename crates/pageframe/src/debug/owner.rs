@@ -42,18 +42,18 @@ use core::panic::Location;
 use pageframe_buddy::{Order, Pfn};
 
 use crate::block::Block;
-use crate::debug::{Caller, Hooks};
+use crate::debug::Caller;
 use crate::error::AllocError;
 use crate::frame_state::State;
 use crate::gfp::Gfp;
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::node_id::NodeId;
 
 pub use super::owner_record::{OwnedBlock, Owner};
 
 /// The allocation the kernel tags, and the reads of the records.
-impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
+impl<P: Platform> Machine<'_, P> {
     /// [`Machine::alloc`] recording `tag` as the block's owner
     /// ([`crate::debug::owner`], feature `page-owner`).
     #[track_caller]
@@ -129,7 +129,7 @@ impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
 pub const DUMP_GROUPS: usize = 64;
 
 /// Live blocks grouped by owner tag; see [`crate::debug::Inspect::page_owners`].
-pub struct OwnerDump<'m, 'a, R: RawMutex, H: Hooks>(pub(crate) &'m Machine<'a, R, H>);
+pub struct OwnerDump<'m, 'a, P: Platform>(pub(crate) &'m Machine<'a, P>);
 
 #[derive(Clone, Copy)]
 struct Group {
@@ -140,7 +140,7 @@ struct Group {
     oldest: u64,
 }
 
-impl<R: RawMutex, H: Hooks> fmt::Display for OwnerDump<'_, '_, R, H> {
+impl<P: Platform> fmt::Display for OwnerDump<'_, '_, P> {
     /// One line an owner, most pages first: pages, blocks, the oldest
     /// allocation's sequence number, the tag and the call site.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -7,7 +7,7 @@ use pageframe_buddy::{Order, Pfn, PfnRange, PhysAddr};
 
 use crate::block::Block;
 use crate::debug::{Event, Hooks, PAGE_POISON, Poisoning};
-use crate::lock::RawMutex;
+use crate::lock::Platform;
 use crate::machine::Machine;
 use crate::zone_core::Zone;
 
@@ -16,7 +16,7 @@ fn frames(pfn: Pfn, order: Order) -> PfnRange {
     PfnRange::new(pfn, pfn + order.pages())
 }
 
-impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
+impl<'a, P: Platform> Machine<'a, P> {
     /// Frames about to become free, written as poisoning asks. The caller
     /// owns them until they are free.
     #[inline(always)]
@@ -30,7 +30,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
     /// a live allocation of `z` (the write touches memory only its owner
     /// may).
     #[inline(always)]
-    pub(crate) fn poison_block_free(&self, z: &Zone<'a, R>, pfn: Pfn, order: Order) {
+    pub(crate) fn poison_block_free(&self, z: &Zone<'a, P::Lock>, pfn: Pfn, order: Order) {
         if self.hooks.poisoning().free_byte().is_some() && z.check_live(pfn, order).is_ok() {
             self.poison_free(frames(pfn, order));
         }
@@ -38,7 +38,7 @@ impl<'a, R: RawMutex, H: Hooks> Machine<'a, R, H> {
 
     /// A range of live allocations its holder is freeing.
     #[inline(always)]
-    pub(crate) fn poison_range_free(&self, z: &Zone<'a, R>, range: PfnRange) {
+    pub(crate) fn poison_range_free(&self, z: &Zone<'a, P::Lock>, range: PfnRange) {
         if self.hooks.poisoning().free_byte().is_some() && z.check_range(range).is_ok() {
             self.poison_free(range);
         }

@@ -4,9 +4,8 @@
 //! counters themselves are bumped on the paths, through the no-op-when-off
 //! interface of [`crate::debug::vmstat`]; only the reading is here.
 
-use crate::debug::Hooks;
 use crate::debug::vmstat::VmStat;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::node_id::NodeId;
 use crate::zone_core::Zone;
@@ -45,7 +44,7 @@ impl<R: RawMutex> Zone<'_, R> {
     }
 }
 
-impl<R: RawMutex, H: Hooks> Machine<'_, R, H> {
+impl<P: Platform> Machine<'_, P> {
     /// See [`crate::debug::Inspect::vmstat`].
     pub(crate) fn vmstat(&self) -> VmStat {
         let mut v = VmStat::default();

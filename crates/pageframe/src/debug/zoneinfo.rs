@@ -11,16 +11,15 @@ use pageframe_buddy::Order;
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::CpuId;
 
-use crate::debug::Hooks;
-use crate::lock::RawMutex;
+use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::zone_core::Zone;
 use crate::zone_kind::ZoneKind;
 
 /// A machine's `/proc/zoneinfo`; see [`crate::debug::Inspect::zoneinfo`].
-pub struct ZoneInfo<'m, 'a, R: RawMutex, H: Hooks>(pub(crate) &'m Machine<'a, R, H>);
+pub struct ZoneInfo<'m, 'a, P: Platform>(pub(crate) &'m Machine<'a, P>);
 
-impl<R: RawMutex, H: Hooks> fmt::Display for ZoneInfo<'_, '_, R, H> {
+impl<P: Platform> fmt::Display for ZoneInfo<'_, '_, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for z in self.0.all_zones() {
             zone(f, z, self.0.pcp_cpus())?;

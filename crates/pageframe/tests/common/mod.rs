@@ -8,8 +8,8 @@ pub mod watchdog;
 
 use pageframe::{
     Block, CpuCache, CpuId, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange,
-    SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     topology::Topology,
 };
 
@@ -56,8 +56,8 @@ pub fn machine_with(config: MachineConfig) -> &'static mut Machine<'static> {
 }
 
 /// Adds zone `kind` over `span` on `node` and hands `free` over.
-pub fn zone<H: pageframe::debug::Hooks>(
-    m: &mut Machine<'static, pageframe::lock::SpinLock, H>,
+pub fn zone<P: pageframe::lock::Platform>(
+    m: &mut Machine<'static, P>,
     node: NodeId,
     kind: ZoneKind,
     span: PfnRange,

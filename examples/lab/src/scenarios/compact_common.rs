@@ -10,8 +10,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use pageframe::{
-    Gfp, Machine, MachineConfig, Migrator, NodeId, SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    Gfp, Machine, MachineConfig, Migrator, NodeId, ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
 };
 use pageframe::{Order, PAGE_SIZE, Pfn, PfnRange};
 use rand::SeedableRng;

@@ -34,9 +34,8 @@ use std::mem::MaybeUninit;
 use std::time::Instant;
 
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks,
-    ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     tune::Placement,
 };
 use rand::rngs::SmallRng;

@@ -21,9 +21,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::mem::MaybeUninit;
 
 use pageframe::{
-    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, SlowPathHooks,
-    ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     zone::{MigrateType, MobilityConfig},
 };
 use rand::rngs::SmallRng;

@@ -31,8 +31,8 @@ use std::time::Instant;
 
 use pageframe::{
     Block, Gfp, Machine, MachineConfig, Migrator, NodeId, Order, PAGE_SIZE, Pfn, PfnRange,
-    SlowPathHooks, ZoneKind,
-    compact::{MigrateError, MigrateMode},
+    ZoneKind,
+    compact::{MigrateError, MigrateMode, SlowPathHooks},
     topology::{NodeStats, Topology},
     tune::ThpPolicy,
 };

@@ -23,11 +23,7 @@ use crate::time::Instant;
 use crate::user_pages::{GIANT_BASE, GiantMapping, Tables, UserMigrator, user_addr};
 use alloc::vec::Vec;
 use core::fmt;
-use pageframe::{
-    Block, ContigError, Gfp, Migrator, Order, Pfn, PfnRange, ZoneKind,
-    compact::{MigrateError, MigrateMode, Move},
-    zone::Zone,
-};
+use pageframe::{ContigError, Gfp, Order, Pfn, PfnRange, ZoneKind, zone::Zone};
 
 /// Frames in 1 GiB.
 const GIANT: u64 = 1 << 18;
@@ -92,34 +88,6 @@ fn has_giant_pages() -> bool {
     // Leaf 0x8000_0001 exists on every x86-64 CPU (it reports long mode).
     let r = core::arch::x86_64::__cpuid(0x8000_0001);
     r.edx & (1 << 26) != 0
-}
-
-/// The user migrator, with the machine's per-CPU caches drained when the
-/// allocator asks (frames parked there must reach the isolated range).
-struct Draining<'m, 't> {
-    machine: &'static KernelMachine,
-    inner: &'m mut UserMigrator<'t>,
-}
-
-impl Migrator for Draining<'_, '_> {
-    fn isolate(&mut self, pfn: Pfn, order: Order) -> Option<Block> {
-        self.inner.isolate(pfn, order)
-    }
-    fn migrate(&mut self, s: Pfn, d: Pfn, o: Order, m: MigrateMode) -> Result<(), MigrateError> {
-        self.inner.migrate(s, d, o, m)
-    }
-    fn migrate_batch(&mut self, moves: &mut [Move], m: MigrateMode) {
-        self.inner.migrate_batch(moves, m)
-    }
-    fn putback(&mut self, b: Block) {
-        self.inner.putback(b)
-    }
-    fn migrated(&mut self, b: Block, from: Pfn) {
-        self.inner.migrated(b, from)
-    }
-    fn drain_caches(&mut self) {
-        self.machine.drain_pcp(None, |_| core::hint::spin_loop());
-    }
 }
 
 /// Which scenario runs on the filled zone.
@@ -248,13 +216,8 @@ pub fn run(
     }
 
     let mut mig = UserMigrator {
-        machine,
-        tables: &mut tables,
-        rmap,
-        moved: 0,
-        refused: 0,
-        batches: 0,
-        on_checkpoint: None,
+        drains: true,
+        ..UserMigrator::new(machine, &mut tables, rmap)
     };
     let (range, giant) = match target {
         Target::Giant => {
@@ -333,16 +296,7 @@ fn giant_page(
 ) -> Result<pageframe::Segment, GiantError> {
     // The 1 GiB page.
     let t0 = Instant::now();
-    let got = machine.alloc_contig(
-        NODE,
-        Gfp::HIGHUSER_MOVABLE,
-        GIANT,
-        GIANT,
-        &mut Draining {
-            machine,
-            inner: mig,
-        },
-    );
+    let got = machine.alloc_contig(NODE, Gfp::HIGHUSER_MOVABLE, GIANT, GIANT, mig);
     rep.cycles = t0.elapsed().0;
     let got = match got {
         Ok(g) => g,
@@ -420,13 +374,7 @@ fn hotplug(
     let managed = machine.inspect().managed_pages();
     let t0 = Instant::now();
     let moved = machine
-        .offline_range(
-            range,
-            &mut Draining {
-                machine,
-                inner: mig,
-            },
-        )
+        .offline_range(range, mig)
         .map_err(GiantError::Contig)?;
     rep.cycles = t0.elapsed().0;
     rep.range = Some(range);

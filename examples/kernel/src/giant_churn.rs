@@ -141,7 +141,7 @@ impl Migrator for Churn<'_> {
         self.mig.migrated(b, from)
     }
     fn drain_caches(&mut self) {
-        self.machine.drain_pcp(None, |_| core::hint::spin_loop());
+        self.mig.drain_caches()
     }
 }
 
@@ -213,13 +213,8 @@ pub fn run(
     let mut c = Churn {
         machine,
         mig: UserMigrator {
-            machine,
-            tables: &mut tables,
-            rmap,
-            moved: 0,
-            refused: 0,
-            batches: 0,
-            on_checkpoint: None,
+            drains: true,
+            ..UserMigrator::new(machine, &mut tables, rmap)
         },
         lru,
         spare,

@@ -294,15 +294,7 @@ pub fn run(
         }
     }
 
-    let mut mig = UserMigrator {
-        machine,
-        tables: &mut tables,
-        rmap,
-        moved: 0,
-        refused: 0,
-        batches: 0,
-        on_checkpoint: None,
-    };
+    let mut mig = UserMigrator::new(machine, &mut tables, rmap);
 
     // With the second CPU up, it reads every kept page through the user
     // mapping while this CPU compacts: each move must shoot down its

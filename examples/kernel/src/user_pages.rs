@@ -311,6 +311,28 @@ pub struct UserMigrator<'t> {
     pub batches: u64,
     /// Called at every scanner checkpoint (the pressure mode's hook).
     pub on_checkpoint: Option<&'t mut dyn FnMut()>,
+    /// Whether a request to drain the per-CPU caches drains every CPU's
+    /// ([`crate::bringup::KernelMachine::drain_pcp`]): for callers that
+    /// hold no CPU handle, so that frames parked in caches reach an
+    /// isolated range.
+    pub drains: bool,
+}
+
+impl<'t> UserMigrator<'t> {
+    /// A migrator of the user pages `rmap` maps in `tables`, nothing moved
+    /// yet, no hook, no draining.
+    pub fn new(machine: &'static KernelMachine, tables: &'t mut Tables, rmap: Vec<u32>) -> Self {
+        UserMigrator {
+            machine,
+            tables,
+            rmap,
+            moved: 0,
+            refused: 0,
+            batches: 0,
+            on_checkpoint: None,
+            drains: false,
+        }
+    }
 }
 
 impl UserMigrator<'_> {
@@ -352,6 +374,12 @@ impl Migrator for UserMigrator<'_> {
     fn migrated(&mut self, block: Block, _from: Pfn) {
         // `migrate_batch` pointed the entry at the new frame already.
         let _ = block.into_raw();
+    }
+
+    fn drain_caches(&mut self) {
+        if self.drains {
+            self.machine.drain_pcp(None, |_| core::hint::spin_loop());
+        }
     }
 
     fn migrate(

@@ -21,6 +21,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// [`BuddyZone::free`] (the block must be a live allocation of exactly
     /// `order`), and [`FreeError::SingleFrame`] for an order-0 block.
     pub fn split_allocated(&mut self, pfn: Pfn, order: Order) -> Result<Pfn, FreeError> {
+        self.split_allocated_masked(pfn, order, u32::MAX)
+    }
+
+    /// [`BuddyZone::split_allocated`], the upper half's tag being the
+    /// block's with only the bits of `upper_mask` kept (a layer above drops
+    /// the marks that belong to the lower half's head alone).
+    pub fn split_allocated_masked(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        upper_mask: u32,
+    ) -> Result<Pfn, FreeError> {
         let i = self.check_free(pfn, order)?;
         if order == Order::ZERO {
             return Err(FreeError::SingleFrame);
@@ -32,7 +44,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             Mode::Split | Mode::Reserved => {
                 let tag = self.frames.get(i).tag();
                 self.frames.set(i, Word::head(half, tag));
-                self.frames.set(upper, Word::head(half, tag));
+                self.frames.set(upper, Word::head(half, tag & upper_mask));
             }
             Mode::AllocHead if half >= self.c => {
                 let ch = &mut self.chunks[k];
@@ -42,7 +54,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                 self.chunks[u] = Chunk {
                     mode: Mode::AllocHead,
                     order: half,
-                    tag,
+                    tag: tag & upper_mask,
                     ..Chunk::HOLE
                 };
             }
@@ -65,7 +77,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     self.frames.set(first + s, Word::TAIL);
                 }
                 self.frames.set(i, Word::head(half, tag));
-                self.frames.set(upper, Word::head(half, tag));
+                self.frames.set(upper, Word::head(half, tag & upper_mask));
             }
             // `check_free` accepted a head: a split, reserved or
             // allocated-head chunk.

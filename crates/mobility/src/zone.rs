@@ -333,13 +333,7 @@ impl<'a> MobileZone<'a> {
     /// half, whose head that is, and the upper half starts without them,
     /// since whoever set them will clear them at that head only.
     pub fn split_allocated(&mut self, pfn: Pfn, order: Order) -> Result<Pfn, FreeError> {
-        let upper = self.buddy.split_allocated(pfn, order)?;
-        if let Some(t) = self.buddy.tag(upper)
-            && t & !tag::RESERVED != 0
-        {
-            self.buddy.set_tag(upper, t & tag::RESERVED);
-        }
-        Ok(upper)
+        self.buddy.split_allocated_masked(pfn, order, tag::RESERVED)
     }
 
     /// Reserves one chunk's free frames of type `mt` for order-0

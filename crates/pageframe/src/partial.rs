@@ -11,7 +11,7 @@ use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use crate::block::RawError;
 use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
-use crate::zone_core::Zone;
+use crate::zone_core::{Zone, ZoneInner};
 
 /// Tries of one step before a racing change is taken for misuse: each
 /// failed try means another CPU split or freed a block of the range's
@@ -30,7 +30,10 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// Checked before anything changes: `range` lies in one zone and every
     /// frame of it is in a live allocation; otherwise a [`RawError`] names
     /// the first frame that is not (free, a hole, cached, being moved) and
-    /// nothing is freed. Should another CPU change the range meanwhile
+    /// nothing is freed. The check, the splits and the frees are one
+    /// critical section of the zone's lock (a frame an order-0 stripe
+    /// handed out goes back to that stripe, outside it). Should another
+    /// CPU change the range meanwhile
     /// (which only a breach of the contract below can do), the frames
     /// before the named one are freed and the rest are still allocated.
     ///
@@ -72,56 +75,105 @@ impl<'a, P: Platform> Machine<'a, P> {
             let outside = zone.span().end.max(range.start);
             return Err(err(outside, FreeError::OutOfRange));
         }
+        // One critical section for the whole range: the check, the splits
+        // and the frees.
+        let mut z = zone.inner.lock();
+        let max = z.buddy.buddy().max_order();
         // Every frame in a live allocation, before anything changes.
         let mut p = range.start;
         while p < range.end {
-            let (head, order) = holding(zone, p).map_err(|why| err(p, why))?;
+            let (head, order) = holding(zone, &z, max, p).map_err(|why| err(p, why))?;
             p = head + order.pages();
         }
-        self.poison_free(range);
+        if self.poisons_frees() {
+            // The hook writes the frames: not under the zone lock.
+            drop(z);
+            self.poison_free(range);
+            z = zone.inner.lock();
+        }
         let mut p = range.start;
         let mut tries = 0;
+        let mut at = holding(zone, &z, max, p).map_err(|why| err(p, why));
         while p < range.end {
-            let (head, order) = holding(zone, p).map_err(|why| err(p, why))?;
+            let (head, order) = match at {
+                Ok(block) => block,
+                Err(e) => {
+                    // Frames freed before it keep the zone's hints true.
+                    zone.after_zone_op(&z);
+                    return Err(e);
+                }
+            };
             let step = if head == p && head + order.pages() <= range.end {
-                zone.free(head, order).map(|()| head + order.pages())
+                let freed = if order == Order::ZERO && zone.stripes.holds(head) {
+                    // A stripe's frame goes back through the stripe, whose
+                    // lock comes before the zone's.
+                    drop(z);
+                    let r = zone.free(head, order);
+                    z = zone.inner.lock();
+                    r
+                } else {
+                    zone.free_locked(&mut z, head, order)
+                };
+                freed.map(|()| None)
             } else {
-                zone.split(head, order).map(|_| p)
+                // The half holding `p` is the next block to look at: no
+                // look-up needed.
+                zone.split_locked(&mut z, head, order).map(|upper| {
+                    let half = Order::new_truncated(order.get() - 1);
+                    Some((if p >= upper { upper } else { head }, half))
+                })
             };
             match step {
                 Ok(next) => {
-                    p = next;
                     tries = 0;
+                    at = match next {
+                        Some(half) => Ok(half),
+                        None => {
+                            p = head + order.pages();
+                            if p >= range.end {
+                                break;
+                            }
+                            holding(zone, &z, max, p).map_err(|why| err(p, why))
+                        }
+                    };
                 }
-                // Another CPU split this block, or freed a part of it, between
-                // the look-up and the step: look again (the look-up names a
-                // frame that is really not allocated).
+                // Another CPU changed this block between the look-up and
+                // the step (a cache's free of a part of it, or a split while
+                // the lock was let go for a stripe's frame): look again (the
+                // look-up names a frame that is really not allocated).
                 Err(
                     FreeError::WrongOrder { .. }
                     | FreeError::AlreadyFree
                     | FreeError::NotBlockHead { .. },
                 ) if tries < RACE_TRIES => {
                     tries += 1;
+                    at = holding(zone, &z, max, p).map_err(|why| err(p, why));
                 }
-                Err(why) => return Err(err(p, why)),
+                Err(why) => {
+                    zone.after_zone_op(&z);
+                    return Err(err(p, why));
+                }
             }
         }
+        zone.after_zone_op(&z);
+        drop(z);
         self.freed_range(zone, range);
         Ok(())
     }
 }
 
-/// The live allocation holding `pfn` in `zone`, or why there is none. The
-/// look-up runs under the zone lock, so it never sees a split half done.
-fn holding<R: RawMutex>(zone: &Zone<'_, R>, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
-    let found = {
-        let z = zone.inner.lock();
-        zone.states
-            .live_block_holding(pfn, z.buddy.buddy().max_order())
-    };
-    match found {
+/// The live allocation holding `pfn` in `zone` (blocks of at most `max`),
+/// or why there is none. The caller holds the zone lock (`z`), so the
+/// look-up never sees a split half done.
+fn holding<R: RawMutex>(
+    zone: &Zone<'_, R>,
+    z: &ZoneInner<'_>,
+    max: Order,
+    pfn: Pfn,
+) -> Result<(Pfn, Order), FreeError> {
+    match zone.states.live_block_holding(pfn, max) {
         Some(found) => found,
-        None => Err(match zone.check_live(pfn, Order::ZERO) {
+        None => Err(match zone.check_live_locked(z, pfn, Order::ZERO) {
             Err(e) => e,
             Ok(()) => FreeError::Busy,
         }),

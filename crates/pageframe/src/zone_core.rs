@@ -470,6 +470,23 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return Ok(());
         }
         let mut z = self.inner.lock();
+        let r = self.free_locked(&mut z, pfn, order);
+        if r.is_ok() {
+            self.after_zone_op(&z);
+        }
+        r
+    }
+
+    /// [`Zone::free`] with the lock taken, of a block no stripe holds (the
+    /// caller checks: a stripe's frame goes back through the stripe, whose
+    /// lock comes first); the caller updates the zone's hints afterwards
+    /// ([`Zone::after_zone_op`]).
+    pub(crate) fn free_locked(
+        &self,
+        z: &mut ZoneGuard<'_, 'a, R>,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
         // The ownership byte decides who frees, by compare-and-swap (a
         // per-CPU cache frees without this lock). A live allocation of this
         // order is one the core holds allocated with that order, so the
@@ -482,10 +499,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                 // with that order (`set_allocated`), so the core's own
                 // checks would pass (debug builds assert it).
                 unsafe { z.buddy.free_unchecked(pfn, order) };
-                self.after_zone_op(&z);
                 Ok(())
             }
-            Err(e) => Err(self.refusal(&z, pfn, order, e)),
+            Err(e) => Err(self.refusal(z, pfn, order, e)),
         }
     }
 
@@ -498,11 +514,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
-        let mut z = self.inner.lock();
+        self.split_locked(&mut self.inner.lock(), pfn, order)
+    }
+
+    /// [`Zone::split`] with the lock taken.
+    pub(crate) fn split_locked(
+        &self,
+        z: &mut ZoneGuard<'_, 'a, R>,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<Pfn, FreeError> {
         let mt = match self.states.take_for_split(pfn, order) {
             Ok(mt) => mt,
             Err(FreeError::SingleFrame) => return Err(FreeError::SingleFrame),
-            Err(e) => return Err(self.refusal(&z, pfn, order, e)),
+            Err(e) => return Err(self.refusal(z, pfn, order, e)),
         };
         match z.buddy.split_allocated(pfn, order) {
             Ok(upper) => {
@@ -558,13 +583,34 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// allocation (see [`Zone::refusal`]).
     #[cold]
     fn not_live(&self, pfn: Pfn, order: Order, s: State) -> FreeError {
+        self.not_live_locked(&self.inner.lock(), pfn, order, s)
+    }
+
+    /// [`Zone::not_live`] with the lock taken.
+    #[cold]
+    fn not_live_locked(&self, z: &ZoneInner<'_>, pfn: Pfn, order: Order, s: State) -> FreeError {
         let e = match s {
             State::Allocated(o, _) => FreeError::WrongOrder { allocated: o },
             State::Isolated(_) | State::MovedOut(_) => FreeError::Busy,
             State::Cached(_) | State::Free => FreeError::AlreadyFree,
         };
-        let z = self.inner.lock();
-        self.refusal(&z, pfn, order, e)
+        self.refusal(z, pfn, order, e)
+    }
+
+    /// [`Zone::check_live`] with the lock taken.
+    pub(crate) fn check_live_locked(
+        &self,
+        z: &ZoneInner<'_>,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        if !self.span.contains(pfn) {
+            return Err(FreeError::OutOfRange);
+        }
+        match self.states.get(pfn) {
+            State::Allocated(o, _) if o == order => Ok(()),
+            s => Err(self.not_live_locked(z, pfn, order, s)),
+        }
     }
 
     /// Gives every stripe's reservation back to the zone (before a range is

@@ -61,6 +61,48 @@ fn the_frames_kept_are_blocks_of_their_own() {
 }
 
 #[test]
+fn runs_of_single_frames_go_back_by_range_through_their_stripes() {
+    let m = one_zone(4 * PB);
+    let total = m.inspect().free_pages();
+    // Order-0 allocations come from the zone's stripes (pageblocks the
+    // stripes hold outside the zone lock); a range over several of them
+    // is several allocations given back at once, each frame to the stripe
+    // that holds its chunk.
+    let mut got: Vec<Pfn> = (0..300)
+        .map(|_| {
+            m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0))
+                .unwrap()
+                .into_raw()
+                .0
+        })
+        .collect();
+    got.sort();
+    let held = m.inspect().stripe_frames();
+    assert!(held > 0, "no stripe holds a chunk");
+    let mut runs = 0;
+    let mut i = 0;
+    while i < got.len() {
+        let mut j = i + 1;
+        while j < got.len() && got[j] == got[j - 1] + 1 {
+            j += 1;
+        }
+        // SAFETY: frames the test allocated, held as numbers, given back
+        // once.
+        unsafe { m.free_raw(pr(got[i], got[j - 1] + 1)) }.unwrap();
+        runs += 1;
+        i = j;
+    }
+    assert!(
+        runs < got.len() / 4,
+        "{runs} runs: the frames were not adjacent"
+    );
+    // The frames of the chunks the stripes still hold went back to them.
+    assert!(m.inspect().stripe_frames() > held);
+    assert_eq!(m.inspect().free_pages(), total);
+    m.validate().unwrap();
+}
+
+#[test]
 fn a_range_with_a_frame_not_allocated_frees_nothing() {
     let m = two_zones(4 * PB, 4 * PB);
     let low = m.inspect().zone_of(Pfn(256)).unwrap().span();

@@ -17,6 +17,12 @@ fn frames(pfn: Pfn, order: Order) -> PfnRange {
 }
 
 impl<'a, P: Platform> Machine<'a, P> {
+    /// Whether freed frames are written with a poison byte.
+    #[inline(always)]
+    pub(crate) fn poisons_frees(&self) -> bool {
+        self.hooks.poisoning().free_byte().is_some()
+    }
+
     /// Frames about to become free, written as poisoning asks. The caller
     /// owns them until they are free.
     #[inline(always)]
@@ -31,7 +37,7 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// may).
     #[inline(always)]
     pub(crate) fn poison_block_free(&self, z: &Zone<'a, P::Lock>, pfn: Pfn, order: Order) {
-        if self.hooks.poisoning().free_byte().is_some() && z.check_live(pfn, order).is_ok() {
+        if self.poisons_frees() && z.check_live(pfn, order).is_ok() {
             self.poison_free(frames(pfn, order));
         }
     }
@@ -39,7 +45,7 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// A range of live allocations its holder is freeing.
     #[inline(always)]
     pub(crate) fn poison_range_free(&self, z: &Zone<'a, P::Lock>, range: PfnRange) {
-        if self.hooks.poisoning().free_byte().is_some() && z.check_range(range).is_ok() {
+        if self.poisons_frees() && z.check_range(range).is_ok() {
             self.poison_free(range);
         }
     }

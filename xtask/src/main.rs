@@ -1167,10 +1167,12 @@ const PAIR_PATHS: &[&str] = &[
     "ostd-local",
     "ostd-claimed",
     "ostd-local-2m",
+    "ostd-churn",
 ];
 
 /// Instructions a pair of each path (or of `only`; `cached-fill`: an
-/// allocation of a fill, refills included): the `pairs` program
+/// allocation of a fill, refills included; `ostd-churn`: a step of the
+/// OSTD kernel bench's churn): the `pairs` program
 /// under callgrind with 100 000 and 200 000 pairs, the difference over
 /// 100 000 (the set-up cancels out). Counts, unlike times, repeat exactly
 /// whatever else the machine does.
@@ -1200,7 +1202,7 @@ fn instructions(only: Option<&str>) -> Result<(), String> {
             .and_then(|v| v.trim().parse().ok())
             .ok_or_else(|| format!("{path}: no count from callgrind:\n{err}"))
     };
-    println!("| path | instructions a pair (a fill: an allocation) |\n|---|---:|");
+    println!("| path | instructions a pair (a fill: an allocation; a churn: a step) |\n|---|---:|");
     for path in PAIR_PATHS.iter().filter(|p| only.is_none_or(|o| o == **p)) {
         let (a, b) = (count(path, 100_000)?, count(path, 200_000)?);
         println!("| {path} | {:.1} |", (b - a) as f64 / 100_000.0);

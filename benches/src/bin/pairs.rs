@@ -9,7 +9,9 @@
 //! refills from the zone included), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
-//! segment through the local calls).
+//! segment through the local calls), `ostd-churn` (`n` steps of the OSTD
+//! kernel bench's churn on one CPU through the local calls: requests of
+//! one to sixteen frames, mostly one, freed in random order).
 
 use std::hint::black_box;
 use std::mem::MaybeUninit;
@@ -80,7 +82,7 @@ fn main() {
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
         _ => panic!(
-            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m> <n>"
+            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-churn> <n>"
         ),
     };
     let o0 = Order::ZERO;
@@ -148,6 +150,32 @@ fn main() {
                 }
                 .expect("freed");
             }
+        }
+        "ostd-churn" => {
+            let a = ostd();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut live: Vec<(Pfn, u64)> = Vec::with_capacity(2048);
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if live.len() < 2048 && (live.is_empty() || x.is_multiple_of(2)) {
+                    let k = match (x >> 8) % 8 {
+                        0 => 1 + (x >> 16) % 16,
+                        1 => 2,
+                        _ => 1,
+                    };
+                    // SAFETY: one thread, CPU 0 for the allocator.
+                    let p = unsafe { a.alloc_frames_local(k, 1) }.expect("frames");
+                    live.push((p, k));
+                } else {
+                    let (p, k) = live.swap_remove(((x >> 16) % live.len() as u64) as usize);
+                    // SAFETY: frames allocated above and given back once;
+                    // one thread, CPU 0.
+                    unsafe { a.dealloc_frames_local(p, k) }.expect("freed");
+                }
+            }
+            black_box(live);
         }
         // `n` order-0 blocks taken through the zone, then (`-free`) given
         // back in a random order: the difference is the frees' cost.

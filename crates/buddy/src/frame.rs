@@ -152,6 +152,22 @@ impl<'a> FrameWords<'a> {
         self.slots[i as usize].write(w);
     }
 
+    /// Writes `w` to the `n` frames from `i`, all of one chunk (a block's
+    /// tail below the chunk order): one check of the chunk, one fill.
+    #[inline]
+    pub fn set_run(&mut self, i: Idx, n: u32, w: Word) {
+        if n == 0 {
+            return;
+        }
+        if !self.is_init(i) {
+            self.init_chunk(i);
+        }
+        debug_assert_eq!(i >> self.shift, (i + n - 1) >> self.shift);
+        for s in &mut self.slots[i as usize..(i + n) as usize] {
+            s.write(w);
+        }
+    }
+
     /// Writes every word of the chunk holding `i` as a hole, once.
     pub fn init_chunk(&mut self, i: Idx) {
         if self.is_init(i) {

@@ -105,9 +105,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         bits::clear(self.words_mut(k), t, order);
         let i = self.first(k) + t;
         self.frames.set(i, Word::head(order, tag));
-        for s in 1..1u32 << order {
-            self.frames.set(i + s, Word::TAIL);
-        }
+        self.frames.set_run(i + 1, (1 << order) - 1, Word::TAIL);
         self.stats.allocs += 1;
     }
 

@@ -73,9 +73,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                     list,
                     ..Chunk::HOLE
                 };
-                for s in 0..1u32 << self.c {
-                    self.frames.set(first + s, Word::TAIL);
-                }
+                self.frames.set_run(first, 1 << self.c, Word::TAIL);
                 self.frames.set(i, Word::head(half, tag));
                 self.frames.set(upper, Word::head(half, tag & upper_mask));
             }

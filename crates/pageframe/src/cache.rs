@@ -14,7 +14,7 @@
 
 use core::mem::MaybeUninit;
 
-use pageframe_buddy::{FreeError, Order, Pfn};
+use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::{
     CpuId, LocalPcp, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, RefillSink, Slot,
@@ -367,6 +367,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             pageframe_mobility::AllocMode::empty()
         };
         let mut line = None;
+        let chunk = u32::from(z.buddy.buddy().chunk_order().get());
         let before = H::TRACE.then(|| z.buddy.stats());
         while z.buddy.free_pages() > z.wmark.low.saturating_add(order.pages()) {
             let extra = sink.remaining() == 0;
@@ -411,6 +412,34 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                         }
                         got
                     });
+                    if sink.remaining() == 0
+                        && let Some(lines) = self.states.line_frames(last)
+                    {
+                        // The rest of its line of ownership bytes in this
+                        // chunk, a word at a time: the frames after `last`
+                        // are the ones the next refill from this chunk
+                        // would take.
+                        z.buddy
+                            .alloc_run(last, mt, lines.len() as usize, |base, bits| {
+                                let got =
+                                    sink.push_extra_word(base, bits & frames_mask(base, lines));
+                                let mut rest = got;
+                                while rest != 0 {
+                                    states
+                                        .set_cached(base + u64::from(rest.trailing_zeros()), order);
+                                    rest &= rest - 1;
+                                }
+                                if got != 0 {
+                                    last = base + u64::from(63 - got.leading_zeros());
+                                }
+                                got
+                            });
+                        // A line that ends in this chunk is whole: no
+                        // frame-by-frame search for the rest.
+                        if (lines.end.get() - 1) >> chunk == last.get() >> chunk {
+                            break;
+                        }
+                    }
                 }
                 line = self.states.line_of(last);
             }
@@ -420,6 +449,15 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
         self.after_zone_op(&z);
     }
+}
+
+/// The bits of a word of frames from `base` (aligned to 64) that lie in
+/// `range`.
+fn frames_mask(base: Pfn, range: PfnRange) -> u64 {
+    let lo = range.start.get().saturating_sub(base.get()).min(64);
+    let hi = range.end.get().saturating_sub(base.get()).min(64);
+    let below = |n: u64| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    below(hi) & !below(lo)
 }
 
 impl<R: RawMutex> PcpZone for Zone<'_, R> {
@@ -477,6 +515,18 @@ mod tests {
             0
         );
         got
+    }
+
+    #[test]
+    fn a_word_of_frames_masked_to_a_range() {
+        let r = |a: u64, b: u64| PfnRange::new(Pfn(a), Pfn(b));
+        assert_eq!(super::frames_mask(Pfn(64), r(64, 128)), u64::MAX);
+        assert_eq!(super::frames_mask(Pfn(64), r(0, 1000)), u64::MAX);
+        assert_eq!(super::frames_mask(Pfn(64), r(71, 135)), u64::MAX << 7);
+        assert_eq!(super::frames_mask(Pfn(128), r(71, 135)), 0x7f);
+        assert_eq!(super::frames_mask(Pfn(128), r(130, 132)), 0b1100);
+        assert_eq!(super::frames_mask(Pfn(0), r(64, 128)), 0);
+        assert_eq!(super::frames_mask(Pfn(192), r(64, 128)), 0);
     }
 
     #[test]

@@ -163,6 +163,22 @@ impl<'a> FrameStates<'a> {
             .map(|s| core::ptr::from_ref(s).addr() / LINE_BYTES)
     }
 
+    /// The frames whose bytes share `pfn`'s line ([`FrameStates::line_of`]),
+    /// some of which may lie outside the span. `None` outside the span.
+    #[inline]
+    pub(crate) fn line_frames(&self, pfn: Pfn) -> Option<PfnRange> {
+        let s = self.slot(pfn)?;
+        #[cfg(not(loom))]
+        let at = core::ptr::from_ref(s).addr() % LINE_BYTES;
+        #[cfg(loom)]
+        let at = {
+            let _ = s;
+            (pfn.get() - self.base.get()) as usize % LINE_BYTES
+        };
+        let start = Pfn(pfn.get().saturating_sub(at as u64));
+        Some(PfnRange::new(start, start + LINE_BYTES as u64))
+    }
+
     /// Under loom the bytes are loom's atomics at addresses that change
     /// from one explored execution to the next, and loom needs every
     /// execution to make the same choices: lines by index.

@@ -171,6 +171,31 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         Ok(())
     }
 
+    /// [`RefillSink::push_word`] beyond what the cache asked for (see
+    /// [`RefillSink::push_extra`]): every frame of `bits` the cache can
+    /// file. Returns the bits taken, lowest first.
+    #[inline]
+    pub fn push_extra_word(&mut self, base: Pfn, bits: u64) -> u64 {
+        let got = match &mut self.home {
+            Some((h, shift)) => h.accept_word(base, bits, *shift),
+            None => {
+                let mut got = 0;
+                let mut rest = bits;
+                while rest != 0 {
+                    let b = rest.trailing_zeros();
+                    if self.file(base + u64::from(b)).is_err() {
+                        break;
+                    }
+                    got |= 1 << b;
+                    rest &= rest - 1;
+                }
+                got
+            }
+        };
+        self.taken += got.count_ones() as usize;
+        got
+    }
+
     /// Blocks handed to the cache so far in this refill.
     pub fn taken(&self) -> usize {
         self.taken
@@ -341,5 +366,29 @@ mod tests {
         assert_eq!(lists.len(li), 2);
         assert_eq!(lists.pop_head(li), Some(Pfn(64)));
         assert_eq!(lists.pop_head(li), Some(Pfn(66)));
+    }
+
+    /// Extra frames (past what the cache asked for) by word: a home takes
+    /// the frames of its region whatever `remaining` says, and a list
+    /// without a home takes them until its slots run out.
+    #[test]
+    fn extra_words_go_in_past_the_request_until_nothing_fits() {
+        let mut slots = std::vec![Slot::EMPTY; 3];
+        let mut lists = Lists::new(&mut slots);
+        let li = ListIndex::new(0).unwrap();
+        let mut home = Home::EMPTY;
+        let mut sink = RefillSink::new(&mut lists, Some((&mut home, 7)), li, 1);
+        assert_eq!(sink.push_word(Pfn(128), 1), 1);
+        assert_eq!(sink.remaining(), 0);
+        assert_eq!(sink.push_extra_word(Pfn(128), 0b1110), 0b1110);
+        assert_eq!(sink.push_extra_word(Pfn(256), 1), 0, "another region");
+        assert_eq!((sink.taken(), sink.remaining()), (4, 0));
+        assert_eq!(home.len(), 4);
+
+        // No home: three slots, so the fourth frame stays with the zone.
+        let mut sink = RefillSink::new(&mut lists, None, li, 0);
+        assert_eq!(sink.push_extra_word(Pfn(64), 0b1111), 0b111);
+        assert_eq!(sink.taken(), 3);
+        assert_eq!(lists.len(li), 3);
     }
 }

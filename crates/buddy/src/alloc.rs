@@ -104,14 +104,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             let base = first + ((w as Idx) << 6);
             let got = take(self.pfn(base), offer) & offer;
             self.words_mut(k)[w] = word & !got;
-            let mut rest = got;
-            while rest != 0 {
-                self.frames.set(
-                    base + rest.trailing_zeros(),
-                    crate::frame::Word::head(0, tag),
-                );
-                rest &= rest - 1;
-            }
+            self.frames
+                .set_bits(base, got, crate::frame::Word::head(0, tag));
             taken += got.count_ones() as usize;
             if got != offer || taken == max {
                 break;

@@ -146,6 +146,39 @@ pub(crate) fn maximal_blocks(w: &[u64], j: u8) -> impl Iterator<Item = u32> + '_
     })
 }
 
+/// How many maximal free blocks of each order below `c` a chunk of order
+/// `c` (not wholly free) has: `counts[j]` is the length of
+/// [`maximal_blocks`] for `j`, every order from one pass over the words
+/// (a refill's recount).
+pub(crate) fn count_maximal(w: &[u64], c: u8, counts: &mut [u16]) {
+    let low = c.min(6);
+    counts[..usize::from(c)].fill(0);
+    for &v in w {
+        // runs[j]: where an aligned all-free block of order j starts.
+        let mut runs = [0u64; 7];
+        let mut r = v;
+        for (j, slot) in runs.iter_mut().enumerate() {
+            if j > 0 {
+                r &= r >> (1u32 << (j - 1));
+            }
+            *slot = r & ALIGNED[j];
+        }
+        for j in 0..usize::from(low) {
+            let parent = runs[j + 1];
+            let maximal = runs[j] & !(parent | (parent << (1u32 << j)));
+            counts[j] += maximal.count_ones() as u16;
+        }
+    }
+    for j in 6..c {
+        let n = 1usize << (j - 6);
+        let full = |a: usize| w[a..a + n].iter().all(|&v| v == !0);
+        counts[usize::from(j)] = (0..w.len())
+            .step_by(n)
+            .filter(|&a| full(a) && !full(a ^ n))
+            .count() as u16;
+    }
+}
+
 /// The order of the maximal free block holding the free frame `x`, in a
 /// chunk of order `c` that is not wholly free; its head is `x` rounded
 /// down to that order.
@@ -228,7 +261,8 @@ mod tests {
             for round in 0..rounds {
                 let mut w = std::vec![0u64; words(c)];
                 let mut frames = std::vec![false; 1 << c];
-                let density = round % 7;
+                // Density 7: every frame but the first, large blocks.
+                let density = round % 8;
                 for (x, f) in frames.iter_mut().enumerate() {
                     seed ^= seed << 13;
                     seed ^= seed >> 7;
@@ -245,8 +279,12 @@ mod tests {
                 }
                 let want = reference(&frames, c);
                 let mut got = std::vec::Vec::new();
+                let mut counts = [0u16; 9];
+                count_maximal(&w, c, &mut counts);
                 for j in 0..c {
                     got.extend(maximal_blocks(&w, j).map(|x| (x, j)));
+                    let n = want.iter().filter(|b| b.1 == j).count();
+                    assert_eq!(usize::from(counts[usize::from(j)]), n, "c {c} j {j}");
                     let first = want.iter().find(|b| b.1 == j).map(|b| b.0);
                     assert_eq!(find_maximal(&w, j), first, "c {c} j {j}");
                 }

@@ -168,6 +168,25 @@ impl<'a> FrameWords<'a> {
         }
     }
 
+    /// Writes `w` to frame `base + b` for each bit `b` of `bits`, all of one
+    /// chunk (a word of a chunk's bitmap): one check of the chunk.
+    #[inline]
+    pub fn set_bits(&mut self, base: Idx, bits: u64, w: Word) {
+        if bits == 0 {
+            return;
+        }
+        if !self.is_init(base) {
+            self.init_chunk(base);
+        }
+        let mut rest = bits;
+        while rest != 0 {
+            let i = base + rest.trailing_zeros();
+            debug_assert_eq!(i >> self.shift, base >> self.shift);
+            self.slots[i as usize].write(w);
+            rest &= rest - 1;
+        }
+    }
+
     /// Writes every word of the chunk holding `i` as a hole, once.
     pub fn init_chunk(&mut self, i: Idx) {
         if self.is_init(i) {

@@ -4,7 +4,7 @@
 //! zone's counts of free blocks per order.
 
 use crate::bits;
-use crate::chunk::{Chunk, FILED, Mode, RBITS};
+use crate::chunk::{Chunk, FILED, MAX_CHUNK_ORDER, Mode, RBITS};
 use crate::frame::{Idx, Word};
 use crate::partial_chunks::PartialIndex;
 use crate::policy::{ListId, MAX_LISTS, MergePolicy};
@@ -54,9 +54,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     pub(crate) fn recount(&mut self, k: Idx, taken: u16) {
         let c = self.c;
         let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
+        let mut counts = [0u16; MAX_CHUNK_ORDER as usize];
+        bits::count_maximal(self.words(k), c, &mut counts);
         for o in 0..c {
             let old = self.chunks[k].counts[o as usize];
-            let new = bits::maximal_blocks(self.words(k), o).count() as u16;
+            let new = counts[o as usize];
             if old != new {
                 self.chunks[k].add_count(o, i32::from(new) - i32::from(old));
                 let b = self.sub.blocks_mut(l, o);

@@ -9,7 +9,8 @@
 //! refills from the zone included), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
-//! segment through the local calls), `ostd-churn` (`n` steps of the OSTD
+//! segment through the local calls), `ostd-fill` (`n` frames allocated
+//! alone through the local calls, refills included), `ostd-churn` (`n` steps of the OSTD
 //! kernel bench's churn on one CPU through the local calls: requests of
 //! one to sixteen frames, mostly one, freed in random order).
 
@@ -82,7 +83,7 @@ fn main() {
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
         _ => panic!(
-            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-churn> <n>"
+            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-fill|ostd-churn> <n>"
         ),
     };
     let o0 = Order::ZERO;
@@ -150,6 +151,14 @@ fn main() {
                 }
                 .expect("freed");
             }
+        }
+        "ostd-fill" => {
+            let a = ostd();
+            let held: Vec<Pfn> = (0..n)
+                // SAFETY: one thread, CPU 0 for the allocator.
+                .map(|_| unsafe { a.alloc_frames_local(1, 1) }.expect("a frame"))
+                .collect();
+            black_box(held);
         }
         "ostd-churn" => {
             let a = ostd();

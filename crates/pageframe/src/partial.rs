@@ -18,6 +18,11 @@ use crate::zone_core::{Zone, ZoneInner};
 /// neighbourhood, which it does at most a few times per block.
 const RACE_TRIES: u32 = 64;
 
+/// Blocks one hold of the zone lock covers at most, checked or freed: a
+/// range of many blocks lets other CPUs take the lock in between, so the
+/// time the lock is held stays bounded whatever the range.
+const BLOCKS_A_HOLD: u32 = 64;
+
 impl<'a, P: Platform> Machine<'a, P> {
     /// Frees the frames of `range`, any part of the caller's allocations:
     /// the blocks holding them are split until `range` is made of whole
@@ -30,8 +35,8 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// Checked before anything changes: `range` lies in one zone and every
     /// frame of it is in a live allocation; otherwise a [`RawError`] names
     /// the first frame that is not (free, a hole, cached, being moved) and
-    /// nothing is freed. The check, the splits and the frees are one
-    /// critical section of the zone's lock (a frame an order-0 stripe
+    /// nothing is freed. The check, the splits and the frees take the
+    /// zone's lock once for up to 64 blocks (a frame an order-0 stripe
     /// handed out goes back to that stripe, outside it). Should another
     /// CPU change the range meanwhile
     /// (which only a breach of the contract below can do), the frames
@@ -75,15 +80,21 @@ impl<'a, P: Platform> Machine<'a, P> {
             let outside = zone.span().end.max(range.start);
             return Err(err(outside, FreeError::OutOfRange));
         }
-        // One critical section for the whole range: the check, the splits
-        // and the frees.
+        // One critical section for the check, the splits and the frees of
+        // up to `BLOCKS_A_HOLD` blocks.
         let mut z = zone.inner.lock();
         let max = z.buddy.buddy().max_order();
         // Every frame in a live allocation, before anything changes.
         let mut p = range.start;
+        let mut blocks = 0;
         while p < range.end {
             let (head, order) = holding(zone, &z, max, p).map_err(|why| err(p, why))?;
             p = head + order.pages();
+            blocks += 1;
+            if blocks % BLOCKS_A_HOLD == 0 {
+                drop(z);
+                z = zone.inner.lock();
+            }
         }
         if self.poisons_frees() {
             // The hook writes the frames: not under the zone lock.
@@ -132,6 +143,12 @@ impl<'a, P: Platform> Machine<'a, P> {
                             p = head + order.pages();
                             if p >= range.end {
                                 break;
+                            }
+                            blocks += 1;
+                            if blocks % BLOCKS_A_HOLD == 0 {
+                                zone.after_zone_op(&z);
+                                drop(z);
+                                z = zone.inner.lock();
                             }
                             holding(zone, &z, max, p).map_err(|why| err(p, why))
                         }

@@ -146,9 +146,7 @@ impl<'a> FrameWords<'a> {
     /// it never was.
     #[inline]
     pub fn set(&mut self, i: Idx, w: Word) {
-        if !self.is_init(i) {
-            self.init_chunk(i);
-        }
+        self.ready(i);
         self.slots[i as usize].write(w);
     }
 
@@ -159,9 +157,7 @@ impl<'a> FrameWords<'a> {
         if n == 0 {
             return;
         }
-        if !self.is_init(i) {
-            self.init_chunk(i);
-        }
+        self.ready(i);
         debug_assert_eq!(i >> self.shift, (i + n - 1) >> self.shift);
         for s in &mut self.slots[i as usize..(i + n) as usize] {
             s.write(w);
@@ -175,15 +171,21 @@ impl<'a> FrameWords<'a> {
         if bits == 0 {
             return;
         }
-        if !self.is_init(base) {
-            self.init_chunk(base);
-        }
+        self.ready(base);
         let mut rest = bits;
         while rest != 0 {
             let i = base + rest.trailing_zeros();
             debug_assert_eq!(i >> self.shift, base >> self.shift);
             self.slots[i as usize].write(w);
             rest &= rest - 1;
+        }
+    }
+
+    /// The chunk holding `i` written (as holes) before a word of it is.
+    #[inline(always)]
+    fn ready(&mut self, i: Idx) {
+        if !self.is_init(i) {
+            self.init_chunk(i);
         }
     }
 

@@ -25,6 +25,7 @@ use crate::block::ZoneMeta;
 use crate::debug::vmstat::{CpuCounters, Refilled, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::{AllocError, PcpSetupError};
+use crate::frame_state::FrameStates;
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Platform, RawMutex};
 use crate::zone_core::Zone;
@@ -401,16 +402,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                     let want = sink.remaining().min(room as usize);
                     let states = &self.states;
                     z.buddy.alloc_run(p, mt, want, |base, bits| {
-                        let got = sink.push_word(base, bits);
-                        let mut rest = got;
-                        while rest != 0 {
-                            states.set_cached(base + u64::from(rest.trailing_zeros()), order);
-                            rest &= rest - 1;
-                        }
-                        if got != 0 {
-                            last = base + u64::from(63 - got.leading_zeros());
-                        }
-                        got
+                        cached_word(states, base, sink.push_word(base, bits), &mut last)
                     });
                     if sink.remaining() == 0
                         && let Some(lines) = self.states.line_frames(last)
@@ -423,16 +415,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
                             .alloc_run(last, mt, lines.len() as usize, |base, bits| {
                                 let got =
                                     sink.push_extra_word(base, bits & frames_mask(base, lines));
-                                let mut rest = got;
-                                while rest != 0 {
-                                    states
-                                        .set_cached(base + u64::from(rest.trailing_zeros()), order);
-                                    rest &= rest - 1;
-                                }
-                                if got != 0 {
-                                    last = base + u64::from(63 - got.leading_zeros());
-                                }
-                                got
+                                cached_word(states, base, got, &mut last)
                             });
                         // A line that ends in this chunk is whole: no
                         // frame-by-frame search for the rest.
@@ -449,6 +432,21 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
         self.after_zone_op(&z);
     }
+}
+
+/// Marks the frames of a refill's word cached (bit `b` of `got`: frame
+/// `base + b`), moves `last` to the highest of them, and returns `got`.
+#[inline]
+fn cached_word(states: &FrameStates<'_>, base: Pfn, got: u64, last: &mut Pfn) -> u64 {
+    let mut rest = got;
+    while rest != 0 {
+        states.set_cached(base + u64::from(rest.trailing_zeros()), Order::ZERO);
+        rest &= rest - 1;
+    }
+    if got != 0 {
+        *last = base + u64::from(63 - got.leading_zeros());
+    }
+    got
 }
 
 /// The bits of a word of frames from `base` (aligned to 64) that lie in

@@ -137,19 +137,7 @@ impl<'a, 'm> RefillSink<'a, 'm> {
         let want = bits.count_ones() as usize;
         let got = match &mut self.home {
             Some((h, shift)) if want <= self.remaining => h.accept_word(base, bits, *shift),
-            _ => {
-                let mut got = 0;
-                let mut rest = bits;
-                while rest != 0 {
-                    let b = rest.trailing_zeros();
-                    if self.push(base + u64::from(b)).is_err() {
-                        return got;
-                    }
-                    got |= 1 << b;
-                    rest &= rest - 1;
-                }
-                return got;
-            }
+            _ => return self.frame_by_frame(base, bits, Self::push),
         };
         let n = got.count_ones() as usize;
         self.remaining -= n;
@@ -176,23 +164,35 @@ impl<'a, 'm> RefillSink<'a, 'm> {
     /// file. Returns the bits taken, lowest first.
     #[inline]
     pub fn push_extra_word(&mut self, base: Pfn, bits: u64) -> u64 {
-        let got = match &mut self.home {
-            Some((h, shift)) => h.accept_word(base, bits, *shift),
-            None => {
-                let mut got = 0;
-                let mut rest = bits;
-                while rest != 0 {
-                    let b = rest.trailing_zeros();
-                    if self.file(base + u64::from(b)).is_err() {
-                        break;
-                    }
-                    got |= 1 << b;
-                    rest &= rest - 1;
-                }
+        match &mut self.home {
+            Some((h, shift)) => {
+                let got = h.accept_word(base, bits, *shift);
+                self.taken += got.count_ones() as usize;
                 got
             }
-        };
-        self.taken += got.count_ones() as usize;
+            None => self.frame_by_frame(base, bits, Self::push_extra),
+        }
+    }
+
+    /// The frames `base + b` of `bits`, lowest first, through `push` until
+    /// it refuses one: the bits taken.
+    #[inline]
+    fn frame_by_frame(
+        &mut self,
+        base: Pfn,
+        bits: u64,
+        push: fn(&mut Self, Pfn) -> Result<(), Pfn>,
+    ) -> u64 {
+        let mut got = 0;
+        let mut rest = bits;
+        while rest != 0 {
+            let b = rest.trailing_zeros();
+            if push(self, base + u64::from(b)).is_err() {
+                break;
+            }
+            got |= 1 << b;
+            rest &= rest - 1;
+        }
         got
     }
 

@@ -95,10 +95,22 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         Ok(())
     }
 
+    /// The caches' configuration: order-0 lists keep to a home chunk, so
+    /// the caches keep the zone's fullest-first placement (see
+    /// `PcpConfig::with_home`).
+    fn pcp_config(&self) -> Result<PcpConfig, PcpSetupError> {
+        let chunk = self.inner.lock().buddy.buddy().chunk_order();
+        PcpConfig::X86_64
+            .with_home(chunk)
+            .map_err(PcpSetupError::Sizing)
+    }
+
     /// Bytes [`Zone::enable_pcp`] needs for `cpus` caches of which
     /// `local_cpus` are on the zone's node.
     pub(crate) fn pcp_bytes(&self, cpus: u32, local_cpus: u32) -> Result<usize, PcpSetupError> {
-        let slots = self.pcp_sizing(local_cpus, 0)?.suggested_slots();
+        let slots = self
+            .pcp_sizing(local_cpus, 0)?
+            .suggested_slots(self.pcp_config()?);
         let per_cpu = carve::bytes_for::<Slot>(slots).ok_or(PcpSetupError::CpuCount)?;
         // The counters are zero-sized without the `vmstat` feature: no
         // bytes.
@@ -125,14 +137,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let given = mem.len();
         let too_small = PcpSetupError::MemoryTooSmall { needed, given };
         let sizing = self.pcp_sizing(local_cpus, 0)?;
-        let n = sizing.suggested_slots();
+        let config = self.pcp_config()?;
+        let n = sizing.suggested_slots(config);
         let (array, mut rest) = carve::carve::<PcpSlot<'a>>(mem, cpus as usize).ok_or(too_small)?;
-        // Order-0 lists keep to a home chunk: the caches keep the zone's
-        // fullest-first placement (see `PcpConfig::with_home`).
-        let chunk = self.inner.lock().buddy.buddy().chunk_order();
-        let config = PcpConfig::X86_64
-            .with_home(chunk)
-            .map_err(PcpSetupError::Sizing)?;
         for slot in array.iter_mut() {
             let (lists, r) = carve::carve_init(rest, n, |_| Slot::EMPTY).ok_or(too_small)?;
             rest = r;

@@ -59,9 +59,12 @@ pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
 /// Memory for the caches, each CPU's handle, and draining them.
 impl<'a, P: Platform> Machine<'a, P> {
     /// Bytes [`Machine::enable_pcp`] needs for `cpus` CPUs, given the
-    /// memory handed over so far (the caches are sized from it: a CPU's
-    /// cache may hold up to 1/8 of its zone divided among the node's CPUs).
-    /// `NoMemory` before any memory is handed over.
+    /// memory handed over so far (a zone's `batch` follows its size up to
+    /// 1 MiB, and each CPU's cache of it gets `2 * (batch << 5) + 2` slots
+    /// of 16 bytes: the order-0 frames it holds live in bitmaps of its home
+    /// chunks, so the slots hold only its foreign frames and higher-order
+    /// blocks; see the crate docs' table). `NoMemory` before any memory is
+    /// handed over.
     pub fn pcp_bytes(&self, cpus: u32) -> Result<usize, SetupError> {
         if cpus == 0 || cpus as usize > MAX_CPUS {
             return Err(PcpSetupError::CpuCount.into());

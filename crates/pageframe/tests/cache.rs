@@ -582,3 +582,32 @@ fn raw_frees_through_a_handle_find_each_zone_and_refuse_the_rest() {
     assert_eq!(m.inspect().free_pages(), before, "every frame back");
     m.validate().unwrap();
 }
+
+/// Bytes [`Machine::pcp_bytes`] asks for each CPU beyond the first, for one
+/// zone of `frames` frames.
+fn per_cpu_bytes(frames: u64) -> usize {
+    let m = one_zone(frames);
+    m.pcp_bytes(2).unwrap() - m.pcp_bytes(1).unwrap()
+}
+
+/// The caches' memory follows what a cache can hold, not the zone's size
+/// (the formula in the crate docs): with the order-0 frames in the homes'
+/// bitmaps, a CPU's slots are `2 * (batch << 5) + 2`, 16 bytes each, next
+/// to its cache record of a fixed size.
+#[test]
+#[cfg_attr(miri, ignore = "zones of gigabytes")]
+fn cache_memory_follows_the_cache_not_the_zone() {
+    let slots = |batch: usize| 2 * (batch << 5) + 2;
+    // 4 GiB and 16 GiB: batch 63 (its 1 MiB cap), the same bytes.
+    let big = per_cpu_bytes(1 << 20);
+    assert_eq!(
+        big,
+        per_cpu_bytes(1 << 22),
+        "a CPU's bytes grew with its zone"
+    );
+    // 64 MiB: batch 3; the record is the same size.
+    let small = per_cpu_bytes(1 << 14);
+    let record = big - slots(63) * 16;
+    assert_eq!(small - slots(3) * 16, record);
+    assert!(record < 8 << 10, "record of {record} bytes");
+}

@@ -167,12 +167,28 @@ impl PcpSizing {
     }
 
     /// Suggested number of list slots (one per cached block) for a cache with
-    /// this sizing: `high_max` plus two batches of head-room, since an order-0
-    /// refill stops `batch` below `high` and a free spills once `count`
-    /// reaches `high` (spec 04 §4.2, §5.2). Fewer slots are safe: the cache
-    /// spills early or refills less, it never loses a frame.
-    pub const fn suggested_slots(&self) -> usize {
-        self.high_max as usize + 2 * self.batch as usize + 2
+    /// this sizing and `config`; fewer are safe (the cache spills early or
+    /// refills less, it never loses a frame).
+    ///
+    /// Without a home: `high_max` plus two batches of head-room, since an
+    /// order-0 refill stops `batch` below `high` and a free spills once
+    /// `count` reaches `high` (spec 04 §4.2, §5.2).
+    ///
+    /// With a home ([`PcpConfig::with_home`]) the order-0 frames live in
+    /// the homes' bitmaps and take no slot, so the slots follow what the
+    /// linked lists can hold between two spills, not the zone's size: the
+    /// foreign list's longest free streak (`batch << scale_max` frames,
+    /// the cap of `free_count`) and as many again for the blocks of orders
+    /// 1..=3 and the pageblock order (a refill of those brings
+    /// `max(batch >> order, 2)` blocks), plus two; never more than without
+    /// a home.
+    pub const fn suggested_slots(&self, config: PcpConfig) -> usize {
+        let plain = self.high_max as usize + 2 * self.batch as usize + 2;
+        if config.home_order.is_none() {
+            return plain;
+        }
+        let homed = 2 * ((self.batch as usize) << config.scale_max) + 2;
+        if homed < plain { homed } else { plain }
     }
 }
 
@@ -298,6 +314,26 @@ mod tests {
             }),
             Err(PcpError::InvalidHighFraction)
         );
+    }
+
+    #[test]
+    fn slots_follow_the_lists_that_use_them() {
+        let s = PcpSizing::new(63, 2000, 100_000).unwrap();
+        let homed = PcpConfig::X86_64
+            .with_home(Order::new_truncated(9))
+            .unwrap();
+        // Without a home every cached frame takes a slot.
+        assert_eq!(s.suggested_slots(PcpConfig::X86_64), 100_000 + 2 * 63 + 2);
+        // With one, the foreign streak and the high orders, whatever the zone.
+        assert_eq!(s.suggested_slots(homed), 2 * (63 << 5) + 2);
+        let no_scale = PcpConfig::new(Some(Order::new_truncated(9)), 0)
+            .unwrap()
+            .with_home(Order::new_truncated(9))
+            .unwrap();
+        assert_eq!(s.suggested_slots(no_scale), 2 * 63 + 2);
+        // Never more than without a home.
+        let tiny = PcpSizing::new(1, 4, 8).unwrap();
+        assert_eq!(tiny.suggested_slots(homed), 8 + 2 + 2);
     }
 
     #[test]

@@ -85,7 +85,7 @@ proptest! {
     ) {
         let zone = RefZone::with_blocks(Order::new_truncated(0), 0, 2000);
         let sizing = PcpSizing::new(batch, lo, lo + span).unwrap();
-        let mut mem = vec![Slot::EMPTY; sizing.suggested_slots()];
+        let mut mem = vec![Slot::EMPTY; sizing.suggested_slots(PcpConfig::X86_64)];
         let mut c = PerCpuPages::new(&mut mem, sizing, PcpConfig::X86_64).unwrap();
         let mut held: Vec<u64> = Vec::new();
         for n in sizes {

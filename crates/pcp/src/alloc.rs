@@ -51,6 +51,21 @@ impl PerCpuPages<'_> {
         self.alloc_refill(zone, Order::new_truncated(0), mt, li)
     }
 
+    /// `n` contiguous order-0 frames (2..=64) from the home of `mt`'s
+    /// list, each counted as an allocation: the lowest such run within one
+    /// bitmap word. `None` (nothing changed) without a home, or when the
+    /// home holds no such run; no refill (a refill brings frames, not runs).
+    #[inline]
+    pub fn alloc_run(&mut self, n: u32, mt: MigrateType) -> Option<Pfn> {
+        let (li, shift) = self.home_list(mt)?;
+        let f = self.homes[li.get()].take_run(n, shift)?;
+        self.free_count >>= 1;
+        self.count -= n;
+        self.stats.allocs += u64::from(n);
+        self.stats.local_hits += u64::from(n);
+        Some(f)
+    }
+
     #[inline(never)]
     fn alloc_refill<Z: PcpZone>(
         &mut self,

@@ -139,6 +139,29 @@ impl PerCpuPages<'_> {
         Ok(frames.len())
     }
 
+    /// `n` contiguous order-0 frames (1..=64) from `first`, freed at once
+    /// when they lie in one bitmap word of the home of `mt`'s list and none
+    /// is held: the same result as [`free`](Self::free) of each in turn.
+    /// `None` (nothing changed) for any other run: free it frame by frame.
+    pub fn free_run<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        first: Pfn,
+        n: u32,
+        mt: MigrateType,
+    ) -> Option<FreeOutcome> {
+        let (li, shift) = self.home_list(mt)?;
+        if !self.homes[li.get()].put_run(first, n, shift) {
+            return None;
+        }
+        self.account_order0_frees(n);
+        let zflags = zone.flags();
+        if zflags.is_empty() && self.count < self.high {
+            return Some(FreeOutcome::Cached);
+        }
+        Some(self.commit_threshold(zone, zflags, li, false, 0))
+    }
+
     /// The bookkeeping of `k` order-0 frees that did not reach `high`.
     fn account_order0_frees(&mut self, k: u32) {
         self.alloc_factor = if k >= 8 { 0 } else { self.alloc_factor >> k };

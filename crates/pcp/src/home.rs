@@ -143,6 +143,50 @@ impl Home {
         new
     }
 
+    /// The lowest run of `n` frames held (2..=64) that lies in one word of
+    /// the region, now taken; its first frame.
+    #[inline]
+    pub(crate) fn take_run(&mut self, n: u32, shift: u8) -> Option<Pfn> {
+        if !(2..=64).contains(&n) {
+            return None;
+        }
+        let mut words = self.words;
+        while words != 0 {
+            let w = words.trailing_zeros() as usize;
+            words &= words - 1;
+            let word = self.bits[w];
+            let starts = run_starts(word, n);
+            if starts != 0 {
+                let b = starts.trailing_zeros();
+                self.clear(w, word & !(run_mask(n) << b));
+                return Some(self.frame(shift, w, b));
+            }
+        }
+        None
+    }
+
+    /// Holds the `n` frames from `first` (1..=64), all of the region, in
+    /// one of its words and none held yet; `false` (nothing changed) for
+    /// any other run.
+    #[inline]
+    pub(crate) fn put_run(&mut self, first: Pfn, n: u32, shift: u8) -> bool {
+        if !(1..=64).contains(&n) || !self.contains(first, shift) {
+            return false;
+        }
+        let i = (first.get() & ((1 << shift) - 1)) as usize;
+        let (w, b) = (i >> 6, (i & 63) as u32);
+        if b + n > 64 || i + n as usize > 1 << shift {
+            return false;
+        }
+        let m = run_mask(n) << b;
+        if self.bits[w] & m != 0 {
+            return false;
+        }
+        self.bits[w] |= m;
+        self.words |= 1 << w;
+        true
+    }
+
     /// Visits every frame held, lowest first.
     pub(crate) fn for_each(&self, shift: u8, mut f: impl FnMut(Pfn)) {
         for (w, &word) in self.bits.iter().enumerate() {
@@ -169,6 +213,25 @@ impl Home {
     }
 }
 
+/// `n` low bits set (`n` in 1..=64).
+#[inline(always)]
+fn run_mask(n: u32) -> u64 {
+    u64::MAX >> (64 - n)
+}
+
+/// Bit `i` set where bits `i..i + n` of `word` are all set (`n` >= 1):
+/// the run's length doubles at each step, so fifteen frames take four.
+#[inline]
+fn run_starts(word: u64, n: u32) -> u64 {
+    let (mut m, mut len) = (word, 1);
+    while len < n {
+        let step = len.min(n - len);
+        m &= m >> step;
+        len += step;
+    }
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +254,56 @@ mod tests {
         // Empty, it moves with the next refill.
         assert!(h.accept(Pfn(3000), 10));
         assert!(h.contains(Pfn(2048), 10) && !h.contains(Pfn(1027), 10));
+    }
+
+    #[test]
+    fn run_starts_match_a_bit_by_bit_search() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Dense words, so that long runs occur.
+            let word = x | x.rotate_left(7) | x.rotate_left(19);
+            for n in 1..=64u32 {
+                let want = (0..=64 - n).fold(0u64, |acc, i| {
+                    if (i..i + n).all(|b| word >> b & 1 == 1) {
+                        acc | 1 << i
+                    } else {
+                        acc
+                    }
+                });
+                assert_eq!(run_starts(word, n), want, "word {word:#x}, n {n}");
+            }
+        }
+        assert_eq!(run_starts(u64::MAX, 64), 1);
+    }
+
+    #[test]
+    fn runs_come_whole_from_one_word_and_go_back_whole() {
+        let mut h = Home::EMPTY;
+        // Frames 1024 + (60..70) and 1024 + (130..133): no run of 5 in one
+        // word but in the second; a run of 3 in the first.
+        for i in (60..70).chain(130..133) {
+            assert!(h.accept(Pfn(1024 + i), 10));
+        }
+        assert_eq!(h.take_run(5, 10), Some(Pfn(1024 + 64)));
+        assert_eq!(h.len(), 8);
+        assert_eq!(h.take_run(4, 10), Some(Pfn(1024 + 60)));
+        assert_eq!(h.take_run(4, 10), None, "runs of 3 and 1 left");
+        assert_eq!(h.take_run(3, 10), Some(Pfn(1024 + 130)));
+        assert_eq!(h.take_run(65, 10), None);
+        assert_eq!(h.take_run(1, 10), None, "a single frame is take's");
+        h.check(10).unwrap();
+        assert_eq!(h.len(), 1);
+        // Back whole: only inside one word of the region, none held.
+        assert!(!h.put_run(Pfn(1024 + 62), 4, 10), "crosses a word");
+        assert!(!h.put_run(Pfn(4096), 4, 10), "another region");
+        assert!(!h.put_run(Pfn(1024 + 66), 4, 10), "frame 69 is held");
+        assert!(h.put_run(Pfn(1024 + 64), 5, 10));
+        assert!(h.put_run(Pfn(1024 + 128), 64, 10));
+        assert!(!h.put_run(Pfn(1024 + 192), 0, 10));
+        assert_eq!(h.len(), 1 + 5 + 64);
+        h.check(10).unwrap();
     }
 }

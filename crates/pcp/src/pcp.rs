@@ -9,7 +9,7 @@ use crate::home::Home;
 use crate::lists::{Lists, Slot};
 use crate::sizing::{PcpConfig, PcpSizing};
 use crate::stats::PcpStats;
-use crate::types::{ListIndex, NR_PCP_LISTS, Order, PCP_TYPES};
+use crate::types::{ListIndex, MigrateType, NR_PCP_LISTS, Order, PCP_TYPES};
 
 bitflags::bitflags! {
     /// `PCPF_*` flags (spec 04 §2.1).
@@ -85,6 +85,14 @@ impl<'m> PerCpuPages<'m> {
         self.high = self.high.clamp(sizing.high_min(), sizing.high_max());
         self.flags
             .set(PcpFlags::FREE_HIGH_BATCH, sizing.free_high_batch());
+    }
+
+    /// The order-0 list of `mt` and its home's order, with homes.
+    #[inline]
+    pub(crate) fn home_list(&self, mt: MigrateType) -> Option<(ListIndex, u8)> {
+        let shift = self.config.home_order()?;
+        let li = ListIndex::of(Order::new_truncated(0), mt, self.config.thp_order())?;
+        Some((li, shift.get()))
     }
 
     /// Base pages the cache holds: on its lists (Linux's `count`, which

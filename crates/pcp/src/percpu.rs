@@ -486,6 +486,26 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.free(zone, frame, order, mt))
     }
 
+    /// [`PerCpuPages::alloc_run`] on this CPU's cache.
+    #[inline]
+    pub fn alloc_run<Z: PcpZone>(&mut self, zone: &Z, n: u32, mt: MigrateType) -> Option<Pfn> {
+        self.poll(zone);
+        self.with(|c| c.alloc_run(n, mt))
+    }
+
+    /// [`PerCpuPages::free_run`] on this CPU's cache.
+    #[inline]
+    pub fn free_run<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        first: Pfn,
+        n: u32,
+        mt: MigrateType,
+    ) -> Option<FreeOutcome> {
+        self.poll(zone);
+        self.with(|c| c.free_run(zone, first, n, mt))
+    }
+
     /// [`PerCpuPages::free_bulk`] on this CPU's cache (one mailbox check).
     pub fn free_bulk<Z: PcpZone>(
         &mut self,

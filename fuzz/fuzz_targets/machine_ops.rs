@@ -3,7 +3,8 @@
 //! the slow path and huge pages compacting with a content-moving migrator,
 //! kcompactd, pinning, drains, tunables, contiguous ranges, a CMA area,
 //! memory offline/online, a zone hot-added at run time, free page
-//! reporting, blocks split and given back in parts, and the `unsafe` raw
+//! reporting, blocks split and given back in parts, runs of single frames
+//! from a CPU's cache given back by range, and the `unsafe` raw
 //! paths within their contract. The reference model
 //! (`pageframe_models::machine`) checks after every step that no frame has two
 //! owners, none is lost, every bad input got its typed error and changed
@@ -16,7 +17,9 @@ use pageframe_models::machine::{GFPS, Op, run};
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let cpu = u.int_in_range(0..=2u8)?;
-    Ok(match u.int_in_range(0..=33u8)? {
+    Ok(match u.int_in_range(0..=35u8)? {
+        34 => Op::AllocRun { cpu: cpu % 2, frames: u.int_in_range(0..=70u8)? },
+        35 => Op::FreeRun { index: u.arbitrary()?, len: u.arbitrary()?, cpu: cpu % 2, overrun: u.ratio(1u8, 4)? },
         31 => Op::Split { index: u.arbitrary()? },
         33 => Op::Batching { on: u.arbitrary()?, refuse_every: u.int_in_range(0..=5u8)? },
         32 => Op::FreePart { index: u.arbitrary()?, from: u.arbitrary()?, len: u.arbitrary()? },

@@ -184,6 +184,29 @@ pub enum Op {
         /// Frames given back (at least one).
         len: u16,
     },
+    /// A run of `frames` single frames (0..=70, bad input outside 2..=64)
+    /// from CPU `cpu`'s cache (`CpuCache::alloc_run_raw`): each frame must
+    /// be an order-0 allocation of its own, none owned already.
+    AllocRun {
+        /// CPU (0 or 1).
+        cpu: u8,
+        /// Frames.
+        frames: u8,
+    },
+    /// Give back through CPU `cpu`'s cache (`CpuCache::free_range_raw`)
+    /// the `index`-th owned block, if of order 0, with up to `len` owned
+    /// single frames right after it; with `overrun`, one more frame that
+    /// nobody owns, which must get the range refused with nothing changed.
+    FreeRun {
+        /// Which block.
+        index: usize,
+        /// Frames after it, at most.
+        len: u8,
+        /// CPU (0 or 1).
+        cpu: u8,
+        /// Reach one frame past what is owned.
+        overrun: bool,
+    },
     /// Pin or unpin the `index`-th owned block.
     Pin {
         /// Which block.
@@ -593,6 +616,12 @@ pub struct RunStats {
     pub panics: u32,
     /// Batches the migrator moved itself.
     pub batches: u64,
+    /// Runs of single frames a CPU's cache handed out.
+    pub runs: u32,
+    /// Ranges of owned single frames given back through a cache.
+    pub runs_freed: u32,
+    /// Runs reaching past the owned frames, refused.
+    pub runs_refused: u32,
 }
 
 /// Runs `ops` on a fresh model machine and checks every promise after each
@@ -1113,6 +1142,97 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
                     covered == kept.len(),
                     "{kept:?} kept as {covered} frames of blocks"
                 );
+            }
+        }
+        Op::AllocRun { cpu, frames } => {
+            let mut c = m
+                .cpu(CpuId(u32::from(cpu % 2)), NodeId::ZERO)
+                .map_err(|e| format!("claiming CPU {cpu}: {e}"))?;
+            let free_before = m.inspect().free_pages();
+            let Some(p) = c.alloc_run_raw(Gfp::KERNEL, u64::from(frames)) else {
+                ensure!(
+                    m.inspect().free_pages() == free_before,
+                    "a run refused changed the free frames"
+                );
+                return Ok(());
+            };
+            ensure!((2..=64).contains(&frames), "a run of {frames} frames");
+            drop(c);
+            w.stats.runs += 1;
+            for f in p.get()..p.get() + u64::from(frames) {
+                // SAFETY: the frames were just handed to the model, as
+                // numbers, and are made blocks once.
+                let b = unsafe { m.block_from_raw(Pfn(f), Order::ZERO) }
+                    .map_err(|e| format!("frame {f:#x} of a run: {e}"))?;
+                w.take_block(b)?;
+            }
+        }
+        Op::FreeRun {
+            index,
+            len,
+            cpu,
+            overrun,
+        } => {
+            let Some((p, o)) = w.nth_block(index) else {
+                return Ok(());
+            };
+            if o != Order::ZERO {
+                return Ok(());
+            }
+            // The owned single frames right after `p`, up to 64 in all.
+            let mut end = p.get() + 1;
+            while end - p.get() < u64::from(len % 64) + 1
+                && w.blocks
+                    .get(&end)
+                    .is_some_and(|b| b.order == Order::ZERO && b.block.is_some())
+            {
+                end += 1;
+            }
+            let beyond = end;
+            let owned_beyond = w
+                .blocks
+                .range(..=beyond)
+                .next_back()
+                .is_some_and(|(&h, b)| h + b.order.pages() > beyond);
+            let bad = overrun && !owned_beyond;
+            let range = PfnRange::new(p, Pfn(if bad { beyond + 1 } else { end }));
+            let free_before = m.inspect().free_pages();
+            let mut frames = Vec::new();
+            for f in p.get()..end {
+                let b = w
+                    .blocks
+                    .remove(&f)
+                    .and_then(|b| b.block)
+                    .ok_or("a frame vanished")?;
+                frames.push(b.into_raw().0);
+            }
+            let mut c = m
+                .cpu(CpuId(u32::from(cpu % 2)), NodeId::ZERO)
+                .map_err(|e| format!("claiming CPU {cpu}: {e}"))?;
+            // SAFETY: the model's frames, held only as these numbers from
+            // here; with `bad`, one more frame the model does not own, which
+            // the call must refuse (changing nothing).
+            let r = unsafe { c.free_range_raw(range) };
+            drop(c);
+            if bad {
+                ensure!(
+                    r.is_err(),
+                    "{range:?} reaching past the owned frames was taken"
+                );
+                w.stats.runs_refused += 1;
+                ensure!(
+                    m.inspect().free_pages() == free_before,
+                    "a refused run changed the free frames"
+                );
+                for f in frames {
+                    // SAFETY: refused, so still the model's; made blocks once.
+                    let b = unsafe { m.block_from_raw(f, Order::ZERO) }
+                        .map_err(|e| format!("frame {f:?} of a refused run: {e}"))?;
+                    w.take_block(b)?;
+                }
+            } else {
+                r.map_err(|e| format!("free of owned frames {range:?}: {e}"))?;
+                w.stats.runs_freed += 1;
             }
         }
         Op::Pin { index, pinned } => {

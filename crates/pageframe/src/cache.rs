@@ -208,6 +208,90 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         Some(p)
     }
 
+    /// `n` contiguous frames (2..=64) from this CPU's cache's home
+    /// ([`LocalPcp::alloc_run`]), each marked an order-0 allocation:
+    /// `None` (nothing taken) for a request the cache would not serve (see
+    /// [`Zone::cache_hit`]; the watermark is checked for the power of two
+    /// holding `n`) or when the home holds no such run.
+    #[inline]
+    pub(crate) fn cache_run<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        gfp: Gfp,
+        n: u32,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Option<Pfn> {
+        let ordinary = !flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS);
+        let order = Order::new(n.checked_next_power_of_two()?.trailing_zeros() as u8)?;
+        if !(ordinary && self.watermark_fast(order, flags, highest)) {
+            return None;
+        }
+        let mt = gfp.migratetype();
+        let p = local.alloc_run(&hooks.on(self), n, mt)?;
+        for f in (p.get()..p.get() + u64::from(n)).map(Pfn) {
+            self.states.set_allocated(f, Order::ZERO, mt);
+            self.vm(hooks.cpu).pcp_hit();
+        }
+        Some(p)
+    }
+
+    /// Frees the `n` contiguous order-0 allocations from `pfn` (1..=64)
+    /// through this CPU's cache, as [`Zone::free_cached`] of each would:
+    /// their ownership bytes go to cached first, all or none. `false`
+    /// (nothing changed) when one of them is no unpinned order-0
+    /// allocation, or is a non-movable frame of a CMA area: the caller's
+    /// general path decides. `taken` sees the run once all of it is the
+    /// caller's to free and before any of it reaches the cache (the
+    /// poisoning hook).
+    pub(crate) fn free_run_cached<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        pfn: Pfn,
+        n: u32,
+        taken: impl FnOnce(PfnRange),
+    ) -> Result<bool, FreeError> {
+        let mut mts = [MigrateType::Movable; 64];
+        let n = n as usize;
+        if !(1..=mts.len()).contains(&n) {
+            return Ok(false);
+        }
+        let frame = |i: usize| pfn + i as u64;
+        for i in 0..n {
+            match self.states.take_for_cache(frame(i), Order::ZERO) {
+                Ok(mt) if mt == MigrateType::Movable || !self.in_cma(frame(i)) => mts[i] = mt,
+                taken => {
+                    if let Ok(mt) = taken {
+                        self.states.set_allocated(frame(i), Order::ZERO, mt);
+                    }
+                    for (j, &mt) in mts[..i].iter().enumerate() {
+                        self.states.set_allocated(frame(j), Order::ZERO, mt);
+                    }
+                    return Ok(false);
+                }
+            }
+        }
+        taken(PfnRange::new(pfn, frame(n)));
+        let list = |mt| pcp_list_type(mt).unwrap_or(MigrateType::Movable);
+        let first = list(mts[0]);
+        if mts[1..n].iter().all(|&mt| list(mt) == first)
+            && local
+                .free_run(&hooks.on(self), pfn, n as u32, first)
+                .is_some()
+        {
+            for _ in 0..n {
+                self.vm(hooks.cpu).pcp_free();
+            }
+            return Ok(true);
+        }
+        for (i, &mt) in mts[..n].iter().enumerate() {
+            self.cache_taken(hooks, local, frame(i), Order::ZERO, mt)?;
+        }
+        Ok(true)
+    }
+
     /// Allocates through this CPU's cache when the order is cached and the
     /// request ordinary (no reserve access: those go to the zone, where the
     /// reserves are); a miss or an empty refill falls back to the zone.
@@ -263,6 +347,20 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             self.states.set_allocated(pfn, order, mt);
             return self.free(pfn, order);
         }
+        self.cache_taken(hooks, local, pfn, order, mt)
+    }
+
+    /// The rest of [`Zone::free_cached`] once the block's ownership byte
+    /// says cached: onto this CPU's list for `mt`, or to the zone.
+    #[inline(always)]
+    fn cache_taken<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        pfn: Pfn,
+        order: Order,
+        mt: MigrateType,
+    ) -> Result<(), FreeError> {
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
         if local.free(&hooks.on(self), pfn, order, list).is_err() {
             // The cache could not take it (its memory is full): the block is

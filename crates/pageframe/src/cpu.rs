@@ -480,6 +480,90 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         }
     }
 
+    /// `frames` contiguous frames (2 to 64), each an order-0 allocation of
+    /// its own, from this CPU's cache of the first zone the request tries,
+    /// when the cache's home chunk holds such a run inside one 64-frame
+    /// word of its bitmap: a request of a few frames that is no power of
+    /// two, served without rounding it up to a block and splitting off the
+    /// rest. Returns the first frame's number: the caller holds each frame
+    /// `pfn + i` as [`Block::into_raw`] would have handed it over (order
+    /// 0), and gives them back one by one ([`CpuCache::free_raw`]) or
+    /// together ([`CpuCache::free_range_raw`]). `None`, nothing taken, when
+    /// the cache holds no such run, or for a request [`CpuCache::alloc`]
+    /// would not serve from the cache (reserves, watermarks checked for the
+    /// power of two holding `frames`): allocate a block then. To the hooks
+    /// each frame is an allocation of order 0.
+    #[cfg_attr(feature = "page-owner", track_caller)]
+    pub fn alloc_run_raw(&mut self, gfp: Gfp, frames: u64) -> Option<Pfn> {
+        let n = u32::try_from(frames)
+            .ok()
+            .filter(|n| (2..=64).contains(n))?;
+        let (m, node, cpu) = (self.machine, self.node, self.cpu);
+        let (r, highest) = m.preferred(node, gfp)?;
+        let (z, local, meta) = self.locals.entry(r)?;
+        let meta = *meta;
+        if m.injects_failure(
+            gfp,
+            Order::new(frames.next_power_of_two().trailing_zeros() as u8)?,
+        ) {
+            return None;
+        }
+        let flags = crate::gfp::AllocFlags::fast(gfp);
+        let hooks = m.traced_cpu(Some(cpu));
+        let p = z.cache_run(&hooks, local, gfp, n, flags, highest)?;
+        let blocks =
+            (p.get()..p.get() + frames).map(|f| Block::with_zone_meta(meta, Pfn(f), Order::ZERO));
+        m.run_allocated(gfp, Some(cpu), Caller::here(), blocks);
+        Some(p)
+    }
+
+    /// [`Machine::free_raw`] through this CPU's cache: a range of up to 64
+    /// order-0 allocations (as [`CpuCache::alloc_run_raw`] hands out) goes
+    /// to the cache at once when all of it lies in a zone this handle has
+    /// a cache of; any other range, and one the cache refuses whole, goes
+    /// to [`Machine::free_raw`], which says what is wrong with it. A range
+    /// refused changes nothing.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Machine::free_raw`].
+    pub unsafe fn free_range_raw(
+        &mut self,
+        range: pageframe_buddy::PfnRange,
+    ) -> Result<(), RawError> {
+        let n = range.len();
+        if (1..=64).contains(&n)
+            && let Some(r) = self.machine.zone_ref_of(range.start)
+            && let Some((z, local, _)) = self.locals.at(r.index())
+            && z.span().contains_range(&range)
+        {
+            let (m, cpu) = (self.machine, self.cpu);
+            let hooks = m.traced_cpu(Some(cpu));
+            let poison = |run| {
+                if m.poisons_frees() {
+                    m.poison_free(run);
+                }
+            };
+            match z.free_run_cached(&hooks, local, range.start, n as u32, poison) {
+                Ok(true) => {
+                    for f in range.start.get()..range.end.get() {
+                        m.freed(z, Pfn(f), Order::ZERO, Some(cpu));
+                    }
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(why) => {
+                    return Err(RawError {
+                        pfn: range.start,
+                        why,
+                    });
+                }
+            }
+        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.machine.free_raw(range) }
+    }
+
     /// [`CpuCache::free_raw`] of a frame of a zone this handle has no
     /// cache of.
     ///

@@ -705,13 +705,28 @@ impl<'a, P: Platform> Machine<'a, P> {
         };
         #[cfg(not(feature = "fail-alloc"))]
         let r = f();
-        if let Ok(b) = &r {
+        self.account_alloc(&r, order, cpu, caller, events);
+        r
+    }
+
+    /// What [`Machine::accounted`] gives an allocation's outcome: the
+    /// poisoning check, the owner record and the counters.
+    #[inline(always)]
+    fn account_alloc(
+        &self,
+        r: &Result<Block, AllocError>,
+        order: Order,
+        cpu: Option<CpuId>,
+        caller: Caller,
+        events: bool,
+    ) {
+        if let Ok(b) = r {
             self.poison_alloc(b, events);
         }
         // Without either tool the records and counters are empty, and the
         // zone is not even looked up.
         if Owners::KEPT || ZoneCounters::KEPT {
-            match &r {
+            match r {
                 Ok(b) => {
                     if let Some(z) = self.zone(b.zone_ref()) {
                         z.owners.record(b.pfn(), order, caller, &self.owner_seq);
@@ -721,7 +736,50 @@ impl<'a, P: Platform> Machine<'a, P> {
                 Err(_) => self.vm.alloc_failed(),
             }
         }
-        r
+    }
+
+    /// Whether fault injection fails a request of `order` now (never
+    /// without the `fail-alloc` feature).
+    #[inline(always)]
+    pub(crate) fn injects_failure(&self, gfp: Gfp, order: Order) -> bool {
+        #[cfg(feature = "fail-alloc")]
+        return self.fail.should_fail(gfp, order);
+        #[cfg(not(feature = "fail-alloc"))]
+        {
+            let _ = (gfp, order);
+            false
+        }
+    }
+
+    /// Reports each frame of a run a cache handed out as order-0
+    /// allocations ([`crate::CpuCache::alloc_run_raw`]) to the hooks as an
+    /// allocation of its own: trace events, poisoning, owner records and
+    /// counters, as [`Machine::traced`] would for each.
+    pub(crate) fn run_allocated(
+        &self,
+        gfp: Gfp,
+        cpu: Option<CpuId>,
+        caller: Caller,
+        blocks: impl Iterator<Item = Block>,
+    ) {
+        let order = Order::ZERO;
+        for b in blocks {
+            if P::Hooks::TRACE {
+                self.hooks.event(&Event::AllocStart { order, cpu });
+                self.hooks.event(&Event::Alloc {
+                    pfn: b.pfn(),
+                    order,
+                    gfp,
+                    cpu,
+                });
+            }
+            let r = Ok(b);
+            self.account_alloc(&r, order, cpu, caller, true);
+            if let Ok(b) = r {
+                // Held as a number by the caller from now on.
+                let _ = b.into_raw();
+            }
+        }
     }
 
     /// Counts a free of `zone` and reports it to the hooks.

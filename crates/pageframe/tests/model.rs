@@ -29,6 +29,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), any::<bool>()).prop_map(|(index, pinned)| Op::Pin { index, pinned }),
         1 => any::<usize>().prop_map(|index| Op::Split { index }),
         1 => (any::<usize>(), any::<u16>(), any::<u16>()).prop_map(|(index, from, len)| Op::FreePart { index, from, len }),
+        2 => (0u8..2, 0u8..=70).prop_map(|(cpu, frames)| Op::AllocRun { cpu, frames }),
+        2 => (any::<usize>(), any::<u8>(), 0u8..2, proptest::bool::weighted(0.25))
+            .prop_map(|(index, len, cpu, overrun)| Op::FreeRun { index, len, cpu, overrun }),
         1 => (0u8..2, 0u8..8, proptest::bool::weighted(0.3))
             .prop_map(|(node, at, contig)| Op::Panic { node, at, contig }),
         1 => (0u8..3).prop_map(|cpu| Op::Drain { cpu }),
@@ -260,4 +263,46 @@ fn a_part_freed_up_to_the_end_of_the_last_block_of_a_zone() {
         },
     ];
     run(&ops).unwrap();
+}
+
+/// Runs of single frames from each CPU's cache, given back by range (whole,
+/// in parts, with frames given back alone, and reaching past what is
+/// owned), among order-0 traffic on both CPUs.
+#[test]
+fn runs_of_single_frames_come_and_go_through_the_caches() {
+    let mut ops = Vec::new();
+    for i in 0..600u32 {
+        let cpu = (i % 2) as u8;
+        ops.push(Op::Alloc {
+            node: 0,
+            cpu,
+            gfp: 0,
+            order: 0,
+        });
+        ops.push(Op::AllocRun {
+            cpu,
+            frames: (i % 17) as u8,
+        });
+        if i % 3 == 0 {
+            ops.push(Op::Free {
+                index: i as usize * 13,
+                cpu,
+            });
+        }
+        ops.push(Op::FreeRun {
+            index: i as usize * 7,
+            len: (i % 11) as u8,
+            cpu: 1 - cpu,
+            overrun: i % 5 == 0,
+        });
+        if i % 97 == 0 {
+            ops.push(Op::Drain { cpu: 2 });
+        }
+    }
+    let stats = run(&ops).unwrap();
+    assert!(stats.runs > 100, "{stats:?}");
+    assert!(
+        stats.runs_freed > 100 && stats.runs_refused > 10,
+        "{stats:?}"
+    );
 }

@@ -198,12 +198,17 @@ fn refused_frees_write_nothing() {
     );
 }
 
-#[test]
-fn cached_frees_and_migration_leave_poison_behind() {
+/// [`machine`] poisoning frees, with a per-CPU cache for one CPU.
+fn cached_machine() -> &'static Poisoned {
     let m = machine(Poisoning::POISON);
     let bytes = m.pcp_bytes(1).unwrap();
     m.enable_pcp(1, leak(bytes)).unwrap();
-    let m: &_ = m;
+    m
+}
+
+#[test]
+fn cached_frees_and_migration_leave_poison_behind() {
+    let m = cached_machine();
     let mem = m.inspect().hooks();
     let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
     let a = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
@@ -391,5 +396,39 @@ fn poison_drain() {
     assert_eq!(mem.uaf().len(), 1);
     for b in held {
         m.free(b).unwrap();
+    }
+}
+
+#[test]
+fn runs_of_single_frames_are_poisoned_when_given_back_and_not_before() {
+    let m = cached_machine();
+    let mem = m.inspect().hooks();
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    // A first frame fills the cache's home; a run of five comes from it.
+    let first = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    let p = c
+        .alloc_run_raw(Gfp::KERNEL, 5)
+        .expect("a run from the home");
+    let run = PfnRange::new(p, p + 5);
+    mem.fill(run, 0x77);
+    // Reaching one frame past the run (free, in the cache): refused whole,
+    // the run's frames unwritten.
+    // SAFETY: the run is ours as numbers; the frame past it is not
+    // allocated, so the call must refuse and change nothing.
+    assert!(unsafe { c.free_range_raw(PfnRange::new(p, p + 6)) }.is_err());
+    assert!(mem.read(run).iter().all(|&x| x == 0x77));
+    // SAFETY: the run, still ours, given back once.
+    unsafe { c.free_range_raw(run) }.unwrap();
+    assert!(mem.read(run).iter().all(|&x| x == PAGE_POISON));
+    // A write after that free is reported when a frame of it is handed
+    // out again.
+    mem.write(PhysAddr::new((p.get() + 2) * PAGE_SIZE + 8), 0x01);
+    let again: Vec<_> = (0..8)
+        .map(|_| c.alloc(Gfp::KERNEL, Order::ZERO).unwrap())
+        .collect();
+    assert!(again.iter().any(|b| b.pfn() == p + 2));
+    assert_eq!(mem.uaf().len(), 1);
+    for b in again.into_iter().chain([first]) {
+        c.free(b).unwrap();
     }
 }

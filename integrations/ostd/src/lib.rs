@@ -252,7 +252,7 @@ impl FrameAllocator {
     }
 
     #[inline(always)]
-    fn try_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
+    fn try_alloc(&self, frames: u64, align: u64, mut via: Via<'_>) -> Option<Pfn> {
         if frames == 0 || !align.is_power_of_two() {
             return None;
         }
@@ -265,6 +265,15 @@ impl FrameAllocator {
             return Self::alloc_range(m, frames, align);
         }
         let order = Order::new(want.trailing_zeros() as u8)?;
+        // A few frames that are no power of two: a run of single frames
+        // from the handle's cache if it has one, no block to split.
+        if let Via::Local(h) = &mut via
+            && want > frames
+            && align <= 1
+            && let Some(p) = h.alloc_run_raw(Gfp::KERNEL, frames)
+        {
+            return Some(p);
+        }
         let block = match via {
             Via::Local(h) => h.alloc(Gfp::KERNEL, order),
             Via::Claim => {
@@ -396,14 +405,19 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
     #[inline(always)]
-    unsafe fn try_dealloc(&self, pfn: Pfn, frames: u64, via: Via<'_>) -> Result<(), DeallocError> {
+    unsafe fn try_dealloc(
+        &self,
+        pfn: Pfn,
+        frames: u64,
+        mut via: Via<'_>,
+    ) -> Result<(), DeallocError> {
         let m = self.frames.built().ok_or(DeallocError::NoMachine)?;
         // A whole block (the common case: a frame, or a power of two that
         // came out as one block) goes back through this CPU's cache; a
         // number that is no such block changes nothing there, and the
         // general path below decides.
         if let Some(order) = whole_block(frames) {
-            let freed = match via {
+            let freed = match &mut via {
                 // SAFETY: the caller's promise: the frames are its own,
                 // allocated by this allocator, held as numbers only.
                 Via::Local(h) => unsafe { h.free_raw(pfn, order) }.is_ok(),
@@ -424,7 +438,7 @@ impl FrameAllocator {
             }
         }
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.dealloc_range(m, pfn, frames) }
+        unsafe { self.dealloc_range(m, pfn, frames, via) }
     }
 
     /// [`FrameAllocator::dealloc_frames`] of anything but a whole block:
@@ -439,14 +453,23 @@ impl FrameAllocator {
         m: &Machine<'static>,
         pfn: Pfn,
         frames: u64,
+        via: Via<'_>,
     ) -> Result<(), DeallocError> {
         let end = pfn
             .checked_add(frames)
             .filter(|e| e.get() <= pageframe::zone::MAX_PFN)
             .ok_or(DeallocError::Overflow)?;
         let range = PfnRange::new(pfn, end);
-        // SAFETY: the caller's promise, passed on.
-        match unsafe { m.free_raw(range) } {
+        // SAFETY: the caller's promise, passed on (a run of single frames
+        // goes back through the handle's cache, anything else as through
+        // the machine).
+        let freed = unsafe {
+            match via {
+                Via::Local(h) => h.free_range_raw(range),
+                Via::Claim => m.free_raw(range),
+            }
+        };
+        match freed {
             Ok(()) => Ok(()),
             Err(e) if matches!(e.why, FreeError::Hole | FreeError::OutOfRange) => {
                 // SAFETY: the caller gives the range up; `add` takes it only

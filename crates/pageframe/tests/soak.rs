@@ -74,6 +74,8 @@ impl Owners {
 enum Thing {
     Block(Block),
     Segment(Segment),
+    /// A run of single frames from a CPU's cache, held as numbers.
+    Run(PfnRange),
 }
 
 impl Thing {
@@ -81,6 +83,7 @@ impl Thing {
         match self {
             Thing::Block(b) => b.pfn().get(),
             Thing::Segment(s) => s.start().get(),
+            Thing::Run(r) => r.start.get(),
         }
     }
 }
@@ -213,6 +216,8 @@ struct Worker<'m, 'b> {
     rng: SmallRng,
     /// Successful allocations and frees.
     done: u64,
+    /// Runs of single frames taken.
+    runs: u64,
 }
 
 impl Worker<'_, '_> {
@@ -226,9 +231,18 @@ impl Worker<'_, '_> {
             Gfp::HIGHUSER_MOVABLE,
         ][self.rng.gen_range(0..4)];
         let node = self.cpu.node();
-        let got = match self.rng.gen_range(0..20) {
+        let got = match self.rng.gen_range(0..22) {
             0..=12 => self.cpu.alloc(gfp, order),
             13..=18 => self.m.alloc(node, gfp, order),
+            19..=20 => {
+                let k = self.rng.gen_range(2..=16);
+                if let Some(p) = self.cpu.alloc_run_raw(gfp, k) {
+                    self.ids.pop();
+                    self.runs += 1;
+                    self.keep(id, Thing::Run(PfnRange::new(p, p + k)));
+                }
+                return;
+            }
             _ => {
                 let mut mover = Mover {
                     cpu: Some(&mut self.cpu),
@@ -249,6 +263,7 @@ impl Worker<'_, '_> {
         let (pfn, pages, contig) = match &t {
             Thing::Block(b) => (b.pfn().get(), b.order().pages(), false),
             Thing::Segment(s) => (s.start().get(), s.len(), true),
+            Thing::Run(r) => (r.start.get(), r.len(), true),
         };
         self.books.owners.claim(pfn, pages, id);
         self.books.put(id, t);
@@ -438,6 +453,12 @@ impl Worker<'_, '_> {
                 assert_eq!(s.len(), pages);
                 self.m.free_segment(s).unwrap();
             }
+            Thing::Run(r) => {
+                assert_eq!(r.len(), pages);
+                // SAFETY: the run was this worker's (or handed to it), held
+                // only as these numbers; given back once.
+                unsafe { self.cpu.free_range_raw(r) }.unwrap();
+            }
             Thing::Block(b) => {
                 let core = self
                     .m
@@ -531,6 +552,7 @@ struct Counts {
     reports: AtomicU64,
     splits: AtomicU64,
     part_frees: AtomicU64,
+    runs: AtomicU64,
     ranges: AtomicU64,
     ranges_taken: AtomicU64,
     offlines: AtomicU64,
@@ -581,6 +603,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                     ids: (1 + w * IDS..=(w + 1) * IDS).collect(),
                     rng: SmallRng::seed_from_u64(seed ^ (u64::from(w) << 32)),
                     done: 0,
+                    runs: 0,
                 };
                 let count = |c: &AtomicU64| {
                     c.fetch_add(1, Relaxed);
@@ -676,6 +699,7 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
                 }
                 me.cpu.drain();
                 tally.ops.fetch_add(me.done, Relaxed);
+                tally.runs.fetch_add(me.runs, Relaxed);
             });
         }
         // The compactor: kcompactd of both nodes and whole-node compaction.
@@ -792,13 +816,14 @@ fn soak_for(duration: Duration, seed: u64, workers: u32) {
     let c = m.inspect().total_stats().compact;
     let get = |a: &AtomicU64| a.load(Relaxed);
     println!(
-        "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} validate() passes while running, 0 failed; {} splits, {} partial frees, {} drains of every cache, {} contiguous allocations and {} ranges tried ({} ranges taken), {} offlines or onlines tried ({} offline, {} online), {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",
+        "soak: {} allocations and frees by {workers} CPUs in {:.1} s, {} checkpoints; {} validate() passes while running, 0 failed; {} splits, {} partial frees, {} runs of single frames, {} drains of every cache, {} contiguous allocations and {} ranges tried ({} ranges taken), {} offlines or onlines tried ({} offline, {} online), {} reporting passes; compaction moved {} blocks (migrate_success {}, runs {})",
         get(&tally.ops),
         start.elapsed().as_secs_f64(),
         get(&tally.checkpoints),
         get(&tally.validations),
         get(&tally.splits),
         get(&tally.part_frees),
+        get(&tally.runs),
         get(&tally.drains),
         get(&tally.contigs),
         get(&tally.ranges),

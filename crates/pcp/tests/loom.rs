@@ -208,3 +208,44 @@ fn drain_takes_home_and_foreign_frames() {
         assert_eq!(v, vec![0, 1, 9]);
     });
 }
+
+/// A run taken from the home and given back whole while another CPU
+/// drains the cache: whatever the interleaving, the run is taken whole or
+/// not at all, and every frame ends up in the zone.
+#[test]
+fn runs_and_a_drain() {
+    builder().check(|| {
+        let sizing = PcpSizing::new(4, 8, 8).unwrap();
+        let config = PcpConfig::X86_64
+            .with_home(Order::new_truncated(2))
+            .unwrap();
+        let mem: &'static mut [Slot] = Box::leak(vec![Slot::EMPTY; 4].into_boxed_slice());
+        let slots = Box::leak(
+            vec![PcpSlot::new(PerCpuPages::new(mem, sizing, config).unwrap())].into_boxed_slice(),
+        );
+        let set: &'static PcpSet<'static, 'static> = Box::leak(Box::new(PcpSet::new(slots)));
+        let zone = leak_zone();
+        zone.free.lock().unwrap().extend([3, 2, 1, 0]);
+        let mut owner = set.claim(CpuId(0)).unwrap();
+        let mt = MigrateType::Movable;
+        let o0 = Order::new_truncated(0);
+        // A refill of four (frames 0..4, the home); frame 0 handed out.
+        let a = owner.alloc(zone, o0, mt).unwrap();
+        let t = thread::spawn(move || {
+            if let Some(p) = owner.alloc_run(zone, 2, mt) {
+                assert_eq!(p, Pfn(1), "the lowest run");
+                assert!(owner.free_run(zone, p, 2, mt).is_some());
+            }
+            owner.free(zone, a, o0, mt).unwrap();
+            owner.poll(zone);
+            drop(owner);
+        });
+        set.drain_cpu(zone, CpuId(0), None, |_| thread::yield_now())
+            .unwrap();
+        t.join().unwrap();
+        set.drain_cpu(zone, CpuId(0), None, |_| {}).unwrap();
+        let mut v = zone.free.lock().unwrap().clone();
+        v.sort();
+        assert_eq!(v, vec![0, 1, 2, 3]);
+    });
+}

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use pageframe::boot::{AddError, Incremental};
 use pageframe::compact::NoMigration;
 use pageframe::{
-    CpuCache, CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn,
+    Block, CpuCache, CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn,
     PfnRange, PhysAddr, RawError,
 };
 
@@ -252,7 +252,7 @@ impl FrameAllocator {
     }
 
     #[inline(always)]
-    fn try_alloc(&self, frames: u64, align: u64, mut via: Via<'_>) -> Option<Pfn> {
+    fn try_alloc(&self, frames: u64, align: u64, via: Via<'_>) -> Option<Pfn> {
         if frames == 0 || !align.is_power_of_two() {
             return None;
         }
@@ -265,36 +265,50 @@ impl FrameAllocator {
             return Self::alloc_range(m, frames, align);
         }
         let order = Order::new(want.trailing_zeros() as u8)?;
-        // A few frames that are no power of two: a run of single frames
-        // from the handle's cache if it has one, no block to split.
-        if let Via::Local(h) = &mut via
-            && want > frames
-            && align <= 1
-            && let Some(p) = h.alloc_run_raw(Gfp::KERNEL, frames)
-        {
-            return Some(p);
+        if want > frames {
+            return self.alloc_part(m, frames, align, order, via);
         }
-        let block = match via {
+        Some(self.alloc_block(m, order, via)?.into_raw().0)
+    }
+
+    /// A block of `order` through `via`.
+    #[inline(always)]
+    fn alloc_block(&self, m: &Machine<'static>, order: Order, via: Via<'_>) -> Option<Block> {
+        match via {
             Via::Local(h) => h.alloc(Gfp::KERNEL, order),
             Via::Claim => {
                 let cpu = CpuId((self.current_cpu)());
                 m.alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
             }
-        };
-        let (pfn, order) = block.ok()?.into_raw();
-        if frames < order.pages() {
-            Self::free_spare(m, pfn, frames, order);
         }
-        Some(pfn)
+        .ok()
     }
 
-    /// The frames of a block allocated for `frames` past them.
+    /// `frames` fewer than the block of `order` holds (a count that is no
+    /// power of two, or an alignment past it): a run of single frames
+    /// from the handle's cache if it has one (no block to split), else the
+    /// block with the frames past `frames` given back.
     #[cold]
-    fn free_spare(m: &Machine<'static>, pfn: Pfn, frames: u64, order: Order) {
+    fn alloc_part(
+        &self,
+        m: &Machine<'static>,
+        frames: u64,
+        align: u64,
+        order: Order,
+        mut via: Via<'_>,
+    ) -> Option<Pfn> {
+        if align <= 1
+            && let Via::Local(h) = &mut via
+            && let Some(p) = h.alloc_run_raw(Gfp::KERNEL, frames)
+        {
+            return Some(p);
+        }
+        let (pfn, order) = self.alloc_block(m, order, via)?.into_raw();
         // SAFETY: the block was allocated just above and is held only as
         // this number; its frames past `frames` are not handed to anyone.
         let spare = unsafe { m.free_raw(PfnRange::new(pfn + frames, pfn + order.pages())) };
         debug_assert!(spare.is_ok(), "{spare:?}");
+        Some(pfn)
     }
 
     /// More frames than a buddy block: a contiguous range.

@@ -224,7 +224,7 @@ fn run_mask(n: u32) -> u64 {
 #[inline]
 fn run_starts(word: u64, n: u32) -> u64 {
     let (mut m, mut len) = (word, 1);
-    while len < n {
+    while len < n && m != 0 {
         let step = len.min(n - len);
         m &= m >> step;
         len += step;

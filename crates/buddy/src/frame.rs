@@ -171,6 +171,10 @@ impl<'a> FrameWords<'a> {
         if bits == 0 {
             return;
         }
+        if bits == u64::MAX {
+            // A whole word of frames (a fresh chunk's): one fill.
+            return self.set_run(base, 64, w);
+        }
         self.ready(base);
         let mut rest = bits;
         while rest != 0 {

@@ -543,11 +543,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 /// `base + b`), moves `last` to the highest of them, and returns `got`.
 #[inline]
 fn cached_word(states: &FrameStates<'_>, base: Pfn, got: u64, last: &mut Pfn) -> u64 {
-    let mut rest = got;
-    while rest != 0 {
-        states.set_cached(base + u64::from(rest.trailing_zeros()), Order::ZERO);
-        rest &= rest - 1;
-    }
+    states.set_cached_bits(base, got);
     if got != 0 {
         *last = base + u64::from(63 - got.leading_zeros());
     }

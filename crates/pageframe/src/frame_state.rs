@@ -239,6 +239,29 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// [`FrameStates::set_cached`] of the order-0 frames `base + b` for each
+    /// bit `b` of `bits`: a whole word of frames in one pass over their
+    /// bytes, without a bit scan a frame.
+    #[inline]
+    pub(crate) fn set_cached_bits(&self, base: Pfn, bits: u64) {
+        let v = encode(CACHED, Order::ZERO);
+        if bits == u64::MAX
+            && let Some(start) = base.get().checked_sub(self.base.get())
+            && let Ok(start) = usize::try_from(start)
+            && let Some(bytes) = self.bytes.get(start..start + 64)
+        {
+            for b in bytes {
+                b.store(v, Relaxed);
+            }
+            return;
+        }
+        let mut rest = bits;
+        while rest != 0 {
+            self.set_cached(base + u64::from(rest.trailing_zeros()), Order::ZERO);
+            rest &= rest - 1;
+        }
+    }
+
     /// Records a migration destination as being migrated: from when the
     /// kernel may publish it to its owner until the move is in the books,
     /// a free of it gets `Busy` (the same answer as a free of the source).

@@ -493,6 +493,32 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// would not serve from the cache (reserves, watermarks checked for the
     /// power of two holding `frames`): allocate a block then. To the hooks
     /// each frame is an allocation of order 0.
+    ///
+    /// ```
+    /// # use pageframe::{CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
+    /// # use core::mem::MaybeUninit;
+    /// # let mut m: Box<Machine<'static>> = pageframe::boot::Builder::new(MachineConfig::SINGLE_NODE).build_boxed();
+    /// # let span = PfnRange::new(Pfn(0x1000), Pfn(0x9000));
+    /// # let meta = Box::leak(vec![MaybeUninit::uninit(); m.zone_metadata_bytes(span)].into_boxed_slice());
+    /// # m.add_zone(NodeId::ZERO, ZoneKind::Normal, span, meta).unwrap();
+    /// # m.add_free_range(span).unwrap();
+    /// # let bytes = m.pcp_bytes(1).unwrap();
+    /// # m.enable_pcp(1, Box::leak(vec![MaybeUninit::uninit(); bytes].into_boxed_slice())).unwrap();
+    /// let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    /// // Three frames in a row, or a block of four with the fourth given back.
+    /// let first = match cpu.alloc_run_raw(Gfp::KERNEL, 3) {
+    ///     Some(p) => p,
+    ///     None => {
+    ///         let (p, _) = cpu.alloc(Gfp::KERNEL, Order::new(2).unwrap()).unwrap().into_raw();
+    ///         // SAFETY: the block was just allocated and is held only as `p`.
+    ///         unsafe { cpu.free_range_raw(PfnRange::new(p + 3, p + 4)) }.unwrap();
+    ///         p
+    ///     }
+    /// };
+    /// // ... and back together, whichever way they came.
+    /// // SAFETY: the three frames are ours, held only as these numbers.
+    /// unsafe { cpu.free_range_raw(PfnRange::new(first, first + 3)) }.unwrap();
+    /// ```
     #[cfg_attr(feature = "page-owner", track_caller)]
     pub fn alloc_run_raw(&mut self, gfp: Gfp, frames: u64) -> Option<Pfn> {
         let n = u32::try_from(frames)

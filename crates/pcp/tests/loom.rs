@@ -170,6 +170,19 @@ fn concurrent_drains_of_two_zones_end() {
     });
 }
 
+/// One CPU's cache with homes of four frames and batches of `batch`.
+fn homed_set(batch: u32) -> &'static PcpSet<'static, 'static> {
+    let sizing = PcpSizing::new(batch, 8, 8).unwrap();
+    let config = PcpConfig::X86_64
+        .with_home(Order::new_truncated(2))
+        .unwrap();
+    let mem: &'static mut [Slot] = Box::leak(vec![Slot::EMPTY; 4].into_boxed_slice());
+    let slots = Box::leak(
+        vec![PcpSlot::new(PerCpuPages::new(mem, sizing, config).unwrap())].into_boxed_slice(),
+    );
+    Box::leak(Box::new(PcpSet::new(slots)))
+}
+
 /// With a home ([`PcpConfig::with_home`]): a drainer and an owner whose
 /// cache holds frames of its home and a foreign free at once; whatever the
 /// interleaving, every frame ends up in the zone and the owner keeps
@@ -177,15 +190,7 @@ fn concurrent_drains_of_two_zones_end() {
 #[test]
 fn drain_takes_home_and_foreign_frames() {
     builder().check(|| {
-        let sizing = PcpSizing::new(2, 8, 8).unwrap();
-        let config = PcpConfig::X86_64
-            .with_home(Order::new_truncated(2))
-            .unwrap();
-        let mem: &'static mut [Slot] = Box::leak(vec![Slot::EMPTY; 4].into_boxed_slice());
-        let slots = Box::leak(
-            vec![PcpSlot::new(PerCpuPages::new(mem, sizing, config).unwrap())].into_boxed_slice(),
-        );
-        let set: &'static PcpSet<'static, 'static> = Box::leak(Box::new(PcpSet::new(slots)));
+        let set = homed_set(2);
         let zone = leak_zone();
         zone.free.lock().unwrap().extend([1, 0]);
         let mut owner = set.claim(CpuId(0)).unwrap();
@@ -215,15 +220,7 @@ fn drain_takes_home_and_foreign_frames() {
 #[test]
 fn runs_and_a_drain() {
     builder().check(|| {
-        let sizing = PcpSizing::new(4, 8, 8).unwrap();
-        let config = PcpConfig::X86_64
-            .with_home(Order::new_truncated(2))
-            .unwrap();
-        let mem: &'static mut [Slot] = Box::leak(vec![Slot::EMPTY; 4].into_boxed_slice());
-        let slots = Box::leak(
-            vec![PcpSlot::new(PerCpuPages::new(mem, sizing, config).unwrap())].into_boxed_slice(),
-        );
-        let set: &'static PcpSet<'static, 'static> = Box::leak(Box::new(PcpSet::new(slots)));
+        let set = homed_set(4);
         let zone = leak_zone();
         zone.free.lock().unwrap().extend([3, 2, 1, 0]);
         let mut owner = set.claim(CpuId(0)).unwrap();

@@ -695,16 +695,11 @@ impl<'a, P: Platform> Machine<'a, P> {
         events: bool,
         f: impl FnOnce() -> Result<Block, AllocError>,
     ) -> Result<Block, AllocError> {
-        // Only fault injection reads the flags.
-        let _ = gfp;
-        #[cfg(feature = "fail-alloc")]
-        let r = if self.fail.should_fail(gfp, order) {
+        let r = if self.injects_failure(gfp, order) {
             Err(AllocError::OutOfMemory)
         } else {
             f()
         };
-        #[cfg(not(feature = "fail-alloc"))]
-        let r = f();
         self.account_alloc(&r, order, cpu, caller, events);
         r
     }

@@ -139,7 +139,9 @@ impl FrameAllocator {
     /// first frame, or `None` when there is no such memory (or the layout
     /// is impossible: no frame, an alignment not a power of two). Up to
     /// a maximal buddy block, a block of the next power of two whose frames
-    /// past `frames` go straight back; beyond, a contiguous range.
+    /// past `frames` go straight back (through the local calls, a count
+    /// that is no power of two comes first as a run of single frames from
+    /// the CPU's cache when it holds one); beyond, a contiguous range.
     pub fn alloc_frames(&self, frames: u64, align: u64) -> Option<Pfn> {
         self.counted_alloc(frames, align, Via::Claim)
     }

@@ -282,8 +282,9 @@ mod tests {
     #[test]
     fn runs_come_whole_from_one_word_and_go_back_whole() {
         let mut h = Home::EMPTY;
-        // Frames 1024 + (60..70) and 1024 + (130..133): no run of 5 in one
-        // word but in the second; a run of 3 in the first.
+        // Frames 1024 + (60..70) and 1024 + (130..133): the first word ends
+        // with four (60..64), the second starts with six (64..70), the third
+        // holds three.
         for i in (60..70).chain(130..133) {
             assert!(h.accept(Pfn(1024 + i), 10));
         }

@@ -170,6 +170,15 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.free_hint().saturating_sub(order.pages() - 1) > self.fast_threshold(flags, highest)
     }
 
+    /// Whether a request of `order` with `flags` may be served from a
+    /// cache: an ordinary one (no reserve access: those go to the zone,
+    /// where the reserves are) that leaves the zone above its mark.
+    #[inline(always)]
+    fn cache_may_serve(&self, order: Order, flags: AllocFlags, highest: ZoneKind) -> bool {
+        !flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS)
+            && self.watermark_fast(order, flags, highest)
+    }
+
     /// A block from this CPU's cache (refilled from the zone if empty), or
     /// `None` when the request is not one the cache serves or the cache and
     /// its refill come back empty.
@@ -183,8 +192,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Option<Pfn> {
-        let ordinary = !flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS);
-        if !(ordinary && cached_order(order) && self.watermark_fast(order, flags, highest)) {
+        if !(cached_order(order) && self.cache_may_serve(order, flags, highest)) {
             return None;
         }
         self.take_cached(hooks, local, order, gfp.migratetype())
@@ -223,9 +231,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Option<Pfn> {
-        let ordinary = !flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS);
         let order = Order::new(n.checked_next_power_of_two()?.trailing_zeros() as u8)?;
-        if !(ordinary && self.watermark_fast(order, flags, highest)) {
+        if !self.cache_may_serve(order, flags, highest) {
             return None;
         }
         let mt = gfp.migratetype();

@@ -6,8 +6,8 @@
 use loom::sync::Mutex;
 use loom::thread;
 use pageframe_pcp::{
-    CpuId, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, Pfn,
-    RefillSink, Slot, SpillBatch,
+    CpuId, LocalPcp, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone,
+    PerCpuPages, Pfn, RefillSink, Slot, SpillBatch,
 };
 
 struct LoomZone {
@@ -183,6 +183,29 @@ fn homed_set(batch: u32) -> &'static PcpSet<'static, 'static> {
     Box::leak(Box::new(PcpSet::new(slots)))
 }
 
+/// Runs `work` on CPU 0's cache in a thread of its own (then honours any
+/// request and lets the cache go) while this thread drains CPU 0; drains
+/// once more after both and returns the zone's free frames, sorted.
+fn against_a_drain(
+    set: &'static PcpSet<'static, 'static>,
+    zone: &'static LoomZone,
+    mut owner: LocalPcp<'static, 'static>,
+    work: impl FnOnce(&mut LocalPcp<'static, 'static>) + Send + 'static,
+) -> Vec<u64> {
+    let t = thread::spawn(move || {
+        work(&mut owner);
+        owner.poll(zone);
+        drop(owner);
+    });
+    set.drain_cpu(zone, CpuId(0), None, |_| thread::yield_now())
+        .unwrap();
+    t.join().unwrap();
+    set.drain_cpu(zone, CpuId(0), None, |_| {}).unwrap();
+    let mut v = zone.free.lock().unwrap().clone();
+    v.sort();
+    v
+}
+
 /// With a home ([`PcpConfig::with_home`]): a drainer and an owner whose
 /// cache holds frames of its home and a foreign free at once; whatever the
 /// interleaving, every frame ends up in the zone and the owner keeps
@@ -198,18 +221,10 @@ fn drain_takes_home_and_foreign_frames() {
         let o0 = Order::new_truncated(0);
         // A refill of two from region 0 (frames 0..4): the home.
         let a = owner.alloc(zone, o0, mt).unwrap();
-        let t = thread::spawn(move || {
+        let v = against_a_drain(set, zone, owner, move |owner| {
             owner.free(zone, a, o0, mt).unwrap();
             owner.free(zone, Pfn(9), o0, mt).unwrap();
-            owner.poll(zone);
-            drop(owner);
         });
-        set.drain_cpu(zone, CpuId(0), None, |_| thread::yield_now())
-            .unwrap();
-        t.join().unwrap();
-        set.drain_cpu(zone, CpuId(0), None, |_| {}).unwrap();
-        let mut v = zone.free.lock().unwrap().clone();
-        v.sort();
         assert_eq!(v, vec![0, 1, 9]);
     });
 }
@@ -228,21 +243,13 @@ fn runs_and_a_drain() {
         let o0 = Order::new_truncated(0);
         // A refill of four (frames 0..4, the home); frame 0 handed out.
         let a = owner.alloc(zone, o0, mt).unwrap();
-        let t = thread::spawn(move || {
+        let v = against_a_drain(set, zone, owner, move |owner| {
             if let Some(p) = owner.alloc_run(zone, 2, mt) {
                 assert_eq!(p, Pfn(1), "the lowest run");
                 assert!(owner.free_run(zone, p, 2, mt).is_some());
             }
             owner.free(zone, a, o0, mt).unwrap();
-            owner.poll(zone);
-            drop(owner);
         });
-        set.drain_cpu(zone, CpuId(0), None, |_| thread::yield_now())
-            .unwrap();
-        t.join().unwrap();
-        set.drain_cpu(zone, CpuId(0), None, |_| {}).unwrap();
-        let mut v = zone.free.lock().unwrap().clone();
-        v.sort();
         assert_eq!(v, vec![0, 1, 2, 3]);
     });
 }

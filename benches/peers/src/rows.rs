@@ -132,21 +132,39 @@ fn pairs<F: Frames>(f: &mut F, order: u8, n: u64) -> f64 {
     ns_per(t.elapsed(), 2 * n)
 }
 
-/// Order-0 allocations until none is left; checks that every frame came
-/// out.
-fn fill_all<F: Frames>(f: &mut F, frames: u64) -> Vec<F::Handle> {
+/// An empty vector for the handles of a fill of `frames`, its pages
+/// already touched: a first touch faults a page in, which a fill would
+/// otherwise be timed for (and more often for larger handles).
+fn holder<H>(frames: u64) -> Vec<H> {
     let mut held = Vec::with_capacity(frames as usize);
+    for slot in held.spare_capacity_mut() {
+        *slot = std::mem::MaybeUninit::zeroed();
+    }
+    black_box(held.as_ptr());
+    held
+}
+
+/// Order-0 allocations into `held` until none is left; checks that every
+/// frame came out.
+fn fill_into<F: Frames>(f: &mut F, frames: u64, held: &mut Vec<F::Handle>) {
     while let Some(h) = f.alloc(0) {
         held.push(h);
     }
     assert_eq!(held.len() as u64, frames, "a fill reached every frame");
+}
+
+/// [`fill_into`] a new holder.
+fn fill_all<F: Frames>(f: &mut F, frames: u64) -> Vec<F::Handle> {
+    let mut held = holder(frames);
+    fill_into(f, frames, &mut held);
     held
 }
 
 /// ns an allocation of a fill from empty to full.
 fn fill<F: Frames>(f: &mut F, frames: u64) -> f64 {
+    let mut held = holder(frames);
     let t = Instant::now();
-    let held = fill_all(f, frames);
+    fill_into(f, frames, &mut held);
     let d = t.elapsed();
     black_box(&held);
     ns_per(d, frames)

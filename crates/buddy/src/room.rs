@@ -79,13 +79,21 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Reads each chunk of the range once; blocks reaching outside it are
     /// left out.
     pub fn room(&self, range: PfnRange, list: ListId) -> Room {
+        let [room] = self.rooms(range, [list]);
+        room
+    }
+
+    /// [`BuddyZone::room`] of each of `lists` (distinct lists; a list
+    /// named twice has an empty room the second time), in one reading of
+    /// the range's chunks.
+    pub fn rooms<const N: usize>(&self, range: PfnRange, lists: [ListId; N]) -> [Room; N] {
         let r = range.intersect(&self.span);
-        let mut room = Room {
+        let mut rooms = [Room {
             whole: r == range && !r.is_empty(),
             ..Room::EMPTY
-        };
+        }; N];
         if r.is_empty() {
-            return room;
+            return rooms;
         }
         // Chunks and blocks inside `range` count, even where it reaches
         // past the span (their frames there are holes).
@@ -95,21 +103,22 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             p >= range.start && p.get().saturating_add(len) <= range.end.get()
         };
         // Below the chunk order: the chunk, not yet the block.
-        let mut split: [Option<(Idx, u64)>; ORDERS] = [None; ORDERS];
+        let mut split: [[Option<(Idx, u64)>; ORDERS]; N] = [[None; ORDERS]; N];
+        let (mut free, mut whole) = (0, rooms[0].whole);
         let mut k = self.chunk_of(lo);
         while self.first(k) < hi {
             let ch = &self.chunks[k];
             let first = self.first(k);
-            let inside = inside_range(first, 1 << self.c);
             let mut step = 1;
             match ch.mode {
-                Mode::Hole => room.whole = false,
+                Mode::Hole => whole = false,
                 Mode::FreeHead | Mode::AllocHead => {
                     step = 1 << (ch.order - self.c);
                     if ch.mode == Mode::FreeHead && inside_range(first, 1 << ch.order) {
                         let n = 1u64 << ch.order;
-                        room.free += n;
-                        if ch.list == list.get() {
+                        free += n;
+                        if let Some(i) = lists.iter().position(|l| ch.list == l.get()) {
+                            let room = &mut rooms[i];
                             room.on_list += n;
                             let slot = &mut room.best[usize::from(ch.order) % ORDERS];
                             if slot.is_none() {
@@ -118,11 +127,12 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
                         }
                     }
                 }
-                Mode::Split if inside && ch.free > 0 => {
+                Mode::Split if ch.free > 0 && inside_range(first, 1 << self.c) => {
                     let n = u64::from(ch.free);
-                    room.free += n;
-                    if ch.list == list.get() {
-                        room.on_list += n;
+                    free += n;
+                    if let Some(i) = lists.iter().position(|l| ch.list == l.get()) {
+                        rooms[i].on_list += n;
+                        let split = &mut split[i];
                         let mut m = ch.omask;
                         while m != 0 {
                             let o = m.trailing_zeros() as usize;
@@ -137,13 +147,17 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             }
             k += step;
         }
-        for (o, s) in split.iter().enumerate() {
-            if let Some((k, n)) = *s
-                && let Some(x) = bits::find_maximal(self.words(k), o as u8)
-            {
-                room.best[o] = Some((self.pfn(self.first(k) + x), n));
+        for (room, split) in rooms.iter_mut().zip(split.iter()) {
+            room.free = free;
+            room.whole = whole;
+            for (o, s) in split.iter().enumerate() {
+                if let Some((k, n)) = *s
+                    && let Some(x) = bits::find_maximal(self.words(k), o as u8)
+                {
+                    room.best[o] = Some((self.pfn(self.first(k) + x), n));
+                }
             }
         }
-        room
+        rooms
     }
 }

@@ -283,6 +283,48 @@ fn room_finds_a_block_of_each_order_in_the_roomiest_chunk() {
     assert_eq!(z.room(r(4 * CHUNK, 8 * CHUNK), L), Room::EMPTY);
 }
 
+/// `rooms` reads several lists in one pass and finds for each what `room`
+/// finds for it alone: here chunk 0 (split) and chunk 3 (whole) on list 1,
+/// the rest on the default list; a list named twice gets nothing more.
+#[test]
+fn rooms_of_several_lists_are_each_lists_room() {
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    let mut z = zone_with_fill(&mut m, &[5, 7, 0, 0]);
+    for p in 1020..1024 {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    for p in 2 * CHUNK..4 * CHUNK {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    let l1 = ListId::new(1).unwrap();
+    assert_eq!(z.move_free_range(r(0, CHUNK), l1), 5);
+    assert_eq!(z.move_free_range(r(3 * CHUNK, 4 * CHUNK), l1), CHUNK);
+    for range in [
+        r(0, 4 * CHUNK),
+        r(0, CHUNK),
+        r(CHUNK, 3 * CHUNK),
+        r(2 * CHUNK, 8 * CHUNK),
+        r(4 * CHUNK, 8 * CHUNK),
+    ] {
+        let [a, b] = z.rooms(range, [L, l1]);
+        assert_eq!((a, b), (z.room(range, L), z.room(range, l1)), "{range:?}");
+        let [b2, a2] = z.rooms(range, [l1, L]);
+        assert_eq!((a2, b2), (a, b));
+    }
+    let [a, b] = z.rooms(r(0, 4 * CHUNK), [L, l1]);
+    assert_eq!(
+        (a.free, a.on_list, b.on_list),
+        (1040, 1040 - 5 - CHUNK, 5 + CHUNK)
+    );
+    assert_eq!(
+        (b.block(o(0)), b.block(o(9))),
+        (Some(Pfn(0)), Some(Pfn(3 * CHUNK)))
+    );
+    let [_, twice] = z.rooms(r(0, 4 * CHUNK), [L, L]);
+    assert_eq!((twice.on_list, twice.block(o(0))), (0, None));
+    z.validate().unwrap();
+}
+
 /// A run takes a chunk's lowest free frames after the one just allocated,
 /// as many as asked, stops where the taker refuses, leaves the zone as
 /// frame-by-frame allocations would, and takes nothing from a chunk of

@@ -347,13 +347,10 @@ impl MobileZone<'_> {
     /// The room of each fallback type of `mt` in superpageblock `i`.
     fn region_rooms(&self, i: usize, mt: MigrateType) -> Rooms {
         let range = self.mobility().blocks.superpageblocks().range(i);
-        let mut rooms = [Room::EMPTY; 2];
-        // A loop, not `array::from_fn`: its closures cost several KiB of
-        // stack in a debug build, and a kernel stack is 16 KiB.
-        for (r, &t) in rooms.iter_mut().zip(fallbacks(mt)) {
-            *r = self.buddy.room(range, list_of(t));
+        match *fallbacks(mt) {
+            [a, b] => self.buddy.rooms(range, [list_of(a), list_of(b)]),
+            _ => [Room::EMPTY; 2],
         }
-        rooms
     }
 
     /// The clean superpageblock a fallback for `mt` taints: of those with

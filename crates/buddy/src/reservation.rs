@@ -167,12 +167,8 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.rwords_mut(k).fill(0);
         let first = self.first(k);
         for (i, &w) in free[..n].iter().enumerate() {
-            let mut w = w;
-            while w != 0 {
-                let x = (i as u32) << 6 | w.trailing_zeros();
-                w &= w - 1;
-                self.frames.set(first + x, Word::RESERVED);
-            }
+            self.frames
+                .set_bits(first + ((i as u32) << 6), w, Word::RESERVED);
         }
         let list = ListId::from_stored(self.chunks[k].list);
         self.chunks[k] = Chunk {
@@ -215,12 +211,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         for i in 0..r.words {
             let zone_side = self.words(k)[i];
             debug_assert_eq!(zone_side & r.free[i], 0, "a frame free twice");
-            let mut live = r.given[i] & !r.free[i] & !zone_side;
-            while live != 0 {
-                let x = (i as u32) << 6 | live.trailing_zeros();
-                live &= live - 1;
-                self.frames.set(first + x, Word::head(0, r.tag));
-            }
+            let live = r.given[i] & !r.free[i] & !zone_side;
+            self.frames
+                .set_bits(first + ((i as u32) << 6), live, Word::head(0, r.tag));
             self.words_mut(k)[i] = zone_side | r.free[i];
         }
         let list = self.policy.list_for(self.pfn(first));

@@ -1161,6 +1161,8 @@ fn main() -> ExitCode {
 const PAIR_PATHS: &[&str] = &[
     "zone",
     "zone-2m",
+    "zone-fill",
+    "zone-scattered",
     "cached",
     "cached-fill",
     "on-cpu",
@@ -1171,9 +1173,10 @@ const PAIR_PATHS: &[&str] = &[
     "ostd-churn",
 ];
 
-/// Instructions a pair of each path (or of `only`; `cached-fill` and
-/// `ostd-fill`: an allocation of a fill, refills included; `ostd-churn`: a
-/// step of the OSTD kernel bench's churn): the `pairs` program under
+/// Instructions a pair of each path (or of `only`; `zone-fill`,
+/// `cached-fill` and `ostd-fill`: an allocation of a fill, refills
+/// included; `zone-scattered`: a free and an allocation of the scattered
+/// test; `ostd-churn`: a step of the OSTD kernel bench's churn): the `pairs` program under
 /// callgrind with 100 000 and 200 000 pairs (25 000 and 50 000 for
 /// `ostd-fill`), the difference over the first (the set-up cancels out). Counts, unlike times, repeat exactly
 /// whatever else the machine does.

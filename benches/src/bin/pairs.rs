@@ -12,7 +12,12 @@
 //! segment through the local calls), `ostd-fill` (`n` frames allocated
 //! alone through the local calls, refills included), `ostd-churn` (`n` steps of the OSTD
 //! kernel bench's churn on one CPU through the local calls: requests of
-//! one to sixteen frames, mostly one, freed in random order).
+//! one to sixteen frames, mostly one, freed in random order),
+//! `zone-fill` (`n` order-0 allocations through the zone),
+//! `zone-fill-free` (the same, then each freed in random order) and
+//! `zone-scattered` (`n` steps of the scattered test through the zone,
+//! after the same set-up for every `n`: the zone filled and a random half
+//! freed; a step frees a random frame held and allocates one).
 
 use std::hint::black_box;
 use std::mem::MaybeUninit;
@@ -207,6 +212,31 @@ fn main() {
             } else {
                 black_box(held);
             }
+        }
+        "zone-scattered" => {
+            // Set-up (the same for every `n`): the zone filled, a random
+            // half freed. Then `n` steps of a random frame freed and one
+            // allocated.
+            let m = machine();
+            let mut held: Vec<_> =
+                std::iter::from_fn(|| m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).ok()).collect();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = |len: usize| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % len as u64) as usize
+            };
+            for _ in 0..held.len() / 2 {
+                let i = next(held.len());
+                m.free(held.swap_remove(i)).expect("freed");
+            }
+            for _ in 0..n {
+                let i = next(held.len());
+                m.free(held.swap_remove(i)).expect("freed");
+                held.push(m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame"));
+            }
+            black_box(held);
         }
         other => panic!("no path {other}"),
     }

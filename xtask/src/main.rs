@@ -1162,9 +1162,11 @@ const PAIR_PATHS: &[&str] = &[
     "zone",
     "zone-2m",
     "zone-fill",
+    "zone-fill-free",
     "zone-scattered",
     "cached",
     "cached-fill",
+    "cached-fill-free",
     "on-cpu",
     "ostd-local",
     "ostd-claimed",
@@ -1175,8 +1177,9 @@ const PAIR_PATHS: &[&str] = &[
 
 /// Instructions a pair of each path (or of `only`; `zone-fill`,
 /// `cached-fill` and `ostd-fill`: an allocation of a fill, refills
-/// included; `zone-scattered`: a free and an allocation of the scattered
-/// test; `ostd-churn`: a step of the OSTD kernel bench's churn): the `pairs` program under
+/// included; `-fill-free`: an allocation of the fill and its free in
+/// random order; `zone-scattered`: a free and an allocation of the
+/// scattered test; `ostd-churn`: a step of the OSTD kernel bench's churn): the `pairs` program under
 /// callgrind with 100 000 and 200 000 pairs (25 000 and 50 000 for
 /// `ostd-fill`), the difference over the first (the set-up cancels out). Counts, unlike times, repeat exactly
 /// whatever else the machine does.

@@ -6,7 +6,8 @@
 //! Paths: `zone` (`Machine::alloc`/`free`), `zone-2m` (the same, a 2 MiB
 //! block), `cached` (a `CpuCache` held by
 //! its CPU), `cached-fill` (`n` allocations alone through that handle, its
-//! refills from the zone included), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
+//! refills from the zone included), `cached-fill-free` (the same, then
+//! each freed through the handle in random order), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
 //! segment through the local calls), `ostd-fill` (`n` frames allocated
@@ -83,12 +84,23 @@ fn ostd() -> &'static FrameAllocator {
     a
 }
 
+/// A fixed random order (the same for every run).
+fn shuffle<T>(v: &mut [T]) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
         _ => panic!(
-            "usage: pairs <zone|zone-2m|cached|cached-fill|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-fill|ostd-churn> <n>"
+            "usage: pairs <zone|zone-2m|zone-fill|zone-fill-free|zone-scattered|cached|cached-fill|cached-fill-free|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-fill|ostd-churn> <n>"
         ),
     };
     let o0 = Order::ZERO;
@@ -111,13 +123,20 @@ fn main() {
         }
         // `n` order-0 blocks taken through CPU 0's cache (refilled from
         // the zone as it empties): what a kernel's fill costs.
-        "cached-fill" => {
+        "cached-fill" | "cached-fill-free" => {
             let m = machine();
             let mut c = m.cpu(CpuId(0), NodeId::ZERO).expect("CPU 0");
-            let held: Vec<_> = (0..n)
+            let mut held: Vec<_> = (0..n)
                 .map(|_| c.alloc(Gfp::KERNEL, o0).expect("a frame"))
                 .collect();
-            black_box(held);
+            if path == "cached-fill-free" {
+                shuffle(&mut held);
+                for b in held {
+                    c.free(b).expect("freed");
+                }
+            } else {
+                black_box(held);
+            }
         }
         "on-cpu" => {
             let m = machine();
@@ -199,13 +218,7 @@ fn main() {
                 .map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame"))
                 .collect();
             if path == "zone-fill-free" {
-                let mut x = 0x9e37_79b9_7f4a_7c15u64;
-                for i in (1..held.len()).rev() {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    held.swap(i, (x % (i as u64 + 1)) as usize);
-                }
+                shuffle(&mut held);
                 for b in held {
                     m.free(b).expect("freed");
                 }

@@ -234,9 +234,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             return Ok(());
         }
         let mut counts = [0u16; MAX_CHUNK_ORDER as usize];
-        for o in 0..c {
-            counts[o as usize] = bits::maximal_blocks(w, o).count() as u16;
-        }
+        bits::count_maximal(w, c, &mut counts);
         let l = list.index();
         let mut ch = Chunk {
             mode: Mode::Split,

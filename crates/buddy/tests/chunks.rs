@@ -236,6 +236,17 @@ fn free_room_counts_a_range_and_finds_its_largest_block() {
     assert_eq!(room(&z, 4 * CHUNK, 8 * CHUNK), (0, None));
 }
 
+/// Four chunks: chunk 0 holds five single free frames (0, 2, .., 8),
+/// chunk 1 seven (512, ..) and an order-2 block at 1020, chunks 2 and 3
+/// one free order-10 block.
+fn zone_with_rooms(m: &mut [std::mem::MaybeUninit<u8>]) -> BuddyZone<'_> {
+    let mut z = zone_with_fill(m, &[5, 7, 0, 0]);
+    for p in (1020..1024).chain(2 * CHUNK..4 * CHUNK) {
+        z.free(Pfn(p), o(0)).unwrap();
+    }
+    z
+}
+
 /// `room` sees the same memory per order: below the chunk order the chunk
 /// with the most free frames that has a block of that order, from the
 /// chunk order up the lowest block; totals for every list and the one
@@ -244,15 +255,7 @@ fn free_room_counts_a_range_and_finds_its_largest_block() {
 fn room_finds_a_block_of_each_order_in_the_roomiest_chunk() {
     use pageframe_buddy::{Order, Room};
     let mut m = meta(r(0, 4 * CHUNK), 10);
-    // Chunk 0: five single frames (0, 2, .., 8); chunk 1: seven (512, ..)
-    // and an order-2 block at 1020; chunks 2 and 3: one order-10 block.
-    let mut z = zone_with_fill(&mut m, &[5, 7, 0, 0]);
-    for p in 1020..1024 {
-        z.free(Pfn(p), o(0)).unwrap();
-    }
-    for p in 2 * CHUNK..4 * CHUNK {
-        z.free(Pfn(p), o(0)).unwrap();
-    }
+    let z = zone_with_rooms(&mut m);
     let all = z.room(r(0, 4 * CHUNK), L);
     assert_eq!((all.free, all.on_list, all.whole), (1040, 1040, true));
     // Order 0 from chunk 1 (11 free frames against 5), order 2 there too.
@@ -289,13 +292,7 @@ fn room_finds_a_block_of_each_order_in_the_roomiest_chunk() {
 #[test]
 fn rooms_of_several_lists_are_each_lists_room() {
     let mut m = meta(r(0, 4 * CHUNK), 10);
-    let mut z = zone_with_fill(&mut m, &[5, 7, 0, 0]);
-    for p in 1020..1024 {
-        z.free(Pfn(p), o(0)).unwrap();
-    }
-    for p in 2 * CHUNK..4 * CHUNK {
-        z.free(Pfn(p), o(0)).unwrap();
-    }
+    let mut z = zone_with_rooms(&mut m);
     let l1 = ListId::new(1).unwrap();
     assert_eq!(z.move_free_range(r(0, CHUNK), l1), 5);
     assert_eq!(z.move_free_range(r(3 * CHUNK, 4 * CHUNK), l1), CHUNK);

@@ -407,7 +407,6 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         }
         let mt = gfp.migratetype();
         let before = H::TRACE.then(|| z.buddy.stats());
-        let own = (order == Order::ZERO).then(|| z.buddy.stats().own);
         let p = z
             .buddy
             .alloc(order, mt, flags.mode(gfp))
@@ -421,11 +420,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if order == Order::ZERO {
             // Now and then: whether the stripes may reserve again.
             z.small_allocs = z.small_allocs.wrapping_add(1);
-            // After a fallback (which may have claimed a pageblock for
-            // `mt`) the stripes may have a chunk again at once, not only
-            // at the next recheck.
-            let fell_back = own == Some(z.buddy.stats().own);
-            if fell_back || z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
+            if z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
                 let worth = z.buddy.reservable(mt, self.stripes.min_free());
                 self.stripes.set_worth(mt, worth);
             }

@@ -84,14 +84,32 @@ fn ostd() -> &'static FrameAllocator {
     a
 }
 
+/// A xorshift generator with a fixed seed: the same choices every run.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        Rng(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (> 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
 /// A fixed random order (the same for every run).
 fn shuffle<T>(v: &mut [T]) {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::new();
     for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
+        v.swap(i, rng.below(i + 1));
     }
 }
 
@@ -186,12 +204,10 @@ fn main() {
         }
         "ostd-churn" => {
             let a = ostd();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut rng = Rng::new();
             let mut live: Vec<(Pfn, u64)> = Vec::with_capacity(2048);
             for _ in 0..n {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next();
                 if live.len() < 2048 && (live.is_empty() || x.is_multiple_of(2)) {
                     let k = match (x >> 8) % 8 {
                         0 => 1 + (x >> 16) % 16,
@@ -233,19 +249,13 @@ fn main() {
             let m = machine();
             let mut held: Vec<_> =
                 std::iter::from_fn(|| m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).ok()).collect();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            let mut next = |len: usize| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % len as u64) as usize
-            };
+            let mut rng = Rng::new();
             for _ in 0..held.len() / 2 {
-                let i = next(held.len());
+                let i = rng.below(held.len());
                 m.free(held.swap_remove(i)).expect("freed");
             }
             for _ in 0..n {
-                let i = next(held.len());
+                let i = rng.below(held.len());
                 m.free(held.swap_remove(i)).expect("freed");
                 held.push(m.alloc(NodeId::ZERO, Gfp::KERNEL, o0).expect("a frame"));
             }

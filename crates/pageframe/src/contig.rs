@@ -397,6 +397,9 @@ impl<'a, P: Platform> Machine<'a, P> {
             return Err(ContigError::NotFound);
         }
         let first = align_up(area.start.get(), align).ok_or(ContigError::NotFound)?;
+        // Frames the order-0 stripes hold are free but read as taken to the
+        // search: give them back first, or it passes over their chunks.
+        z.release_stripes();
         let candidate = |start: u64| {
             let end = start.checked_add(frames).filter(|&e| e <= area.end.get())?;
             Some(PfnRange::new(Pfn(start), Pfn(end)))

@@ -358,6 +358,20 @@ impl<'a> MobileZone<'a> {
         self.buddy.reserve(list_of(mt), mt as u32, min_free)
     }
 
+    /// Whether an allocation of `order` and `mt` finds nothing on its own
+    /// type's lists and would fall back to another type's (spec 01 §6.3);
+    /// never without grouping, which has no fallback.
+    #[inline]
+    pub fn would_fall_back(&self, order: Order, mt: MigrateType) -> bool {
+        self.mobility().grouping
+            && mt.is_mergeable()
+            && if order == Order::ZERO {
+                self.free_pages_of(mt) == 0
+            } else {
+                !self.buddy.has_block_in(order, list_of(mt))
+            }
+    }
+
     /// Whether [`MobileZone::reserve`] of `mt` would succeed now.
     pub fn reservable(&self, mt: MigrateType, min_free: u32) -> bool {
         let mt = if self.mobility().grouping {

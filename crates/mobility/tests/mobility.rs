@@ -69,6 +69,38 @@ fn unmovable_claims_the_largest_block_and_then_stays_in_it() {
 }
 
 #[test]
+fn would_fall_back_says_when_a_request_leaves_its_own_lists() {
+    zone!(m, z, 8);
+    // Every pageblock starts movable.
+    assert!(z.would_fall_back(o(0), M::Unmovable));
+    assert!(!z.would_fall_back(o(10), M::Movable));
+    let a = z.alloc(o(0), M::Unmovable, AllocMode::empty()).unwrap();
+    let claims = z.stats().claims_whole;
+    // The claimed two pageblocks hold 1023 free unmovable frames, but no
+    // free unmovable block of order 10.
+    assert!(!z.would_fall_back(o(0), M::Unmovable));
+    assert!(!z.would_fall_back(o(9), M::Unmovable));
+    assert!(z.would_fall_back(o(10), M::Unmovable));
+    // What it says is what the allocation does.
+    let b = z.alloc(o(9), M::Unmovable, AllocMode::empty()).unwrap();
+    assert_eq!(z.stats().claims_whole, claims);
+    let c = z.alloc(o(10), M::Unmovable, AllocMode::empty()).unwrap();
+    assert_eq!(z.stats().claims_whole, claims + 1);
+    for (p, k) in [(a, 0), (b, 9), (c, 10)] {
+        z.free(p, o(k)).unwrap();
+    }
+    // Nothing falls back without grouping: there is one type.
+    let cfg = MobilityConfig {
+        grouping: false,
+        ..MobilityConfig::default()
+    };
+    zone!(m2, z2, 2, cfg);
+    assert!(!z2.would_fall_back(o(0), M::Movable));
+    assert!(!z2.would_fall_back(o(0), M::Unmovable));
+    z.validate().unwrap();
+}
+
+#[test]
 fn small_movable_requests_steal_without_retyping() {
     // spec 02 §11.3: unmovable blocks with only single free frames; a
     // movable order-0 request cannot claim (orders below pageblock/2 are

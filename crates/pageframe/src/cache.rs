@@ -479,6 +479,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         } else {
             pageframe_mobility::AllocMode::empty()
         };
+        let _ = self.unstripe_before_fallback(&mut z, order, mt);
         let mut line = None;
         let chunk = u32::from(z.buddy.buddy().chunk_order().get());
         let before = H::TRACE.then(|| z.buddy.stats());

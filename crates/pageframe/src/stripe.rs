@@ -21,7 +21,12 @@
 //! are not counted free by the zone (as frames in a per-CPU cache are
 //! not). Lock order: a stripe's lock, then the zone's. Stripes are given
 //! back (`Zone::release_stripes`) before a range is isolated or taken
-//! offline, and whenever the machine reports or checks itself.
+//! offline, before a contiguous search, and whenever the machine reports
+//! or checks itself. An order-0 request the stripes do not serve (reserve
+//! access, a per-CPU cache's refill) that finds its type's lists empty
+//! takes the type's reservations back from the stripes free at once
+//! before it falls back: a stripe holding the type's free frames must not
+//! make the zone claim another pageblock.
 
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
@@ -43,7 +48,8 @@ pub const fn min_free(chunk: Order) -> u32 {
 }
 
 /// After a refill found no chunk worth reserving, the stripes rest until
-/// the zone's lock has served this many order-0 allocations of the type.
+/// the zone's lock has served this many order-0 allocations of the type,
+/// or one of them fell back (and may have claimed a pageblock).
 pub(crate) const RECHECK: u32 = 64;
 
 /// The basic types a stripe holds a reservation for.
@@ -74,9 +80,10 @@ pub(crate) struct Stripes<'a, R: RawMutex> {
     /// holds it, 0 for none. Written under the stripe's lock.
     owner: &'a [AtomicU8],
     /// Per type: whether the zone had a chunk worth reserving when it last
-    /// looked (a stripe's refill, or every [`RECHECK`]th order-0 allocation
-    /// through the zone): when not, allocations skip the stripes and take
-    /// the zone's lock once instead of twice.
+    /// looked (a stripe's refill, an order-0 fallback, or every
+    /// [`RECHECK`]th order-0 allocation through the zone): when not,
+    /// allocations skip the stripes and take the zone's lock once instead
+    /// of twice.
     worth: [AtomicBool; TYPES],
     /// log2 of a chunk's frames, and the first frame of chunk 0.
     shift: u8,
@@ -282,6 +289,32 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
                     give_back(r);
                     n += 1;
                 }
+            }
+        }
+        n
+    }
+
+    /// Takes out the reservations of type `mt` of every stripe whose lock
+    /// is free at once and hands each to `give_back`; returns how many.
+    /// Never waits, so a caller may hold the zone's lock (which comes
+    /// after a stripe's): a stripe busy meanwhile keeps its reservation.
+    pub(crate) fn try_release_type(
+        &self,
+        mt: MigrateType,
+        mut give_back: impl FnMut(Reservation),
+    ) -> usize {
+        let Some(t) = type_index(mt) else {
+            return 0;
+        };
+        let mut n = 0;
+        for lock in self.locks.iter() {
+            let Some(mut held) = lock.try_lock() else {
+                continue;
+            };
+            if let Some(r) = held[t].take() {
+                self.set_owner(r.chunk_start(), None);
+                give_back(r);
+                n += 1;
             }
         }
         n

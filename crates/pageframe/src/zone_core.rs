@@ -406,6 +406,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return Err(AllocError::OutOfMemory);
         }
         let mt = gfp.migratetype();
+        let falls_back = self.unstripe_before_fallback(&mut z, order, mt);
         let before = H::TRACE.then(|| z.buddy.stats());
         let p = z
             .buddy
@@ -420,7 +421,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if order == Order::ZERO {
             // Now and then: whether the stripes may reserve again.
             z.small_allocs = z.small_allocs.wrapping_add(1);
-            if z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
+            // After a fallback (which may have claimed a pageblock for
+            // `mt`) the stripes may have a chunk again at once.
+            if falls_back || z.small_allocs.is_multiple_of(crate::stripe::RECHECK) {
                 let worth = z.buddy.reservable(mt, self.stripes.min_free());
                 self.stripes.set_worth(mt, worth);
             }
@@ -428,6 +431,32 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.states.set_allocated(p, order, mt);
         self.after_zone_op(&z);
         Ok(p)
+    }
+
+    /// An order-0 request the stripes do not serve (reserve access, a
+    /// per-CPU refill, a stripe busy or out of chunks) that finds its
+    /// type's lists empty would claim another pageblock while stripes may
+    /// hold the type's free frames: those come back first (from each
+    /// stripe free at once; the zone's lock is held, which comes after a
+    /// stripe's). Returns whether the order-0 request still falls back.
+    #[inline(always)]
+    pub(crate) fn unstripe_before_fallback(
+        &self,
+        z: &mut ZoneInner<'a>,
+        order: Order,
+        mt: MigrateType,
+    ) -> bool {
+        order == Order::ZERO && z.buddy.would_fall_back(order, mt) && self.unstripe_type(z, mt)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unstripe_type(&self, z: &mut ZoneInner<'a>, mt: MigrateType) -> bool {
+        let n = self.stripes.try_release_type(mt, |r| {
+            let r = z.buddy.unreserve(r);
+            debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
+        });
+        n == 0 || z.buddy.would_fall_back(Order::ZERO, mt)
     }
 
     /// Reports a fallback the core took between two snapshots of its

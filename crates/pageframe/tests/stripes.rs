@@ -3,8 +3,73 @@
 
 mod common;
 
-use common::{PB, o, one_zone};
+use common::{GIB, PB, o, one_zone};
 use pageframe::{Gfp, NodeId};
+
+#[test]
+fn a_claimed_pageblock_feeds_the_stripes_at_once() {
+    let m = one_zone(8 * PB);
+    // Every pageblock starts movable: the first unmovable frame finds no
+    // chunk of its type to reserve, and the zone claims a pageblock for it
+    // (a fallback, under the zone lock).
+    let first = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+    assert_eq!(m.inspect().stripe_frames(), 0);
+    // The claimed pageblock is unmovable now: the next frame comes from a
+    // stripe that reserved a chunk of it, not from the zone lock again.
+    let second = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+    assert!(
+        m.inspect().stripe_frames() > 0,
+        "no stripe reserved a chunk"
+    );
+    for b in [first, second] {
+        m.free(b).unwrap();
+    }
+    m.drain_stripes();
+    assert_eq!(m.inspect().free_pages(), 8 * PB);
+    m.validate().unwrap();
+}
+
+/// Fallbacks (claims and steals) so far in the machine's one zone.
+fn fallbacks(m: &pageframe::Machine<'static>) -> u64 {
+    let s = m.inspect().all_zones().next().unwrap().fallback_stats();
+    s.claims_whole + s.claims_partial + s.steals
+}
+
+#[test]
+fn a_request_the_stripes_do_not_serve_takes_their_frames_before_a_claim() {
+    // Free memory in single pageblocks (every other one of the span), so
+    // that a fallback claims one pageblock, not a larger free block.
+    let m = common::machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    let span = common::r(4 * GIB, 4 * GIB + 64 * PB);
+    let pb = |k: u64| common::r(4 * GIB + k * PB, 4 * GIB + (k + 1) * PB);
+    common::zone(m, NodeId::ZERO, pageframe::ZoneKind::Normal, span, pb(1));
+    for k in (3..64).step_by(2) {
+        m.add_free_range(pb(k)).unwrap();
+    }
+    let bytes = m.pcp_bytes(1).unwrap();
+    m.enable_pcp(1, common::leak(bytes)).unwrap();
+    let first = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+    let second = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+    assert_eq!(fallbacks(m), 1);
+    assert_eq!(m.inspect().stripe_frames(), PB - 2);
+    // A CPU's cache refills under the zone lock, not from a stripe: the
+    // unmovable lists are empty, the stripe holds the claimed pageblock's
+    // free frames. They come back to the zone rather than a second
+    // pageblock turning unmovable.
+    let mut cpu = common::claim_cpu(m, 0, NodeId::ZERO);
+    let third = cpu.alloc(Gfp::KERNEL, o(0)).unwrap();
+    assert_eq!(fallbacks(m), 1, "the refill fell back");
+    assert_eq!(m.inspect().stripe_frames(), 0);
+    assert_eq!(third.pfn().get() >> 9, first.pfn().get() >> 9);
+    for b in [first, second] {
+        m.free(b).unwrap();
+    }
+    cpu.free(third).unwrap();
+    cpu.drain();
+    m.drain_stripes();
+    assert_eq!(m.inspect().free_pages(), 32 * PB);
+    m.validate().unwrap();
+}
 
 #[test]
 fn a_contiguous_range_may_come_from_a_chunk_a_stripe_holds() {

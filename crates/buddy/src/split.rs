@@ -125,19 +125,23 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             let list = self.policy.list_for(self.pfn(self.first(k)));
             self.chunks[k].list = list.get();
         }
-        if self.chunks[k].flags & RBITS != 0 {
-            bits::clear(self.rwords_mut(k), x, order);
+        // One look-up of the chunk's record and bitmap for the whole merge
+        // (the fields are borrowed apart, so no index is checked twice).
+        let n = self.wpc as usize;
+        let words = &mut self.fbits[k as usize * n..(k as usize + 1) * n];
+        let ch = &mut self.chunks[k];
+        if ch.flags & RBITS != 0 {
+            bits::clear(&mut self.rbits[k as usize * n..(k as usize + 1) * n], x, order);
         }
-        bits::set(self.words_mut(k), x, order);
-        let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
+        bits::set(words, x, order);
+        let l = ch.list as usize & (MAX_LISTS - 1);
         let mut m = order;
-        if u32::from(self.chunks[k].free) + (1 << order) == 1 << c {
+        if u32::from(ch.free) + (1 << order) == 1 << c {
             // The last block comes back: its buddies are one free block of
             // each order above it.
             for o in order..c {
                 *self.sub.blocks_mut(l, o) -= 1;
             }
-            let ch = &mut self.chunks[k];
             ch.counts = [0; crate::chunk::MAX_CHUNK_ORDER as usize];
             ch.omask = 0;
             self.stats.merges += u64::from(c - order);
@@ -145,16 +149,15 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         while m < c {
             let b = x ^ (1 << m);
-            if !bits::all_set(self.words(k), b, m) {
+            if !bits::all_set(words, b, m) {
                 break;
             }
-            self.chunks[k].add_count(m, -1);
+            ch.add_count(m, -1);
             *self.sub.blocks_mut(l, m) -= 1;
             self.stats.merges += 1;
             x &= !(1 << m);
             m += 1;
         }
-        let ch = &mut self.chunks[k];
         ch.free += 1 << order;
         self.sub.add_pages(l, 1 << order);
         if m < c {
@@ -164,7 +167,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             return (self.first(k) + x, m);
         }
         // Wholly free: a block of the chunk order from now on.
-        if self.chunks[k].flags & FILED != 0 {
+        if ch.flags & FILED != 0 {
             self.partial.unfile(&mut self.chunks, k);
         }
         self.sub.sub_pages(l, 1 << c);

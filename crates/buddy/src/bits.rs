@@ -96,6 +96,11 @@ pub(crate) fn find_maximal(w: &[u64], j: u8) -> Option<u32> {
         // A free frame whose buddy is not free: compare each bit with the
         // other bit of its pair.
         for (i, &v) in w.iter().enumerate() {
+            // Most words hold no free frame (nearly full chunks are filled
+            // first): skip them at the cost of one test.
+            if v == 0 {
+                continue;
+            }
             let pair = ((v >> 1) & ALIGNED[1]) | ((v & ALIGNED[1]) << 1);
             let m = v & !pair;
             if m != 0 {

@@ -325,6 +325,43 @@ fn two_cpus_allocating_through_the_stripes_get_distinct_frames() {
     );
 }
 
+/// A CPU's cache refills (under the zone lock, past the stripes) while
+/// its type's lists are empty and a stripe holds the type's free frames,
+/// as another CPU allocates through that stripe: the refill takes the
+/// reservation back only from a stripe free at that moment (`try_lock`:
+/// the zone lock comes after a stripe's), so neither waits on the other;
+/// the frames are distinct and all come back.
+#[test]
+fn a_refill_taking_a_stripes_frames_beside_a_striped_allocation() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        // The first unmovable frame claims a pageblock; the next comes
+        // from a stripe that reserved the rest of it.
+        let first = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+        let second = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+        assert!(
+            m.stripe_frames() > 0,
+            "a stripe holds the claimed pageblock"
+        );
+        let t = thread::spawn(move || m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap());
+        let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+        let mine = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+        let theirs = t.join().unwrap();
+        assert_ne!(mine.pfn(), theirs.pfn());
+        c.free(mine).unwrap();
+        drop(c);
+        for b in [first, second, theirs] {
+            m.free(b).unwrap();
+        }
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
 /// Two CPUs, each holding its handle with a frame cached in each of two
 /// zones, drain every cache of the machine at the same moment: each serves
 /// the other's requests in both zones while it waits, so both drains end

@@ -131,7 +131,11 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let words = &mut self.fbits[k as usize * n..(k as usize + 1) * n];
         let ch = &mut self.chunks[k];
         if ch.flags & RBITS != 0 {
-            bits::clear(&mut self.rbits[k as usize * n..(k as usize + 1) * n], x, order);
+            bits::clear(
+                &mut self.rbits[k as usize * n..(k as usize + 1) * n],
+                x,
+                order,
+            );
         }
         bits::set(words, x, order);
         let l = ch.list as usize & (MAX_LISTS - 1);

@@ -287,17 +287,28 @@ impl SpillBatch<'_, '_> {
 impl Iterator for SpillBatch<'_, '_> {
     type Item = (Pfn, Order);
 
+    #[inline]
     fn next(&mut self) -> Option<(Pfn, Order)> {
         if self.remaining <= 0 {
             return None;
         }
         if self.only {
+            // The foreign list's spill, one frame a step: inline in the
+            // caller's loop.
             let frame = self.lists.pop_tail(ListIndex::FOREIGN)?;
             self.remaining -= 1;
             self.pages += 1;
             self.blocks += 1;
             return Some((frame, Order::new_truncated(0)));
         }
+        self.next_round_robin()
+    }
+}
+
+impl SpillBatch<'_, '_> {
+    /// [`SpillBatch::next`] across the lists (spec 04 §5.5).
+    #[inline(never)]
+    fn next_round_robin(&mut self) -> Option<(Pfn, Order)> {
         let mut li = ListIndex::new(self.idx)?;
         if !self.in_list || self.is_empty(li) {
             // spec 04 §5.5: advance round robin to the next non-empty list.

@@ -85,6 +85,10 @@ pub(crate) struct Stripes<'a, R: RawMutex> {
     /// allocations skip the stripes and take the zone's lock once instead
     /// of twice.
     worth: [AtomicBool; TYPES],
+    /// Per type: how many stripes hold a reservation of it (written under
+    /// the stripe's lock; read as a hint, so that a request about to fall
+    /// back tries no stripe lock when none holds its type).
+    holding: [AtomicU8; TYPES],
     /// log2 of a chunk's frames, and the first frame of chunk 0.
     shift: u8,
     base: Pfn,
@@ -153,6 +157,7 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
                 locks,
                 owner,
                 worth: [const { AtomicBool::new(true) }; TYPES],
+                holding: [const { AtomicU8::new(0) }; TYPES],
                 shift: shift.get(),
                 base,
             },
@@ -167,13 +172,24 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         self.owner.get(usize::try_from(k).ok()?)
     }
 
-    /// Records that stripe `s`'s reservation of type `t` holds (or, with
-    /// `None`, gave back) the chunk at `start`.
+    /// Records, under stripe `s`'s lock, that its reservation of type `t`
+    /// holds the chunk at `start`.
     #[inline]
-    fn set_owner(&self, start: Pfn, who: Option<(usize, usize)>) {
+    fn hold(&self, start: Pfn, s: usize, t: usize) {
         if let Some(o) = self.owner(start) {
-            o.store(who.map_or(0, |(s, t)| (s * TYPES + t + 1) as u8), Relaxed);
+            o.store((s * TYPES + t + 1) as u8, Relaxed);
         }
+        self.holding[t].fetch_add(1, Relaxed);
+    }
+
+    /// Records, under its stripe's lock, that a reservation of type `t`
+    /// gave the chunk at `start` back.
+    #[inline]
+    fn unhold(&self, start: Pfn, t: usize) {
+        if let Some(o) = self.owner(start) {
+            o.store(0, Relaxed);
+        }
+        self.holding[t].fetch_sub(1, Relaxed);
     }
 
     /// An order-0 frame of type `mt` from a free stripe's reservation, or
@@ -202,14 +218,14 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         }
         let old = held[t].take();
         if let Some(o) = &old {
-            self.set_owner(o.chunk_start(), None);
+            self.unhold(o.chunk_start(), t);
         }
         let Some(mut r) = refill(old) else {
             self.worth[t].store(false, Relaxed);
             return None;
         };
         let p = r.alloc();
-        self.set_owner(r.chunk_start(), Some((s, t)));
+        self.hold(r.chunk_start(), s, t);
         held[t] = Some(r);
         if let Some(p) = p {
             mark(p);
@@ -283,9 +299,9 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         let mut n = 0;
         for lock in self.locks.iter() {
             let mut held = lock.lock();
-            for slot in held.iter_mut() {
+            for (t, slot) in held.iter_mut().enumerate() {
                 if let Some(r) = slot.take() {
-                    self.set_owner(r.chunk_start(), None);
+                    self.unhold(r.chunk_start(), t);
                     give_back(r);
                     n += 1;
                 }
@@ -308,11 +324,14 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         };
         let mut n = 0;
         for lock in self.locks.iter() {
+            if self.holding[t].load(Relaxed) == 0 {
+                break;
+            }
             let Some(mut held) = lock.try_lock() else {
                 continue;
             };
             if let Some(r) = held[t].take() {
-                self.set_owner(r.chunk_start(), None);
+                self.unhold(r.chunk_start(), t);
                 give_back(r);
                 n += 1;
             }

@@ -218,7 +218,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
 
     /// Files split chunk `k` where its state says (on no partial list when
     /// it has no free frame), moving it only if that changed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn refile(&mut self, k: Idx) {
         let ch = &self.chunks[k];
         if ch.flags & FILED != 0 {

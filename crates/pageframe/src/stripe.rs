@@ -299,12 +299,8 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
         let mut n = 0;
         for lock in self.locks.iter() {
             let mut held = lock.lock();
-            for (t, slot) in held.iter_mut().enumerate() {
-                if let Some(r) = slot.take() {
-                    self.unhold(r.chunk_start(), t);
-                    give_back(r);
-                    n += 1;
-                }
+            for t in 0..TYPES {
+                n += usize::from(self.take_out(&mut held, t, &mut give_back));
             }
         }
         n
@@ -327,16 +323,22 @@ impl<'a, R: RawMutex> Stripes<'a, R> {
             if self.holding[t].load(Relaxed) == 0 {
                 break;
             }
-            let Some(mut held) = lock.try_lock() else {
-                continue;
-            };
-            if let Some(r) = held[t].take() {
-                self.unhold(r.chunk_start(), t);
-                give_back(r);
-                n += 1;
+            if let Some(mut held) = lock.try_lock() {
+                n += usize::from(self.take_out(&mut held, t, &mut give_back));
             }
         }
         n
+    }
+
+    /// Takes the reservation of type `t` out of a stripe's `held` (its
+    /// lock taken) and hands it to `give_back`; whether there was one.
+    fn take_out(&self, held: &mut Held, t: usize, give_back: &mut impl FnMut(Reservation)) -> bool {
+        let Some(r) = held[t].take() else {
+            return false;
+        };
+        self.unhold(r.chunk_start(), t);
+        give_back(r);
+        true
     }
 
     /// Free frames the stripes hold.

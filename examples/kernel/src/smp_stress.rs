@@ -243,56 +243,64 @@ impl Shared {
         let mut mine = self.mine[cpu].lock();
         let mut taken = self.inbox_scratch[cpu].lock();
         let movable = Gfp::KERNEL | Gfp::MOVABLE;
-        for round in 0..ROUNDS {
-            if round % CONTIG_EVERY == CONTIG_EVERY - 1 {
-                let mut mig = Draining {
-                    handle: &mut handle,
-                };
-                let range = self
-                    .machine
-                    .alloc_contig(node, Gfp::KERNEL, CONTIG_FRAMES, 1, &mut mig)
-                    .map_err(SmpStressError::Contig)?;
-                let start = range.start();
-                self.machine
-                    .free_segment(range)
-                    .map_err(|_| SmpStressError::Free(start))?;
-                rep.contig += 1;
-            }
-            for i in 0..BATCH {
-                let order = Order::new(if i % 8 == 7 { 3 } else { 0 }).expect("order");
-                let a = handle
-                    .alloc(movable, order)
-                    .map_err(|_| SmpStressError::Alloc)?;
-                self.zone.lock().get_or_insert(a.zone());
-                rep.local += u64::from(a.node() == node);
-                // SAFETY: just allocated to this CPU; identity-mapped.
-                unsafe { frame_word(a.pfn()).write_volatile(tag(cpu, a.pfn())) };
-                mine.push(a);
-                rep.allocated += 1;
-            }
-            // Half to the other CPU (while its outbox has room).
-            {
-                let mut ob = self.outbox[cpu].lock();
-                while ob.len() < OUTBOX && mine.len() > BATCH / 2 {
-                    if let Some(x) = mine.pop() {
-                        ob.push(x);
+        // The rounds, in a closure so that a CPU that fails still counts
+        // itself finished: the others would otherwise wait for it forever
+        // and the run end in a timeout instead of this CPU's error.
+        let mut rounds = || -> Result<(), SmpStressError> {
+            for round in 0..ROUNDS {
+                if round % CONTIG_EVERY == CONTIG_EVERY - 1 {
+                    let mut mig = Draining {
+                        handle: &mut handle,
+                    };
+                    let range = self
+                        .machine
+                        .alloc_contig(node, Gfp::KERNEL, CONTIG_FRAMES, 1, &mut mig)
+                        .map_err(SmpStressError::Contig)?;
+                    let start = range.start();
+                    self.machine
+                        .free_segment(range)
+                        .map_err(|_| SmpStressError::Free(start))?;
+                    rep.contig += 1;
+                }
+                for i in 0..BATCH {
+                    let order = Order::new(if i % 8 == 7 { 3 } else { 0 }).expect("order");
+                    let a = handle
+                        .alloc(movable, order)
+                        .map_err(|_| SmpStressError::Alloc)?;
+                    self.zone.lock().get_or_insert(a.zone());
+                    rep.local += u64::from(a.node() == node);
+                    // SAFETY: just allocated to this CPU; identity-mapped.
+                    unsafe { frame_word(a.pfn()).write_volatile(tag(cpu, a.pfn())) };
+                    mine.push(a);
+                    rep.allocated += 1;
+                }
+                // Half to the other CPU (while its outbox has room).
+                {
+                    let mut ob = self.outbox[cpu].lock();
+                    while ob.len() < OUTBOX && mine.len() > BATCH / 2 {
+                        if let Some(x) = mine.pop() {
+                            ob.push(x);
+                        }
                     }
                 }
+                while let Some(x) = mine.pop() {
+                    self.free_checked(&mut handle, cpu, x)?;
+                }
+                // What the previous CPU handed over.
+                core::mem::swap(&mut *self.outbox[other].lock(), &mut *taken);
+                while let Some(x) = taken.pop() {
+                    self.free_checked(&mut handle, other, x)?;
+                    rep.cross_frees += 1;
+                }
             }
-            while let Some(x) = mine.pop() {
-                self.free_checked(&mut handle, cpu, x)?;
-            }
-            // What the previous CPU handed over.
-            core::mem::swap(&mut *self.outbox[other].lock(), &mut *taken);
-            while let Some(x) = taken.pop() {
-                self.free_checked(&mut handle, other, x)?;
-                rep.cross_frees += 1;
-            }
-        }
+            Ok(())
+        };
+        let stressed = rounds();
+        self.finished.fetch_add(1, Ordering::AcqRel);
+        stressed?;
         // Wait for every CPU to stop handing over, then take the rest.
         // Waiting, this CPU serves the drains the others may still ask of
         // its caches.
-        self.finished.fetch_add(1, Ordering::AcqRel);
         while self.finished.load(Ordering::Acquire) < self.n as u32 {
             handle.poll();
             core::hint::spin_loop();

@@ -182,14 +182,18 @@ impl MobileZone<'_> {
         if access.contains(ReserveAccess::NO_WATERMARKS) {
             return true;
         }
-        let mut free = self.free_pages() as i128 - (order.pages() as i128 - 1);
+        // Free frames must exceed the mark, the reserve, the frames the
+        // request may not count and all but one of its block's: the same
+        // inequality with everything on one side, in saturating `u64`
+        // (a sum past `u64::MAX` exceeds every free count, as it should).
+        let mut withheld = order.pages() - 1;
         if !access.intersects(ReserveAccess::RESERVES) {
-            free -= self.free_pages_of(MigrateType::HighAtomic) as i128;
+            withheld += self.free_pages_of(MigrateType::HighAtomic);
         }
         if !access.contains(ReserveAccess::CMA) {
-            free -= self.free_pages_of(MigrateType::Cma) as i128;
+            withheld += self.free_pages_of(MigrateType::Cma);
         }
-        let mut min = mark as i128;
+        let mut min = mark;
         if access.contains(ReserveAccess::MIN_RESERVE) {
             min -= min / 2;
             if access.contains(ReserveAccess::NON_BLOCK) {
@@ -199,7 +203,7 @@ impl MobileZone<'_> {
         if access.contains(ReserveAccess::OOM) {
             min -= min / 2;
         }
-        if free <= min + reserve as i128 {
+        if self.free_pages() <= min.saturating_add(reserve).saturating_add(withheld) {
             return false;
         }
         order == Order::ZERO || self.has_block_for(order, access)

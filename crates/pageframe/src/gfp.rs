@@ -142,6 +142,19 @@ const ZONE_TABLE: [Option<ZoneKind>; 16] = {
     t
 };
 
+/// Where the reserve-access bits of [`AllocFlags`] start: above the
+/// watermark index.
+const ACCESS_SHIFT: u32 = 2;
+
+/// The reserve-access flags that come from [`AllocFlags`] (CMA access
+/// comes from the request's GFP).
+const ACCESS_FLAGS: ReserveAccess = ReserveAccess::all().difference(ReserveAccess::CMA);
+
+/// The [`AllocFlags`] bit that grants reserve access `a`.
+const fn access_bit(a: ReserveAccess) -> u32 {
+    (a.bits() as u32) << ACCESS_SHIFT
+}
+
 bitflags! {
     /// Allocator-internal flags derived from GFP (spec 01 §8.2); exposed for
     /// tests and for layers that drive zones directly.
@@ -150,17 +163,17 @@ bitflags! {
         /// Watermark index bits (0 = min, 1 = low, 2 = high).
         const WMARK_MASK = 0x3;
         /// Skip watermark checks.
-        const NO_WATERMARKS = 0x04;
+        const NO_WATERMARKS = access_bit(ReserveAccess::NO_WATERMARKS);
         /// OOM-victim partial reserve access.
-        const OOM = 0x08;
+        const OOM = access_bit(ReserveAccess::OOM);
         /// The caller cannot block.
-        const NON_BLOCK = 0x10;
+        const NON_BLOCK = access_bit(ReserveAccess::NON_BLOCK);
         /// `__GFP_HIGH`: may use half the min reserve.
-        const MIN_RESERVE = 0x20;
+        const MIN_RESERVE = access_bit(ReserveAccess::MIN_RESERVE);
         /// Avoid fallbacks below pageblock order (spec 02 §5.5).
         const NOFRAGMENT = 0x100;
         /// May use and reserve highatomic pageblocks.
-        const HIGHATOMIC = 0x200;
+        const HIGHATOMIC = access_bit(ReserveAccess::HIGHATOMIC);
         /// May wake kswapd.
         const KSWAPD = 0x800;
         /// Any of the reserve-access flags (spec 01 §8.2).
@@ -191,26 +204,15 @@ impl AllocFlags {
     /// watermark check (spec 01 §7.4): CMA frames count for movable
     /// requests (`ALLOC_CMA`, §8.3).
     pub const fn access(self, gfp: Gfp) -> ReserveAccess {
-        let mut a = 0u8;
-        if self.contains(AllocFlags::NO_WATERMARKS) {
-            a |= ReserveAccess::NO_WATERMARKS.bits();
-        }
-        if self.contains(AllocFlags::MIN_RESERVE) {
-            a |= ReserveAccess::MIN_RESERVE.bits();
-        }
-        if self.contains(AllocFlags::NON_BLOCK) {
-            a |= ReserveAccess::NON_BLOCK.bits();
-        }
-        if self.contains(AllocFlags::OOM) {
-            a |= ReserveAccess::OOM.bits();
-        }
-        if self.contains(AllocFlags::HIGHATOMIC) {
-            a |= ReserveAccess::HIGHATOMIC.bits();
-        }
-        if gfp.contains(Gfp::MOVABLE) {
-            a |= ReserveAccess::CMA.bits();
-        }
-        ReserveAccess::from_bits_retain(a)
+        // The flags that grant reserve access are the watermark check's
+        // own bits, shifted (`access_bit`): one mask, not a test a flag.
+        let granted = (self.bits() >> ACCESS_SHIFT) as u8 & ACCESS_FLAGS.bits();
+        let cma = if gfp.contains(Gfp::MOVABLE) {
+            ReserveAccess::CMA.bits()
+        } else {
+            0
+        };
+        ReserveAccess::from_bits_retain(granted | cma)
     }
 
     /// How the free lists may be used by a request with `gfp` (spec 01
@@ -255,5 +257,50 @@ impl AllocFlags {
             }
         }
         AllocFlags::from_bits_retain(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `access` is a shift and a mask: every combination of flags must
+    /// still grant exactly the access each flag names, and no other flag
+    /// (the watermark index, NOFRAGMENT, KSWAPD) may leak into it.
+    #[test]
+    fn reserve_access_is_what_each_flag_grants() {
+        let pairs = [
+            (AllocFlags::NO_WATERMARKS, ReserveAccess::NO_WATERMARKS),
+            (AllocFlags::OOM, ReserveAccess::OOM),
+            (AllocFlags::NON_BLOCK, ReserveAccess::NON_BLOCK),
+            (AllocFlags::MIN_RESERVE, ReserveAccess::MIN_RESERVE),
+            (AllocFlags::HIGHATOMIC, ReserveAccess::HIGHATOMIC),
+        ];
+        let others = [
+            AllocFlags::WMARK_MASK,
+            AllocFlags::NOFRAGMENT,
+            AllocFlags::KSWAPD,
+        ];
+        for set in 0u32..1 << (pairs.len() + others.len()) {
+            let mut f = AllocFlags::empty();
+            let mut want = ReserveAccess::empty();
+            for (i, (flag, access)) in pairs.iter().enumerate() {
+                if set & 1 << i != 0 {
+                    f |= *flag;
+                    want |= *access;
+                }
+            }
+            for (i, flag) in others.iter().enumerate() {
+                if set & 1 << (pairs.len() + i) != 0 {
+                    f |= *flag;
+                }
+            }
+            assert_eq!(f.access(Gfp::KERNEL), want, "{f:?}");
+            assert_eq!(
+                f.access(Gfp::KERNEL | Gfp::MOVABLE),
+                want | ReserveAccess::CMA,
+                "{f:?}"
+            );
+        }
     }
 }

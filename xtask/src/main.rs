@@ -177,8 +177,9 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
-/// QEMU and OVMF (the bootloader_api kernel's UEFI firmware) are needed
-/// by the boot tests: install them when we can, else say how.
+/// QEMU, OVMF (the bootloader_api kernel's UEFI firmware) and binutils
+/// (the stall report's symbols) are needed by the boot tests: install
+/// them when we can, else say how.
 fn ensure_qemu() -> Result<(), String> {
     let mut missing = Vec::new();
     if !have("qemu-system-x86_64") {
@@ -186,6 +187,11 @@ fn ensure_qemu() -> Result<(), String> {
     }
     if !Path::new(OVMF).is_file() {
         missing.push(OVMF_PACKAGE);
+    }
+    // `nm` and `addr2line` name where each CPU of a boot that timed out
+    // was (the boot tests' stall report).
+    if !have("addr2line") || !have("nm") {
+        missing.push("binutils");
     }
     if missing.is_empty() {
         return Ok(());

@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -276,7 +276,8 @@ pub struct Boot {
     pub verdict: Verdict,
     /// Everything the guest wrote to its serial port (CRs removed).
     pub serial: String,
-    /// QEMU's own diagnostics.
+    /// QEMU's own diagnostics; after a time-out, where each virtual CPU
+    /// was when QEMU was stopped ([`stall_report`]).
     pub stderr: String,
     /// Host wall time from spawning QEMU to its exit.
     pub elapsed: Duration,
@@ -340,7 +341,7 @@ pub fn boot(elf: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
         .arg("-kernel")
         .arg(elf)
         .args(["-append", &cfg.append]);
-    launch(cmd, cfg)
+    launch(cmd, cfg, Some(elf))
 }
 
 /// Boots a UEFI disk `image` (the bootloader_api kernel's) under QEMU with
@@ -360,7 +361,7 @@ pub fn boot_uefi(image: &Path, cfg: &BootConfig) -> Result<Boot, HarnessError> {
         .args(["-bios", OVMF])
         .arg("-drive")
         .arg(drive);
-    let mut b = launch(cmd, cfg)?;
+    let mut b = launch(cmd, cfg, None)?;
     b.serial = strip_firmware_output(&b.serial);
     Ok(b)
 }
@@ -392,14 +393,26 @@ pub fn strip_firmware_output(serial: &str) -> String {
 }
 
 /// Runs `cmd` (QEMU with its firmware and CPU arguments) with the machine,
-/// RAM, serial and exit device every boot shares, and waits for it.
-fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
+/// RAM, serial and exit device every boot shares, and waits for it. At a
+/// time-out the monitor is asked where each virtual CPU is first, named
+/// with `symbols` (the kernel ELF) when given.
+fn launch(
+    mut cmd: Command,
+    cfg: &BootConfig,
+    symbols: Option<&Path>,
+) -> Result<Boot, HarnessError> {
     let limit = cfg.time_out();
     let start = Instant::now();
+    let monitor = Monitor::path();
+    let _ = std::fs::remove_file(&monitor);
+    let mut arg = std::ffi::OsString::from("unix:");
+    arg.push(&monitor);
+    arg.push(",server=on,wait=off");
     let mut child = cmd
         .args(["-accel", "tcg", "-machine", &cfg.machine])
         .args(["-m", &cfg.mem])
-        .args(["-serial", "stdio", "-display", "none", "-monitor", "none"])
+        .args(["-serial", "stdio", "-display", "none", "-monitor"])
+        .arg(arg)
         .args([
             "-no-reboot",
             "-device",
@@ -426,6 +439,7 @@ fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
     let stdout = drain(Box::new(child.stdout.take().expect("stdout is piped")));
     let stderr = drain(Box::new(child.stderr.take().expect("stderr is piped")));
 
+    let mut stall = None;
     let verdict = loop {
         if let Some(status) = child.try_wait().map_err(HarnessError::Io)? {
             break match status.code() {
@@ -436,6 +450,7 @@ fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
             };
         }
         if start.elapsed() > limit {
+            stall = Some(stall_report(&monitor, symbols));
             let _ = child.kill();
             let _ = child.wait();
             break Verdict::Timeout;
@@ -443,12 +458,179 @@ fn launch(mut cmd: Command, cfg: &BootConfig) -> Result<Boot, HarnessError> {
         std::thread::sleep(Duration::from_millis(10));
     };
     let elapsed = start.elapsed();
+    let _ = std::fs::remove_file(&monitor);
+    let mut stderr = stderr.join().unwrap_or_default();
+    if let Some(report) = stall {
+        stderr.push_str(&report);
+    }
     Ok(Boot {
         verdict,
         serial: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
+        stderr,
         elapsed,
     })
+}
+
+/// A connection to QEMU's human monitor on a Unix socket.
+struct Monitor(std::os::unix::net::UnixStream);
+
+impl Monitor {
+    /// A socket path of this boot's own.
+    fn path() -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!("pageframe-qemu-{}-{n}.sock", std::process::id()))
+    }
+
+    fn connect(path: &Path) -> std::io::Result<Monitor> {
+        let s = std::os::unix::net::UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut m = Monitor(s);
+        m.until_prompt()?;
+        Ok(m)
+    }
+
+    /// What the monitor writes up to its next prompt, without terminal
+    /// escapes.
+    fn until_prompt(&mut self) -> std::io::Result<String> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !out.ends_with(b"(qemu) ") {
+            let n = self.0.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        Ok(strip_firmware_output(
+            &String::from_utf8_lossy(&out).replace('\r', ""),
+        ))
+    }
+
+    /// Runs one command and returns its output.
+    fn ask(&mut self, command: &str) -> std::io::Result<String> {
+        self.0.write_all(command.as_bytes())?;
+        self.0.write_all(b"\n")?;
+        self.until_prompt()
+    }
+}
+
+/// Words of each CPU's stack scanned for return addresses (4 KiB: a
+/// kernel function's frame can be large).
+const STACK_WORDS: usize = 512;
+/// Most code addresses reported from one stack.
+const STACK_NAMES: usize = 24;
+
+/// Where each virtual CPU of a running QEMU is, asked through its monitor
+/// at `socket`: the instruction pointer, and the words near the top of the
+/// stack that point into the kernel's code (a stack scan, not an exact
+/// backtrace: the kernel has no frame pointers), each named from `symbols`
+/// by `addr2line` when both are at hand. For a boot that hangs: which lock
+/// or loop each CPU is in.
+pub fn stall_report(socket: &Path, symbols: Option<&Path>) -> String {
+    let mut out = String::from("\n=== time-out: where each virtual CPU was ===\n");
+    let mut m = match Monitor::connect(socket) {
+        Ok(m) => m,
+        Err(e) => {
+            out.push_str(&format!("monitor at {}: {e}\n", socket.display()));
+            return out;
+        }
+    };
+    let regs = m.ask("info registers -a").unwrap_or_default();
+    let text = symbols.and_then(text_range);
+    let mut cpu = 0;
+    for section in regs.split("CPU#").skip(1) {
+        let reg = |name: &str| {
+            section
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix(name))
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+        };
+        // A CPU still in 32-bit firmware code shows EIP and ESP.
+        let (Some(rip), Some(rsp)) = (
+            reg("RIP=").or_else(|| reg("EIP=")),
+            reg("RSP=").or_else(|| reg("ESP=")),
+        ) else {
+            out.push_str(&format!("cpu{cpu}: no instruction or stack pointer\n"));
+            cpu += 1;
+            continue;
+        };
+        let mut addrs = vec![rip];
+        if let (Some((lo, hi)), Ok(_)) = (text, m.ask(&format!("cpu {cpu}"))) {
+            let words = m
+                .ask(&format!("x /{STACK_WORDS}gx {rsp:#x}"))
+                .unwrap_or_default();
+            for a in words
+                .split_whitespace()
+                .filter_map(|t| u64::from_str_radix(t.strip_prefix("0x")?, 16).ok())
+                .filter(|&a| (lo..hi).contains(&a))
+            {
+                if addrs.len() > STACK_NAMES {
+                    break;
+                }
+                if !addrs.contains(&a) {
+                    addrs.push(a);
+                }
+            }
+        }
+        let names = symbols.map(|elf| name_addresses(elf, &addrs));
+        out.push_str(&format!("cpu{cpu}: rip {rip:#x} rsp {rsp:#x}\n"));
+        for (i, a) in addrs.iter().enumerate() {
+            let name = names
+                .as_ref()
+                .and_then(|n| n.get(i))
+                .map_or("", String::as_str);
+            let what = if i == 0 { "at" } else { "from?" };
+            out.push_str(&format!("    {what} {a:#x} {name}\n"));
+        }
+        cpu += 1;
+    }
+    out
+}
+
+/// The kernel's code addresses: the lowest and highest text symbol of
+/// `elf` (from `nm`).
+fn text_range(elf: &Path) -> Option<(u64, u64)> {
+    let out = Command::new("nm").arg(elf).output().ok()?;
+    let addrs = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let a = u64::from_str_radix(w.next()?, 16).ok()?;
+            matches!(w.next()?, "t" | "T").then_some(a)
+        })
+        .collect::<Vec<_>>();
+    Some((*addrs.iter().min()?, *addrs.iter().max()? + 0x1000))
+}
+
+/// `function (file:line)` for each address, by `addr2line` (inlined frames
+/// joined with ` <- `); empty names when it is missing.
+fn name_addresses(elf: &Path, addrs: &[u64]) -> Vec<String> {
+    let out = Command::new("addr2line")
+        .args(["-f", "-C", "-i", "-s", "-a", "-e"])
+        .arg(elf)
+        .args(addrs.iter().map(|a| format!("{a:#x}")))
+        .output();
+    let Ok(out) = out else {
+        return Vec::new();
+    };
+    // With -a each address comes first on a line of its own, then its
+    // function and place, twice per inlined frame.
+    let mut names = Vec::new();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        if !l.starts_with("0x") {
+            continue;
+        }
+        let mut frames = Vec::new();
+        while let Some(f) = lines.next_if(|n| !n.starts_with("0x")) {
+            let place = lines.next_if(|n| !n.starts_with("0x")).unwrap_or("");
+            frames.push(format!("{f} ({place})"));
+        }
+        names.push(frames.join(" <- "));
+    }
+    names
 }
 
 #[cfg(test)]

@@ -703,3 +703,35 @@ fn every_mode_passes_at_8_gib_on_two_numa_nodes() {
         assert_eq!(r.node, cpu as u64 / 2, "cpu{cpu}'s node");
     }
 }
+
+/// A boot that hangs costs a whole CI run and says little: at its time-out
+/// the harness asks QEMU where each virtual CPU is, and names the kernel
+/// function (from the ELF's debug information) and the code that called it
+/// (a scan of the stack). Stopped three seconds into a 2 GiB boot, both
+/// CPUs are somewhere in the kernel.
+#[test]
+fn a_time_out_reports_where_each_cpu_was() {
+    let cfg = BootConfig {
+        timeout: Some(std::time::Duration::from_secs(3)),
+        ..BootConfig::new("2G", "")
+    };
+    let b = run_with(&cfg);
+    assert_eq!(b.verdict, Verdict::Timeout);
+    let report = b
+        .stderr
+        .split("=== time-out: where each virtual CPU was ===")
+        .nth(1)
+        .expect("a report after the time-out");
+    for cpu in ["cpu0", "cpu1"] {
+        assert!(report.contains(&format!("\n{cpu}: ")), "{cpu}:\n{report}");
+    }
+    // The boot CPU runs the kernel's code: its place has a name and a
+    // source line.
+    let at = report
+        .lines()
+        .skip_while(|l| !l.starts_with("cpu0: rip 0x"))
+        .nth(1)
+        .expect("cpu0's location");
+    assert!(at.trim_start().starts_with("at 0x"), "{at}");
+    assert!(at.contains(".rs:"), "named from the ELF: {at}\n{report}");
+}

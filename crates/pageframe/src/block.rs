@@ -69,6 +69,7 @@
 //! which frees it when dropped.
 
 use core::fmt;
+use core::num::NonZeroU64;
 use core::sync::atomic::Ordering::Relaxed;
 
 use pageframe_types::atomic::AtomicU64;
@@ -82,16 +83,23 @@ use crate::zone_kind::{ZoneKind, ZoneRef};
 /// Which machine a block belongs to: a number no other machine of this
 /// program has (counted from 1). Sixty-four bits, so that it never comes
 /// round again: a program that made a machine every nanosecond would need
-/// five centuries to run the counter out.
+/// five centuries to run the counter out. Never zero, so that an
+/// `Option<Block>` or a `Result<Block, AllocError>` is as small as a
+/// block: two words, not three, in a kernel's tables and on its stack.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) struct MachineId(u64);
+pub(crate) struct MachineId(NonZeroU64);
 
 static NEXT_MACHINE: AtomicU64 = AtomicU64::new(1);
 
 impl MachineId {
     /// A new machine's identity.
     pub(crate) fn next() -> MachineId {
-        MachineId(NEXT_MACHINE.fetch_add(1, Relaxed))
+        loop {
+            // Zero comes only after the counter ran round (see above).
+            if let Some(id) = NonZeroU64::new(NEXT_MACHINE.fetch_add(1, Relaxed)) {
+                return MachineId(id);
+            }
+        }
     }
 }
 
@@ -460,6 +468,12 @@ mod tests {
         let a = MachineId::next();
         let b = MachineId::next();
         assert!(b.0 > a.0, "{a:?} then {b:?}");
+        // The niche of the id keeps what a call returns at two words.
+        assert_eq!(size_of::<Option<Block>>(), size_of::<Block>());
+        assert_eq!(
+            size_of::<Result<Block, crate::AllocError>>(),
+            size_of::<Block>()
+        );
         let last = ZoneRef::from_index(u8::MAX);
         for (pfn, order) in [
             (Pfn(0x1234), Order::new(3)),

@@ -74,6 +74,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// free block of order `j` at bit `x` that holds it (`j` the chunk order
     /// for a wholly free chunk), leaving the other halves free, and marks
     /// it allocated.
+    #[inline]
     pub(crate) fn take_in(&mut self, k: Idx, j: u8, x: u32, order: u8, t: u32, tag: u32) {
         let c = self.c;
         let ch = &mut self.chunks[k];
@@ -117,6 +118,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// free goes to the free lists as a block of the chunk order (and may
     /// merge on). Returns the free block it ended in, as (first frame,
     /// order).
+    #[inline]
     pub(crate) fn free_in(&mut self, k: Idx, mut x: u32, order: u8, to_tail: bool) -> (Idx, u8) {
         let c = self.c;
         if self.chunks[k].free == 0 {

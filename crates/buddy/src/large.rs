@@ -88,6 +88,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
     /// Splits the unlinked free block at chunk `k` from order `high` down
     /// to `low`, returning the upper halves to the head of `list`'s lists
     /// (spec 01 §6.2: ascending addresses are handed out first).
+    #[inline]
     pub(crate) fn large_expand(&mut self, k: Idx, low: u8, mut high: u8, list: ListId) {
         while high > low {
             high -= 1;

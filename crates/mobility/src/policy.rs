@@ -44,6 +44,7 @@ impl<'a> Mobility<'a> {
         self.placement
     }
 
+    #[inline]
     fn type_of(&self, pfn: Pfn) -> MigrateType {
         self.blocks.get(pfn).unwrap_or(MigrateType::Unmovable)
     }

@@ -172,6 +172,7 @@ impl MobileZone<'_> {
     /// `order > 0` a free block of at least `order` must sit on a list the
     /// request may take from. Total for every input (an order above the
     /// zone's maximum has no block: false).
+    #[inline]
     pub fn watermark_ok(
         &self,
         order: Order,
@@ -212,6 +213,7 @@ impl MobileZone<'_> {
     /// Whether a free block of at least `order` sits on a list a request
     /// with `access` may take from: the three basic types, CMA for movable
     /// requests, the highatomic reserve for high-order atomic and OOM ones.
+    #[inline]
     pub fn has_block_for(&self, order: Order, access: ReserveAccess) -> bool {
         let has = |t: MigrateType| self.buddy().has_block_in(order, list_of(t));
         has(MigrateType::Unmovable)

@@ -218,6 +218,7 @@ impl<'a> MobileZone<'a> {
     /// first, then claiming a fallback block, then stealing one (spec 02
     /// §5.2), with the highatomic reserve as `mode` allows. The block's tag
     /// records `mt` (see [`tag`]).
+    #[inline]
     pub fn alloc(
         &mut self,
         order: Order,

@@ -96,6 +96,7 @@ impl<'m> PcpSlot<'m> {
         self.owned.load(Ordering::Relaxed)
     }
 
+    #[inline]
     fn claim(&self) -> Option<LocalPcp<'_, 'm>> {
         // A failed claim must not write the flag (it would only bounce the
         // cache line), hence a compare-exchange rather than a swap.
@@ -157,6 +158,7 @@ impl<'s, 'm> PcpSet<'s, 'm> {
         self.slots.is_empty()
     }
 
+    #[inline]
     fn slot(&self, cpu: CpuId) -> Result<&'s PcpSlot<'m>, PcpError> {
         self.slots.get(cpu.0 as usize).ok_or(PcpError::NoSuchCpu)
     }
@@ -164,6 +166,7 @@ impl<'s, 'm> PcpSet<'s, 'm> {
     /// Takes ownership of CPU `cpu`'s cache. `Busy` if someone holds it,
     /// which includes a [`PcpSet::drain_all`] or [`PcpSet::drain_cpu`] that
     /// is, for a moment, draining this unowned cache itself.
+    #[inline]
     pub fn claim(&self, cpu: CpuId) -> Result<LocalPcp<'s, 'm>, PcpError> {
         self.slot(cpu)?.claim().ok_or(PcpError::Busy)
     }
@@ -359,6 +362,7 @@ pub struct LocalPcp<'s, 'm> {
 }
 
 impl Drop for LocalPcp<'_, '_> {
+    #[inline]
     fn drop(&mut self) {
         self.slot.owned.store(false, Ordering::Release);
     }

@@ -163,6 +163,21 @@ impl Block {
         }
     }
 
+    /// The head word alone (frame, order, zone): what an out-of-line
+    /// allocation returns, so that its `Result` comes back in two registers
+    /// and the caller pairs it with the machine's identity
+    /// ([`Block::from_head`]) in registers too.
+    #[inline]
+    pub(crate) fn head(self) -> u64 {
+        self.head
+    }
+
+    /// The block whose head word [`Block::head`] gave, of `machine`.
+    #[inline]
+    pub(crate) fn from_head(head: u64, machine: MachineId) -> Block {
+        Block { head, machine }
+    }
+
     /// The first frame.
     #[inline]
     pub fn pfn(&self) -> Pfn {

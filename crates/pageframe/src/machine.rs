@@ -47,6 +47,18 @@ use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 use crate::zonelist::{NodeMask, NodeOrder, Zonelist, ZonelistKind, build_node_orders};
 use pageframe_pcp::CpuId;
 
+/// What [`Machine::alloc_fast`]'s out-of-line body returns: the block's
+/// head word, or why there is none. Two scalars come back in two
+/// registers; a `Result` of a block (or of a word and an error) comes back
+/// through memory, and a caller that then reads the whole block at once
+/// right after the callee's separate stores stalls (the stores cannot be
+/// forwarded to the wider load).
+#[derive(Clone, Copy)]
+struct Headed {
+    head: u64,
+    error: Option<AllocError>,
+}
+
 /// How a machine is built: its nodes, how its zones group memory, and how
 /// far physical addresses reach.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -823,13 +835,48 @@ impl<'a, P: Platform> Machine<'a, P> {
     }
 
     /// [`Machine::alloc`], through this CPU's caches when `cpu` has them.
+    #[inline(always)]
     pub(crate) fn alloc_fast(
         &self,
         node: NodeId,
         gfp: Gfp,
         order: Order,
-        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
+        cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
     ) -> Result<Block, AllocError> {
+        match self.alloc_head(node, gfp, order, cpu) {
+            Headed { error: None, head } => Ok(Block::from_head(head, self.id)),
+            Headed { error: Some(e), .. } => Err(e),
+        }
+    }
+
+    /// [`Machine::alloc_fast`]'s body: the allocated block's head word. Out
+    /// of line, as the body was before it was split from the wrapper (an
+    /// allocation is one call at each site, not a copy of the zone's path).
+    #[inline(never)]
+    fn alloc_head(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
+    ) -> Headed {
+        match self.alloc_body(node, gfp, order, cpu) {
+            Ok(head) => Headed { head, error: None },
+            Err(e) => Headed {
+                head: 0,
+                error: Some(e),
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn alloc_body(
+        &self,
+        node: NodeId,
+        gfp: Gfp,
+        order: Order,
+        mut cpu: Option<&mut crate::cache::Locals<'_, 'a, P::Lock>>,
+    ) -> Result<u64, AllocError> {
         // The common case first: the first zone of the zonelist serves at
         // the low watermark. (A cache hit was already tried by the caller.)
         if cpu.is_none()
@@ -843,11 +890,11 @@ impl<'a, P: Platform> Machine<'a, P> {
                 highest,
             )
         {
-            return Ok(Block::new(self.id, r, pfn, order));
+            return Ok(Block::new(self.id, r, pfn, order).head());
         }
         let (list, highest) = self.prepare(node, gfp)?;
         let fast = self.fast_flags(node, gfp);
-        match self.freelist(
+        let r = match self.freelist(
             node,
             list.eligible(highest),
             gfp,
@@ -868,7 +915,8 @@ impl<'a, P: Platform> Machine<'a, P> {
                 }
             }
             r => r,
-        }
+        };
+        r.map(Block::head)
     }
 
     /// Checks the request and picks its zonelist and highest zone.

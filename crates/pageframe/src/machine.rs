@@ -850,8 +850,8 @@ impl<'a, P: Platform> Machine<'a, P> {
     }
 
     /// [`Machine::alloc_fast`]'s body: the allocated block's head word. Out
-    /// of line, as the body was before it was split from the wrapper (an
-    /// allocation is one call at each site, not a copy of the zone's path).
+    /// of line: an allocation is one call at each site, not a copy of the
+    /// zone's path.
     #[inline(never)]
     fn alloc_head(
         &self,
@@ -869,6 +869,7 @@ impl<'a, P: Platform> Machine<'a, P> {
         }
     }
 
+    /// [`Machine::alloc_head`] as a `Result`, so that its steps can use `?`.
     #[inline(always)]
     fn alloc_body(
         &self,

@@ -160,31 +160,33 @@ impl FrameAllocator {
     /// `current_cpu` names each CPU by one number for the allocator's life:
     /// so no two calls reach one CPU's handle at once.
     pub unsafe fn alloc_frames_local(&self, frames: u64, align: u64) -> Option<Pfn> {
-        // SAFETY: the caller's promise, passed on.
-        let h = unsafe { self.local() };
-        // One frame, the common case, straight from the handle.
-        if frames == 1
-            && align <= 1
-            && let Some(h) = h
-        {
-            if let Ok(b) = h.alloc(Gfp::KERNEL, Order::ZERO) {
-                return Some(b.into_raw().0);
+        // One frame, the common case, straight from a handle kept already;
+        // everything else (and a CPU's first call) out of line, so that
+        // this path needs no stack frame of its own.
+        if frames == 1 && align <= 1 {
+            // SAFETY: the caller's promise, passed on.
+            if let Some(h) = unsafe { self.kept() } {
+                if let Ok(b) = h.alloc(Gfp::KERNEL, Order::ZERO) {
+                    return Some(b.into_raw().0);
+                }
+                self.failed_allocs.fetch_add(1, Relaxed);
+                return None;
             }
-            self.failed_allocs.fetch_add(1, Relaxed);
-            return None;
         }
-        self.alloc_general(frames, align, h)
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.alloc_general(frames, align) }
     }
 
-    /// [`FrameAllocator::alloc_frames_local`] of anything but one frame.
+    /// [`FrameAllocator::alloc_frames_local`] of anything but one frame
+    /// through a kept handle.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::alloc_frames_local`].
     #[inline(never)]
-    fn alloc_general(
-        &self,
-        frames: u64,
-        align: u64,
-        h: Option<&mut CpuCache<'static, 'static>>,
-    ) -> Option<Pfn> {
-        match h {
+    unsafe fn alloc_general(&self, frames: u64, align: u64) -> Option<Pfn> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { self.local() } {
             Some(h) => self.counted_alloc(frames, align, Via::Local(h)),
             None => self.counted_alloc(frames, align, Via::Claim),
         }
@@ -209,10 +211,7 @@ impl FrameAllocator {
         }
     }
 
-    /// This CPU's kept handle, claimed at its first local call. `None`
-    /// before the machine is built, beyond [`LOCAL_CPUS`], or while a
-    /// drain holds the CPU's unowned caches for a moment (the next call
-    /// claims them).
+    /// This CPU's kept handle, if its first local call claimed it.
     ///
     /// # Safety
     ///
@@ -220,12 +219,27 @@ impl FrameAllocator {
     /// dropped before the call returns.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
+    unsafe fn kept(&self) -> Option<&mut CpuCache<'static, 'static>> {
+        let slot = self.locals.get((self.current_cpu)() as usize)?;
+        // SAFETY: only calls running on this slot's CPU reach it, one at a
+        // time with interrupts and preemption off (the caller's promise),
+        // and a call drops the reference before it returns.
+        unsafe { &mut *slot.0.get() }.as_mut()
+    }
+
+    /// This CPU's kept handle, claimed at its first local call. `None`
+    /// before the machine is built, beyond [`LOCAL_CPUS`], or while a
+    /// drain holds the CPU's unowned caches for a moment (the next call
+    /// claims them).
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::kept`].
+    #[allow(clippy::mut_from_ref)]
     unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
         let cpu = (self.current_cpu)();
         let slot = self.locals.get(cpu as usize)?;
-        // SAFETY: only calls running on `cpu` reach this slot, one at a
-        // time with interrupts and preemption off (the caller's promise),
-        // and a call drops the reference before it returns.
+        // SAFETY: as in `kept`.
         let h = unsafe { &mut *slot.0.get() };
         if h.is_none() {
             *h = self.claim(cpu);
@@ -349,13 +363,12 @@ impl FrameAllocator {
     /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
     pub unsafe fn dealloc_frames_local(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
-        // SAFETY: the caller's promises, passed on.
-        let mut h = unsafe { self.local() };
-        // A whole block straight to the handle: one frame, the common case,
-        // on a path of its own where the order is a constant, and a huge
-        // page. Anything the handle refuses (changing nothing) takes the
-        // general path.
-        if let Some(h) = h.as_deref_mut() {
+        // A whole block straight to a kept handle: one frame, the common
+        // case, on a path of its own where the order is a constant, and a
+        // huge page. Anything the handle refuses (changing nothing), and a
+        // CPU's first call, take the general path, out of line.
+        // SAFETY: the caller's promise, passed on.
+        if let Some(h) = unsafe { self.kept() } {
             let freed = if frames == 1 {
                 // SAFETY: the caller's promise: the frame is its own,
                 // allocated by this allocator, held as a number only.
@@ -371,24 +384,20 @@ impl FrameAllocator {
             }
         }
         // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_general(pfn, frames, h) }
+        unsafe { self.dealloc_general(pfn, frames) }
     }
 
-    /// [`FrameAllocator::dealloc_frames_local`] of anything but one frame.
+    /// [`FrameAllocator::dealloc_frames_local`] of anything but a whole
+    /// block a kept handle took.
     ///
     /// # Safety
     ///
-    /// As for [`FrameAllocator::dealloc_frames`].
+    /// As for [`FrameAllocator::dealloc_frames_local`].
     #[inline(never)]
-    unsafe fn dealloc_general(
-        &self,
-        pfn: Pfn,
-        frames: u64,
-        h: Option<&mut CpuCache<'static, 'static>>,
-    ) -> Result<(), DeallocError> {
-        // SAFETY: the caller's promise, passed on.
+    unsafe fn dealloc_general(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+        // SAFETY: the caller's promises, passed on.
         unsafe {
-            match h {
+            match self.local() {
                 Some(h) => self.counted_dealloc(pfn, frames, Via::Local(h)),
                 None => self.counted_dealloc(pfn, frames, Via::Claim),
             }

@@ -15,7 +15,7 @@ use pageframe_buddy::{FreeError, Order, Pfn};
 use pageframe_pcp::{CpuId, PcpStats};
 
 use crate::block::{Block, MachineId, RawError, Refused};
-use crate::cache::Locals;
+use crate::cache::{Claimed, Locals};
 use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
@@ -457,22 +457,33 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// block or number of it).
     #[inline(always)]
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
-        let err = |why| RawError { pfn, why };
         // The zone of the last such free first: a kernel frees mostly
         // into one zone, and its span is one compare away.
-        let mut i = self.last_raw;
-        if !self
-            .locals
-            .at(i)
-            .is_some_and(|(z, ..)| z.span().contains(pfn))
+        let (m, cpu) = (self.machine, self.cpu);
+        if let Some(entry) = self.locals.at(self.last_raw)
+            && entry.0.span().contains(pfn)
         {
-            i = self
-                .machine
-                .zone_ref_of(pfn)
-                .ok_or(err(FreeError::OutOfRange))?
-                .index();
-            self.last_raw = i;
+            return Self::free_at(m, cpu, entry, pfn, order).map_err(|why| RawError { pfn, why });
         }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.free_raw_elsewhere(pfn, order) }
+    }
+
+    /// [`CpuCache::free_raw`] of a frame outside the last such free's zone:
+    /// the zone looked up, and remembered for the next.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuCache::free_raw`].
+    #[inline(never)]
+    unsafe fn free_raw_elsewhere(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
+        let err = |why| RawError { pfn, why };
+        let i = self
+            .machine
+            .zone_ref_of(pfn)
+            .ok_or(err(FreeError::OutOfRange))?
+            .index();
+        self.last_raw = i;
         match self.free_in(i, pfn, order) {
             Some(r) => r.map_err(err),
             // SAFETY: the caller's promise, passed on.
@@ -613,12 +624,24 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// changed).
     #[inline(always)]
     fn free_in(&mut self, i: usize, pfn: Pfn, order: Order) -> Option<Result<(), FreeError>> {
-        let (z, local, _) = self.locals.at(i)?;
-        let hooks = self.machine.traced_cpu(Some(self.cpu));
-        self.machine.poison_block_free(z, pfn, order);
-        Some(z.free_cached(&hooks, local, pfn, order).map(|()| {
-            self.machine.freed(z, pfn, order, Some(self.cpu));
-        }))
+        let (m, cpu) = (self.machine, self.cpu);
+        Some(Self::free_at(m, cpu, self.locals.at(i)?, pfn, order))
+    }
+
+    /// Frees `(pfn, order)` through CPU `cpu`'s claimed cache `entry` of
+    /// the frame's zone (see [`CpuCache::free_in`]).
+    #[inline(always)]
+    fn free_at(
+        m: &'m Machine<'a, P>,
+        cpu: CpuId,
+        (z, local, _): &mut Claimed<'m, 'a, P::Lock>,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        let hooks = m.traced_cpu(Some(cpu));
+        m.poison_block_free(z, pfn, order);
+        z.free_cached(&hooks, local, pfn, order)
+            .map(|()| m.freed(z, pfn, order, Some(cpu)))
     }
 
     /// Honours the requests other CPUs posted to this CPU's caches (a

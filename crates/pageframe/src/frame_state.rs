@@ -149,8 +149,10 @@ impl<'a> FrameStates<'a> {
 
     #[inline]
     fn slot(&self, pfn: Pfn) -> Option<&AtomicU8> {
-        self.bytes
-            .get(usize::try_from(pfn.get().checked_sub(self.base.get())?).ok()?)
+        // One unsigned compare: a frame below the span wraps to an index
+        // past any slice's length.
+        let i = pfn.get().wrapping_sub(self.base.get());
+        self.bytes.get(usize::try_from(i).ok()?)
     }
 
     /// The cache line (by address) holding `pfn`'s byte: 64 frames share

@@ -101,7 +101,9 @@ impl Home {
             return false;
         }
         let i = (frame.get() & ((1 << shift) - 1)) as usize;
-        let (w, m) = (i >> 6, 1u64 << (i & 63));
+        // The mask changes nothing (`shift` is at most the largest home
+        // order) but spares the word's index a bounds check.
+        let (w, m) = ((i >> 6) & (WORDS - 1), 1u64 << (i & 63));
         if self.bits[w] & m != 0 {
             return false;
         }

@@ -30,6 +30,7 @@ impl PerCpuPages<'_> {
             return Ok(f);
         }
         self.alloc_refill(zone, order, mt, li)
+            .ok_or(AllocMiss::ZoneEmpty)
     }
 
     /// An order-0 allocation from the list's home (its lowest frame),
@@ -49,6 +50,7 @@ impl PerCpuPages<'_> {
             return Ok(f);
         }
         self.alloc_refill(zone, Order::new_truncated(0), mt, li)
+            .ok_or(AllocMiss::ZoneEmpty)
     }
 
     /// `n` contiguous order-0 frames (2..=64) from the home of `mt`'s
@@ -66,6 +68,10 @@ impl PerCpuPages<'_> {
         Some(f)
     }
 
+    /// A refill of list `li` and its first block; `None` when the zone
+    /// gave nothing. An `Option` comes back in two registers, where a
+    /// `Result` of a frame and a miss would come back through memory on
+    /// the hit path's account too (both meet where the caller goes on).
     #[inline(never)]
     fn alloc_refill<Z: PcpZone>(
         &mut self,
@@ -73,10 +79,10 @@ impl PerCpuPages<'_> {
         order: Order,
         mt: MigrateType,
         li: ListIndex,
-    ) -> Result<Pfn, AllocMiss> {
+    ) -> Option<Pfn> {
         let n = self.nr_pcp_alloc(zone.flags(), order);
         self.refill(zone, order, mt, li, n);
-        self.take_refilled(order, li)
+        self.take_refilled(order, li).ok()
     }
 
     /// The first block after a refill of list `li` (no local hit), or a

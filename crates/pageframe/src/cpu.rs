@@ -20,9 +20,9 @@ use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{Platform, SpinLock};
-use crate::machine::Machine;
+use crate::machine::{Machine, zonelist_of};
 use crate::node_id::{MAX_CPUS, NodeId};
-use crate::zone_kind::{ZoneKind, ZoneRef};
+use crate::zone_kind::{MAX_ZONES, NR_ZONE_KINDS, ZoneKind, ZoneRef};
 
 /// One CPU's cache of one zone, as [`CpuCache::cache_info`] reports it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -49,6 +49,13 @@ pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
     cpu: CpuId,
     node: NodeId,
     locals: Locals<'m, 'a, P::Lock>,
+    /// By zonelist and highest zone: the index in `locals` of the claimed
+    /// cache of the first zone such a request tries, `None` where the
+    /// handle has none. A copy of the node's zonelists' heads, which
+    /// cannot change while the handle borrows the machine (they are
+    /// rebuilt only through `&mut Machine`): the hit path's zone in one
+    /// load.
+    preferred: [[Option<u8>; NR_ZONE_KINDS]; 2],
     /// The zone index ([`ZoneRef::index`]) of the last
     /// [`CpuCache::free_raw`], tried first by the next.
     last_raw: usize,
@@ -198,12 +205,20 @@ impl<'a, P: Platform> Machine<'a, P> {
                 locals.by_zone[z.zone_ref().index()] = Some((z, set.claim(cpu)?, meta));
             }
         }
+        let preferred = core::array::from_fn(|list| {
+            ZoneKind::ALL.map(|highest| {
+                let i = self.first_zone(node, list, highest)?.index();
+                const { assert!(MAX_ZONES <= 256) };
+                locals.by_zone[i].as_ref().map(|_| i as u8)
+            })
+        });
         Ok(CpuCache {
             machine: self,
             id: self.id,
             cpu,
             node,
             locals,
+            preferred,
             last_raw: 0,
         })
     }
@@ -403,9 +418,10 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// A block from this CPU's cache of the first zone the request tries.
     #[inline(always)]
     fn hit(&mut self, gfp: Gfp, order: Order) -> Option<Block> {
-        let (m, node) = (self.machine, self.node);
-        let (r, highest) = m.preferred(node, gfp)?;
-        let (z, local, meta) = self.locals.entry(r)?;
+        let m = self.machine;
+        let highest = gfp.request_zone()?;
+        let i = self.preferred[zonelist_of(gfp)][highest.index()]?;
+        let (z, local, meta) = self.locals.at(usize::from(i))?;
         // The request's own flags: a hit needs only its mark and whether it
         // may use the reserves (a refill takes no fallback flags either).
         let flags = crate::gfp::AllocFlags::fast(gfp);

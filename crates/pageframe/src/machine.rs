@@ -481,9 +481,20 @@ impl<'a, P: Platform> Machine<'a, P> {
     #[inline]
     pub(crate) fn preferred(&self, local: NodeId, gfp: Gfp) -> Option<(ZoneRef, ZoneKind)> {
         let highest = gfp.request_zone()?;
-        let list = usize::from(gfp.contains(Gfp::THISNODE));
-        let r = (*self.first.get(local.index())?)[list][highest.index()]?;
+        let r = self.first_zone(local, zonelist_of(gfp), highest)?;
         Some((r, highest))
+    }
+
+    /// The first zone of `local`'s zonelist `list` (0: every node, 1:
+    /// `THISNODE`) for requests whose highest zone is `highest`.
+    #[inline]
+    pub(crate) fn first_zone(
+        &self,
+        local: NodeId,
+        list: usize,
+        highest: ZoneKind,
+    ) -> Option<ZoneRef> {
+        (*self.first.get(local.index())?.get(list)?)[highest.index()]
     }
 
     /// See [`crate::debug::Inspect::node_of`].
@@ -1269,4 +1280,11 @@ pub(crate) const fn placement_index(placement: Placement) -> u8 {
         Placement::Neighbour => 1,
         Placement::Superpageblock => 2,
     }
+}
+
+/// Which of a node's two zonelists `gfp` walks (the index
+/// [`Machine::first_zone`] takes): 1 for `THISNODE`, else 0.
+#[inline(always)]
+pub(crate) fn zonelist_of(gfp: Gfp) -> usize {
+    usize::from(gfp.contains(Gfp::THISNODE))
 }

@@ -611,3 +611,62 @@ fn cache_memory_follows_the_cache_not_the_zone() {
     assert_eq!(small - slots(3) * 16, record);
     assert!(record < 8 << 10, "record of {record} bytes");
 }
+
+/// A handle serves each request from its cache of the zone the request's
+/// zonelist tries first, as the machine's own path does, and a second
+/// such request is a hit there: every request zone, with and without
+/// `THISNODE`, from both nodes of a machine whose second node has no DMA32
+/// zone (its DMA32 requests go to node 0's, or nowhere with `THISNODE`).
+#[test]
+fn a_handle_serves_each_request_from_the_zone_it_tries_first() {
+    let m = machine_with(pageframe::MachineConfig::new(
+        pageframe::topology::Topology::uniform(2).unwrap(),
+    ));
+    let dma32 = r(GIB / 4, GIB / 4 + FRAMES / 4);
+    zone(m, n(0), ZoneKind::Dma32, dma32, dma32);
+    for i in 0..2 {
+        let span = r(base(i), base(i) + FRAMES / 4);
+        zone(m, n(i), ZoneKind::Normal, span, span);
+    }
+    let bytes = m.pcp_bytes(2).unwrap();
+    m.enable_pcp(2, leak(bytes)).unwrap();
+    let requests = [
+        Gfp::KERNEL,
+        Gfp::DMA32,
+        Gfp::HIGHUSER_MOVABLE,
+        Gfp::KERNEL | Gfp::THISNODE,
+        Gfp::DMA32 | Gfp::THISNODE,
+    ];
+    let mut served = 0;
+    for node in 0..2 {
+        let mut cpu = m.cpu(CpuId(node as u32), n(node)).unwrap();
+        for gfp in requests {
+            // Where the machine's own path puts the request.
+            let by_zone = m.alloc(n(node), gfp, Order::ZERO);
+            let want = by_zone.as_ref().map(|b| (b.node(), b.zone())).ok();
+            if let Ok(b) = by_zone {
+                m.free(b).unwrap();
+            }
+            let first = cpu.alloc(gfp, Order::ZERO);
+            let at = |b: &Block| (b.node(), b.zone());
+            assert_eq!(first.as_ref().map(at).ok(), want, "node {node}, {gfp:?}");
+            let Ok(first) = first else { continue };
+            let (node_of, kind) = at(&first);
+            let held = cpu.cache_info(node_of, kind).unwrap().count;
+            let second = cpu.alloc(gfp, Order::ZERO).unwrap();
+            assert_eq!(at(&second), (node_of, kind), "node {node}, {gfp:?}");
+            assert_eq!(
+                cpu.cache_info(node_of, kind).unwrap().count,
+                held - 1,
+                "node {node}, {gfp:?}: a hit in that zone's cache"
+            );
+            cpu.free(first).unwrap();
+            cpu.free(second).unwrap();
+            served += 1;
+        }
+        assert!(cpu.drain() > 0, "node {node}: the caches held frames");
+    }
+    // Node 1 has no DMA32 zone of its own: one request fails there.
+    assert_eq!(served, 2 * requests.len() - 1);
+    assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
+}

@@ -15,7 +15,7 @@ use pageframe_buddy::{FreeError, Order, Pfn};
 use pageframe_pcp::{CpuId, PcpStats};
 
 use crate::block::{Block, MachineId, RawError, Refused};
-use crate::cache::{Claimed, Locals};
+use crate::cache::{Claimed, Locals, Traced};
 use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
@@ -56,6 +56,9 @@ pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
     /// rebuilt only through `&mut Machine`): the hit path's zone in one
     /// load.
     preferred: [[Option<u8>; NR_ZONE_KINDS]; 2],
+    /// The machine's hooks as this CPU's caches report to them, made once
+    /// for the handle rather than on the stack at every operation.
+    traced: Traced<'m, P::Hooks>,
     /// The zone index ([`ZoneRef::index`]) of the last
     /// [`CpuCache::free_raw`], tried first by the next.
     last_raw: usize,
@@ -219,6 +222,7 @@ impl<'a, P: Platform> Machine<'a, P> {
             node,
             locals,
             preferred,
+            traced: self.traced_cpu(Some(cpu)),
             last_raw: 0,
         })
     }
@@ -418,15 +422,15 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// A block from this CPU's cache of the first zone the request tries.
     #[inline(always)]
     fn hit(&mut self, gfp: Gfp, order: Order) -> Option<Block> {
-        let m = self.machine;
         let highest = gfp.request_zone()?;
         let i = self.preferred[zonelist_of(gfp)][highest.index()]?;
         let (z, local, meta) = self.locals.at(usize::from(i))?;
         // The request's own flags: a hit needs only its mark and whether it
         // may use the reserves (a refill takes no fallback flags either).
         let flags = crate::gfp::AllocFlags::fast(gfp);
-        let hooks = m.traced_cpu(Some(self.cpu));
-        let pfn = z.cache_hit(&hooks, local, gfp, order, flags, highest)?;
+        let hooks = &self.traced;
+        hooks.refilled.reset();
+        let pfn = z.cache_hit(hooks, local, gfp, order, flags, highest)?;
         Some(Block::with_zone_meta(*meta, pfn, order))
     }
 
@@ -475,11 +479,11 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
         // The zone of the last such free first: a kernel frees mostly
         // into one zone, and its span is one compare away.
-        let (m, cpu) = (self.machine, self.cpu);
         if let Some(entry) = self.locals.at(self.last_raw)
             && entry.0.span().contains(pfn)
         {
-            return Self::free_at(m, cpu, entry, pfn, order).map_err(|why| RawError { pfn, why });
+            return Self::free_at(self.machine, &self.traced, entry, pfn, order)
+                .map_err(|why| RawError { pfn, why });
         }
         // SAFETY: the caller's promise, passed on.
         unsafe { self.free_raw_elsewhere(pfn, order) }
@@ -562,8 +566,9 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
             return None;
         }
         let flags = crate::gfp::AllocFlags::fast(gfp);
-        let hooks = m.traced_cpu(Some(cpu));
-        let p = z.cache_run(&hooks, local, gfp, n, flags, highest)?;
+        let hooks = &self.traced;
+        hooks.refilled.reset();
+        let p = z.cache_run(hooks, local, gfp, n, flags, highest)?;
         let blocks =
             (p.get()..p.get() + frames).map(|f| Block::with_zone_meta(meta, Pfn(f), Order::ZERO));
         m.run_allocated(gfp, Some(cpu), Caller::here(), blocks);
@@ -590,14 +595,14 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
             && let Some((z, local, _)) = self.locals.at(r.index())
             && z.span().contains_range(&range)
         {
-            let (m, cpu) = (self.machine, self.cpu);
-            let hooks = m.traced_cpu(Some(cpu));
+            let (m, cpu, hooks) = (self.machine, self.cpu, &self.traced);
+            hooks.refilled.reset();
             let poison = |run| {
                 if m.poisons_frees() {
                     m.poison_free(run);
                 }
             };
-            match z.free_run_cached(&hooks, local, range.start, n as u32, poison) {
+            match z.free_run_cached(hooks, local, range.start, n as u32, poison) {
                 Ok(true) => {
                     for f in range.start.get()..range.end.get() {
                         m.freed(z, Pfn(f), Order::ZERO, Some(cpu));
@@ -640,24 +645,24 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// changed).
     #[inline(always)]
     fn free_in(&mut self, i: usize, pfn: Pfn, order: Order) -> Option<Result<(), FreeError>> {
-        let (m, cpu) = (self.machine, self.cpu);
-        Some(Self::free_at(m, cpu, self.locals.at(i)?, pfn, order))
+        let entry = self.locals.at(i)?;
+        Some(Self::free_at(self.machine, &self.traced, entry, pfn, order))
     }
 
-    /// Frees `(pfn, order)` through CPU `cpu`'s claimed cache `entry` of
-    /// the frame's zone (see [`CpuCache::free_in`]).
+    /// Frees `(pfn, order)` through the handle's claimed cache `entry` of
+    /// the frame's zone, reporting to `hooks` (see [`CpuCache::free_in`]).
     #[inline(always)]
     fn free_at(
         m: &'m Machine<'a, P>,
-        cpu: CpuId,
+        hooks: &Traced<'m, P::Hooks>,
         (z, local, _): &mut Claimed<'m, 'a, P::Lock>,
         pfn: Pfn,
         order: Order,
     ) -> Result<(), FreeError> {
-        let hooks = m.traced_cpu(Some(cpu));
+        hooks.refilled.reset();
         m.poison_block_free(z, pfn, order);
-        z.free_cached(&hooks, local, pfn, order)
-            .map(|()| m.freed(z, pfn, order, Some(cpu)))
+        z.free_cached(hooks, local, pfn, order)
+            .map(|()| m.freed(z, pfn, order, hooks.cpu))
     }
 
     /// Honours the requests other CPUs posted to this CPU's caches (a
@@ -667,7 +672,7 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     pub fn poll(&mut self) {
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                l.poll(&self.machine.traced_cpu(Some(self.cpu)).on(z));
+                l.poll(&self.traced.on(z));
             }
         }
     }
@@ -678,7 +683,7 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         let mut n = 0;
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                n += l.drain(&self.machine.traced_cpu(Some(self.cpu)).on(z));
+                n += l.drain(&self.traced.on(z));
             }
         }
         n
@@ -690,7 +695,7 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     pub fn tick(&mut self) {
         for z in self.machine.all_zones() {
             if let Some(l) = self.locals.get(z.zone_ref()) {
-                l.decay(&self.machine.traced_cpu(Some(self.cpu)).on(z));
+                l.decay(&self.traced.on(z));
             }
         }
     }

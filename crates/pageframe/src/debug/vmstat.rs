@@ -175,24 +175,32 @@ impl<'a> CpuCounters<'a> {
 
 /// Whether an operation on a per-CPU cache refilled it (then its block was
 /// no hit).
+/// An atomic, not a `Cell`: a CPU's handle keeps one for all its
+/// operations, and the handle stays `Sync` with the feature on as off.
 #[cfg(feature = "vmstat")]
-pub(crate) struct Refilled(core::cell::Cell<bool>);
+pub(crate) struct Refilled(core::sync::atomic::AtomicBool);
 
 #[cfg(feature = "vmstat")]
 impl Refilled {
     #[inline]
     pub(crate) const fn new() -> Refilled {
-        Refilled(core::cell::Cell::new(false))
+        Refilled(core::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// A new operation: no refill yet.
+    #[inline]
+    pub(crate) fn reset(&self) {
+        self.0.store(false, Relaxed);
     }
 
     #[inline]
     pub(crate) fn note(&self) {
-        self.0.set(true);
+        self.0.store(true, Relaxed);
     }
 
     #[inline]
     pub(crate) fn seen(&self) -> bool {
-        self.0.get()
+        self.0.load(Relaxed)
     }
 }
 
@@ -528,6 +536,9 @@ impl Refilled {
     pub(crate) const fn new() -> Refilled {
         Refilled
     }
+
+    #[inline(always)]
+    pub(crate) fn reset(&self) {}
 
     #[inline(always)]
     pub(crate) fn note(&self) {}

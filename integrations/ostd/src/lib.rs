@@ -200,18 +200,15 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::alloc_frames_local`].
     pub unsafe fn drain_local(&self) -> u64 {
-        let Some(slot) = self.locals.get((self.current_cpu)() as usize) else {
-            return 0;
-        };
-        // SAFETY: as in `local`: the caller runs on this slot's CPU with
-        // interrupts and preemption off, and the reference ends here.
-        match unsafe { &mut *slot.0.get() } {
-            Some(h) => h.drain(),
-            None => 0,
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { self.slot() } {
+            Some((_, Some(h))) => h.drain(),
+            _ => 0,
         }
     }
 
-    /// This CPU's kept handle, if its first local call claimed it.
+    /// The calling CPU's number and its slot (its kept handle, if its
+    /// first local call claimed one); `None` beyond [`LOCAL_CPUS`].
     ///
     /// # Safety
     ///
@@ -219,12 +216,24 @@ impl FrameAllocator {
     /// dropped before the call returns.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
-    unsafe fn kept(&self) -> Option<&mut CpuCache<'static, 'static>> {
-        let slot = self.locals.get((self.current_cpu)() as usize)?;
+    unsafe fn slot(&self) -> Option<(u32, &mut Option<CpuCache<'static, 'static>>)> {
+        let cpu = (self.current_cpu)();
+        let slot = self.locals.get(cpu as usize)?;
         // SAFETY: only calls running on this slot's CPU reach it, one at a
         // time with interrupts and preemption off (the caller's promise),
         // and a call drops the reference before it returns.
-        unsafe { &mut *slot.0.get() }.as_mut()
+        Some((cpu, unsafe { &mut *slot.0.get() }))
+    }
+
+    /// This CPU's kept handle, if its first local call claimed it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::slot`].
+    #[inline(always)]
+    unsafe fn kept(&self) -> Option<&mut CpuCache<'static, 'static>> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.slot() }?.1.as_mut()
     }
 
     /// This CPU's kept handle, claimed at its first local call. `None`
@@ -234,13 +243,10 @@ impl FrameAllocator {
     ///
     /// # Safety
     ///
-    /// As for [`FrameAllocator::kept`].
-    #[allow(clippy::mut_from_ref)]
+    /// As for [`FrameAllocator::slot`].
     unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
-        let cpu = (self.current_cpu)();
-        let slot = self.locals.get(cpu as usize)?;
-        // SAFETY: as in `kept`.
-        let h = unsafe { &mut *slot.0.get() };
+        // SAFETY: the caller's promise, passed on.
+        let (cpu, h) = unsafe { self.slot() }?;
         if h.is_none() {
             *h = self.claim(cpu);
         }

@@ -230,6 +230,7 @@ impl FrameAllocator {
     /// # Safety
     ///
     /// As for [`FrameAllocator::slot`].
+    #[allow(clippy::mut_from_ref)]
     #[inline(always)]
     unsafe fn kept(&self) -> Option<&mut CpuCache<'static, 'static>> {
         // SAFETY: the caller's promise, passed on.
@@ -244,6 +245,7 @@ impl FrameAllocator {
     /// # Safety
     ///
     /// As for [`FrameAllocator::slot`].
+    #[allow(clippy::mut_from_ref)]
     unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
         // SAFETY: the caller's promise, passed on.
         let (cpu, h) = unsafe { self.slot() }?;

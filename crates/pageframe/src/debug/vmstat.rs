@@ -175,6 +175,7 @@ impl<'a> CpuCounters<'a> {
 
 /// Whether an operation on a per-CPU cache refilled it (then its block was
 /// no hit).
+///
 /// An atomic, not a `Cell`: a CPU's handle keeps one for all its
 /// operations, and the handle stays `Sync` with the feature on as off.
 #[cfg(feature = "vmstat")]

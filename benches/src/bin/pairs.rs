@@ -177,7 +177,7 @@ fn main() {
                 let p = if local {
                     // SAFETY: this program is one thread, CPU 0 for the
                     // allocator.
-                    unsafe { a.alloc_frames_local(k, k) }
+                    unsafe { a.alloc_frames_local(black_box(0), k, k) }
                 } else {
                     a.alloc_frames(k, k)
                 }
@@ -186,7 +186,7 @@ fn main() {
                 if local {
                     // SAFETY: the frames allocated just above; one thread,
                     // CPU 0.
-                    unsafe { a.dealloc_frames_local(p, k) }
+                    unsafe { a.dealloc_frames_local(black_box(0), p, k) }
                 } else {
                     // SAFETY: the frames allocated just above.
                     unsafe { a.dealloc_frames(p, k) }
@@ -198,7 +198,7 @@ fn main() {
             let a = ostd();
             let held: Vec<Pfn> = (0..n)
                 // SAFETY: one thread, CPU 0 for the allocator.
-                .map(|_| unsafe { a.alloc_frames_local(1, 1) }.expect("a frame"))
+                .map(|_| unsafe { a.alloc_frames_local(black_box(0), 1, 1) }.expect("a frame"))
                 .collect();
             black_box(held);
         }
@@ -215,13 +215,13 @@ fn main() {
                         _ => 1,
                     };
                     // SAFETY: one thread, CPU 0 for the allocator.
-                    let p = unsafe { a.alloc_frames_local(k, 1) }.expect("frames");
+                    let p = unsafe { a.alloc_frames_local(black_box(0), k, 1) }.expect("frames");
                     live.push((p, k));
                 } else {
                     let (p, k) = live.swap_remove(((x >> 16) % live.len() as u64) as usize);
                     // SAFETY: frames allocated above and given back once;
                     // one thread, CPU 0.
-                    unsafe { a.dealloc_frames_local(p, k) }.expect("freed");
+                    unsafe { a.dealloc_frames_local(black_box(0), p, k) }.expect("freed");
                 }
             }
             black_box(live);

@@ -33,8 +33,9 @@ unsafe impl Sync for Local {}
 
 /// How a call reaches its CPU's cache.
 enum Via<'h> {
-    /// Claimed for the call ([`Machine::alloc_on`]).
-    Claim,
+    /// The cache of the CPU of this number, claimed for the call
+    /// ([`Machine::alloc_on`]).
+    Claim(u32),
     /// The CPU's kept handle: no claim.
     Local(&'h mut CpuCache<'static, 'static>),
 }
@@ -143,29 +144,33 @@ impl FrameAllocator {
     /// that is no power of two comes first as a run of single frames from
     /// the CPU's cache when it holds one); beyond, a contiguous range.
     pub fn alloc_frames(&self, frames: u64, align: u64) -> Option<Pfn> {
-        self.counted_alloc(frames, align, Via::Claim)
+        self.counted_alloc(frames, align, Via::Claim((self.current_cpu)()))
     }
 
-    /// [`FrameAllocator::alloc_frames`] through the handle this allocator
-    /// keeps for the calling CPU (claimed at the CPU's first local call):
-    /// no claim per call, the cost of a per-CPU array. A CPU beyond
-    /// [`LOCAL_CPUS`], or one whose caches a drain holds for a moment at
-    /// its first call, takes the claimed path.
+    /// [`FrameAllocator::alloc_frames`] on CPU `cpu`, the caller's, through
+    /// the handle this allocator keeps for it (claimed at the CPU's first
+    /// local call): no claim per call, the cost of a per-CPU array. The
+    /// caller names its CPU (a kernel knows it under the guard that pins
+    /// it: OSTD's `DisabledLocalIrqGuard::current_cpu`), which spares the
+    /// call to `current_cpu`. A CPU beyond [`LOCAL_CPUS`], or one whose
+    /// caches a drain holds for a moment at its first call, takes the
+    /// claimed path.
     ///
     /// # Safety
     ///
-    /// The caller runs on the CPU `current_cpu()` names, with preemption
-    /// and every interrupt that may call into this allocator off for the
-    /// whole call (OSTD's `disable_local`, Linux's `local_lock`), and
-    /// `current_cpu` names each CPU by one number for the allocator's life:
-    /// so no two calls reach one CPU's handle at once.
-    pub unsafe fn alloc_frames_local(&self, frames: u64, align: u64) -> Option<Pfn> {
+    /// The caller runs on CPU `cpu`, the number `current_cpu()` gives that
+    /// CPU, with preemption and every interrupt that may call into this
+    /// allocator off for the whole call (OSTD's `disable_local`, Linux's
+    /// `local_lock`), and `current_cpu` names each CPU by one number for
+    /// the allocator's life: so no two calls reach one CPU's handle at
+    /// once.
+    pub unsafe fn alloc_frames_local(&self, cpu: u32, frames: u64, align: u64) -> Option<Pfn> {
         // One frame, the common case, straight from a handle kept already;
         // everything else (and a CPU's first call) out of line, so that
         // this path needs no stack frame of its own.
         if frames == 1 && align <= 1 {
             // SAFETY: the caller's promise, passed on.
-            if let Some(h) = unsafe { self.kept() } {
+            if let Some(h) = unsafe { self.kept(cpu) } {
                 if let Ok(b) = h.alloc(Gfp::KERNEL, Order::ZERO) {
                     return Some(b.into_raw().0);
                 }
@@ -174,7 +179,7 @@ impl FrameAllocator {
             }
         }
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.alloc_general(frames, align) }
+        unsafe { self.alloc_general(cpu, frames, align) }
     }
 
     /// [`FrameAllocator::alloc_frames_local`] of anything but one frame
@@ -184,31 +189,31 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::alloc_frames_local`].
     #[inline(never)]
-    unsafe fn alloc_general(&self, frames: u64, align: u64) -> Option<Pfn> {
+    unsafe fn alloc_general(&self, cpu: u32, frames: u64, align: u64) -> Option<Pfn> {
         // SAFETY: the caller's promise, passed on.
-        match unsafe { self.local() } {
+        match unsafe { self.local(cpu) } {
             Some(h) => self.counted_alloc(frames, align, Via::Local(h)),
-            None => self.counted_alloc(frames, align, Via::Claim),
+            None => self.counted_alloc(frames, align, Via::Claim(cpu)),
         }
     }
 
-    /// Empties the calling CPU's kept handle's caches into the zones (frames
-    /// cached there are not free in the zones' counts); nothing without a
-    /// kept handle. Returns the frames given back.
+    /// Empties the kept handle's caches of CPU `cpu`, the caller's, into the
+    /// zones (frames cached there are not free in the zones' counts);
+    /// nothing without a kept handle. Returns the frames given back.
     ///
     /// # Safety
     ///
     /// As for [`FrameAllocator::alloc_frames_local`].
-    pub unsafe fn drain_local(&self) -> u64 {
+    pub unsafe fn drain_local(&self, cpu: u32) -> u64 {
         // SAFETY: the caller's promise, passed on.
-        match unsafe { self.slot() } {
-            Some((_, Some(h))) => h.drain(),
+        match unsafe { self.slot(cpu) } {
+            Some(Some(h)) => h.drain(),
             _ => 0,
         }
     }
 
-    /// The calling CPU's number and its slot (its kept handle, if its
-    /// first local call claimed one); `None` beyond [`LOCAL_CPUS`].
+    /// CPU `cpu`'s slot (its kept handle, if its first local call claimed
+    /// one); `None` beyond [`LOCAL_CPUS`].
     ///
     /// # Safety
     ///
@@ -216,13 +221,12 @@ impl FrameAllocator {
     /// dropped before the call returns.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
-    unsafe fn slot(&self) -> Option<(u32, &mut Option<CpuCache<'static, 'static>>)> {
-        let cpu = (self.current_cpu)();
+    unsafe fn slot(&self, cpu: u32) -> Option<&mut Option<CpuCache<'static, 'static>>> {
         let slot = self.locals.get(cpu as usize)?;
         // SAFETY: only calls running on this slot's CPU reach it, one at a
         // time with interrupts and preemption off (the caller's promise),
         // and a call drops the reference before it returns.
-        Some((cpu, unsafe { &mut *slot.0.get() }))
+        Some(unsafe { &mut *slot.0.get() })
     }
 
     /// This CPU's kept handle, if its first local call claimed it.
@@ -232,9 +236,9 @@ impl FrameAllocator {
     /// As for [`FrameAllocator::slot`].
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
-    unsafe fn kept(&self) -> Option<&mut CpuCache<'static, 'static>> {
+    unsafe fn kept(&self, cpu: u32) -> Option<&mut CpuCache<'static, 'static>> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.slot() }?.1.as_mut()
+        unsafe { self.slot(cpu) }?.as_mut()
     }
 
     /// This CPU's kept handle, claimed at its first local call. `None`
@@ -246,9 +250,9 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::slot`].
     #[allow(clippy::mut_from_ref)]
-    unsafe fn local(&self) -> Option<&mut CpuCache<'static, 'static>> {
+    unsafe fn local(&self, cpu: u32) -> Option<&mut CpuCache<'static, 'static>> {
         // SAFETY: the caller's promise, passed on.
-        let (cpu, h) = unsafe { self.slot() }?;
+        let h = unsafe { self.slot(cpu) }?;
         if h.is_none() {
             *h = self.claim(cpu);
         }
@@ -300,10 +304,7 @@ impl FrameAllocator {
     fn alloc_block(&self, m: &Machine<'static>, order: Order, via: Via<'_>) -> Option<Block> {
         match via {
             Via::Local(h) => h.alloc(Gfp::KERNEL, order),
-            Via::Claim => {
-                let cpu = CpuId((self.current_cpu)());
-                m.alloc_on(cpu, NodeId::ZERO, Gfp::KERNEL, order)
-            }
+            Via::Claim(cpu) => m.alloc_on(CpuId(cpu), NodeId::ZERO, Gfp::KERNEL, order),
         }
         .ok()
     }
@@ -359,7 +360,7 @@ impl FrameAllocator {
     /// gives up; in both cases no longer used.
     pub unsafe fn dealloc_frames(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.counted_dealloc(pfn, frames, Via::Claim) }
+        unsafe { self.counted_dealloc(pfn, frames, Via::Claim((self.current_cpu)())) }
     }
 
     /// [`FrameAllocator::dealloc_frames`] through the handle this allocator
@@ -370,13 +371,18 @@ impl FrameAllocator {
     ///
     /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
-    pub unsafe fn dealloc_frames_local(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+    pub unsafe fn dealloc_frames_local(
+        &self,
+        cpu: u32,
+        pfn: Pfn,
+        frames: u64,
+    ) -> Result<(), DeallocError> {
         // A whole block straight to a kept handle: one frame, the common
         // case, on a path of its own where the order is a constant, and a
         // huge page. Anything the handle refuses (changing nothing), and a
         // CPU's first call, take the general path, out of line.
         // SAFETY: the caller's promise, passed on.
-        if let Some(h) = unsafe { self.kept() } {
+        if let Some(h) = unsafe { self.kept(cpu) } {
             let freed = if frames == 1 {
                 // SAFETY: the caller's promise: the frame is its own,
                 // allocated by this allocator, held as a number only.
@@ -392,7 +398,7 @@ impl FrameAllocator {
             }
         }
         // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_general(pfn, frames) }
+        unsafe { self.dealloc_general(cpu, pfn, frames) }
     }
 
     /// [`FrameAllocator::dealloc_frames_local`] of anything but a whole
@@ -402,12 +408,12 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::dealloc_frames_local`].
     #[inline(never)]
-    unsafe fn dealloc_general(&self, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+    unsafe fn dealloc_general(&self, cpu: u32, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
         // SAFETY: the caller's promises, passed on.
         unsafe {
-            match self.local() {
+            match self.local(cpu) {
                 Some(h) => self.counted_dealloc(pfn, frames, Via::Local(h)),
-                None => self.counted_dealloc(pfn, frames, Via::Claim),
+                None => self.counted_dealloc(pfn, frames, Via::Claim(cpu)),
             }
         }
     }
@@ -455,9 +461,9 @@ impl FrameAllocator {
                 // allocated by this allocator, held as numbers only.
                 Via::Local(h) => unsafe { h.free_raw(pfn, order) }.is_ok(),
                 // SAFETY: as above.
-                Via::Claim => unsafe { m.block_from_raw(pfn, order) }
+                Via::Claim(cpu) => unsafe { m.block_from_raw(pfn, order) }
                     .map(|b| {
-                        m.free_on(CpuId((self.current_cpu)()), b)
+                        m.free_on(CpuId(*cpu), b)
                             .map_err(|refused| {
                                 // Back as the caller's number.
                                 let _ = refused.into_inner().into_raw();
@@ -499,7 +505,7 @@ impl FrameAllocator {
         let freed = unsafe {
             match via {
                 Via::Local(h) => h.free_range_raw(range),
-                Via::Claim => m.free_raw(range),
+                Via::Claim(_) => m.free_raw(range),
             }
         };
         match freed {
@@ -530,20 +536,26 @@ impl FrameAllocator {
         unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
     }
 
-    /// [`FrameAllocator::dealloc`] through the handle this allocator keeps
-    /// for the calling CPU (see [`FrameAllocator::alloc_frames_local`]).
+    /// [`FrameAllocator::dealloc`] on CPU `cpu`, the caller's, through the
+    /// handle this allocator keeps for it (see
+    /// [`FrameAllocator::alloc_frames_local`]).
     ///
     /// # Safety
     ///
     /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
-    pub unsafe fn dealloc_local(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
+    pub unsafe fn dealloc_local(
+        &self,
+        cpu: u32,
+        addr: PhysAddr,
+        size: u64,
+    ) -> Result<(), DeallocError> {
         if !addr.get().is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
             self.refused_frees.fetch_add(1, Relaxed);
             return Err(DeallocError::Misaligned);
         }
         // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_frames_local(addr.pfn_down(), size / PAGE_SIZE) }
+        unsafe { self.dealloc_frames_local(cpu, addr.pfn_down(), size / PAGE_SIZE) }
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting

@@ -5,7 +5,7 @@
 use core::alloc::Layout;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use ostd::cpu::CpuSet;
+use ostd::cpu::{CpuSet, PinCurrentCpu};
 use ostd::mm::{Paddr, frame::GlobalFrameAllocator};
 use pageframe::{PAGE_SIZE, Pfn, PfnRange, PhysAddr};
 
@@ -70,7 +70,7 @@ fn drain_kept() {
     // SAFETY: an interrupt handler runs on its CPU with interrupts off,
     // and it cannot have interrupted a local call of this CPU (those run
     // with interrupts off): nothing else reaches this CPU's handle now.
-    unsafe { a.drain_local() };
+    unsafe { a.drain_local(current_cpu()) };
 }
 
 impl FrameAllocator {
@@ -95,21 +95,23 @@ impl FrameAllocator {
 
 impl GlobalFrameAllocator for FrameAllocator {
     fn alloc(&self, layout: Layout) -> Option<Paddr> {
-        let _irq = ostd::irq::disable_local();
+        let irq = ostd::irq::disable_local();
+        let cpu = u32::from(irq.current_cpu());
         let frames = (layout.size() as u64).div_ceil(PAGE_SIZE);
         let align = (layout.align() as u64 / PAGE_SIZE).max(1);
         // SAFETY: interrupts are off for the call, so it cannot move to
-        // another CPU or be re-entered on this one; `current_cpu` is
-        // OSTD's own number of the CPU.
-        unsafe { self.alloc_frames_local(frames, align) }.map(|p| p.addr().get() as Paddr)
+        // another CPU or be re-entered on this one; `cpu` is OSTD's own
+        // number of the CPU, as `current_cpu` gives it.
+        unsafe { self.alloc_frames_local(cpu, frames, align) }.map(|p| p.addr().get() as Paddr)
     }
 
     fn dealloc(&self, addr: Paddr, size: usize) {
-        let _irq = ostd::irq::disable_local();
+        let irq = ostd::irq::disable_local();
+        let cpu = u32::from(irq.current_cpu());
         // SAFETY: OSTD gives back only memory this allocator handed out,
-        // each frame once (the trait's contract); interrupts are off as
-        // for `alloc`. A refusal is counted.
-        let _ = unsafe { self.dealloc_local(PhysAddr::new(addr as u64), size as u64) };
+        // each frame once (the trait's contract); interrupts are off and
+        // `cpu` is this CPU's number, as for `alloc`. A refusal is counted.
+        let _ = unsafe { self.dealloc_local(cpu, PhysAddr::new(addr as u64), size as u64) };
     }
 
     fn add_free_memory(&self, addr: Paddr, size: usize) {

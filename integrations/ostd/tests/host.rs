@@ -141,7 +141,7 @@ fn alloc(a: &FrameAllocator, path: Path, frames: u64, align: u64) -> Option<Pfn>
     match path {
         Path::Claimed => a.alloc_frames(frames, align),
         // SAFETY: the test thread is the only one that runs as its CPU.
-        Path::Local => unsafe { a.alloc_frames_local(frames, align) },
+        Path::Local => unsafe { a.alloc_frames_local(this_cpu(), frames, align) },
     }
 }
 
@@ -153,7 +153,7 @@ unsafe fn dealloc(a: &FrameAllocator, path: Path, p: Pfn, n: u64) -> Result<(), 
         // SAFETY: the caller's promise.
         Path::Claimed => unsafe { a.dealloc_frames(p, n) },
         // SAFETY: the caller's promise; the thread is its CPU's only one.
-        Path::Local => unsafe { a.dealloc_frames_local(p, n) },
+        Path::Local => unsafe { a.dealloc_frames_local(this_cpu(), p, n) },
     }
 }
 
@@ -165,7 +165,7 @@ fn drain_all(a: &FrameAllocator, cpus: u32) {
     for cpu in 0..cpus {
         CPU.with(|c| c.set(cpu));
         // SAFETY: no other thread runs as any CPU now.
-        if unsafe { a.drain_local() } == 0
+        if unsafe { a.drain_local(cpu) } == 0
             && let Ok(mut h) = m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
         {
             h.drain();

@@ -161,9 +161,7 @@ unsafe fn dealloc(a: &FrameAllocator, path: Path, p: Pfn, n: u64) -> Result<(), 
 /// claim (the test thread plays each CPU in turn).
 fn drain_all(a: &FrameAllocator, cpus: u32) {
     let m = a.machine().unwrap();
-    let was = this_cpu();
     for cpu in 0..cpus {
-        CPU.with(|c| c.set(cpu));
         // SAFETY: no other thread runs as any CPU now.
         if unsafe { a.drain_local(cpu) } == 0
             && let Ok(mut h) = m.cpu(pageframe::CpuId(cpu), pageframe::NodeId::ZERO)
@@ -171,7 +169,6 @@ fn drain_all(a: &FrameAllocator, cpus: u32) {
             h.drain();
         }
     }
-    CPU.with(|c| c.set(was));
 }
 
 #[test]

@@ -382,11 +382,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 }
 
 /// The machine's hooks as one CPU's caches report to them (`cpu`: `None`
-/// when a cache is drained by another CPU), for one operation.
+/// when a cache is drained by another CPU): made for one operation, or
+/// kept by a CPU's handle for all of its own.
 pub(crate) struct Traced<'h, H: Hooks> {
     pub hooks: &'h H,
     pub cpu: Option<CpuId>,
-    /// Whether the operation refilled a cache (its block was no hit).
+    /// Whether the current operation refilled a cache (its block was no
+    /// hit); a handle clears it as each operation starts.
     pub refilled: Refilled,
 }
 

@@ -77,19 +77,22 @@ pub enum BlockInfo {
 /// counterpart of the large lists' lengths and page counts). The block
 /// counts live in the zone's metadata.
 pub(crate) struct SubCounts<'a> {
-    blocks: &'a mut [u64],
-    pages: &'a mut [u64],
+    blocks: &'a mut [OrderCounts; MAX_LISTS],
+    pages: &'a mut [u64; MAX_LISTS],
     /// The sum of `pages`.
     total: u64,
 }
 
-const SUB_BLOCKS: usize = MAX_LISTS * MAX_CHUNK_ORDER as usize;
+/// One list's counts of free blocks per order below the chunk order, with
+/// room for every order a masked index names (no bounds check).
+type OrderCounts = [u64; SUB_ORDERS];
+const SUB_ORDERS: usize = (MAX_CHUNK_ORDER as usize + 1).next_power_of_two();
 
 impl SubCounts<'_> {
     /// Free blocks of `order` on list `l`.
     #[inline]
     pub fn blocks(&self, l: usize, order: u8) -> u64 {
-        self.blocks[(l & (MAX_LISTS - 1)) * MAX_CHUNK_ORDER as usize + order as usize]
+        self.blocks[l & (MAX_LISTS - 1)][order as usize & (SUB_ORDERS - 1)]
     }
 
     /// Free frames in small blocks on list `l`.
@@ -118,7 +121,7 @@ impl SubCounts<'_> {
 
     #[inline]
     pub fn blocks_mut(&mut self, l: usize, order: u8) -> &mut u64 {
-        &mut self.blocks[(l & (MAX_LISTS - 1)) * MAX_CHUNK_ORDER as usize + order as usize]
+        &mut self.blocks[l & (MAX_LISTS - 1)][order as usize & (SUB_ORDERS - 1)]
     }
 }
 
@@ -168,9 +171,12 @@ const fn parts(frames: u64, c: u8) -> [usize; 7] {
         Some(b) => b,
         None => usize::MAX,
     };
-    let s = match carve::bytes_for::<u64>(SUB_BLOCKS + MAX_LISTS) {
-        Some(b) => b,
-        None => usize::MAX,
+    let s = match (
+        carve::bytes_for::<OrderCounts>(MAX_LISTS),
+        carve::bytes_for::<u64>(MAX_LISTS),
+    ) {
+        (Some(a), Some(b)) => a + b,
+        _ => usize::MAX,
     };
     [
         ChunkTable::bytes(chunks),
@@ -253,12 +259,12 @@ impl<'a, P: MergePolicy> BuddyZone<'a, P> {
         let (frames, rest) = FrameWords::carve(rest, frames as usize, c).ok_or(too_small)?;
         let (areas, rest) = FreeAreas::carve(rest).ok_or(too_small)?;
         let (partial, rest) = PartialIndex::carve(rest).ok_or(too_small)?;
-        let (blocks, _) =
-            carve::carve_init(rest, SUB_BLOCKS + MAX_LISTS, |_| 0u64).ok_or(too_small)?;
-        let (blocks, pages) = blocks.split_at_mut(SUB_BLOCKS);
+        let (blocks, rest) =
+            carve::carve_init(rest, MAX_LISTS, |_| [0u64; SUB_ORDERS]).ok_or(too_small)?;
+        let (pages, _) = carve::carve_init(rest, MAX_LISTS, |_| 0u64).ok_or(too_small)?;
         let sub = SubCounts {
-            blocks,
-            pages,
+            blocks: blocks.try_into().map_err(|_| too_small)?,
+            pages: pages.try_into().map_err(|_| too_small)?,
             total: 0,
         };
         Ok(BuddyZone {

@@ -175,18 +175,19 @@ impl<'a> FreeAreas<'a> {
     /// Unlinks the free head chunk `k` from the list it names.
     #[inline]
     pub fn remove(&mut self, chunks: &mut ChunkTable<'_>, k: Idx) {
-        let ch = chunks[k];
-        let (order, list) = (ch.order, li(ch.list as usize));
+        // The four fields it needs, not a copy of the whole record.
+        let ch = &chunks[k];
+        let (order, list, prev, next) = (ch.order, li(ch.list as usize), ch.prev, ch.next);
         let lh = &mut self.lists[oi(order)][list];
-        if ch.prev == NIL {
-            lh.head = ch.next;
+        if prev == NIL {
+            lh.head = next;
         } else {
-            chunks[ch.prev].next = ch.next;
+            chunks[prev].next = next;
         }
-        if ch.next == NIL {
-            lh.tail = ch.prev;
+        if next == NIL {
+            lh.tail = prev;
         } else {
-            chunks[ch.next].prev = ch.prev;
+            chunks[next].prev = prev;
         }
         lh.len -= 1;
         if lh.len == 0 {

@@ -39,7 +39,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         let c = self.c;
         while order < self.max_order {
             let b = k ^ (1 << (order - c));
-            let bc = self.chunks[b];
+            let bc = &self.chunks[b];
             if bc.mode != Mode::FreeHead || bc.order != order {
                 break;
             }

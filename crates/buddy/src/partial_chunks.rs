@@ -131,17 +131,18 @@ impl<'a> PartialIndex<'a> {
     /// Takes chunk `k` off its partial list.
     #[inline]
     pub fn unfile(&mut self, chunks: &mut ChunkTable<'_>, k: Idx) {
-        let ch = chunks[k];
+        let ch = &chunks[k];
         debug_assert!(ch.flags & FILED != 0);
         let l = ch.list as usize & (MAX_LISTS - 1);
         let (j, b) = (ch.class as usize % CLASSES, ch.bucket as usize % BUCKETS);
-        if ch.prev == NIL {
-            self.heads[hi(l, j, b)] = ch.next;
+        let (prev, next) = (ch.prev, ch.next);
+        if prev == NIL {
+            self.heads[hi(l, j, b)] = next;
         } else {
-            chunks[ch.prev].next = ch.next;
+            chunks[prev].next = next;
         }
-        if ch.next != NIL {
-            chunks[ch.next].prev = ch.prev;
+        if next != NIL {
+            chunks[next].prev = prev;
         }
         chunks[k].flags &= !FILED;
         if self.heads[hi(l, j, b)] == NIL {

@@ -198,6 +198,30 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.take_cached(hooks, local, order, gfp.migratetype())
     }
 
+    /// [`Zone::cache_hit`] of an order-0 request that the home of this
+    /// CPU's cache serves as it is, with no call on the way (a caller's hit
+    /// path then needs no stack frame): `None`, nothing changed, when the
+    /// home is empty, a remote request waits, or the request is not one
+    /// the cache serves; the caller then takes [`Zone::cache_hit`].
+    #[inline(always)]
+    pub(crate) fn cache_home_hit<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        gfp: Gfp,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Option<Pfn> {
+        if !self.cache_may_serve(Order::ZERO, flags, highest) {
+            return None;
+        }
+        let mt = gfp.migratetype();
+        let p = local.alloc_home_hit(mt)?;
+        self.states.set_allocated(p, Order::ZERO, mt);
+        self.vm(hooks.cpu).pcp_hit();
+        Some(p)
+    }
+
     /// A block of `order` off this CPU's own list (refilled from the zone
     /// if empty), marked allocated: it came off our list, so it is ours.
     #[inline(always)]

@@ -419,9 +419,17 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         )
     }
 
-    /// A block from this CPU's cache of the first zone the request tries.
+    /// A block from this CPU's cache of the first zone the request tries;
+    /// for order 0 from its home alone ([`Zone::cache_home_hit`]: no call
+    /// on the way), the refill left to [`CpuCache::miss`].
     #[inline(always)]
     fn hit(&mut self, gfp: Gfp, order: Order) -> Option<Block> {
+        self.hit_with(gfp, order, order != Order::ZERO)
+    }
+
+    /// [`CpuCache::hit`], refilling the cache when it is empty if `refill`.
+    #[inline(always)]
+    fn hit_with(&mut self, gfp: Gfp, order: Order, refill: bool) -> Option<Block> {
         let highest = gfp.request_zone()?;
         let i = self.preferred[zonelist_of(gfp)][highest.index()]?;
         let (z, local, meta) = self.locals.at(usize::from(i))?;
@@ -430,13 +438,23 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         let flags = crate::gfp::AllocFlags::fast(gfp);
         let hooks = &self.traced;
         hooks.refilled.reset();
-        let pfn = z.cache_hit(hooks, local, gfp, order, flags, highest)?;
+        let pfn = if refill {
+            z.cache_hit(hooks, local, gfp, order, flags, highest)
+        } else {
+            z.cache_home_hit(hooks, local, gfp, flags, highest)
+        }?;
         Some(Block::with_zone_meta(*meta, pfn, order))
     }
 
-    /// The zonelist walk after a cache miss.
+    /// After a miss: an order-0 request's refill of the cache it tried,
+    /// then the zonelist walk.
     #[inline(never)]
     fn miss(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
+        if order == Order::ZERO
+            && let Some(b) = self.hit_with(gfp, order, true)
+        {
+            return Ok(b);
+        }
         self.machine
             .alloc_fast(self.node, gfp, order, Some(&mut self.locals))
     }

@@ -16,13 +16,13 @@ impl PerCpuPages<'_> {
         mt: MigrateType,
     ) -> Result<Pfn, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
-        // An allocation breaks a free streak.
-        self.free_count >>= 1;
         if order.get() == 0
             && let Some(shift) = self.config.home_order()
         {
             return self.alloc_home(zone, mt, li, shift.get());
         }
+        // An allocation breaks a free streak.
+        self.free_count >>= 1;
         if let Some(f) = self.lists.pop_head(li) {
             self.count -= order.pages() as u32;
             self.stats.allocs += 1;
@@ -43,14 +43,34 @@ impl PerCpuPages<'_> {
         li: ListIndex,
         shift: u8,
     ) -> Result<Pfn, AllocMiss> {
-        if let Some(f) = self.homes[li.get()].take(shift) {
-            self.count -= 1;
-            self.stats.allocs += 1;
-            self.stats.local_hits += 1;
+        if let Some(f) = self.take_home(li, shift) {
             return Ok(f);
         }
+        self.free_count >>= 1;
         self.alloc_refill(zone, Order::new_truncated(0), mt, li)
             .ok_or(AllocMiss::ZoneEmpty)
+    }
+
+    /// The lowest frame of list `li`'s home, counted as an allocation (and
+    /// breaking a free streak); `None`, nothing changed, when it is empty.
+    #[inline(always)]
+    fn take_home(&mut self, li: ListIndex, shift: u8) -> Option<Pfn> {
+        let f = self.homes[li.get()].take(shift)?;
+        self.free_count >>= 1;
+        self.count -= 1;
+        self.stats.allocs += 1;
+        self.stats.local_hits += 1;
+        Some(f)
+    }
+
+    /// The order-0 allocation [`alloc`](Self::alloc) makes when the home
+    /// of `mt`'s list holds a frame, with no call on the way (a caller's
+    /// hit path then needs no stack frame): `None`, nothing changed, when
+    /// it holds none or the list has no home; `alloc` then refills.
+    #[inline(always)]
+    pub fn alloc_home_hit(&mut self, mt: MigrateType) -> Option<Pfn> {
+        let (li, shift) = self.home_list(mt)?;
+        self.take_home(li, shift)
     }
 
     /// `n` contiguous order-0 frames (2..=64) from the home of `mt`'s

@@ -440,6 +440,20 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.alloc(zone, order, mt))
     }
 
+    /// [`PerCpuPages::alloc_home_hit`] on this CPU's cache: `None`, nothing
+    /// changed, also while a remote request waits (the caller's
+    /// [`LocalPcp::alloc`] then honours it first).
+    #[inline(always)]
+    pub fn alloc_home_hit(&mut self, mt: MigrateType) -> Option<Pfn> {
+        if self.has_requests() {
+            return None;
+        }
+        self.with(
+            #[inline(always)]
+            |c| c.alloc_home_hit(mt),
+        )
+    }
+
     /// [`PerCpuPages::try_alloc`] on this CPU's cache, for a caller that
     /// must not wait (it may have interrupted a holder of the zone lock).
     /// Unlike every other operation it does not honour pending requests:

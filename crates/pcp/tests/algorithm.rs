@@ -631,3 +631,51 @@ fn runs_come_from_the_home_and_go_back_as_frame_by_frame_frees_would() {
     c.drain(&zone);
     assert_eq!(zone.free_blocks(O0), 64 - 1, "frame 0 is still out");
 }
+
+/// The home hit alone hands out what `alloc` hands out while the home
+/// holds frames and leaves the cache as `alloc` leaves it; with the home
+/// empty, or no home at all, it gives nothing and changes nothing (the
+/// refill is `alloc`'s).
+#[test]
+fn a_home_hit_is_alloc_without_the_refill() {
+    let (za, zb) = (
+        RefZone::with_blocks(O0, 0, 64),
+        RefZone::with_blocks(O0, 0, 64),
+    );
+    let (mut ma, mut mb) = (vec![Slot::EMPTY; 128], vec![Slot::EMPTY; 128]);
+    let (mut a, mut b) = (
+        homed(&mut ma, sizing(4, 64, 256)),
+        homed(&mut mb, sizing(4, 64, 256)),
+    );
+    // No home yet: nothing.
+    let before = snapshot(&a);
+    assert_eq!(a.alloc_home_hit(U), None);
+    assert_eq!(snapshot(&a), before);
+    // Both refilled alike (4 frames, one handed out), then a free streak
+    // that an allocation breaks.
+    assert_eq!(a.alloc(&za, O0, U), b.alloc(&zb, O0, U));
+    for f in [a.alloc(&za, O0, U).unwrap(), b.alloc(&zb, O0, U).unwrap()] {
+        assert_eq!(a.free(&za, f, O0, U), b.free(&zb, f, O0, U));
+    }
+    for _ in 0..3 {
+        let got = a.alloc_home_hit(U);
+        assert!(got.is_some());
+        assert_eq!(Ok(got.unwrap()), b.alloc(&zb, O0, U));
+        assert_eq!(snapshot(&a), snapshot(&b));
+    }
+    // The home is empty now: nothing, nothing changed; `alloc` refills.
+    let before = snapshot(&a);
+    assert_eq!(a.alloc_home_hit(U), None);
+    assert_eq!(snapshot(&a), before);
+    assert_eq!(a.alloc(&za, O0, U), b.alloc(&zb, O0, U));
+    assert_eq!(snapshot(&a), snapshot(&b));
+    // Another type's list has no home yet; a cache without homes has none.
+    assert_eq!(a.alloc_home_hit(M), None);
+    let mut mc = vec![Slot::EMPTY; 128];
+    let mut c = cache(&mut mc, sizing(4, 64, 256));
+    c.alloc(&za, O0, U).unwrap();
+    let before = snapshot(&c);
+    assert_eq!(c.alloc_home_hit(U), None);
+    assert_eq!(snapshot(&c), before);
+    a.validate().unwrap();
+}

@@ -187,13 +187,33 @@ pub(crate) fn count_maximal(w: &[u64], c: u8, counts: &mut [u16]) {
 /// The order of the maximal free block holding the free frame `x`, in a
 /// chunk of order `c` that is not wholly free; its head is `x` rounded
 /// down to that order.
+///
+/// Inside the word no loop is needed: a busy frame `p` lies in the
+/// order-`o` block holding `x` iff `x` and `p` agree above bit `o`, that is
+/// iff `msb(x ^ p) < o`; so the block can grow to the smallest `msb(x ^ p)`
+/// over the word's busy frames, and the busy frame with the longest common
+/// prefix is the nearest one below `x` or the nearest one above it.
 #[inline]
 pub(crate) fn maximal_order_at(w: &[u64], c: u8, x: u32) -> u8 {
-    let mut o = 0;
-    while o + 1 < c && all_set(w, x & !((2u32 << o) - 1), o + 1) {
+    let top = c.saturating_sub(1);
+    let b = x & 63;
+    let busy = !w[(x >> 6) as usize];
+    let below = busy & ((1u64 << b) - 1);
+    let above = busy & (!1u64 << b);
+    // The order the block reaches against a busy frame at `p`.
+    let against = |p: u32| (31 - (b ^ p).leading_zeros()) as u8;
+    let mut o = 6;
+    if below != 0 {
+        o = against(63 - below.leading_zeros());
+    }
+    if above != 0 {
+        o = o.min(against(above.trailing_zeros()));
+    }
+    // Whole words from order 6 up.
+    while o >= 6 && o < top && all_set(w, x & !((2u32 << o) - 1), o + 1) {
         o += 1;
     }
-    o
+    o.min(top)
 }
 
 /// The lowest `n` set bits of `w` (all of them when it has no more).

@@ -141,8 +141,7 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         }
         bits::set(words, x, order);
         let l = ch.list as usize & (MAX_LISTS - 1);
-        let mut m = order;
-        if u32::from(ch.free) + (1 << order) == 1 << c {
+        let m = if u32::from(ch.free) + (1 << order) == 1 << c {
             // The last block comes back: its buddies are one free block of
             // each order above it.
             for o in order..c {
@@ -150,20 +149,18 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             }
             ch.counts = [0; crate::chunk::MAX_CHUNK_ORDER as usize];
             ch.omask = 0;
-            self.stats.merges += u64::from(c - order);
-            m = c;
-        }
-        while m < c {
-            let b = x ^ (1 << m);
-            if !bits::all_set(words, b, m) {
-                break;
+            c
+        } else {
+            // Each buddy it merges with was a maximal free block.
+            let m = bits::maximal_order_at(words, c, x);
+            for o in order..m {
+                ch.add_count(o, -1);
+                *self.sub.blocks_mut(l, o) -= 1;
             }
-            ch.add_count(m, -1);
-            *self.sub.blocks_mut(l, m) -= 1;
-            self.stats.merges += 1;
-            x &= !(1 << m);
-            m += 1;
-        }
+            x &= !((1 << m) - 1);
+            m
+        };
+        self.stats.merges += u64::from(m - order);
         ch.free += 1 << order;
         self.sub.add_pages(l, 1 << order);
         if m < c {

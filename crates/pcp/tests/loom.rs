@@ -253,3 +253,30 @@ fn runs_and_a_drain() {
         assert_eq!(v, vec![0, 1, 2, 3]);
     });
 }
+
+/// A home hit while another CPU drains the cache: whatever the
+/// interleaving, the hit takes a frame the drain did not also give back
+/// (it leaves the cache alone once a request is posted, so the owner's
+/// next full operation honours the drain), and every frame ends up in the
+/// zone or in the owner's hand.
+#[test]
+fn home_hits_and_a_drain() {
+    builder().check(|| {
+        let set = homed_set(4);
+        let zone = leak_zone();
+        zone.free.lock().unwrap().extend([3, 2, 1, 0]);
+        let mut owner = set.claim(CpuId(0)).unwrap();
+        let mt = MigrateType::Movable;
+        let o0 = Order::new_truncated(0);
+        // A refill of four (frames 0..4, the home); frame 0 handed out.
+        let a = owner.alloc(zone, o0, mt).unwrap();
+        let v = against_a_drain(set, zone, owner, move |owner| {
+            if let Some(p) = owner.alloc_home_hit(mt) {
+                assert_eq!(p, Pfn(1), "the home's lowest frame");
+                owner.free(zone, p, o0, mt).unwrap();
+            }
+            owner.free(zone, a, o0, mt).unwrap();
+        });
+        assert_eq!(v, vec![0, 1, 2, 3]);
+    });
+}

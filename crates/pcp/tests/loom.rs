@@ -229,20 +229,35 @@ fn drain_takes_home_and_foreign_frames() {
     });
 }
 
+/// CPU 0's cache with homes of four frames, claimed, after a refill of
+/// four movable frames (frames 0..4 of a zone that had just those, the
+/// home) that handed out frame 0: the set, the zone, the owner, frame 0.
+type HomeOfFour = (
+    &'static PcpSet<'static, 'static>,
+    &'static LoomZone,
+    LocalPcp<'static, 'static>,
+    Pfn,
+);
+
+fn home_of_four() -> HomeOfFour {
+    let set = homed_set(4);
+    let zone = leak_zone();
+    zone.free.lock().unwrap().extend([3, 2, 1, 0]);
+    let mut owner = set.claim(CpuId(0)).unwrap();
+    let a = owner
+        .alloc(zone, Order::new_truncated(0), MigrateType::Movable)
+        .unwrap();
+    (set, zone, owner, a)
+}
+
 /// A run taken from the home and given back whole while another CPU
 /// drains the cache: whatever the interleaving, the run is taken whole or
 /// not at all, and every frame ends up in the zone.
 #[test]
 fn runs_and_a_drain() {
     builder().check(|| {
-        let set = homed_set(4);
-        let zone = leak_zone();
-        zone.free.lock().unwrap().extend([3, 2, 1, 0]);
-        let mut owner = set.claim(CpuId(0)).unwrap();
-        let mt = MigrateType::Movable;
-        let o0 = Order::new_truncated(0);
-        // A refill of four (frames 0..4, the home); frame 0 handed out.
-        let a = owner.alloc(zone, o0, mt).unwrap();
+        let (set, zone, owner, a) = home_of_four();
+        let (mt, o0) = (MigrateType::Movable, Order::new_truncated(0));
         let v = against_a_drain(set, zone, owner, move |owner| {
             if let Some(p) = owner.alloc_run(zone, 2, mt) {
                 assert_eq!(p, Pfn(1), "the lowest run");
@@ -262,14 +277,8 @@ fn runs_and_a_drain() {
 #[test]
 fn home_hits_and_a_drain() {
     builder().check(|| {
-        let set = homed_set(4);
-        let zone = leak_zone();
-        zone.free.lock().unwrap().extend([3, 2, 1, 0]);
-        let mut owner = set.claim(CpuId(0)).unwrap();
-        let mt = MigrateType::Movable;
-        let o0 = Order::new_truncated(0);
-        // A refill of four (frames 0..4, the home); frame 0 handed out.
-        let a = owner.alloc(zone, o0, mt).unwrap();
+        let (set, zone, owner, a) = home_of_four();
+        let (mt, o0) = (MigrateType::Movable, Order::new_truncated(0));
         let v = against_a_drain(set, zone, owner, move |owner| {
             if let Some(p) = owner.alloc_home_hit(mt) {
                 assert_eq!(p, Pfn(1), "the home's lowest frame");

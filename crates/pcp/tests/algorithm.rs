@@ -654,9 +654,10 @@ fn a_home_hit_is_alloc_without_the_refill() {
     // Both refilled alike (4 frames, one handed out), then a free streak
     // that an allocation breaks.
     assert_eq!(a.alloc(&za, O0, U), b.alloc(&zb, O0, U));
-    for f in [a.alloc(&za, O0, U).unwrap(), b.alloc(&zb, O0, U).unwrap()] {
-        assert_eq!(a.free(&za, f, O0, U), b.free(&zb, f, O0, U));
-    }
+    let (fa, fb) = (a.alloc(&za, O0, U).unwrap(), b.alloc(&zb, O0, U).unwrap());
+    assert_eq!(fa, fb);
+    assert_eq!(a.free(&za, fa, O0, U), b.free(&zb, fb, O0, U));
+    assert!(a.free_count() > 0, "a free streak to break");
     for _ in 0..3 {
         let got = a.alloc_home_hit(U);
         assert!(got.is_some());

@@ -3,7 +3,20 @@
 use crate::error::PcpError;
 use crate::pcp::{PcpFlags, PerCpuPages};
 use crate::types::{COSTLY_ORDER, ListIndex, MigrateType, Order, Pfn};
+
 use crate::zone::{PcpZone, ZoneFlags};
+
+/// Where [`PerCpuPages::free_home_hit`] left an order-0 free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HomeFree {
+    /// The frame is in its list's home: done.
+    Hit,
+    /// The frame lies outside its list's home; nothing changed.
+    Foreign,
+    /// Any other free (a spill due, a remote request waiting, no home);
+    /// nothing changed.
+    Other,
+}
 
 /// What a free did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,13 +62,7 @@ impl PerCpuPages<'_> {
         // high-order streak logic folded away, and a quick exit when the
         // zone is calm and `count` stays below `high`: `nr_pcp_high` would
         // then change nothing (high is kept within bounds between calls).
-        self.alloc_factor >>= 1;
-        self.count += 1;
-        self.stats.frees += 1;
-        self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
-        if self.free_count < self.free_count_cap {
-            self.free_count += 1;
-        }
+        self.account_order0_frees(1);
         let zflags = zone.flags();
         if zflags.is_empty() && self.count < self.high {
             return Ok(FreeOutcome::Cached);
@@ -63,14 +70,48 @@ impl PerCpuPages<'_> {
         Ok(self.commit_threshold(zone, zflags, li, false, 0))
     }
 
+    /// The order-0 free [`free`](Self::free) makes of `frame`, of list
+    /// type `mt`, when it lies in that list's home, the zone is calm and
+    /// `count` stays below `high`, with no call on the way (a caller's hit
+    /// path then needs no stack frame): [`HomeFree::Hit`]. A frame outside
+    /// the home is [`HomeFree::Foreign`] (for
+    /// [`free_foreign`](Self::free_foreign)), anything else
+    /// [`HomeFree::Other`] (for `free`); both leave the cache unchanged.
+    #[inline(always)]
+    pub fn free_home_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        let Some((li, shift)) = self.home_list(mt) else {
+            return HomeFree::Other;
+        };
+        let home = &mut self.homes[li.get()];
+        if !home.contains(frame, shift) {
+            return HomeFree::Foreign;
+        }
+        if self.count + 1 >= self.high || !zone.flags().is_empty() {
+            return HomeFree::Other;
+        }
+        let Some(v) = home.vacancy(frame, shift) else {
+            return HomeFree::Other;
+        };
+        home.fill(v);
+        self.account_order0_frees(1);
+        HomeFree::Hit
+    }
+
     /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
     /// onto the foreign list, which goes back to the zone whole once it
     /// holds a batch, or more during a streak of frees, as `nr_pcp_free`
     /// spills more then (spec 04 §5.4): a CPU that only frees (another
     /// CPU's pages) takes the zone lock once per streak-sized batch. The
-    /// bookkeeping is an order-0 free's.
+    /// bookkeeping is an order-0 free's. [`free`](Self::free) makes it of a
+    /// frame outside the home; a caller whose
+    /// [`free_home_hit`](Self::free_home_hit) said [`HomeFree::Foreign`]
+    /// makes it directly.
     #[inline(never)]
-    fn free_foreign<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn) -> Result<FreeOutcome, PcpError> {
+    pub fn free_foreign<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        frame: Pfn,
+    ) -> Result<FreeOutcome, PcpError> {
         let mut spilled = 0;
         if self.lists.is_full() {
             spilled += self.spill_foreign(zone);
@@ -163,6 +204,7 @@ impl PerCpuPages<'_> {
     }
 
     /// The bookkeeping of `k` order-0 frees that did not reach `high`.
+    #[inline(always)]
     fn account_order0_frees(&mut self, k: u32) {
         self.alloc_factor = if k >= 8 { 0 } else { self.alloc_factor >> k };
         self.count += k;

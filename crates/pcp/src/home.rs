@@ -18,6 +18,15 @@ const WORDS: usize = 1 << (MAX_HOME_ORDER - 6);
 /// No region yet (before the first refill).
 const NONE: u64 = u64::MAX;
 
+/// A frame's place in a home that does not hold it yet ([`Home::vacancy`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vacancy {
+    /// The word of the home's bitmap.
+    w: usize,
+    /// The frame's bit in it.
+    m: u64,
+}
+
 /// One order-0 list's home region and the frames of it the cache holds.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Home {
@@ -97,19 +106,36 @@ impl Home {
     /// `false` (nothing changed) for any other frame.
     #[inline(always)]
     pub(crate) fn put(&mut self, frame: Pfn, shift: u8) -> bool {
+        match self.vacancy(frame, shift) {
+            Some(v) => {
+                self.fill(v);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Where [`Home::put`] would hold `frame`: `None` for a frame of
+    /// another region or one held already.
+    #[inline(always)]
+    pub(crate) fn vacancy(&self, frame: Pfn, shift: u8) -> Option<Vacancy> {
         if !self.contains(frame, shift) {
-            return false;
+            return None;
         }
         let i = (frame.get() & ((1 << shift) - 1)) as usize;
         // The mask changes nothing (`shift` is at most the largest home
         // order) but spares the word's index a bounds check.
         let (w, m) = ((i >> 6) & (WORDS - 1), 1u64 << (i & 63));
-        if self.bits[w] & m != 0 {
-            return false;
-        }
-        self.bits[w] |= m;
-        self.words |= 1 << w;
-        true
+        (self.bits[w] & m == 0).then_some(Vacancy { w, m })
+    }
+
+    /// Holds the frame of `v`, found by [`Home::vacancy`] with nothing
+    /// changed since.
+    #[inline(always)]
+    pub(crate) fn fill(&mut self, v: Vacancy) {
+        debug_assert!(self.bits[v.w] & v.m == 0, "a vacancy is filled once");
+        self.bits[v.w] |= v.m;
+        self.words |= 1 << v.w;
     }
 
     /// A refill's frame: an empty home moves to the frame's region, so

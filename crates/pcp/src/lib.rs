@@ -21,7 +21,7 @@ mod types;
 mod zone;
 
 pub use error::{AllocMiss, PcpError};
-pub use free::FreeOutcome;
+pub use free::{FreeOutcome, HomeFree};
 pub use home::MAX_HOME_ORDER;
 pub use lists::Slot;
 pub use pcp::{PcpFlags, PerCpuPages};

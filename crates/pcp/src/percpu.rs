@@ -42,7 +42,7 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p pageframe-pcp --test loom --release`.
 
 use crate::error::{AllocMiss, PcpError};
-use crate::free::FreeOutcome;
+use crate::free::{FreeOutcome, HomeFree};
 use crate::pcp::PerCpuPages;
 use crate::sizing::PcpSizing;
 use crate::stats::PcpStats;
@@ -502,6 +502,31 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     ) -> Result<FreeOutcome, PcpError> {
         self.poll(zone);
         self.with(|c| c.free(zone, frame, order, mt))
+    }
+
+    /// [`PerCpuPages::free_home_hit`] on this CPU's cache:
+    /// [`HomeFree::Other`], nothing changed, also while a remote request
+    /// waits (the caller's [`LocalPcp::free`] then honours it first).
+    #[inline(always)]
+    pub fn free_home_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        if self.has_requests() {
+            return HomeFree::Other;
+        }
+        self.with(
+            #[inline(always)]
+            |c| c.free_home_hit(zone, frame, mt),
+        )
+    }
+
+    /// [`PerCpuPages::free_foreign`] on this CPU's cache, after a
+    /// [`HomeFree::Foreign`] (which saw no remote request waiting).
+    #[inline]
+    pub fn free_foreign<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        frame: Pfn,
+    ) -> Result<FreeOutcome, PcpError> {
+        self.with(|c| c.free_foreign(zone, frame))
     }
 
     /// [`PerCpuPages::alloc_run`] on this CPU's cache.

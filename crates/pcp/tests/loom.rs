@@ -6,7 +6,7 @@
 use loom::sync::Mutex;
 use loom::thread;
 use pageframe_pcp::{
-    CpuId, LocalPcp, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone,
+    CpuId, HomeFree, LocalPcp, MigrateType, Order, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone,
     PerCpuPages, Pfn, RefillSink, Slot, SpillBatch,
 };
 
@@ -287,5 +287,33 @@ fn home_hits_and_a_drain() {
             owner.free(zone, a, o0, mt).unwrap();
         });
         assert_eq!(v, vec![0, 1, 2, 3]);
+    });
+}
+
+/// Home free hits while another CPU drains the cache: a frame of the home
+/// goes into it only while no request is posted, the drain then takes it;
+/// a foreign frame goes to the foreign list ([`LocalPcp::free_foreign`]);
+/// anything else the full free takes. Whatever the interleaving, every
+/// frame ends up in the zone.
+#[test]
+fn home_free_hits_and_a_drain() {
+    builder().check(|| {
+        let (set, zone, owner, a) = home_of_four();
+        let (mt, o0) = (MigrateType::Movable, Order::new_truncated(0));
+        let v = against_a_drain(set, zone, owner, move |owner| {
+            for f in [a, Pfn(9)] {
+                match owner.free_home_hit(zone, f, mt) {
+                    HomeFree::Hit => assert_eq!(f, a, "a frame of the home"),
+                    HomeFree::Foreign => {
+                        assert_eq!(f, Pfn(9), "a frame outside the home");
+                        owner.free_foreign(zone, f).unwrap();
+                    }
+                    HomeFree::Other => {
+                        owner.free(zone, f, o0, mt).unwrap();
+                    }
+                }
+            }
+        });
+        assert_eq!(v, vec![0, 1, 2, 3, 9]);
     });
 }

@@ -17,8 +17,8 @@ use core::mem::MaybeUninit;
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 use pageframe_pcp::{
-    CpuId, LocalPcp, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages, RefillSink, Slot,
-    SpillBatch, ZoneFlags, ZoneGeometry, pcp_list_type,
+    CpuId, HomeFree, LocalPcp, PcpConfig, PcpSet, PcpSizing, PcpSlot, PcpZone, PerCpuPages,
+    RefillSink, Slot, SpillBatch, ZoneFlags, ZoneGeometry, pcp_list_type,
 };
 
 use crate::block::ZoneMeta;
@@ -381,10 +381,63 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.cache_taken(hooks, local, pfn, order, mt)
     }
 
+    /// The order-0 free [`Zone::free_cached`] makes, as far as it goes with
+    /// no call on the way (a caller's hit path then needs no stack frame):
+    /// [`CacheFree::Hit`] when the frame went back to the home of its list
+    /// in this CPU's cache; [`CacheFree::Foreign`] when it is the cache's
+    /// now but lies outside the home (the caller goes on with
+    /// [`Zone::cache_foreign`]); [`CacheFree::Miss`], nothing changed,
+    /// otherwise (the caller then takes [`Zone::free_cached`]).
+    #[inline(always)]
+    pub(crate) fn cache_home_free<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        pfn: Pfn,
+    ) -> CacheFree {
+        let Some(claim) = self.states.cache_claim(pfn, Order::ZERO) else {
+            return CacheFree::Miss;
+        };
+        let mt = claim.mt;
+        // A non-movable frame of a CMA area bypasses the cache (see
+        // `free_cached`).
+        if (mt != MigrateType::Movable && self.in_cma(pfn)) || !claim.take() {
+            return CacheFree::Miss;
+        }
+        let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
+        match local.free_home_hit(&hooks.on(self), pfn, list) {
+            HomeFree::Hit => {
+                self.vm(hooks.cpu).pcp_free();
+                CacheFree::Hit
+            }
+            HomeFree::Foreign => CacheFree::Foreign(mt),
+            HomeFree::Other => {
+                // A spill due or a remote request: the block goes back to
+                // its owner's state unchanged, for the general path.
+                self.states.set_allocated(pfn, Order::ZERO, mt);
+                CacheFree::Miss
+            }
+        }
+    }
+
+    /// The rest of an order-0 free [`Zone::cache_home_free`] found outside
+    /// its home ([`CacheFree::Foreign`]): onto this CPU's foreign list.
+    #[inline(always)]
+    pub(crate) fn cache_foreign<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        local: &mut LocalPcp<'a, 'a>,
+        pfn: Pfn,
+        mt: MigrateType,
+    ) -> Result<(), FreeError> {
+        let cached = local.free_foreign(&hooks.on(self), pfn).is_ok();
+        self.settle_cached(hooks, cached, pfn, Order::ZERO, mt)
+    }
+
     /// The rest of [`Zone::free_cached`] once the block's ownership byte
     /// says cached: onto this CPU's list for `mt`, or to the zone.
     #[inline(always)]
-    fn cache_taken<H: Hooks>(
+    pub(crate) fn cache_taken<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
         local: &mut LocalPcp<'a, 'a>,
@@ -393,16 +446,42 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         mt: MigrateType,
     ) -> Result<(), FreeError> {
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
-        if local.free(&hooks.on(self), pfn, order, list).is_err() {
-            // The cache could not take it (its memory is full): the block is
-            // still ours alone; give it back to the owner's state and free it
-            // to the zone.
+        let cached = local.free(&hooks.on(self), pfn, order, list).is_ok();
+        self.settle_cached(hooks, cached, pfn, order, mt)
+    }
+
+    /// A block marked cached after its cache took it (`cached`) or not: the
+    /// count of the free, or the block back to its owner's state and freed
+    /// to the zone (the cache's memory was full; the block is still ours
+    /// alone).
+    #[inline(always)]
+    fn settle_cached<H: Hooks>(
+        &self,
+        hooks: &Traced<'_, H>,
+        cached: bool,
+        pfn: Pfn,
+        order: Order,
+        mt: MigrateType,
+    ) -> Result<(), FreeError> {
+        if !cached {
             self.states.set_allocated(pfn, order, mt);
             return self.free(pfn, order);
         }
         self.vm(hooks.cpu).pcp_free();
         Ok(())
     }
+}
+
+/// How far [`Zone::cache_home_free`] took an order-0 free.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CacheFree {
+    /// Back in its home: done.
+    Hit,
+    /// Marked cached, of this type, but outside its home: for
+    /// [`Zone::cache_foreign`].
+    Foreign(MigrateType),
+    /// Nothing changed.
+    Miss,
 }
 
 /// The machine's hooks as one CPU's caches report to them (`cpu`: `None`

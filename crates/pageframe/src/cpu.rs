@@ -12,10 +12,11 @@
 use core::mem::MaybeUninit;
 
 use pageframe_buddy::{FreeError, Order, Pfn};
+use pageframe_mobility::MigrateType;
 use pageframe_pcp::{CpuId, PcpStats};
 
 use crate::block::{Block, MachineId, RawError, Refused};
-use crate::cache::{Claimed, Locals, Traced};
+use crate::cache::{CacheFree, Claimed, Locals, Traced};
 use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
@@ -464,6 +465,26 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// refused and handed back.
     #[inline(always)]
     pub fn free(&mut self, block: Block) -> Result<(), Refused<Block>> {
+        // The common case first, inline at the caller: a frame back into
+        // its home in this CPU's cache. Anything else out of line.
+        if block.machine() == self.id && block.order() == Order::ZERO {
+            let (i, pfn) = (block.zone_index(), block.pfn());
+            match self.free_fast(i, pfn) {
+                CacheFree::Hit => return Ok(()),
+                CacheFree::Foreign(mt) => {
+                    return self
+                        .free_foreign(i, pfn, mt)
+                        .map_err(|e| Refused::new(block, e));
+                }
+                CacheFree::Miss => {}
+            }
+        }
+        self.free_miss(block)
+    }
+
+    /// [`CpuCache::free`] past its hit.
+    #[inline(never)]
+    fn free_miss(&mut self, block: Block) -> Result<(), Refused<Block>> {
         if block.machine() != self.id {
             return Err(Refused::new(block, FreeError::Foreign));
         }
@@ -495,8 +516,34 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// block or number of it).
     #[inline(always)]
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
-        // The zone of the last such free first: a kernel frees mostly
-        // into one zone, and its span is one compare away.
+        // The common case first, inline at the caller: a frame of the zone
+        // of the last such free (a kernel frees mostly into one zone) back
+        // into its home in this CPU's cache. Anything else out of line.
+        if order == Order::ZERO {
+            let i = self.last_raw;
+            match self.free_fast(i, pfn) {
+                CacheFree::Hit => return Ok(()),
+                CacheFree::Foreign(mt) => {
+                    return self
+                        .free_foreign(i, pfn, mt)
+                        .map_err(|why| RawError { pfn, why });
+                }
+                CacheFree::Miss => {}
+            }
+        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.free_raw_miss(pfn, order) }
+    }
+
+    /// [`CpuCache::free_raw`] past its hit.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuCache::free_raw`].
+    #[inline(always)]
+    unsafe fn free_raw_miss(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
+        // The zone of the last such free first: its span is one compare
+        // away.
         if let Some(entry) = self.locals.at(self.last_raw)
             && entry.0.span().contains(pfn)
         {
@@ -655,6 +702,41 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
             pfn,
             why: r.reason(),
         })
+    }
+
+    /// The order-0 free of `pfn`, a frame of the zone of index `i`, through
+    /// this CPU's cache of that zone, as far as it goes with no call on
+    /// the way ([`Zone::cache_home_free`]): [`CacheFree::Foreign`] leaves
+    /// the rest to [`CpuCache::free_foreign`]; [`CacheFree::Miss`] (nothing
+    /// changed) comes also without a cache of that zone or for a frame
+    /// outside it.
+    #[inline(always)]
+    fn free_fast(&mut self, i: usize, pfn: Pfn) -> CacheFree {
+        let Some((z, local, _)) = self.locals.at(i) else {
+            return CacheFree::Miss;
+        };
+        if !z.span().contains(pfn) {
+            return CacheFree::Miss;
+        }
+        self.machine.poison_block_free(z, pfn, Order::ZERO);
+        let r = z.cache_home_free(&self.traced, local, pfn);
+        if r == CacheFree::Hit {
+            self.machine.freed(z, pfn, Order::ZERO, self.traced.cpu);
+        }
+        r
+    }
+
+    /// The rest of an order-0 free [`CpuCache::free_fast`] found outside
+    /// its home in this CPU's cache of the zone of index `i`
+    /// ([`CacheFree::Foreign`]).
+    #[inline(always)]
+    fn free_foreign(&mut self, i: usize, pfn: Pfn, mt: MigrateType) -> Result<(), FreeError> {
+        let (m, hooks) = (self.machine, &self.traced);
+        let Some((z, local, _)) = self.locals.at(i) else {
+            unreachable!("free_fast found the zone's cache");
+        };
+        z.cache_foreign(hooks, local, pfn, mt)
+            .map(|()| m.freed(z, pfn, Order::ZERO, hooks.cpu))
     }
 
     /// Frees `(pfn, order)` through this CPU's cache of the zone of index

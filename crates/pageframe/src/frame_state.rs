@@ -102,6 +102,32 @@ const fn decode(v: u8) -> State {
 /// Bytes of a cache line, as far as sharing between CPUs goes.
 const LINE_BYTES: usize = 64;
 
+/// A block's byte read as an unpinned allocation, to be taken into a
+/// per-CPU cache ([`FrameStates::cache_claim`]).
+#[derive(Clone, Copy)]
+pub(crate) struct CacheClaim<'s> {
+    slot: &'s AtomicU8,
+    v: u8,
+    /// The type the allocation records.
+    pub(crate) mt: MigrateType,
+}
+
+impl CacheClaim<'_> {
+    /// Marks the block cached if its byte still reads as it did: `false`,
+    /// nothing changed, if it does not (another CPU freed or isolated it).
+    #[inline(always)]
+    pub(crate) fn take(self) -> bool {
+        self.slot
+            .compare_exchange(
+                self.v,
+                encode(CACHED, Order::new_truncated(self.v & 0xf)),
+                Relaxed,
+                Relaxed,
+            )
+            .is_ok()
+    }
+}
+
 /// One byte per frame of a zone's span.
 pub(crate) struct FrameStates<'a> {
     base: Pfn,
@@ -329,19 +355,23 @@ impl<'a> FrameStates<'a> {
     /// would hand it to the next owner still pinned.
     #[inline]
     pub(crate) fn take_for_cache(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {
-        // The common case, an unpinned allocation of `order`, in one
-        // compare-and-swap without decoding; anything else (and a lost
-        // race) the general path decides.
-        if let Some(s) = self.slot(pfn) {
-            let v = s.load(Relaxed);
-            if let Some(mt) = unpinned_allocation(v, order)
-                && s.compare_exchange(v, encode(CACHED, order), Relaxed, Relaxed)
-                    .is_ok()
-            {
-                return Ok(mt);
-            }
+        // The common case in one compare-and-swap without decoding;
+        // anything else (and a lost race) the general path decides.
+        match self.cache_claim(pfn, order) {
+            Some(c) if c.take() => Ok(c.mt),
+            _ => self.take_for_cache_checked(pfn, order),
         }
-        self.take_for_cache_checked(pfn, order)
+    }
+
+    /// The common case of [`FrameStates::take_for_cache`], an unpinned
+    /// allocation of `order`, as its byte reads now, not yet taken: `None`
+    /// for anything else.
+    #[inline(always)]
+    pub(crate) fn cache_claim(&self, pfn: Pfn, order: Order) -> Option<CacheClaim<'_>> {
+        let slot = self.slot(pfn)?;
+        let v = slot.load(Relaxed);
+        let mt = unpinned_allocation(v, order)?;
+        Some(CacheClaim { slot, v, mt })
     }
 
     #[cold]

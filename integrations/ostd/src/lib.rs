@@ -377,25 +377,19 @@ impl FrameAllocator {
         pfn: Pfn,
         frames: u64,
     ) -> Result<(), DeallocError> {
-        // A whole block straight to a kept handle: one frame, the common
-        // case, on a path of its own where the order is a constant, and a
-        // huge page. Anything the handle refuses (changing nothing), and a
-        // CPU's first call, take the general path, out of line.
-        // SAFETY: the caller's promise, passed on.
-        if let Some(h) = unsafe { self.kept(cpu) } {
-            let freed = if frames == 1 {
-                // SAFETY: the caller's promise: the frame is its own,
-                // allocated by this allocator, held as a number only.
-                unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok()
-            } else if let Some(order) = whole_block(frames) {
-                // SAFETY: as above, for the frames.
-                unsafe { h.free_raw(pfn, order) }.is_ok()
-            } else {
-                false
-            };
-            if freed {
-                return Ok(());
-            }
+        // One frame, the common case, straight to a kept handle, on a path
+        // of its own where the order is a constant. Anything else (a
+        // larger block goes to the handle there too), anything the handle
+        // refuses (changing nothing) and a CPU's first call take the
+        // general path, out of line.
+        if frames == 1
+            // SAFETY: the caller's promise, passed on.
+            && let Some(h) = unsafe { self.kept(cpu) }
+            // SAFETY: the caller's promise: the frame is its own, allocated
+            // by this allocator, held as a number only.
+            && unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok()
+        {
+            return Ok(());
         }
         // SAFETY: the caller's promises, passed on.
         unsafe { self.dealloc_general(cpu, pfn, frames) }

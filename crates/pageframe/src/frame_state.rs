@@ -235,10 +235,17 @@ impl<'a> FrameStates<'a> {
         pfn: Pfn,
         max: Order,
     ) -> Option<Result<(Pfn, Order), FreeError>> {
-        for o in 0..=max.get() {
-            let head = pfn.align_down(Order::new_truncated(o));
+        // The heads aligned to each order up to `max`, each distinct one
+        // once: `pfn` with its lowest set bits cleared one by one.
+        let lowest = pfn.align_down(max);
+        let mut head = pfn;
+        loop {
             let (k, found) = match self.get(head) {
-                State::Free => continue,
+                State::Free if head == lowest => return None,
+                State::Free => {
+                    head = Pfn(head.get() & (head.get() - 1));
+                    continue;
+                }
                 State::Allocated(k, _) => (k, Ok((head, k))),
                 State::Cached(k) => (k, Err(FreeError::AlreadyFree)),
                 State::Isolated(k) | State::MovedOut(k) => (k, Err(FreeError::Busy)),
@@ -247,7 +254,6 @@ impl<'a> FrameStates<'a> {
             // higher head can hold `pfn` (it would hold this one too).
             return (head + k.pages() > pfn).then_some(found);
         }
-        None
     }
 
     /// Records a block the caller now holds exclusively as allocated: taken

@@ -159,6 +159,11 @@ pub(crate) fn count_maximal(w: &[u64], c: u8, counts: &mut [u16]) {
     let low = c.min(6);
     counts[..usize::from(c)].fill(0);
     for &v in w {
+        // A word without free frames holds no block (a refill that took a
+        // chunk's frames leaves most words so).
+        if v == 0 {
+            continue;
+        }
         // runs[j]: where an aligned all-free block of order j starts.
         let mut runs = [0u64; 7];
         let mut r = v;

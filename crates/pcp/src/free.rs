@@ -3,7 +3,6 @@
 use crate::error::PcpError;
 use crate::pcp::{PcpFlags, PerCpuPages};
 use crate::types::{COSTLY_ORDER, ListIndex, MigrateType, Order, Pfn};
-
 use crate::zone::{PcpZone, ZoneFlags};
 
 /// Where [`PerCpuPages::free_home_hit`] left an order-0 free.
@@ -13,8 +12,8 @@ pub enum HomeFree {
     Hit,
     /// The frame lies outside its list's home; nothing changed.
     Foreign,
-    /// Any other free (a spill due, a remote request waiting, no home);
-    /// nothing changed.
+    /// Any other free (a spill due, a remote request waiting, the frame
+    /// held already, a cache without homes); nothing changed.
     Other,
 }
 

@@ -10,6 +10,7 @@
 //! (the common pair) is the same frame, still warm in the CPU's cache.
 
 use crate::types::Pfn;
+use pageframe_types::run::{run_mask, run_starts};
 
 /// Largest home order: a region of 1024 frames, sixteen words of bits.
 pub const MAX_HOME_ORDER: u8 = 10;
@@ -241,25 +242,6 @@ impl Home {
     }
 }
 
-/// `n` low bits set (`n` in 1..=64).
-#[inline(always)]
-fn run_mask(n: u32) -> u64 {
-    u64::MAX >> (64 - n)
-}
-
-/// Bit `i` set where bits `i..i + n` of `word` are all set (`n` >= 1):
-/// the run's length doubles at each step, so fifteen frames take four.
-#[inline]
-fn run_starts(word: u64, n: u32) -> u64 {
-    let (mut m, mut len) = (word, 1);
-    while len < n && m != 0 {
-        let step = len.min(n - len);
-        m &= m >> step;
-        len += step;
-    }
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,29 +264,6 @@ mod tests {
         // Empty, it moves with the next refill.
         assert!(h.accept(Pfn(3000), 10));
         assert!(h.contains(Pfn(2048), 10) && !h.contains(Pfn(1027), 10));
-    }
-
-    #[test]
-    fn run_starts_match_a_bit_by_bit_search() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..2000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Dense words, so that long runs occur.
-            let word = x | x.rotate_left(7) | x.rotate_left(19);
-            for n in 1..=64u32 {
-                let want = (0..=64 - n).fold(0u64, |acc, i| {
-                    if (i..i + n).all(|b| word >> b & 1 == 1) {
-                        acc | 1 << i
-                    } else {
-                        acc
-                    }
-                });
-                assert_eq!(run_starts(word, n), want, "word {word:#x}, n {n}");
-            }
-        }
-        assert_eq!(run_starts(u64::MAX, 64), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod carve;
 mod migratetype;
 mod order;
 mod pfn;
+pub mod run;
 pub mod unwind;
 
 pub use migratetype::{MIGRATE_TYPES, MigrateType, PCP_TYPES};

@@ -164,21 +164,43 @@ pub(crate) fn count_maximal(w: &[u64], c: u8, counts: &mut [u16]) {
         if v == 0 {
             continue;
         }
-        // runs[j]: where an aligned all-free block of order j starts.
-        let mut runs = [0u64; 7];
-        let mut r = v;
-        for (j, slot) in runs.iter_mut().enumerate() {
-            if j > 0 {
-                r &= r >> (1u32 << (j - 1));
-            }
-            *slot = r & ALIGNED[j];
-        }
+        let inside = word_maximal(v, low);
         for j in 0..usize::from(low) {
-            let parent = runs[j + 1];
-            let maximal = runs[j] & !(parent | (parent << (1u32 << j)));
-            counts[j] += maximal.count_ones() as u16;
+            counts[j] += inside[j];
         }
     }
+    count_whole_words(w, c, counts);
+}
+
+/// The maximal free blocks of each order below `low` (at most 6) that lie
+/// inside the word `v` of a chunk's bitmap (a wholly free word holds none:
+/// its frames belong to a block of order 6 or more).
+#[inline]
+pub(crate) fn word_maximal(v: u64, low: u8) -> [u16; 6] {
+    let mut counts = [0u16; 6];
+    if v == 0 {
+        return counts;
+    }
+    // runs[j]: where an aligned all-free block of order j starts.
+    let mut runs = [0u64; 7];
+    let mut r = v;
+    for (j, slot) in runs.iter_mut().enumerate() {
+        if j > 0 {
+            r &= r >> (1u32 << (j - 1));
+        }
+        *slot = r & ALIGNED[j];
+    }
+    for j in 0..usize::from(low) {
+        let parent = runs[j + 1];
+        let maximal = runs[j] & !(parent | (parent << (1u32 << j)));
+        counts[j] = maximal.count_ones() as u16;
+    }
+    counts
+}
+
+/// `counts[j]` for the orders `j` from 6 to below `c`: the maximal free
+/// blocks of whole words.
+pub(crate) fn count_whole_words(w: &[u64], c: u8, counts: &mut [u16]) {
     for j in 6..c {
         let n = 1usize << (j - 6);
         let full = |a: usize| w[a..a + n].iter().all(|&v| v == !0);

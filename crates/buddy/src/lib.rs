@@ -19,6 +19,7 @@ mod reporting;
 mod reservation;
 mod reserve;
 mod room;
+mod run;
 mod split;
 mod split_page;
 mod stats;
@@ -36,6 +37,7 @@ pub use pageframe_types::{
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
 pub use reservation::Reservation;
 pub use room::Room;
+pub use run::MAX_RUN;
 pub use stats::{BuddyInfo, Stats};
 pub use walk::{Walk, WalkItem};
 pub use zone::{BlockInfo, BuddyConfig, BuddyZone};

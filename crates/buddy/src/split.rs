@@ -70,6 +70,36 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
         self.refile(k);
     }
 
+    /// Redoes split chunk `k`'s counts of free blocks per order (and the
+    /// zone's) after word `w` of its bitmap changed from `old` and no other
+    /// word did (a run of frames taken or given back: the chunk's free
+    /// frames and the zone's pages are the caller's to count), and refiles
+    /// it. Only that word's blocks are counted again, and the blocks of
+    /// whole words only when the word became full or stopped being so.
+    pub(crate) fn recount_word(&mut self, k: Idx, w: usize, old: u64) {
+        let c = self.c;
+        let l = self.chunks[k].list as usize & (MAX_LISTS - 1);
+        let new = self.words(k)[w];
+        let low = c.min(6);
+        let (was, now) = (bits::word_maximal(old, low), bits::word_maximal(new, low));
+        let mut counts = self.chunks[k].counts;
+        for o in 0..usize::from(low) {
+            counts[o] = counts[o] + now[o] - was[o];
+        }
+        if c > 6 && (old == !0) != (new == !0) {
+            bits::count_whole_words(self.words(k), c, &mut counts);
+        }
+        for o in 0..c {
+            let (had, has) = (self.chunks[k].counts[o as usize], counts[o as usize]);
+            if had != has {
+                self.chunks[k].add_count(o, i32::from(has) - i32::from(had));
+                let b = self.sub.blocks_mut(l, o);
+                *b = *b + u64::from(has) - u64::from(had);
+            }
+        }
+        self.refile(k);
+    }
+
     /// Takes the block of `order` at bit `t` of split chunk `k` out of the
     /// free block of order `j` at bit `x` that holds it (`j` the chunk order
     /// for a wholly free chunk), leaving the other halves free, and marks
@@ -169,8 +199,16 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             self.refile(k);
             return (self.first(k) + x, m);
         }
-        // Wholly free: a block of the chunk order from now on.
-        if ch.flags & FILED != 0 {
+        self.whole_again(k, l, to_tail)
+    }
+
+    /// Split chunk `k`, wholly free now, with its counts of free blocks
+    /// already out of the zone's (list `l`'s): a block of the chunk order
+    /// from now on, on the free lists (where it may merge on). Returns the
+    /// free block it ended in, as (first frame, order).
+    pub(crate) fn whole_again(&mut self, k: Idx, l: usize, to_tail: bool) -> (Idx, u8) {
+        let c = self.c;
+        if self.chunks[k].flags & FILED != 0 {
             self.partial.unfile(&mut self.chunks, k);
         }
         self.sub.sub_pages(l, 1 << c);

@@ -422,3 +422,72 @@ fn memory_kept_for_last_is_handed_out_after_the_rest() {
     assert_eq!(z.requeue_last(r(0, 2 * CHUNK), ListId::new(1).unwrap()), 0);
     z.validate().unwrap();
 }
+
+/// A run of frames comes whole from one word of the fullest chunk that has
+/// room, as order-0 allocations, and goes back whole or frame by frame;
+/// a bad run back changes nothing, and a run that empties its chunk makes
+/// it a free block of the chunk order again.
+#[test]
+fn a_frame_run_comes_from_one_word_and_goes_back_whole() {
+    use pageframe_buddy::{MAX_RUN, Order};
+    let mut m = meta(r(0, 4 * CHUNK), 10);
+    // Chunk 0 has 20 free frames (every second one of its lowest 40),
+    // chunk 1 has 200, chunk 2 none, chunk 3 one.
+    let mut z = zone_with_fill(&mut m, &[20, 200, 0, 1]);
+    let free = z.free_pages();
+    // No chunk has a run of 3 among every-second frames: none of them
+    // is an aligned free block of order 2, so nothing is taken.
+    assert_eq!(z.alloc_frame_run(L, 3, 0), None);
+    assert_eq!(z.free_pages(), free);
+    // Make room in chunk 0: frames 1, 3, 5 and 7 back, so 0..9 are free
+    // (a free block of order 3 among them, which a run of 5 needs).
+    for f in [1, 3, 5, 7] {
+        z.free(Pfn(f), o(0)).unwrap();
+    }
+    let free = z.free_pages();
+    assert_eq!(z.alloc_frame_run(L, 5, 7), Some(Pfn(0)), "the lowest run");
+    assert_eq!(z.free_pages(), free - 5);
+    z.validate().unwrap();
+    for f in 0..5 {
+        assert_eq!(z.tag(Pfn(f)), Some(7), "frame {f} an order-0 allocation");
+    }
+    assert_eq!(z.alloc_frame_run(L, 0, 0), None);
+    assert_eq!(z.alloc_frame_run(L, MAX_RUN + 1, 0), None);
+    // Bad runs back change nothing.
+    let before = snapshot(&z);
+    assert_eq!(z.free_frame_run(Pfn(0), 6), Err(FreeError::AlreadyFree));
+    assert_eq!(z.free_frame_run(Pfn(60), 8), Err(FreeError::Misaligned));
+    assert_eq!(z.free_frame_run(Pfn(0), 0), Err(FreeError::Misaligned));
+    assert_eq!(
+        z.free_frame_run(Pfn(0), MAX_RUN + 1),
+        Err(FreeError::Misaligned)
+    );
+    assert_eq!(snapshot(&z), before);
+    // Back whole, then the zone is as before the run.
+    z.free_frame_run(Pfn(0), 5).unwrap();
+    assert_eq!(z.free_pages(), free);
+    z.validate().unwrap();
+    // Or frame by frame, as any order-0 allocation.
+    let p = z.alloc_frame_run(L, 4, 0).unwrap();
+    for f in 0..4 {
+        z.free(p + f, o(0)).unwrap();
+    }
+    assert_eq!(z.free_pages(), free);
+    z.validate().unwrap();
+    // A block of order 1 is no run of order-0 allocations.
+    let b = z.alloc(Order::new(1).unwrap(), L).unwrap();
+    let before = snapshot(&z);
+    assert!(z.free_frame_run(b, 2).is_err());
+    assert_eq!(snapshot(&z), before);
+    z.free(b, Order::new(1).unwrap()).unwrap();
+    // Chunk 3: every frame allocated but one; freeing them all as runs
+    // makes it a free block of the chunk order.
+    let (c3, large) = (3 * CHUNK, snapshot(&z)[9]);
+    for w in 0..8 {
+        let first = c3 + w * 64;
+        let n = if w == 0 { 63 } else { 64 };
+        z.free_frame_run(Pfn(first + 64 - n), n as u32).unwrap();
+    }
+    z.validate().unwrap();
+    assert_eq!(snapshot(&z)[9], large + 1, "chunk 3 whole again");
+}

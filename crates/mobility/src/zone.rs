@@ -214,6 +214,31 @@ impl<'a> MobileZone<'a> {
         self.buddy.alloc_run(pfn, list_of(mt), max, mt as u32, take)
     }
 
+    /// `n` contiguous frames (1..=64) of type `mt`'s own list, each an
+    /// order-0 allocation tagged with `mt`, from one bitmap word of the
+    /// chunk a block holding `n` would come from (`BuddyZone::alloc_frame_run`):
+    /// no fallback to another type's lists and no CMA frames, so `None`
+    /// (nothing changed) sends the caller to its block path, which has
+    /// both.
+    pub fn alloc_frame_run(&mut self, mt: MigrateType, n: u32) -> Option<Pfn> {
+        let mt = if self.mobility().grouping {
+            mt
+        } else {
+            MigrateType::Unmovable
+        };
+        if !mt.is_mergeable() {
+            return None;
+        }
+        self.buddy.alloc_frame_run(list_of(mt), n, mt as u32)
+    }
+
+    /// Frees `n` order-0 allocations from `first`, all in one bitmap word
+    /// of a chunk, at once (`BuddyZone::free_frame_run`): the same errors
+    /// as a free of each, nothing changed on one.
+    pub fn free_frame_run(&mut self, first: Pfn, n: u32) -> Result<(), FreeError> {
+        self.buddy.free_frame_run(first, n)
+    }
+
     /// Allocates `2^order` frames for a request of type `mt`: its own lists
     /// first, then claiming a fallback block, then stealing one (spec 02
     /// §5.2), with the highatomic reserve as `mode` allows. The block's tag

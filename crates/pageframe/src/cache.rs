@@ -241,10 +241,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 
     /// `n` contiguous frames (2..=64) from this CPU's cache's home
-    /// ([`LocalPcp::alloc_run`]), each marked an order-0 allocation:
+    /// ([`LocalPcp::alloc_run`]), or else from the zone as one run
+    /// ([`Zone::alloc_frame_run`]), each marked an order-0 allocation:
     /// `None` (nothing taken) for a request the cache would not serve (see
     /// [`Zone::cache_hit`]; the watermark is checked for the power of two
-    /// holding `n`) or when the home holds no such run.
+    /// holding `n`) or when neither has such a run.
     #[inline]
     pub(crate) fn cache_run<H: Hooks>(
         &self,
@@ -260,7 +261,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return None;
         }
         let mt = gfp.migratetype();
-        let p = local.alloc_run(&hooks.on(self), n, mt)?;
+        let Some(p) = local.alloc_run(&hooks.on(self), n, mt) else {
+            return self.alloc_frame_run(gfp, n);
+        };
         for f in (p.get()..p.get() + u64::from(n)).map(Pfn) {
             self.states.set_allocated(f, Order::ZERO, mt);
             self.vm(hooks.cpu).pcp_hit();
@@ -272,10 +275,11 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// through this CPU's cache, as [`Zone::free_cached`] of each would:
     /// their ownership bytes go to cached first, all or none. `false`
     /// (nothing changed) when one of them is no unpinned order-0
-    /// allocation, or is a non-movable frame of a CMA area: the caller's
-    /// general path decides. `taken` sees the run once all of it is the
-    /// caller's to free and before any of it reaches the cache (the
-    /// poisoning hook).
+    /// allocation, or is a non-movable frame of a CMA area, and for a run
+    /// of several frames that the cache's home does not take whole: the
+    /// caller's general path decides. `taken` sees the run once all of it
+    /// is the caller's to free and before any of it reaches the cache (the
+    /// poisoning hook; a run the home refuses has been seen by then).
     pub(crate) fn free_run_cached<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
@@ -317,9 +321,16 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             }
             return Ok(true);
         }
-        for (i, &mt) in mts[..n].iter().enumerate() {
-            self.cache_taken(hooks, local, frame(i), Order::ZERO, mt)?;
+        if n > 1 {
+            // Outside the home: the zone takes the run back in one step
+            // (`Machine::free_raw`), where the cache would hold each frame
+            // alone on a list and spill each alone.
+            for (i, &mt) in mts[..n].iter().enumerate() {
+                self.states.set_allocated(frame(i), Order::ZERO, mt);
+            }
+            return Ok(false);
         }
+        self.cache_taken(hooks, local, pfn, Order::ZERO, mts[0])?;
         Ok(true)
     }
 

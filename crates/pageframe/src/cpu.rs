@@ -577,18 +577,20 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     }
 
     /// `frames` contiguous frames (2 to 64), each an order-0 allocation of
-    /// its own, from this CPU's cache of the first zone the request tries,
-    /// when the cache's home chunk holds such a run inside one 64-frame
-    /// word of its bitmap: a request of a few frames that is no power of
-    /// two, served without rounding it up to a block and splitting off the
-    /// rest. Returns the first frame's number: the caller holds each frame
-    /// `pfn + i` as [`Block::into_raw`] would have handed it over (order
-    /// 0), and gives them back one by one ([`CpuCache::free_raw`]) or
-    /// together ([`CpuCache::free_range_raw`]). `None`, nothing taken, when
-    /// the cache holds no such run, or for a request [`CpuCache::alloc`]
-    /// would not serve from the cache (reserves, watermarks checked for the
-    /// power of two holding `frames`): allocate a block then. To the hooks
-    /// each frame is an allocation of order 0.
+    /// its own, inside one 64-frame word of a bitmap: from this CPU's cache
+    /// of the first zone the request tries when the cache's home holds such
+    /// a run, else from that zone (the fullest chunk of the request's type
+    /// with a free block of the power of two holding `frames`, taken while
+    /// the zone stays above its low mark). A request of a few frames that
+    /// is no power of two is so served without rounding it up to a block
+    /// and splitting off the rest. Returns the first frame's number: the
+    /// caller holds each frame `pfn + i` as [`Block::into_raw`] would have
+    /// handed it over (order 0), and gives them back one by one
+    /// ([`CpuCache::free_raw`]) or together ([`CpuCache::free_range_raw`]).
+    /// `None`, nothing taken, when neither has such a run, or for a request
+    /// [`CpuCache::alloc`] would not serve from the cache (reserves,
+    /// watermarks checked for the power of two holding `frames`): allocate
+    /// a block then. To the hooks each frame is an allocation of order 0.
     ///
     /// ```
     /// # use pageframe::{CpuId, Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};
@@ -642,10 +644,12 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
 
     /// [`Machine::free_raw`] through this CPU's cache: a range of up to 64
     /// order-0 allocations (as [`CpuCache::alloc_run_raw`] hands out) goes
-    /// to the cache at once when all of it lies in a zone this handle has
-    /// a cache of; any other range, and one the cache refuses whole, goes
-    /// to [`Machine::free_raw`], which says what is wrong with it. A range
-    /// refused changes nothing.
+    /// to the cache at once when all of it lies in the home of this
+    /// handle's cache of its zone (a single frame, anywhere in that zone);
+    /// any other range, and one the cache refuses whole, goes to
+    /// [`Machine::free_raw`], which takes a run of order-0 allocations
+    /// inside one 64-frame word back in one step and says what is wrong
+    /// with anything it refuses. A range refused changes nothing.
     ///
     /// # Safety
     ///

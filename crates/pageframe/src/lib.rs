@@ -116,6 +116,7 @@ mod compaction;
 pub mod debug;
 mod error;
 mod fragmap;
+mod frame_run;
 mod frame_state;
 mod gfp;
 pub mod lock;

@@ -9,6 +9,7 @@
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 
 use crate::block::RawError;
+use crate::frame_run::run_len;
 use crate::lock::{Platform, RawMutex};
 use crate::machine::Machine;
 use crate::zone_core::{Zone, ZoneInner};
@@ -83,6 +84,17 @@ impl<'a, P: Platform> Machine<'a, P> {
         // One critical section for the check, the splits and the frees of
         // up to `BLOCKS_A_HOLD` blocks.
         let mut z = zone.inner.lock();
+        // A run of order-0 allocations (as a run allocation hands out) in
+        // one step of the core, when nothing poisons the frames first.
+        if let Some(n) = run_len(range)
+            && !self.poisons_frees()
+            && zone.free_frame_run_locked(&mut z, range.start, n)
+        {
+            zone.after_zone_op(&z);
+            drop(z);
+            self.freed_range(zone, range);
+            return Ok(());
+        }
         let max = z.buddy.buddy().max_order();
         // Every frame in a live allocation, before anything changes.
         let mut p = range.start;

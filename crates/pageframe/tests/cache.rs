@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use common::*;
 use pageframe::{
-    Block, FreeError, Gfp, Machine, Migrator, NodeId, Order, Pfn, ZoneKind,
+    Block, FreeError, Gfp, Machine, Migrator, NodeId, Order, Pfn, PfnRange, ZoneKind,
     compact::{MigrateError, MigrateMode},
 };
 use pageframe::{
@@ -669,4 +669,59 @@ fn a_handle_serves_each_request_from_the_zone_it_tries_first() {
     // Node 1 has no DMA32 zone of its own: one request fails there.
     assert_eq!(served, 2 * requests.len() - 1);
     assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
+}
+
+/// A run of frames the cache's home cannot give comes from the zone, as
+/// order-0 allocations of one bitmap word, and goes back through the zone
+/// in one step: whole, in parts, or frame by frame; a run given back twice
+/// is refused with nothing changed.
+#[test]
+fn runs_the_home_lacks_come_from_the_zone_and_go_back_whole() {
+    let m = cached_machine(1);
+    let total = m.inspect().free_pages();
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    // A run takes no fallback: a first frame claims a pageblock for the
+    // request's type, as any allocation of it would.
+    let first = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
+    let total = total - 1;
+    // A fresh cache's home is empty: every run is the zone's.
+    let mut runs = Vec::new();
+    for k in [3u64, 5, 7, 9, 15, 33, 64] {
+        let p = c
+            .alloc_run_raw(Gfp::KERNEL, k)
+            .unwrap_or_else(|| panic!("a run of {k} from the zone"));
+        assert_eq!(p.get() / 64, (p.get() + k - 1) / 64, "one word of {k}");
+        runs.push((p, k));
+    }
+    assert_eq!(
+        m.inspect().free_pages(),
+        total - (3 + 5 + 7 + 9 + 15 + 33 + 64)
+    );
+    m.validate().unwrap();
+    // SAFETY: every run is this test's, held as numbers.
+    unsafe {
+        let (p, k) = runs[0];
+        c.free_range_raw(PfnRange::new(p, p + k)).unwrap();
+        let free = m.inspect().free_pages();
+        let again = c.free_range_raw(PfnRange::new(p, p + k));
+        assert_eq!(again.map_err(|e| e.why), Err(FreeError::AlreadyFree));
+        assert_eq!(m.inspect().free_pages(), free, "nothing changed");
+        // In parts: the middle, then the ends.
+        let (p, k) = runs[4];
+        c.free_range_raw(PfnRange::new(p + 4, p + 11)).unwrap();
+        c.free_range_raw(PfnRange::new(p, p + 4)).unwrap();
+        c.free_range_raw(PfnRange::new(p + 11, p + k)).unwrap();
+        // Frame by frame, each an order-0 allocation.
+        let (p, k) = runs[2];
+        for f in 0..k {
+            c.free_raw(p + f, Order::ZERO).unwrap();
+        }
+        for &(p, k) in runs.iter().skip(1).filter(|&&(_, k)| k != 15 && k != 7) {
+            c.free_range_raw(PfnRange::new(p, p + k)).unwrap();
+        }
+    }
+    c.drain();
+    assert_eq!(m.inspect().free_pages(), total);
+    m.validate().unwrap();
+    m.free(first).unwrap();
 }

@@ -142,7 +142,8 @@ impl FrameAllocator {
     /// a maximal buddy block, a block of the next power of two whose frames
     /// past `frames` go straight back (through the local calls, a count
     /// that is no power of two comes first as a run of single frames from
-    /// the CPU's cache when it holds one); beyond, a contiguous range.
+    /// the CPU's cache or the zone: [`CpuCache::alloc_run_raw`]); beyond,
+    /// a contiguous range.
     pub fn alloc_frames(&self, frames: u64, align: u64) -> Option<Pfn> {
         self.counted_alloc(frames, align, Via::Claim((self.current_cpu)()))
     }
@@ -311,8 +312,8 @@ impl FrameAllocator {
 
     /// `frames` fewer than the block of `order` holds (a count that is no
     /// power of two, or an alignment past it): a run of single frames
-    /// from the handle's cache if it has one (no block to split), else the
-    /// block with the frames past `frames` given back.
+    /// through the handle (its cache or the zone: no block to split), else
+    /// the block with the frames past `frames` given back.
     #[cold]
     fn alloc_part(
         &self,

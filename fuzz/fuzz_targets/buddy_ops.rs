@@ -12,7 +12,7 @@ use pageframe_buddy::{BuddyConfig, BuddyZone, Order, Pfn, PfnRange, SingleList};
 
 fn op(u: &mut Unstructured<'_>, start: u64, len: u64, max: u8) -> Result<Op> {
     let frame = |u: &mut Unstructured<'_>| -> Result<u64> { Ok(start + u.int_in_range(0..=len + 8)?) };
-    Ok(match u.int_in_range(0..=15u8)? {
+    Ok(match u.int_in_range(0..=18u8)? {
         0..=3 => Op::Alloc(u.int_in_range(0..=max + 1)?),
         4..=7 => Op::Free(u.arbitrary()?),
         8 => Op::FreeAny(frame(u)?, u.int_in_range(0..=max + 1)?),
@@ -22,7 +22,10 @@ fn op(u: &mut Unstructured<'_>, start: u64, len: u64, max: u8) -> Result<Op> {
         12 => Op::Hold,
         13 => Op::HeldAlloc(u.arbitrary()?),
         14 => Op::HeldFree(u.arbitrary()?, u.arbitrary()?),
-        _ => Op::Unhold(u.arbitrary()?),
+        15 => Op::Unhold(u.arbitrary()?),
+        16 => Op::AllocRun(u.int_in_range(0..=70)?),
+        17 => Op::FreeRun(frame(u)?, u.int_in_range(0..=70)?),
+        _ => Op::FreeLiveRun(u.arbitrary()?, u.int_in_range(1..=20)?),
     })
 }
 

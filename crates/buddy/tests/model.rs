@@ -35,6 +35,9 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 3 => any::<usize>().prop_map(Op::HeldAlloc),
                 2 => (any::<usize>(), any::<bool>()).prop_map(|(n, z)| Op::HeldFree(n, z)),
                 1 => any::<usize>().prop_map(Op::Unhold),
+                2 => (0u32..70).prop_map(Op::AllocRun),
+                1 => (0..len + 8, 0u32..70).prop_map(move |(p, n)| Op::FreeRun(start + p, n)),
+                2 => (any::<usize>(), 1u32..20).prop_map(|(i, n)| Op::FreeLiveRun(i, n)),
             ];
             (
                 Just(max),

@@ -38,6 +38,16 @@ pub enum Op {
     HeldFree(usize, bool),
     /// Give the n-th reservation back.
     Unhold(usize),
+    /// Allocate a run of this many frames as order-0 allocations
+    /// (`BuddyZone::alloc_frame_run`; 0 and more than 64 are bad input).
+    AllocRun(u32),
+    /// Free the run of this many order-0 allocations from a frame
+    /// (`BuddyZone::free_frame_run`): usually bad input.
+    FreeRun(u64, u32),
+    /// Free the run of order-0 allocations that starts at the n-th live
+    /// block, as long as the blocks after it are frames too (at most this
+    /// many).
+    FreeLiveRun(usize, u32),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -404,6 +414,47 @@ impl Model {
                     self.release_held(p, 0);
                 }
             }
+            Op::AllocRun(n) => {
+                let c = z.chunk_order().get();
+                let want = n.max(1).next_power_of_two().trailing_zeros() as u8;
+                let possible = (1..=64).contains(&n) && want < c && self.fits(want);
+                let before = (z.free_pages(), z.stats());
+                match z.alloc_frame_run(ListId::DEFAULT, n, 0) {
+                    Some(p) => {
+                        let (p, n) = (p.get(), u64::from(n));
+                        ensure!(possible, "a run of {n} although no block holds it");
+                        ensure!(
+                            self.all_free(p, p + n),
+                            "handed out a busy frame in {p:#x}+{n}"
+                        );
+                        let word = |f: u64| (f - self.base()) / 64;
+                        let chunk = |f: u64| (f - self.base()) >> c;
+                        ensure!(
+                            word(p) == word(p + n - 1) && chunk(p) == chunk(p + n - 1),
+                            "run {p:#x}+{n} across a bitmap word"
+                        );
+                        for f in p..p + n {
+                            self.take(f, 0);
+                        }
+                    }
+                    None => {
+                        ensure!(!possible, "no run of {n} although a block holds it");
+                        ensure!(
+                            (z.free_pages(), z.stats()) == before,
+                            "a refused run changed state"
+                        );
+                    }
+                }
+            }
+            Op::FreeRun(p, n) => self.free_run(z, p, n)?,
+            Op::FreeLiveRun(i, n) => {
+                if let Some((&p, _)) = self.live.iter().nth(i % self.live.len().max(1)) {
+                    let frames = (p..p + u64::from(n.clamp(1, 64)))
+                        .take_while(|f| self.live.get(f) == Some(&0))
+                        .count();
+                    self.free_run(z, p, frames as u32)?;
+                }
+            }
             Op::Unhold(n) => {
                 if !self.held.is_empty() {
                     let (r, mine) = self.held.swap_remove(n % self.held.len());
@@ -425,6 +476,47 @@ impl Model {
             }
         }
         self.check(z)
+    }
+
+    /// The first frame the zone's chunks and bitmap words count from (the
+    /// span's start rounded down to the maximum order, as the zone does).
+    fn base(&self) -> u64 {
+        self.span.start.get() & !((1u64 << self.max) - 1)
+    }
+
+    /// `free_frame_run(p, n)` on both: accepted exactly for 1 to 64 order-0
+    /// allocations no reservation handed out, inside one bitmap word of one
+    /// split chunk; anything else refused with nothing changed.
+    fn free_run<P: MergePolicy>(
+        &mut self,
+        z: &mut BuddyZone<'_, P>,
+        p: u64,
+        n: u32,
+    ) -> Result<(), String> {
+        let c = z.chunk_order().get();
+        let n64 = u64::from(n);
+        let rel = p.wrapping_sub(self.base());
+        let valid = (1..=64).contains(&n)
+            && c > 0
+            && self.span.contains(Pfn(p))
+            && (p..p + n64).all(|f| self.live.get(&f) == Some(&0) && self.holder(f).is_none())
+            && rel % 64 + n64 <= 64
+            && (rel & ((1 << c) - 1)) + n64 <= 1 << c;
+        let before = (z.free_pages(), z.stats());
+        let res = z.free_frame_run(Pfn(p), n);
+        if valid {
+            ensure!(res.is_ok(), "valid run {p:#x}+{n} refused: {res:?}");
+            for f in p..p + n64 {
+                self.release(f, 0);
+            }
+        } else {
+            ensure!(res.is_err(), "bad run {p:#x}+{n} accepted");
+            ensure!(
+                (z.free_pages(), z.stats()) == before,
+                "a refused run changed state"
+            );
+        }
+        Ok(())
     }
 
     /// `validate()` and the free-frame count.

@@ -294,21 +294,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return Ok(false);
         }
         let frame = |i: usize| pfn + i as u64;
-        for i in 0..n {
-            match self.states.take_for_cache(frame(i), Order::ZERO) {
-                Ok(mt) if mt == MigrateType::Movable || !self.in_cma(frame(i)) => mts[i] = mt,
-                taken => {
-                    if let Ok(mt) = taken {
-                        self.states.set_allocated(frame(i), Order::ZERO, mt);
-                    }
-                    for (j, &mt) in mts[..i].iter().enumerate() {
-                        self.states.set_allocated(frame(j), Order::ZERO, mt);
-                    }
-                    return Ok(false);
-                }
-            }
+        let run = PfnRange::new(pfn, frame(n));
+        if !self.states.take_run_for_cache(pfn, &mut mts[..n]) {
+            return Ok(false);
         }
-        taken(PfnRange::new(pfn, frame(n)));
+        // A CMA area's frames stay out of the caches' other lists.
+        if self.range_in_cma(run)
+            && (0..n).any(|i| mts[i] != MigrateType::Movable && self.in_cma(frame(i)))
+        {
+            self.states.give_back_run(pfn, &mts[..n]);
+            return Ok(false);
+        }
+        taken(run);
         let list = |mt| pcp_list_type(mt).unwrap_or(MigrateType::Movable);
         let first = list(mts[0]);
         if mts[1..n].iter().all(|&mt| list(mt) == first)
@@ -325,9 +322,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             // Outside the home: the zone takes the run back in one step
             // (`Machine::free_raw`), where the cache would hold each frame
             // alone on a list and spill each alone.
-            for (i, &mt) in mts[..n].iter().enumerate() {
-                self.states.set_allocated(frame(i), Order::ZERO, mt);
-            }
+            self.states.give_back_run(pfn, &mts[..n]);
             return Ok(false);
         }
         self.cache_taken(hooks, local, pfn, Order::ZERO, mts[0])?;

@@ -4,7 +4,7 @@
 //! allocator). A block of the next power of two would cost a split of its
 //! spare frames under the zone lock now and their merge at every free.
 
-use pageframe_buddy::{FreeError, MAX_RUN, Order, Pfn, PfnRange};
+use pageframe_buddy::{MAX_RUN, Order, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
 
 use crate::gfp::Gfp;
@@ -53,31 +53,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         n: u32,
     ) -> bool {
         let mut mts = [MigrateType::Movable; MAX_RUN as usize];
-        let frame = |i: usize| first + i as u64;
-        let give_back = |mts: &[MigrateType]| {
-            for (i, &mt) in mts.iter().enumerate() {
-                self.states.set_allocated(frame(i), Order::ZERO, mt);
-            }
+        let Some(mts) = mts.get_mut(..n as usize) else {
+            return false;
         };
-        for i in 0..n as usize {
-            // The byte decides who frees, by compare-and-swap, as a free of
-            // one frame does (a cache frees without this lock).
-            let taken = match self.states.is_pinned(frame(i)) {
-                true => Err(FreeError::Busy),
-                false => self.states.take_for_free(frame(i), Order::ZERO),
-            };
-            match taken {
-                Ok(mt) => mts[i] = mt,
-                Err(_) => {
-                    give_back(&mts[..i]);
-                    return false;
-                }
-            }
+        // The bytes decide who frees, by compare-and-swap, as a free of one
+        // frame does (a cache frees without this lock).
+        if !self.states.take_run_for_free(first, mts) {
+            return false;
         }
         match z.buddy.free_frame_run(first, n) {
             Ok(()) => true,
             Err(_) => {
-                give_back(&mts[..n as usize]);
+                self.states.give_back_run(first, mts);
                 false
             }
         }

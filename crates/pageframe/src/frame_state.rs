@@ -380,6 +380,65 @@ impl<'a> FrameStates<'a> {
         Some(CacheClaim { slot, v, mt })
     }
 
+    /// [`FrameStates::take_for_cache`] of the `mts.len()` order-0
+    /// allocations from `pfn`, all or none: see [`FrameStates::take_run`].
+    #[inline]
+    pub(crate) fn take_run_for_cache(&self, pfn: Pfn, mts: &mut [MigrateType]) -> bool {
+        self.take_run(pfn, mts, encode(CACHED, Order::ZERO))
+    }
+
+    /// [`FrameStates::take_for_free`] of the `mts.len()` order-0
+    /// allocations from `pfn` (zone lock held), all or none, pinned ones
+    /// refused: see [`FrameStates::take_run`].
+    #[inline]
+    pub(crate) fn take_run_for_free(&self, pfn: Pfn, mts: &mut [MigrateType]) -> bool {
+        self.take_run(pfn, mts, FREE)
+    }
+
+    /// Moves each byte of the `mts.len()` frames from `pfn` from "allocated
+    /// at order 0, not pinned" to `to` by compare-and-swap, all or none:
+    /// `true` with each one's type in `mts`; `false`, every byte as it was,
+    /// when one of them is no such allocation (or another CPU changed it
+    /// meanwhile: the caller's frame-by-frame path says what is wrong) or
+    /// lies outside the span. The span is checked once for the run.
+    #[inline]
+    fn take_run(&self, pfn: Pfn, mts: &mut [MigrateType], to: u8) -> bool {
+        let Some(slots) = self.run_slots(pfn, mts.len()) else {
+            return false;
+        };
+        for (j, s) in slots.iter().enumerate() {
+            let v = s.load(Relaxed);
+            let taken = unpinned_allocation(v, Order::ZERO)
+                .filter(|_| s.compare_exchange(v, to, Relaxed, Relaxed).is_ok());
+            match taken {
+                Some(mt) => mts[j] = mt,
+                None => {
+                    self.give_back_run(pfn, &mts[..j]);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The bytes of frames from `pfn` taken by [`FrameStates::take_run`]
+    /// (their types in `mts`) back to "allocated at order 0".
+    #[inline]
+    pub(crate) fn give_back_run(&self, pfn: Pfn, mts: &[MigrateType]) {
+        if let Some(slots) = self.run_slots(pfn, mts.len()) {
+            for (s, &mt) in slots.iter().zip(mts) {
+                s.store(allocated(Order::ZERO, mt), Relaxed);
+            }
+        }
+    }
+
+    /// The bytes of the `n` frames from `pfn`, if all lie in the span.
+    #[inline]
+    fn run_slots(&self, pfn: Pfn, n: usize) -> Option<&[AtomicU8]> {
+        let i = usize::try_from(pfn.get().wrapping_sub(self.base.get())).ok()?;
+        self.bytes.get(i..i.checked_add(n)?)
+    }
+
     #[cold]
     #[inline(never)]
     fn take_for_cache_checked(&self, pfn: Pfn, order: Order) -> Result<MigrateType, FreeError> {

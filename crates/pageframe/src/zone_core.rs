@@ -224,6 +224,13 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.cma_span.contains(pfn)
     }
 
+    /// Whether a frame of `range` may lie in a CMA area (see
+    /// [`Zone::in_cma`]).
+    #[inline]
+    pub(crate) fn range_in_cma(&self, range: PfnRange) -> bool {
+        !range.intersect(&self.cma_span).is_empty()
+    }
+
     /// The zone's kind.
     pub fn kind(&self) -> ZoneKind {
         self.kind

@@ -2,9 +2,9 @@
 //! allocations of order 0, for a caller whose request is a count of frames
 //! rather than a power of two (OSTD's frame allocator takes and gives back
 //! any number of frames). A run comes whole from one word of a split
-//! chunk's bitmap, so it costs one bit operation and one recount of the
-//! chunk, where a block of the next power of two would cost a split of
-//! its spare frames now and a merge of them at every free.
+//! chunk's bitmap, so it costs one bit operation and a recount of that
+//! word, where a block of the next power of two would cost a split of its
+//! spare frames now and a merge of them at every free.
 
 use crate::chunk::{MAX_CHUNK_ORDER, Mode, RBITS};
 use crate::error::FreeError;

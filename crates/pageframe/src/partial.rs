@@ -40,10 +40,10 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// zone's lock once for up to 64 blocks (a frame an order-0 stripe
     /// handed out goes back to that stripe, outside it); a range of 2 to 64
     /// order-0 allocations inside one 64-frame word (a run
-    /// [`crate::CpuCache::alloc_run_raw`] hands out) goes back in one step. Should another
-    /// CPU change the range meanwhile
-    /// (which only a breach of the contract below can do), the frames
-    /// before the named one are freed and the rest are still allocated.
+    /// [`crate::CpuCache::alloc_run_raw`] hands out) goes back in one step.
+    /// Should another CPU change the range meanwhile (which only a breach
+    /// of the contract below can do), the frames before the named one are
+    /// freed and the rest are still allocated.
     ///
     /// ```
     /// # use pageframe::{Gfp, Machine, MachineConfig, NodeId, Order, Pfn, PfnRange, ZoneKind};

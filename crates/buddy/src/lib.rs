@@ -15,6 +15,7 @@ mod free_area;
 mod large;
 mod partial_chunks;
 mod policy;
+mod prefetch;
 mod reporting;
 mod reservation;
 mod reserve;
@@ -35,6 +36,7 @@ pub use pageframe_types::{
     PAGE_SIZE, Pfn, PfnRange, PhysAddr,
 };
 pub use policy::{ListId, MAX_LISTS, MergePolicy, SingleList};
+pub use prefetch::Prefetch;
 pub use reservation::Reservation;
 pub use room::Room;
 pub use run::MAX_RUN;

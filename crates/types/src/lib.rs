@@ -7,6 +7,7 @@ pub mod carve;
 mod migratetype;
 mod order;
 mod pfn;
+pub mod prefetch;
 pub mod run;
 pub mod unwind;
 

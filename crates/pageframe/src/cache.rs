@@ -695,7 +695,16 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
     /// block's pageblock type (spec 04 §5.1).
     fn spill(&self, batch: &mut SpillBatch<'_, '_>) {
         let mut z = self.inner.lock();
-        for (pfn, order) in batch {
+        // The foreign list holds frames freed outside the home, in no
+        // order: the next one's lines load while this one is freed. (A
+        // home gives its frames back in address order, sharing lines.)
+        let ahead = batch.is_foreign().then(|| self.prefetcher());
+        let mut next = batch.next();
+        while let Some((pfn, order)) = next {
+            next = batch.next();
+            if let (Some(lines), Some((p, _))) = (&ahead, next) {
+                lines.frame(p);
+            }
             self.states.set_free(pfn);
             // SAFETY: a cached block is this cache's alone (its byte went
             // from allocated to cached by compare-and-swap, or it came from

@@ -29,6 +29,7 @@ use crate::sync::AtomicU8;
 
 use pageframe_buddy::{FreeError, Order, Pfn, PfnRange};
 use pageframe_mobility::MigrateType;
+use pageframe_types::prefetch::prefetch;
 
 /// The kind in the high nibble, the order in the low one.
 const KIND_SHIFT: u32 = 4;
@@ -134,6 +135,26 @@ pub(crate) struct FrameStates<'a> {
     bytes: &'a [AtomicU8],
 }
 
+/// Where a zone's ownership bytes lie, as numbers ([`FrameStates::prefetcher`]).
+#[derive(Clone, Copy)]
+pub(crate) struct StatesPrefetch {
+    base: Pfn,
+    bytes: usize,
+}
+
+impl StatesPrefetch {
+    /// Starts loading `pfn`'s byte ([`pageframe_types::prefetch`]); a
+    /// frame outside the span names some other address, a wasted load at
+    /// most.
+    #[inline(always)]
+    pub(crate) fn frame(&self, pfn: Pfn) {
+        let i = pfn.get().wrapping_sub(self.base.get()) as usize;
+        prefetch(core::ptr::without_provenance::<u8>(
+            self.bytes.wrapping_add(i),
+        ));
+    }
+}
+
 impl<'a> FrameStates<'a> {
     /// Bytes needed for `span` (one a frame).
     pub(crate) const fn bytes(span: PfnRange) -> usize {
@@ -179,6 +200,15 @@ impl<'a> FrameStates<'a> {
         // past any slice's length.
         let i = pfn.get().wrapping_sub(self.base.get());
         self.bytes.get(usize::try_from(i).ok()?)
+    }
+
+    /// Where the bytes lie, for starting to load one ahead of its use.
+    #[inline(always)]
+    pub(crate) fn prefetcher(&self) -> StatesPrefetch {
+        StatesPrefetch {
+            base: self.base,
+            bytes: self.bytes.as_ptr().addr(),
+        }
     }
 
     /// The cache line (by address) holding `pfn`'s byte: 64 frames share

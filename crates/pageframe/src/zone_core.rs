@@ -11,7 +11,9 @@ use core::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 
 use pageframe_types::atomic::AtomicU64;
 
-use pageframe_buddy::{BlockInfo, FreeError, InitError, Order, Pfn, PfnRange, RangeError, Stats};
+use pageframe_buddy::{
+    BlockInfo, FreeError, InitError, Order, Pfn, PfnRange, Prefetch, RangeError, Stats,
+};
 use pageframe_compact::CompactState;
 use pageframe_mobility::{FallbackStats, MobileZone, MobilityConfig, Watermarks, ZoneMarks};
 use pageframe_pcp::{PcpSet, ZoneFlags};
@@ -21,7 +23,7 @@ use crate::debug::owner_record::Owners;
 use crate::debug::vmstat::{CpuCounters, ZoneCounters};
 use crate::debug::{Event, Hooks, NoHooks};
 use crate::error::AllocError;
-use crate::frame_state::{FrameStates, State};
+use crate::frame_state::{FrameStates, State, StatesPrefetch};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node_id::NodeId;
@@ -42,6 +44,28 @@ pub(crate) struct ZoneInner<'a> {
     pub watermark_failures: u64,
     /// Order-0 allocations through the lock (for the stripes' recheck).
     pub small_allocs: u32,
+}
+
+/// Where the lines a free of a frame reads first lie (its ownership byte,
+/// and its chunk's entry and bitmap word in the core), copied out of the
+/// zone: a loop that frees a batch starts loading the next block's while
+/// it frees this one, so that their misses overlap the work instead of
+/// following one another.
+#[derive(Clone, Copy)]
+pub(crate) struct FramePrefetch {
+    states: StatesPrefetch,
+    core: Prefetch,
+}
+
+impl FramePrefetch {
+    /// Starts loading the lines of the block at `pfn`, a frame of the
+    /// zone's span (another frame's hint names some other address, a
+    /// wasted load at most).
+    #[inline(always)]
+    pub(crate) fn frame(&self, pfn: Pfn) {
+        self.states.frame(pfn);
+        self.core.frame(pfn);
+    }
 }
 
 /// A zone of a [`crate::Machine`]: a buddy allocator grouped by mobility
@@ -87,6 +111,8 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     pub(crate) owners: Owners<'a>,
     /// Counters of each CPU with a cache, beside the caches.
     pub(crate) vm_cpus: CpuCounters<'a>,
+    /// Where the core's metadata of a frame lies, for [`Zone::prefetch`].
+    core_lines: Prefetch,
 }
 
 impl<'a, R: RawMutex> Zone<'a, R> {
@@ -158,6 +184,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
+        let core_lines = buddy.buddy().prefetch();
         let p = slot.as_mut_ptr();
         // SAFETY: `p` points to `slot`, valid for writes of a `Zone`; each
         // write targets one field through a raw place, creating no
@@ -187,8 +214,19 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             addr_of_mut!((*p).vm_shared).write(ZoneCounters::new());
             addr_of_mut!((*p).owners).write(owners);
             addr_of_mut!((*p).vm_cpus).write(CpuCounters::NONE);
+            addr_of_mut!((*p).core_lines).write(core_lines);
         }
         Ok(())
+    }
+
+    /// The lines a free of a block reads first, for starting to load them
+    /// ahead: see [`FramePrefetch`].
+    #[inline(always)]
+    pub(crate) fn prefetcher(&self) -> FramePrefetch {
+        FramePrefetch {
+            states: self.states.prefetcher(),
+            core: self.core_lines,
+        }
     }
 
     /// The counters `cpu` bumps: its own when it has a cache of this zone,
@@ -496,6 +534,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
+        // The core's lines load while the ownership byte (read right away)
+        // and the lock are dealt with.
+        self.core_lines.frame(pfn);
         // A frame of a chunk a stripe holds goes back to that stripe.
         if order == Order::ZERO
             && let Some(r) = self

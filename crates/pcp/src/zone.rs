@@ -264,6 +264,13 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
     pub fn blocks(&self) -> u32 {
         self.blocks
     }
+
+    /// Whether this is a spill of the foreign list: frames freed outside
+    /// the cache's home, seldom neighbours of one another, so that a zone
+    /// gains by loading the next one's metadata while it frees this one.
+    pub fn is_foreign(&self) -> bool {
+        self.only
+    }
 }
 
 impl SpillBatch<'_, '_> {

@@ -534,9 +534,6 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
-        // The core's lines load while the ownership byte (read right away)
-        // and the lock are dealt with.
-        self.core_lines.frame(pfn);
         // A frame of a chunk a stripe holds goes back to that stripe.
         if order == Order::ZERO
             && let Some(r) = self
@@ -546,6 +543,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         {
             return Ok(());
         }
+        // The core's lines load while the lock and the ownership byte are
+        // dealt with.
+        self.core_lines.frame(pfn);
         let mut z = self.inner.lock();
         let r = self.free_locked(&mut z, pfn, order);
         if r.is_ok() {

@@ -396,13 +396,29 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             }
         }
         match self.try_alloc_locked(hooks, gfp, order, flags, highest) {
-            // Frames the stripes hold free are not the zone's: before
-            // failing, give them back and try once more.
-            Err(AllocError::OutOfMemory) if self.release_stripes() > 0 => {
-                self.try_alloc_locked(hooks, gfp, order, flags, highest)
-            }
+            Err(AllocError::OutOfMemory) => self.alloc_unstriped(hooks, gfp, order, flags, highest),
             r => r,
         }
+    }
+
+    /// [`Zone::try_alloc_with`] after the zone found nothing: frames the
+    /// stripes hold free are not the zone's, so they go back and the zone
+    /// is tried once more. Out of line, so that the common path's call of
+    /// [`Zone::try_alloc_locked`] is its only one.
+    #[cold]
+    #[inline(never)]
+    fn alloc_unstriped<H: Hooks>(
+        &self,
+        hooks: &H,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Result<Pfn, AllocError> {
+        if self.release_stripes() == 0 {
+            return Err(AllocError::OutOfMemory);
+        }
+        self.try_alloc_locked(hooks, gfp, order, flags, highest)
     }
 
     /// Whether a request may take its frame from the order-0 stripes.
@@ -416,6 +432,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 
     /// [`Zone::try_alloc`] under the zone lock, without the stripes.
+    #[inline]
     fn try_alloc_locked<H: Hooks>(
         &self,
         hooks: &H,

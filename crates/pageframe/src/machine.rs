@@ -1110,7 +1110,7 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// one frame are two owners). A stale number, whose block was freed
     /// and handed to someone else since, passes the check and takes that
     /// owner's memory. Any other number is refused, with nothing changed.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn block_from_raw(&self, pfn: Pfn, order: Order) -> Result<Block, RawError> {
         let err = |why| RawError { pfn, why };
         let r = self.zone_ref_of(pfn).ok_or(err(FreeError::OutOfRange))?;

@@ -409,4 +409,30 @@ mod tests {
         assert_eq!(sink.taken(), 3);
         assert_eq!(lists.len(li), 3);
     }
+
+    /// A spill says whether it is the foreign list's (frames in no order,
+    /// whose metadata a zone loads ahead) and hands out every frame of its
+    /// list, the coldest first, whether the caller pulls one ahead or not.
+    #[test]
+    fn a_spill_says_whether_it_is_the_foreign_lists() {
+        let mut slots = std::vec![Slot::EMPTY; 8];
+        let mut lists = Lists::new(&mut slots);
+        let li = ListIndex::new(0).unwrap();
+        for f in [5, 900, 77] {
+            lists.push_head(ListIndex::FOREIGN, Pfn(f)).unwrap();
+            lists.push_head(li, Pfn(f + 1)).unwrap();
+        }
+        let mut batch = SpillBatch::foreign(&mut lists, 3);
+        assert!(batch.is_foreign());
+        let got: std::vec::Vec<_> = batch.by_ref().map(|(p, o)| (p.get(), o.get())).collect();
+        assert_eq!(got, [(5, 0), (900, 0), (77, 0)]);
+        assert_eq!(batch.pages(), 3);
+
+        let batch = SpillBatch::new(&mut lists, None, Order::new_truncated(9), 3, li);
+        assert!(!batch.is_foreign());
+        assert_eq!(
+            batch.map(|(p, _)| p.get()).collect::<std::vec::Vec<_>>(),
+            [6, 901, 78]
+        );
+    }
 }

@@ -698,12 +698,10 @@ impl<R: RawMutex> PcpZone for Zone<'_, R> {
         // The foreign list holds frames freed outside the home, in no
         // order: the next one's lines load while this one is freed. (A
         // home gives its frames back in address order, sharing lines.)
-        let ahead = batch.is_foreign().then(|| self.prefetcher());
-        let mut next = batch.next();
-        while let Some((pfn, order)) = next {
-            next = batch.next();
-            if let (Some(lines), Some((p, _))) = (&ahead, next) {
-                lines.frame(p);
+        let ahead = self.prefetcher();
+        while let Some((pfn, order)) = batch.next() {
+            if let Some(p) = batch.peek_foreign() {
+                ahead.frame(p);
             }
             self.states.set_free(pfn);
             // SAFETY: a cached block is this cache's alone (its byte went

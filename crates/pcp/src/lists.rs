@@ -263,6 +263,13 @@ impl<'m> Lists<'m> {
         n
     }
 
+    /// The frame [`Lists::pop_tail`] would take, left in place.
+    #[inline]
+    pub(crate) fn tail(&self, li: ListIndex) -> Option<Pfn> {
+        let s = self.heads[li.get()].last;
+        (s != NIL).then(|| Pfn(self.slots[s as usize].frame))
+    }
+
     /// Removes the tail (the coldest block, spilled first, spec 04 §5.5).
     #[inline]
     pub(crate) fn pop_tail(&mut self, li: ListIndex) -> Option<Pfn> {

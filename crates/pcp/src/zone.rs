@@ -265,11 +265,17 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
         self.blocks
     }
 
-    /// Whether this is a spill of the foreign list: frames freed outside
-    /// the cache's home, seldom neighbours of one another, so that a zone
-    /// gains by loading the next one's metadata while it frees this one.
-    pub fn is_foreign(&self) -> bool {
-        self.only
+    /// In a spill of the foreign list (frames freed outside the cache's
+    /// home, seldom neighbours of one another, so that a zone gains by
+    /// loading the next one's metadata while it frees this one), the frame
+    /// the next call of `next` will hand out, left in place; `None` at the
+    /// batch's end and in any other spill.
+    #[inline]
+    pub fn peek_foreign(&self) -> Option<Pfn> {
+        if !self.only || self.remaining <= 0 {
+            return None;
+        }
+        self.lists.tail(ListIndex::FOREIGN)
     }
 }
 
@@ -410,11 +416,12 @@ mod tests {
         assert_eq!(lists.len(li), 3);
     }
 
-    /// A spill says whether it is the foreign list's (frames in no order,
-    /// whose metadata a zone loads ahead) and hands out every frame of its
-    /// list, the coldest first, whether the caller pulls one ahead or not.
+    /// A spill of the foreign list (frames in no order, whose metadata a
+    /// zone loads ahead) names the frame it hands out next without taking
+    /// it, another spill names none; a spill hands out its frames the
+    /// coldest first and stops at its size.
     #[test]
-    fn a_spill_says_whether_it_is_the_foreign_lists() {
+    fn a_foreign_spill_names_its_next_frame() {
         let mut slots = std::vec![Slot::EMPTY; 8];
         let mut lists = Lists::new(&mut slots);
         let li = ListIndex::new(0).unwrap();
@@ -422,17 +429,21 @@ mod tests {
             lists.push_head(ListIndex::FOREIGN, Pfn(f)).unwrap();
             lists.push_head(li, Pfn(f + 1)).unwrap();
         }
-        let mut batch = SpillBatch::foreign(&mut lists, 3);
-        assert!(batch.is_foreign());
-        let got: std::vec::Vec<_> = batch.by_ref().map(|(p, o)| (p.get(), o.get())).collect();
-        assert_eq!(got, [(5, 0), (900, 0), (77, 0)]);
-        assert_eq!(batch.pages(), 3);
+        // Two of the three: the peek names each next frame, then none.
+        let mut batch = SpillBatch::foreign(&mut lists, 2);
+        let mut got = std::vec::Vec::new();
+        while let Some(next) = batch.peek_foreign() {
+            let (p, o) = batch.next().expect("the frame peeked at");
+            assert_eq!((p, o.get()), (next, 0));
+            got.push(p.get());
+        }
+        assert_eq!(got, [5, 900]);
+        assert_eq!((batch.next(), batch.pages()), (None, 2));
+        assert_eq!(lists.len(ListIndex::FOREIGN), 1, "77 stays cached");
 
-        let batch = SpillBatch::new(&mut lists, None, Order::new_truncated(9), 3, li);
-        assert!(!batch.is_foreign());
-        assert_eq!(
-            batch.map(|(p, _)| p.get()).collect::<std::vec::Vec<_>>(),
-            [6, 901, 78]
-        );
+        let mut batch = SpillBatch::new(&mut lists, None, Order::new_truncated(9), 3, li);
+        assert_eq!(batch.peek_foreign(), None);
+        let got: std::vec::Vec<_> = batch.by_ref().map(|(p, _)| p.get()).collect();
+        assert_eq!(got, [6, 901, 78]);
     }
 }

@@ -148,10 +148,14 @@ impl StatesPrefetch {
     /// most.
     #[inline(always)]
     pub(crate) fn frame(&self, pfn: Pfn) {
+        prefetch(core::ptr::without_provenance::<u8>(self.line(pfn)));
+    }
+
+    /// The address [`StatesPrefetch::frame`] hints for `pfn`.
+    #[inline(always)]
+    fn line(&self, pfn: Pfn) -> usize {
         let i = pfn.get().wrapping_sub(self.base.get()) as usize;
-        prefetch(core::ptr::without_provenance::<u8>(
-            self.bytes.wrapping_add(i),
-        ));
+        self.bytes.wrapping_add(i)
     }
 }
 
@@ -709,5 +713,17 @@ mod tests {
             assert_eq!(decode(encode(MOVED_OUT, o)), State::MovedOut(o));
         }
         assert_eq!(decode(FREE), State::Free);
+    }
+
+    #[test]
+    fn the_hint_names_the_frames_own_byte() {
+        let span = PfnRange::new(Pfn(100), Pfn(164));
+        let mut mem = [MaybeUninit::<u8>::uninit(); 64];
+        let st = FrameStates::new(span, &mut mem).unwrap();
+        let hint = st.prefetcher();
+        for f in span.start.get()..span.end.get() {
+            let byte = st.slot(Pfn(f)).expect("in the span");
+            assert_eq!(hint.line(Pfn(f)), core::ptr::from_ref(byte).addr());
+        }
     }
 }

@@ -111,7 +111,8 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     pub(crate) owners: Owners<'a>,
     /// Counters of each CPU with a cache, beside the caches.
     pub(crate) vm_cpus: CpuCounters<'a>,
-    /// Where the core's metadata of a frame lies, for [`Zone::prefetch`].
+    /// Where the core's metadata of a frame lies: a free's hint before
+    /// the lock, and [`Zone::prefetcher`]'s.
     core_lines: Prefetch,
 }
 

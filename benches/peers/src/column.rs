@@ -41,6 +41,17 @@ impl Column {
         }
     }
 
+    /// The column's name on the command line (`--column`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Column::ZoneNumbers => "zone-numbers",
+            Column::ZoneBlocks => "zone-blocks",
+            Column::CacheNumbers => "cache-numbers",
+            Column::CacheBlocks => "cache-blocks",
+            Column::LlFree => "llfree",
+        }
+    }
+
     /// Runs `row` once on a fresh allocator of this column.
     pub fn measure(self, row: Row, s: &Setup) -> Sample {
         let n = row.threads();

@@ -1,12 +1,14 @@
 //! pageframe and llfree-rs side by side, in one process, timed from
 //! outside: `cargo xtask peers [--llfree DIR] [--rounds N] [--iters N]
-//! [--secs S] [--seed N] [--out FILE]`.
+//! [--secs S] [--seed N] [--out FILE] [--row NAME] [--column NAME]`.
 //!
 //! Every cell is one workload on a fresh allocator over the same simulated
 //! frames (numbers, never touched). Each round runs every row once for
 //! every column, the columns' order rotated from round to round; the table
 //! gives each cell's median over the rounds and its spread. The
-//! single-thread rows run pinned to one core.
+//! single-thread rows run pinned to one core. `--row` and `--column` run
+//! one row or one column alone (the others' cells stay empty): for a
+//! profiler, or to time one cell against a build of another tree.
 
 mod column;
 mod frames;
@@ -37,10 +39,13 @@ struct Args {
     secs: f64,
     seed: u64,
     out: Option<PathBuf>,
+    row: Option<Row>,
+    column: Option<Column>,
 }
 
 const USAGE: &str = "usage: peers [--llfree DIR] [--rounds N] [--iters N] [--pairs N] [--secs S] \
-                     [--seed N] [--out FILE]";
+                     [--seed N] [--out FILE] [--row pair0|pair9|fill|free|scattered|threads] \
+                     [--column zone-numbers|zone-blocks|cache-numbers|cache-blocks|llfree]";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -51,6 +56,8 @@ fn parse() -> Result<Args, String> {
         secs: 1.0,
         seed: 1,
         out: None,
+        row: None,
+        column: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +77,22 @@ fn parse() -> Result<Args, String> {
             }
             "--seed" => a.seed = value.parse().map_err(bad)?,
             "--out" => a.out = Some(PathBuf::from(&value)),
+            "--row" => {
+                a.row = Some(
+                    Row::ALL
+                        .into_iter()
+                        .find(|r| r.name() == value)
+                        .ok_or_else(|| format!("--row {value}: no such row; {USAGE}"))?,
+                )
+            }
+            "--column" => {
+                a.column = Some(
+                    Column::ALL
+                        .into_iter()
+                        .find(|c| c.name() == value)
+                        .ok_or_else(|| format!("--column {value}: no such column; {USAGE}"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {flag}; {USAGE}")),
         }
     }
@@ -149,13 +172,16 @@ fn run() -> Result<(), String> {
             cores: [cores.first().copied(), cores.get(1).copied()],
         };
         for (r, &row) in Row::ALL.iter().enumerate() {
-            if row == Row::Threads && !two_cores {
+            if (row == Row::Threads && !two_cores) || args.row.is_some_and(|only| only != row) {
                 continue;
             }
             let n = Column::ALL.len();
             for k in 0..n {
                 let c = (k + round) % n;
                 let col = Column::ALL[c];
+                if args.column.is_some_and(|only| only != col) {
+                    continue;
+                }
                 eprintln!(
                     "peers: round {} of {}: {} / {}",
                     round + 1,

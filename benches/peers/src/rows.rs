@@ -40,6 +40,18 @@ impl Row {
         Row::Threads,
     ];
 
+    /// The row's name on the command line (`--row`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Row::Pair0 => "pair0",
+            Row::Pair9 => "pair9",
+            Row::Fill => "fill",
+            Row::FreeRandom => "free",
+            Row::Scattered => "scattered",
+            Row::Threads => "threads",
+        }
+    }
+
     /// The row's label in the table.
     pub fn label(self) -> &'static str {
         match self {

@@ -165,6 +165,7 @@ impl FrameAllocator {
     /// `local_lock`), and `current_cpu` names each CPU by one number for
     /// the allocator's life: so no two calls reach one CPU's handle at
     /// once.
+    #[inline]
     pub unsafe fn alloc_frames_local(&self, cpu: u32, frames: u64, align: u64) -> Option<Pfn> {
         // One frame, the common case, straight from a handle kept already;
         // everything else (and a CPU's first call) out of line, so that
@@ -372,6 +373,7 @@ impl FrameAllocator {
     ///
     /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
+    #[inline]
     pub unsafe fn dealloc_frames_local(
         &self,
         cpu: u32,
@@ -539,6 +541,7 @@ impl FrameAllocator {
     ///
     /// Both promises: [`FrameAllocator::dealloc_frames`]'s for the frames,
     /// [`FrameAllocator::alloc_frames_local`]'s for the CPU.
+    #[inline]
     pub unsafe fn dealloc_local(
         &self,
         cpu: u32,

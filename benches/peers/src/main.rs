@@ -77,22 +77,8 @@ fn parse() -> Result<Args, String> {
             }
             "--seed" => a.seed = value.parse().map_err(bad)?,
             "--out" => a.out = Some(PathBuf::from(&value)),
-            "--row" => {
-                a.row = Some(
-                    Row::ALL
-                        .into_iter()
-                        .find(|r| r.name() == value)
-                        .ok_or_else(|| format!("--row {value}: no such row; {USAGE}"))?,
-                )
-            }
-            "--column" => {
-                a.column = Some(
-                    Column::ALL
-                        .into_iter()
-                        .find(|c| c.name() == value)
-                        .ok_or_else(|| format!("--column {value}: no such column; {USAGE}"))?,
-                )
-            }
+            "--row" => a.row = Some(named(&flag, &value, Row::ALL, Row::name)?),
+            "--column" => a.column = Some(named(&flag, &value, Column::ALL, Column::name)?),
             _ => return Err(format!("unknown argument {flag}; {USAGE}")),
         }
     }
@@ -102,6 +88,18 @@ fn parse() -> Result<Args, String> {
         ));
     }
     Ok(a)
+}
+
+/// The one of `all` whose name is `value` (the argument of `flag`).
+fn named<T: Copy, const N: usize>(
+    flag: &str,
+    value: &str,
+    all: [T; N],
+    name: fn(T) -> &'static str,
+) -> Result<T, String> {
+    all.into_iter()
+        .find(|&t| name(t) == value)
+        .ok_or_else(|| format!("{flag} {value}: no such name; {USAGE}"))
 }
 
 /// Today's date (UTC), from the days since 1970 (the civil calendar's

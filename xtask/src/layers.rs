@@ -70,6 +70,7 @@ pub const LAYERS: &[(&str, usize)] = &[
     ("cache.rs", 1),
     ("fragmap.rs", 1),
     ("frame_run.rs", 1),
+    ("pageblock_pool.rs", 1),
     ("stripe.rs", 1),
     ("zone_core.rs", 1),
     ("zone_layout.rs", 1),

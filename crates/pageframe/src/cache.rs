@@ -171,10 +171,15 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 
     /// Whether a request of `order` with `flags` may be served from a
-    /// cache: an ordinary one (no reserve access: those go to the zone,
+    /// cache (a CPU's, or the zone's pageblock pool): an ordinary one (no reserve access: those go to the zone,
     /// where the reserves are) that leaves the zone above its mark.
     #[inline(always)]
-    fn cache_may_serve(&self, order: Order, flags: AllocFlags, highest: ZoneKind) -> bool {
+    pub(crate) fn cache_may_serve(
+        &self,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> bool {
         !flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS)
             && self.watermark_fast(order, flags, highest)
     }

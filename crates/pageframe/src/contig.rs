@@ -220,12 +220,14 @@ impl<'a, P: Platform> Machine<'a, P> {
             });
         }
         let running = z.hold();
-        // Chunks the order-0 stripes hold read as unmovable: give them back
-        // first (once more if a stripe took one of the range meanwhile; once
-        // isolated, the range's free memory is on no list a stripe takes).
+        // Chunks the order-0 stripes hold read as unmovable, and blocks of
+        // the pageblock pool as cached: give them back first (once more if
+        // a stripe took one of the range meanwhile; once isolated, the
+        // range's free memory is on no list a stripe takes).
         let mut tries = 0;
         loop {
             z.release_stripes();
+            z.release_pool();
             tries += 1;
             let r = z.with_zone(|m| {
                 if let Some((pfn, why)) = m.range_blocker(range) {
@@ -397,9 +399,11 @@ impl<'a, P: Platform> Machine<'a, P> {
             return Err(ContigError::NotFound);
         }
         let first = align_up(area.start.get(), align).ok_or(ContigError::NotFound)?;
-        // Frames the order-0 stripes hold are free but read as taken to the
-        // search: give them back first, or it passes over their chunks.
+        // Frames the order-0 stripes and the pageblock pool hold are free
+        // but read as taken to the search: give them back first, or it
+        // passes over their chunks.
         z.release_stripes();
+        z.release_pool();
         let candidate = |start: u64| {
             let end = start.checked_add(frames).filter(|&e| e <= area.end.get())?;
             Some(PfnRange::new(Pfn(start), Pfn(end)))

@@ -197,6 +197,8 @@ pub enum ConfigError {
     ExtfragThreshold(u32),
     /// `vm.percpu_pagelist_high_fraction` in 1..=7 (0 or at least 8).
     PcpHighFraction(u32),
+    /// More pageblock pool slots than a zone's pool has room for.
+    PageblockPool(usize),
     /// A topology that cannot be built.
     Topology(TopologyError),
 }
@@ -223,6 +225,12 @@ impl fmt::Display for ConfigError {
                 write!(
                     f,
                     "percpu_pagelist_high_fraction {v} is neither 0 nor at least 8"
+                )
+            }
+            ConfigError::PageblockPool(v) => {
+                write!(
+                    f,
+                    "a pageblock pool of {v} slots is more than a zone's pool has"
                 )
             }
             ConfigError::Topology(e) => write!(f, "topology: {e}"),

@@ -127,6 +127,7 @@ mod node;
 mod node_id;
 mod numa;
 mod numa_stats;
+mod pageblock_pool;
 #[cfg(feature = "x86_64")]
 pub mod paging;
 mod partial;

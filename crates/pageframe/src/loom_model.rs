@@ -294,6 +294,64 @@ fn a_stripe_frame_freed_while_the_stripes_are_given_back() {
     );
 }
 
+/// The machine's pageblock order (3: two pageblocks a zone).
+const PAGEBLOCK: Order = Order::new_truncated(3);
+
+/// A huge page freed twice at once (twin blocks, as only an `unsafe`
+/// misuse makes) into a zone whose pageblock pool has room: one free puts
+/// it in the pool, the other is refused; the block is in one place.
+#[test]
+fn two_frees_of_one_huge_page_into_the_pool_have_one_winner() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        m.tunables().set_pageblock_pool(1).unwrap();
+        let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, PAGEBLOCK).unwrap();
+        let b2 = twin(m, &b);
+        let t = thread::spawn(move || why(m.free(b2)));
+        let mine = why(m.free(b));
+        let theirs = t.join().unwrap();
+        assert!(mine.is_none() != theirs.is_none(), "{mine:?} / {theirs:?}");
+        for r in [mine, theirs] {
+            assert!(matches!(r, None | Some(FreeError::AlreadyFree)));
+        }
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// One CPU frees a huge page into the pool while another takes one (from
+/// the pool or the free lists) and gives it back, and a third gives the
+/// pool back to the lists: every free succeeds, and everything comes back
+/// with the books in agreement.
+#[test]
+fn a_pool_free_beside_a_pool_alloc_and_a_drain() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        m.tunables().set_pageblock_pool(1).unwrap();
+        let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, PAGEBLOCK).unwrap();
+        let t = thread::spawn(move || m.free(b).unwrap());
+        let u = thread::spawn(move || {
+            if let Ok(c) = m.alloc(NodeId::ZERO, Gfp::KERNEL, PAGEBLOCK) {
+                thread::yield_now();
+                m.free(c).unwrap();
+            }
+        });
+        m.drain_stripes();
+        t.join().unwrap();
+        u.join().unwrap();
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
 /// Two CPUs allocate and free order-0 frames through the stripes at once
 /// (each takes a free stripe by `try_lock`): the frames are distinct, and
 /// all come back.

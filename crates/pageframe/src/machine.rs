@@ -1187,12 +1187,16 @@ impl<'a, P: Platform> Machine<'a, P> {
     }
 
     /// Gives back every zone's order-0 stripe reservations (see
-    /// [`Zone::stripe_frames`]): their free frames are the zone's again.
-    /// [`Machine::alloc_contig_range`] and [`Machine::offline_range`] do it
-    /// for their zone; a kernel calls it before it counts free memory
-    /// exactly (or suspends). Returns how many reservations came back.
+    /// [`Zone::stripe_frames`]) and the blocks of its pageblock pool (see
+    /// [`Zone::pooled_frames`]): their free frames are on the zone's free
+    /// lists again. [`Machine::alloc_contig_range`] and
+    /// [`Machine::offline_range`] do it for their zone; a kernel calls it
+    /// before it counts free blocks exactly (or suspends). Returns how many
+    /// reservations and blocks came back.
     pub fn drain_stripes(&self) -> usize {
-        self.all_zones().map(|z| z.release_stripes()).sum()
+        self.all_zones()
+            .map(|z| z.release_stripes() + z.release_pool())
+            .sum()
     }
 
     /// See [`crate::debug::Inspect::stripe_frames`].

@@ -9,8 +9,8 @@
 //! never waits: a CPU's cache claimed by compare-and-swap and served
 //! without its mailbox ([`pageframe_pcp::LocalPcp::try_alloc`]), refilled
 //! under the zone's `try_lock` ([`NoWait`]); a stripe's reservation taken
-//! without a new one ([`crate::stripe::Stripes::try_alloc`]); the zone's
-//! free lists under its `try_lock`.
+//! without a new one ([`crate::stripe::Stripes::try_alloc`]); a block of
+//! the zone's pageblock pool; the zone's free lists under its `try_lock`.
 
 use pageframe_buddy::{Order, Pfn};
 use pageframe_mobility::MigrateType;
@@ -252,8 +252,9 @@ impl<'a, P: Platform> Machine<'a, P> {
         }
     }
 
-    /// An order-0 frame from a stripe's reservation, or a block from the
-    /// zone's free lists under its `try_lock` (`Busy` when it is held).
+    /// A block of the pageblock order from the zone's pool, an order-0
+    /// frame from a stripe's reservation, or a block from the zone's free
+    /// lists under its `try_lock` (`Busy` when it is held).
     fn try_free_lists(
         &self,
         z: &Zone<'a, P::Lock>,
@@ -262,6 +263,9 @@ impl<'a, P: Platform> Machine<'a, P> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
+        if let Some(p) = z.pool_alloc(gfp, order, flags, highest) {
+            return Ok(p);
+        }
         let mt = gfp.migratetype();
         if z.striped(order, flags, highest)
             && let Some(p) = z

@@ -7,3 +7,9 @@ pub(crate) use loom::sync::atomic::AtomicU8;
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::AtomicU8;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::AtomicU64;
+
+#[cfg(not(loom))]
+pub(crate) use pageframe_types::atomic::AtomicU64;

@@ -212,4 +212,33 @@ impl<'m, 'a, P: Platform> Tunables<'m, 'a, P> {
         }
         Ok(())
     }
+
+    /// Sets how many free blocks of the pageblock order each zone's
+    /// pageblock pool keeps off its free lists (see [`Zone::pooled_frames`]):
+    /// 0 turns the pool off (every huge page goes to the free lists and
+    /// merges, as in Linux without per-CPU lists), at most
+    /// [`crate::zone::POOL_SLOTS`]. The blocks of the slots a zone stops
+    /// using go back to its free lists. By default a zone uses one slot
+    /// for every [`crate::zone::PAGEBLOCKS_PER_SLOT`] pageblocks of its
+    /// span, up to the bound.
+    ///
+    /// [`Zone::pooled_frames`]: crate::zone::Zone::pooled_frames
+    pub fn set_pageblock_pool(self, slots: usize) -> Result<(), ConfigError> {
+        if slots > crate::zone::POOL_SLOTS {
+            return Err(ConfigError::PageblockPool(slots));
+        }
+        for z in self.machine.all_zones() {
+            z.set_pool_slots(slots);
+        }
+        Ok(())
+    }
+
+    /// The most pageblock pool slots a zone of the machine uses.
+    pub fn pageblock_pool(self) -> usize {
+        self.machine
+            .all_zones()
+            .map(|z| z.pool_slots())
+            .max()
+            .unwrap_or(0)
+    }
 }

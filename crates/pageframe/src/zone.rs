@@ -13,6 +13,7 @@ pub use crate::fragmap::{
     FragmentationMap, MAP_LEGEND, MAP_WIDTH, SUPERPAGEBLOCK_LEGEND, SuperpageblockMap,
 };
 pub use crate::node::BuddyInfo;
+pub use crate::pageblock_pool::{PAGEBLOCKS_PER_SLOT, POOL_SLOTS};
 pub use crate::zone_core::{PageTypeInfo, Zone};
 pub use crate::zone_layout::{DMA_LIMIT, DMA32_LIMIT, ZoneLayout};
 pub use pageframe_buddy::{BlockInfo, InitError, RangeError, Stats, ValidateError};

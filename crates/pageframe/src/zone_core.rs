@@ -27,6 +27,7 @@ use crate::frame_state::{FrameStates, State, StatesPrefetch};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::lock::{Mutex, RawMutex, SpinLock};
 use crate::node_id::NodeId;
+use crate::pageblock_pool::PageblockPool;
 use crate::stripe::Stripes;
 use crate::zone_kind::ZoneRef;
 use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind};
@@ -83,6 +84,8 @@ pub struct Zone<'a, R: RawMutex = SpinLock> {
     pub(crate) states: FrameStates<'a>,
     /// Order-0 stripes: reservations served without the zone lock.
     pub(crate) stripes: Stripes<'a, R>,
+    /// Free blocks of the pageblock order kept off the free lists.
+    pub(crate) pool: &'a PageblockPool,
     pub(crate) pcp: Option<PcpSet<'a, 'a>>,
     /// Free frames after the last zone operation, and copies of the
     /// watermarks and lowmem reserves: the cached path's lock-free
@@ -134,6 +137,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             // Saturating, as the layers below: on a 32-bit target a large
             // span's parts exceed `usize`, and no buffer then suffices.
             m.saturating_add(Stripes::<R>::bytes(span, config.core().chunk_order))
+                .saturating_add(PageblockPool::bytes())
                 .saturating_add(FrameStates::bytes(span))
                 .saturating_add(Owners::bytes(span))
         }
@@ -182,7 +186,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let (core, rest) = meta.split_at_mut(MobileZone::metadata_bytes(span, config));
         let chunk = config.core().chunk_order;
         let (owners, rest) = Owners::carve(span, rest).ok_or(too_small)?;
-        let (stripes, states) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
+        let (stripes, rest) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
+        let (pool, states) =
+            PageblockPool::carve(rest, span, config.pageblock_order).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
         let core_lines = buddy.buddy().prefetch();
@@ -204,6 +210,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             }));
             addr_of_mut!((*p).states).write(states);
             addr_of_mut!((*p).stripes).write(stripes);
+            addr_of_mut!((*p).pool).write(pool);
             addr_of_mut!((*p).pcp).write(None);
             addr_of_mut!((*p).free_hint).write(AtomicU64::new(0));
             addr_of_mut!((*p).threshold_hint)
@@ -372,6 +379,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
+        if let Some(p) = self.pool_alloc(gfp, order, flags, highest) {
+            return Ok(p);
+        }
         // Order 0 from a stripe's reservation (`stripe.rs`), lock-free for
         // the zone; requests with reserve access, zones with CMA areas (whose
         // rule of use needs the zone's counts) and watermark trouble take
@@ -403,8 +413,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 
     /// [`Zone::try_alloc_with`] after the zone found nothing: frames the
-    /// stripes hold free are not the zone's, so they go back and the zone
-    /// is tried once more. Out of line, so that the common path's call of
+    /// stripes and the pageblock pool hold free are not the zone's, so they
+    /// go back and the zone is tried once more. Out of line, so that the common path's call of
     /// [`Zone::try_alloc_locked`] is its only one.
     #[cold]
     #[inline(never)]
@@ -416,10 +426,30 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Result<Pfn, AllocError> {
-        if self.release_stripes() == 0 {
+        if self.release_stripes() + self.release_pool() == 0 {
             return Err(AllocError::OutOfMemory);
         }
         self.try_alloc_locked(hooks, gfp, order, flags, highest)
+    }
+
+    /// A block of the pageblock order from the pool
+    /// (`pageblock_pool.rs`), marked allocated, for a request a per-CPU
+    /// cache would serve; `None`, nothing changed, otherwise. Never waits.
+    #[inline(always)]
+    pub(crate) fn pool_alloc(
+        &self,
+        gfp: Gfp,
+        order: Order,
+        flags: AllocFlags,
+        highest: ZoneKind,
+    ) -> Option<Pfn> {
+        if !self.pool.serves(order) || !self.cache_may_serve(order, flags, highest) {
+            return None;
+        }
+        let mt = gfp.migratetype();
+        let p = self.pool.take(mt)?;
+        self.states.set_allocated(p, order, mt);
+        Some(p)
     }
 
     /// Whether a request may take its frame from the order-0 stripes.
@@ -496,12 +526,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         Ok(p)
     }
 
-    /// An order-0 request the stripes do not serve (reserve access, a
-    /// per-CPU refill, a stripe busy or out of chunks) that finds its
-    /// type's lists empty would claim another pageblock while stripes may
-    /// hold the type's free frames: those come back first (from each
-    /// stripe free at once; the zone's lock is held, which comes after a
-    /// stripe's). Returns whether the order-0 request still falls back.
+    /// A request the stripes and the pool do not serve (reserve access, a
+    /// per-CPU refill, a stripe busy or out of chunks, an order the pool
+    /// does not hold) that finds its type's lists without a block of its
+    /// order would claim another pageblock while the stripes (order 0) or
+    /// the pool may hold the type's free frames: those come back first
+    /// (from each stripe free at once; the zone's lock is held, which
+    /// comes after a stripe's). Returns whether the request still falls
+    /// back.
     #[inline(always)]
     pub(crate) fn unstripe_before_fallback(
         &self,
@@ -509,17 +541,22 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         order: Order,
         mt: MigrateType,
     ) -> bool {
-        order == Order::ZERO && z.buddy.would_fall_back(order, mt) && self.unstripe_type(z, mt)
+        (order == Order::ZERO || self.pool.holds_any())
+            && z.buddy.would_fall_back(order, mt)
+            && self.unstripe_type(z, order, mt)
     }
 
     #[cold]
     #[inline(never)]
-    fn unstripe_type(&self, z: &mut ZoneInner<'a>, mt: MigrateType) -> bool {
-        let n = self.stripes.try_release_type(mt, |r| {
-            let r = z.buddy.unreserve(r);
-            debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
-        });
-        n == 0 || z.buddy.would_fall_back(Order::ZERO, mt)
+    fn unstripe_type(&self, z: &mut ZoneInner<'a>, order: Order, mt: MigrateType) -> bool {
+        let mut n = self.unpool_locked(z, 0, Some(mt));
+        if order == Order::ZERO {
+            n += self.stripes.try_release_type(mt, |r| {
+                let r = z.buddy.unreserve(r);
+                debug_assert!(r.is_ok(), "a stripe's reservation is the zone's");
+            });
+        }
+        n == 0 || z.buddy.would_fall_back(order, mt)
     }
 
     /// Reports a fallback the core took between two snapshots of its
@@ -552,6 +589,10 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.span.contains(pfn) {
             return Err(FreeError::OutOfRange);
         }
+        // A block of the pageblock order goes to the pool if it has room.
+        if self.pool.serves(order) && self.pool.has_room() && self.pool_free(pfn, order) {
+            return Ok(());
+        }
         // A frame of a chunk a stripe holds goes back to that stripe.
         if order == Order::ZERO
             && let Some(r) = self
@@ -570,6 +611,23 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             self.after_zone_op(&z);
         }
         r
+    }
+
+    /// A free into the pageblock pool: `true` when the block went there (a
+    /// live unpinned allocation of `order`, its byte now cached), `false`
+    /// with nothing changed otherwise (the zone's path decides).
+    #[inline]
+    fn pool_free(&self, pfn: Pfn, order: Order) -> bool {
+        let Ok(mt) = self.states.take_for_cache(pfn, order) else {
+            return false;
+        };
+        // A non-movable block of a CMA area must not reach a slot that
+        // serves non-movable requests (as for a per-CPU cache).
+        if (mt == MigrateType::Movable || !self.in_cma(pfn)) && self.pool.put(pfn, mt) {
+            return true;
+        }
+        self.states.set_allocated(pfn, order, mt);
+        false
     }
 
     /// [`Zone::free`] with the lock taken, of a block no stripe holds (the
@@ -720,6 +778,60 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         })
     }
 
+    /// Gives every block of the pageblock pool back to the free lists
+    /// (where it merges as any free would). Returns how many.
+    pub(crate) fn release_pool(&self) -> usize {
+        if !self.pool.holds_any() {
+            return 0;
+        }
+        let mut z = self.inner.lock();
+        let n = self.unpool_locked(&mut z, 0, None);
+        self.after_zone_op(&z);
+        n
+    }
+
+    /// [`Zone::release_pool`] with the lock taken, of the slots from `from`
+    /// on and the blocks of type `only` if given; the caller updates the
+    /// zone's hints.
+    fn unpool_locked(
+        &self,
+        z: &mut ZoneInner<'a>,
+        from: usize,
+        only: Option<MigrateType>,
+    ) -> usize {
+        let order = self.pool.order();
+        self.pool.drain(from, only, |p, _| {
+            self.states.set_free(p);
+            // SAFETY: a pooled block is the pool's alone (its byte went from
+            // allocated to cached by compare-and-swap, and the slot's
+            // compare-and-swap took it out for this call only) and
+            // allocated in the core with the pool's order.
+            unsafe { z.buddy.free_unchecked(p, order) };
+        })
+    }
+
+    /// Uses `slots` slots of the pageblock pool from now on (at most
+    /// [`crate::zone::POOL_SLOTS`]), the blocks of the others back to the
+    /// free lists.
+    pub(crate) fn set_pool_slots(&self, slots: usize) {
+        self.pool.set_len(slots);
+        let mut z = self.inner.lock();
+        self.unpool_locked(&mut z, slots, None);
+        self.after_zone_op(&z);
+    }
+
+    /// Slots of the pageblock pool in use.
+    pub(crate) fn pool_slots(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// Free frames the zone's pageblock pool holds (counted in
+    /// [`Zone::free_pages`], not in the counts watermarks are checked
+    /// against).
+    pub fn pooled_frames(&self) -> u64 {
+        self.pool.held_frames()
+    }
+
     /// Free frames the zone's stripes hold (counted in
     /// [`Zone::free_pages`], but not in the counts watermarks are checked
     /// against: like frames in per-CPU caches, they are not the zone's to
@@ -782,9 +894,9 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     }
 
     /// Free frames (not counting those in per-CPU caches), those the
-    /// order-0 stripes hold included.
+    /// order-0 stripes and the pageblock pool hold included.
     pub fn free_pages(&self) -> u64 {
-        let held = self.stripes.held_frames();
+        let held = self.stripes.held_frames() + self.pool.held_frames();
         let z = self.inner.lock();
         held + z.buddy.free_pages() + z.buddy.buddy().reserved_free_pages()
     }
@@ -1003,6 +1115,26 @@ mod tests {
             .unwrap();
         m.add_free_range(span).unwrap();
         m
+    }
+
+    /// A huge page through the pageblock pool and back to the free lists
+    /// (the unchecked free of a pooled block, under Miri too).
+    #[test]
+    fn a_pooled_huge_page_goes_back_to_the_lists_whole() {
+        let m = machine();
+        let z = m.zone_of(Pfn(1 << 20)).unwrap();
+        m.tunables().set_min_free_kbytes(0);
+        m.tunables().set_pageblock_pool(1).unwrap();
+        let pb = Order::new(9).unwrap();
+        let b = m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, pb).unwrap();
+        let p = b.pfn();
+        m.free(b).unwrap();
+        assert_eq!(z.pooled_frames(), 512);
+        m.validate().unwrap();
+        assert_eq!(z.release_pool(), 1);
+        assert_eq!(z.free_blocks(Order::new(10).unwrap()), 1);
+        assert_eq!(z.states.get(p), crate::frame_state::State::Free);
+        m.validate().unwrap();
     }
 
     /// What an operation leaves behind when the kernel code it called

@@ -152,9 +152,14 @@ fn the_superpageblock_map_shows_tainted_clean_and_free_1gib_pages() {
             .contains("  superpageblocks 3 (of 262144 frames): tainted 1, clean 3")
     );
     // Freed, the unmovable pageblock stays unmovable: the region is still
-    // tainted (ready for more), and every superpageblock adds up.
+    // tainted (ready for more), and every superpageblock adds up. The huge
+    // page waits in the zone's pageblock pool for the next one (its region
+    // clean, not free) until the pool is drained.
     m.free(k).unwrap();
     m.free(mv).unwrap();
+    assert_eq!(line(z), want.iter().collect::<String>());
+    assert_eq!(z.pooled_frames(), o(9).pages());
+    m.drain_stripes();
     assert_eq!(line(z), "tFFF");
     let spbs: Vec<_> = z.superpageblocks().collect();
     assert_eq!(spbs.iter().map(|s| s.free).sum::<u64>(), z.free_pages());

@@ -46,11 +46,21 @@ fn every_free_huge_block_is_reported_once_until_reallocated() {
     // Nothing new: the second pass offers nothing.
     let again = m.report_free_pages(HUGE, |_| panic!("nothing is unreported"));
     assert_eq!(again.batches, 0);
-    // A block allocated and freed is offered again, and only it (merged
-    // with its buddies into whatever it joins).
+    // A block allocated and freed is offered again once it is back on the
+    // free lists, and only it (merged with its buddies into whatever it
+    // joins). While the zone's pageblock pool keeps it for the next huge
+    // page, only the half its allocation split off a larger block is new
+    // on the lists.
     let b = m.alloc(NodeId::ZERO, Gfp::KERNEL, HUGE).unwrap();
     let a = b.pfn();
     m.free(b).unwrap();
+    let mut offered = Vec::new();
+    m.report_free_pages(HUGE, |b| {
+        offered.extend_from_slice(b);
+        true
+    });
+    assert_eq!(offered, [(Pfn(a.get() ^ HUGE.pages()), HUGE)]);
+    assert_eq!(m.drain_stripes(), 1);
     let mut offered = Vec::new();
     m.report_free_pages(HUGE, |b| {
         offered.extend_from_slice(b);

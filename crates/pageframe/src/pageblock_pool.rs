@@ -1,0 +1,312 @@
+//! The pageblock pool: a few free pageblocks a zone keeps off its free
+//! lists, so that a block of exactly the pageblock order (a huge page)
+//! goes back and comes out again without the zone lock, for a caller
+//! with no CPU handle as much as for one with.
+//!
+//! A free of an unpinned allocation of the pageblock order takes its
+//! ownership byte to "cached" by compare-and-swap (as a free into a
+//! per-CPU cache does) and puts the block in an empty slot by another; an
+//! ordinary request of that order (no reserve access, the zone above its
+//! mark: what a per-CPU cache would serve) takes a slot holding a block of
+//! its own type. Neither touches the core: a pooled block stays allocated
+//! in the core's books, the split and the merge a block of the pageblock
+//! order costs on the free lists are skipped, and a churn of huge pages
+//! reuses the same few pageblocks, as Linux's per-CPU lists of the
+//! pageblock order do for one CPU.
+//!
+//! A pooled block is free memory, counted in [`crate::Zone::free_pages`]
+//! but not in the counts watermarks are checked against (as a stripe's
+//! frames). It goes back to the free lists, where it merges as any free
+//! would (`Zone::release_pool`), whenever the zone gives its stripes back
+//! (before a range is isolated, taken offline or searched for contiguous
+//! memory, when the machine checks or counts itself:
+//! [`crate::Machine::drain_stripes`]), when a request finds the zone
+//! without memory, and when a request of its type would otherwise fall
+//! back to another type's pageblock.
+//!
+//! How many slots a zone uses: one for every [`PAGEBLOCKS_PER_SLOT`]
+//! pageblocks of its span, at most [`POOL_SLOTS`] (so the pool holds at
+//! most 1/64 of a zone; none in a zone under 64 pageblocks), changed for
+//! every zone by [`crate::tune::Tunables::set_pageblock_pool`].
+
+use core::mem::MaybeUninit;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_mobility::MigrateType;
+
+use crate::sync::{AtomicU8, AtomicU64};
+
+/// Slots a zone's pool has room for.
+pub const POOL_SLOTS: usize = 4;
+
+/// A zone uses one slot for this many pageblocks of its span.
+pub const PAGEBLOCKS_PER_SLOT: u64 = 64;
+
+/// A slot's value: 0 for an empty slot, else the block's first frame
+/// shifted up by two and its type's index plus one below.
+const TYPE_BITS: u32 = 2;
+
+/// The index plus one of a basic type (`None` for the others, which the
+/// pool never holds).
+#[inline(always)]
+fn tag(mt: MigrateType) -> Option<u64> {
+    match mt {
+        MigrateType::Unmovable => Some(1),
+        MigrateType::Movable => Some(2),
+        MigrateType::Reclaimable => Some(3),
+        _ => None,
+    }
+}
+
+/// The type a slot's tag names.
+#[inline]
+fn type_of(v: u64) -> MigrateType {
+    match v & ((1 << TYPE_BITS) - 1) {
+        2 => MigrateType::Movable,
+        3 => MigrateType::Reclaimable,
+        _ => MigrateType::Unmovable,
+    }
+}
+
+/// A zone's pool, in the zone's metadata on cache lines of its own (every
+/// CPU that frees or allocates a huge page writes them; the zone's own
+/// fields are read on every order-0 path).
+#[repr(align(128))]
+pub(crate) struct PageblockPool {
+    slots: [AtomicU64; POOL_SLOTS],
+    /// Slots in use: `put` fills and `take` looks at the first `len`
+    /// (a block left beyond them after a shrink is still found by
+    /// `drain`).
+    len: AtomicU8,
+    /// The pageblock order: the only order the pool holds.
+    order: Order,
+}
+
+impl PageblockPool {
+    /// Bytes of metadata a zone's pool needs from a buffer at any address.
+    pub(crate) const fn bytes() -> usize {
+        match pageframe_types::carve::bytes_for::<PageblockPool>(1) {
+            Some(b) => b,
+            None => usize::MAX,
+        }
+    }
+
+    /// The empty pool of a zone over `span` whose pageblocks are of
+    /// `order`, at the front of `mem` (see [`PageblockPool::new`]).
+    pub(crate) fn carve(
+        mem: &mut [MaybeUninit<u8>],
+        span: PfnRange,
+        order: Order,
+    ) -> Option<(&PageblockPool, &mut [MaybeUninit<u8>])> {
+        let (pool, rest) =
+            pageframe_types::carve::carve_init(mem, 1, |_| PageblockPool::new(span, order))?;
+        Some((&pool[0], rest))
+    }
+
+    /// The pool of a zone over `span` whose pageblocks are of `order`:
+    /// [`PAGEBLOCKS_PER_SLOT`] pageblocks a slot, at most [`POOL_SLOTS`].
+    pub(crate) fn new(span: PfnRange, order: Order) -> Self {
+        let blocks = span.len() >> order.get();
+        let len = (blocks / PAGEBLOCKS_PER_SLOT).min(POOL_SLOTS as u64) as u8;
+        PageblockPool {
+            slots: core::array::from_fn(|_| AtomicU64::new(0)),
+            len: AtomicU8::new(len),
+            order,
+        }
+    }
+
+    /// The order of the blocks the pool holds.
+    #[inline(always)]
+    pub(crate) fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Slots in use.
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.len.load(Relaxed)).min(POOL_SLOTS)
+    }
+
+    /// Uses `len` slots from now on (at most [`POOL_SLOTS`]): a block in a
+    /// slot beyond them stays there until [`PageblockPool::drain`].
+    pub(crate) fn set_len(&self, len: usize) {
+        self.len.store(len.min(POOL_SLOTS) as u8, Relaxed);
+    }
+
+    /// The slots `take` and `put` use.
+    #[inline(always)]
+    fn used(&self) -> &[AtomicU64] {
+        &self.slots[..self.len()]
+    }
+
+    /// Whether the pool may hold a block of `order`: it is the pageblock
+    /// order and the pool has slots. Never order 0 (a configuration whose
+    /// pageblocks are single frames has no pool: its order-0 paths stay as
+    /// they are, and the order-0 test costs no load on them).
+    #[inline(always)]
+    pub(crate) fn serves(&self, order: Order) -> bool {
+        order != Order::ZERO && order == self.order && self.len.load(Relaxed) != 0
+    }
+
+    /// A pooled block of type `mt`, taken out (the caller owns it now);
+    /// `None` when there is none.
+    #[inline]
+    pub(crate) fn take(&self, mt: MigrateType) -> Option<Pfn> {
+        let want = tag(mt)?;
+        self.used().iter().find_map(|s| {
+            let v = s.load(Relaxed);
+            (v != 0 && v & ((1 << TYPE_BITS) - 1) == want)
+                .then(|| s.compare_exchange(v, 0, Acquire, Relaxed).ok())
+                .flatten()
+                .map(|v| Pfn(v >> TYPE_BITS))
+        })
+    }
+
+    /// Whether a slot in use is empty now (a racy hint: `put` may still
+    /// find none).
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        self.used().iter().any(|s| s.load(Relaxed) == 0)
+    }
+
+    /// Puts the block at `pfn`, of type `mt`, in an empty slot: `false`,
+    /// nothing changed, when there is none (or `mt` is not a basic type).
+    #[inline]
+    pub(crate) fn put(&self, pfn: Pfn, mt: MigrateType) -> bool {
+        let Some(t) = tag(mt) else {
+            return false;
+        };
+        let v = (pfn.get() << TYPE_BITS) | t;
+        self.used()
+            .iter()
+            .any(|s| s.load(Relaxed) == 0 && s.compare_exchange(0, v, Release, Relaxed).is_ok())
+    }
+
+    /// Whether any slot holds a block (a racy hint).
+    #[inline]
+    pub(crate) fn holds_any(&self) -> bool {
+        self.slots.iter().any(|s| s.load(Relaxed) != 0)
+    }
+
+    /// Takes out every block of the slots from `from` on (of type `only`,
+    /// if given) and hands each to `give_back` with its type; returns how
+    /// many.
+    pub(crate) fn drain(
+        &self,
+        from: usize,
+        only: Option<MigrateType>,
+        mut give_back: impl FnMut(Pfn, MigrateType),
+    ) -> usize {
+        let mut n = 0;
+        for s in self.slots.iter().skip(from) {
+            let v = s.load(Relaxed);
+            if v == 0 || only.is_some_and(|mt| tag(mt) != Some(v & ((1 << TYPE_BITS) - 1))) {
+                continue;
+            }
+            if s.compare_exchange(v, 0, Acquire, Relaxed).is_ok() {
+                give_back(Pfn(v >> TYPE_BITS), type_of(v));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Frames the pool holds (a racy count).
+    pub(crate) fn held_frames(&self) -> u64 {
+        let blocks = self.slots.iter().filter(|s| s.load(Relaxed) != 0).count();
+        blocks as u64 * self.order.pages()
+    }
+}
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests {
+    use super::*;
+
+    fn pool(slots: u64) -> PageblockPool {
+        let o = Order::new(9).unwrap();
+        PageblockPool::new(
+            PfnRange::new(Pfn(0), Pfn((slots * PAGEBLOCKS_PER_SLOT) << 9)),
+            o,
+        )
+    }
+
+    #[test]
+    fn slots_follow_the_span_up_to_the_bound() {
+        assert_eq!(pool(0).len(), 0);
+        assert_eq!(pool(1).len(), 1);
+        assert_eq!(pool(3).len(), 3);
+        assert_eq!(pool(40).len(), POOL_SLOTS);
+        // One pageblock short of a slot.
+        let o = Order::new(9).unwrap();
+        let p = PageblockPool::new(
+            PfnRange::new(Pfn(0), Pfn((PAGEBLOCKS_PER_SLOT - 1) << 9)),
+            o,
+        );
+        assert_eq!(p.len(), 0);
+        assert!(!p.serves(o));
+    }
+
+    #[test]
+    fn a_block_comes_back_only_for_its_own_type() {
+        let p = pool(2);
+        let o = p.order();
+        assert!(p.serves(o) && !p.serves(Order::ZERO));
+        // Frame 0 is a block like any other (the tag keeps its slot
+        // from reading empty).
+        assert!(p.put(Pfn(0), MigrateType::Unmovable));
+        assert!(p.put(Pfn(512), MigrateType::Movable));
+        assert!(!p.has_room());
+        assert!(!p.put(Pfn(1024), MigrateType::Movable), "two slots only");
+        assert!(!p.put(Pfn(1024), MigrateType::Cma), "no basic type");
+        assert_eq!(p.held_frames(), 1024);
+        assert_eq!(p.take(MigrateType::Reclaimable), None);
+        assert_eq!(p.take(MigrateType::Movable), Some(Pfn(512)));
+        assert_eq!(p.take(MigrateType::Movable), None);
+        assert_eq!(p.take(MigrateType::Unmovable), Some(Pfn(0)));
+        assert_eq!(p.held_frames(), 0);
+    }
+
+    #[test]
+    fn a_drain_finds_blocks_beyond_a_shrunk_pool() {
+        let p = pool(4);
+        for (i, mt) in [
+            MigrateType::Movable,
+            MigrateType::Reclaimable,
+            MigrateType::Movable,
+            MigrateType::Unmovable,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert!(p.put(Pfn(512 * i as u64), mt));
+        }
+        p.set_len(1);
+        assert!(!p.serves(Order::ZERO) && p.serves(p.order()));
+        // Only the first slot is looked at now.
+        assert_eq!(p.take(MigrateType::Unmovable), None);
+        let mut got = std::vec::Vec::new();
+        assert_eq!(
+            p.drain(0, Some(MigrateType::Movable), |b, mt| got.push((b, mt))),
+            2
+        );
+        assert_eq!(
+            got,
+            [
+                (Pfn(0), MigrateType::Movable),
+                (Pfn(1024), MigrateType::Movable)
+            ]
+        );
+        got.clear();
+        assert_eq!(p.drain(1, None, |b, mt| got.push((b, mt))), 2);
+        assert_eq!(
+            got,
+            [
+                (Pfn(512), MigrateType::Reclaimable),
+                (Pfn(1536), MigrateType::Unmovable)
+            ]
+        );
+        assert!(!p.holds_any());
+        p.set_len(0);
+        assert!(!p.serves(p.order()) && !p.put(Pfn(0), MigrateType::Movable));
+    }
+}

@@ -17,12 +17,13 @@
 //! A pooled block is free memory, counted in [`crate::Zone::free_pages`]
 //! but not in the counts watermarks are checked against (as a stripe's
 //! frames). It goes back to the free lists, where it merges as any free
-//! would (`Zone::release_pool`), whenever the zone gives its stripes back
-//! (before a range is isolated, taken offline or searched for contiguous
-//! memory, when the machine checks or counts itself:
-//! [`crate::Machine::drain_stripes`]), when a request finds the zone
-//! without memory, and when a request of its type would otherwise fall
-//! back to another type's pageblock.
+//! would (`Zone::release_pool`), wherever the zone's stripes give their
+//! reservations back (before a range is isolated, taken offline or
+//! searched for contiguous memory, and at
+//! [`crate::Machine::drain_stripes`], which a kernel calls before it counts
+//! free blocks exactly), when a request finds the zone without memory,
+//! and when a request of its type would otherwise fall back to another
+//! type's pageblock.
 //!
 //! How many slots a zone uses: one for every [`PAGEBLOCKS_PER_SLOT`]
 //! pageblocks of its span, at most [`POOL_SLOTS`] (so the pool holds at

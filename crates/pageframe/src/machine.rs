@@ -644,6 +644,7 @@ impl<'a, P: Platform> Machine<'a, P> {
                     };
                 }
                 z.set_watermarks(w, reserve);
+                z.fit_pool(m);
             }
         }
     }

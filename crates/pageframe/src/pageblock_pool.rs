@@ -26,17 +26,19 @@
 //! type's pageblock.
 //!
 //! How many slots a zone uses: one for every [`PAGEBLOCKS_PER_SLOT`]
-//! pageblocks of its span, at most [`POOL_SLOTS`] (so the pool holds at
-//! most 1/64 of a zone; none in a zone under 64 pageblocks), changed for
-//! every zone by [`crate::tune::Tunables::set_pageblock_pool`].
+//! pageblocks of memory it manages, at most [`POOL_SLOTS`] (so the pool
+//! holds at most 1/64 of a zone's memory; none in a zone under 64
+//! pageblocks), set again whenever memory comes or goes (with the
+//! watermarks), unless [`crate::tune::Tunables::set_pageblock_pool`] fixed
+//! it.
 
 use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use pageframe_buddy::{Order, Pfn, PfnRange};
+use pageframe_buddy::{Order, Pfn};
 use pageframe_mobility::MigrateType;
 
-use crate::sync::{AtomicU8, AtomicU64};
+use crate::sync::{AtomicBool, AtomicU8, AtomicU64};
 
 /// Slots a zone's pool has room for.
 pub const POOL_SLOTS: usize = 4;
@@ -80,6 +82,8 @@ pub(crate) struct PageblockPool {
     /// (a block left beyond them after a shrink is still found by
     /// `drain`).
     len: AtomicU8,
+    /// Whether the tunable fixed `len` (else it follows managed memory).
+    fixed: AtomicBool,
     /// The pageblock order: the only order the pool holds.
     order: Order,
 }
@@ -93,28 +97,44 @@ impl PageblockPool {
         }
     }
 
-    /// The empty pool of a zone over `span` whose pageblocks are of
-    /// `order`, at the front of `mem` (see [`PageblockPool::new`]).
+    /// The empty pool, without slots, of a zone whose pageblocks are of
+    /// `order`, at the front of `mem`.
     pub(crate) fn carve(
         mem: &mut [MaybeUninit<u8>],
-        span: PfnRange,
         order: Order,
     ) -> Option<(&PageblockPool, &mut [MaybeUninit<u8>])> {
         let (pool, rest) =
-            pageframe_types::carve::carve_init(mem, 1, |_| PageblockPool::new(span, order))?;
+            pageframe_types::carve::carve_init(mem, 1, |_| PageblockPool::new(order))?;
         Some((&pool[0], rest))
     }
 
-    /// The pool of a zone over `span` whose pageblocks are of `order`:
-    /// [`PAGEBLOCKS_PER_SLOT`] pageblocks a slot, at most [`POOL_SLOTS`].
-    pub(crate) fn new(span: PfnRange, order: Order) -> Self {
-        let blocks = span.len() >> order.get();
-        let len = (blocks / PAGEBLOCKS_PER_SLOT).min(POOL_SLOTS as u64) as u8;
+    /// The empty pool, without slots, of a zone whose pageblocks are of
+    /// `order`.
+    pub(crate) fn new(order: Order) -> Self {
         PageblockPool {
             slots: core::array::from_fn(|_| AtomicU64::new(0)),
-            len: AtomicU8::new(len),
+            len: AtomicU8::new(0),
+            fixed: AtomicBool::new(false),
             order,
         }
+    }
+
+    /// The slots of a zone managing `managed` frames:
+    /// [`PAGEBLOCKS_PER_SLOT`] pageblocks a slot, at most [`POOL_SLOTS`].
+    pub(crate) fn slots_for(&self, managed: u64) -> usize {
+        let blocks = managed >> self.order.get();
+        (blocks / PAGEBLOCKS_PER_SLOT).min(POOL_SLOTS as u64) as usize
+    }
+
+    /// Whether the tunable fixed the slots in use.
+    pub(crate) fn fixed(&self) -> bool {
+        self.fixed.load(Relaxed)
+    }
+
+    /// Fixes the slots in use at `len` (at most [`POOL_SLOTS`]) for good.
+    pub(crate) fn fix_len(&self, len: usize) {
+        self.fixed.store(true, Relaxed);
+        self.set_len(len);
     }
 
     /// The order of the blocks the pool holds.
@@ -224,27 +244,24 @@ mod tests {
     use super::*;
 
     fn pool(slots: u64) -> PageblockPool {
-        let o = Order::new(9).unwrap();
-        PageblockPool::new(
-            PfnRange::new(Pfn(0), Pfn((slots * PAGEBLOCKS_PER_SLOT) << 9)),
-            o,
-        )
+        let p = PageblockPool::new(Order::new(9).unwrap());
+        p.set_len(p.slots_for((slots * PAGEBLOCKS_PER_SLOT) << 9));
+        p
     }
 
     #[test]
-    fn slots_follow_the_span_up_to_the_bound() {
+    fn slots_follow_managed_memory_up_to_the_bound() {
         assert_eq!(pool(0).len(), 0);
         assert_eq!(pool(1).len(), 1);
         assert_eq!(pool(3).len(), 3);
         assert_eq!(pool(40).len(), POOL_SLOTS);
         // One pageblock short of a slot.
-        let o = Order::new(9).unwrap();
-        let p = PageblockPool::new(
-            PfnRange::new(Pfn(0), Pfn((PAGEBLOCKS_PER_SLOT - 1) << 9)),
-            o,
-        );
-        assert_eq!(p.len(), 0);
-        assert!(!p.serves(o));
+        let p = PageblockPool::new(Order::new(9).unwrap());
+        assert_eq!(p.slots_for((PAGEBLOCKS_PER_SLOT - 1) << 9), 0);
+        assert!(!p.serves(p.order()));
+        assert!(!p.fixed());
+        p.fix_len(2);
+        assert!(p.fixed() && p.serves(p.order()));
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! (`cargo xtask loom`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::AtomicU8;
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8};
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::AtomicU8;
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicU8};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::AtomicU64;

@@ -219,8 +219,9 @@ impl<'m, 'a, P: Platform> Tunables<'m, 'a, P> {
     /// merges, as in Linux without per-CPU lists), at most
     /// [`crate::zone::POOL_SLOTS`]. The blocks of the slots a zone stops
     /// using go back to its free lists. By default a zone uses one slot
-    /// for every [`crate::zone::PAGEBLOCKS_PER_SLOT`] pageblocks of its
-    /// span, up to the bound.
+    /// for every [`crate::zone::PAGEBLOCKS_PER_SLOT`] pageblocks of the
+    /// memory it manages, up to the bound, resized as memory comes and
+    /// goes; once set here, the number stays.
     ///
     /// [`Zone::pooled_frames`]: crate::zone::Zone::pooled_frames
     pub fn set_pageblock_pool(self, slots: usize) -> Result<(), ConfigError> {

@@ -187,8 +187,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let chunk = config.core().chunk_order;
         let (owners, rest) = Owners::carve(span, rest).ok_or(too_small)?;
         let (stripes, rest) = Stripes::carve(rest, span, chunk).ok_or(too_small)?;
-        let (pool, states) =
-            PageblockPool::carve(rest, span, config.pageblock_order).ok_or(too_small)?;
+        let (pool, states) = PageblockPool::carve(rest, config.pageblock_order).ok_or(too_small)?;
         let states = FrameStates::new(span, states).ok_or(too_small)?;
         let buddy = MobileZone::new(span, config, core)?;
         let core_lines = buddy.buddy().prefetch();
@@ -810,14 +809,32 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         })
     }
 
-    /// Uses `slots` slots of the pageblock pool from now on (at most
+    /// Uses `slots` slots of the pageblock pool for good (at most
     /// [`crate::zone::POOL_SLOTS`]), the blocks of the others back to the
     /// free lists.
     pub(crate) fn set_pool_slots(&self, slots: usize) {
-        self.pool.set_len(slots);
-        let mut z = self.inner.lock();
-        self.unpool_locked(&mut z, slots, None);
-        self.after_zone_op(&z);
+        self.pool.fix_len(slots);
+        self.shrink_pool(slots);
+    }
+
+    /// Sizes the pageblock pool for `managed` frames, unless the tunable
+    /// fixed it (with the watermarks, whenever memory comes or goes).
+    pub(crate) fn fit_pool(&self, managed: u64) {
+        if !self.pool.fixed() {
+            let slots = self.pool.slots_for(managed);
+            self.pool.set_len(slots);
+            self.shrink_pool(slots);
+        }
+    }
+
+    /// Gives the blocks of the pool's slots from `from` on back to the
+    /// free lists.
+    fn shrink_pool(&self, from: usize) {
+        if self.pool.holds_any() {
+            let mut z = self.inner.lock();
+            self.unpool_locked(&mut z, from, None);
+            self.after_zone_op(&z);
+        }
     }
 
     /// Slots of the pageblock pool in use.

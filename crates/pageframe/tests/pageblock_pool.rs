@@ -205,3 +205,45 @@ fn the_pool_size_is_a_tunable() {
     assert_eq!(m.inspect().free_pages(), 64 * PAGEBLOCKS_PER_SLOT * PB);
     m.validate().unwrap();
 }
+
+#[test]
+fn the_slots_follow_the_memory_a_zone_manages() {
+    let m = common::machine_with(pageframe::MachineConfig::SINGLE_NODE);
+    let slot = PAGEBLOCKS_PER_SLOT * PB;
+    let at = |k: u64| pageframe::Pfn(4 * common::GIB + k * slot);
+    // A span of four slots' memory, one of them handed over.
+    common::zone(
+        m,
+        NodeId::ZERO,
+        pageframe::ZoneKind::Normal,
+        PfnRange::new(at(0), at(4)),
+        PfnRange::new(at(0), at(1)),
+    );
+    let t = m.tunables();
+    assert_eq!(t.pageblock_pool(), 1);
+    m.add_free_range(PfnRange::new(at(1), at(3))).unwrap();
+    assert_eq!(t.pageblock_pool(), 3);
+    // Memory leaving the zone takes its slots with it (and the pool's
+    // blocks went back to the lists before the range was emptied).
+    let blocks: Vec<_> = (0..3)
+        .map(|_| m.alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, o(9)).unwrap())
+        .collect();
+    for b in blocks {
+        m.free(b).unwrap();
+    }
+    assert_eq!(zone(m).pooled_frames(), 3 * PB);
+    let gone = PfnRange::new(at(2), at(3));
+    m.offline_range(gone, &mut pageframe::compact::NoMigration)
+        .unwrap();
+    assert_eq!(t.pageblock_pool(), 2);
+    assert_eq!(zone(m).pooled_frames(), 0);
+    m.validate().unwrap();
+    // Fixed by the tunable, the number stays.
+    t.set_pageblock_pool(1).unwrap();
+    m.add_free_range(gone).unwrap();
+    m.add_free_range(PfnRange::new(at(3), at(4))).unwrap();
+    assert_eq!(t.pageblock_pool(), 1);
+    m.drain_stripes();
+    assert_eq!(m.inspect().free_pages(), 4 * slot);
+    m.validate().unwrap();
+}

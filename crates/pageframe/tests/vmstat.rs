@@ -196,6 +196,11 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
     let m = &*m;
     let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
     let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    // A huge page through the zone path waits in the pageblock pool.
+    let h = m
+        .alloc(NodeId::ZERO, Gfp::HIGHUSER_MOVABLE, Order::new(9).unwrap())
+        .unwrap();
+    m.free(h).unwrap();
     let text = m.inspect().zoneinfo().to_string();
     let normal = m
         .inspect()
@@ -213,6 +218,7 @@ fn zoneinfo_reports_each_zone_and_the_caches_it_can_read() {
         format!("        spanned  {}\n", 4 * GIB),
         format!("        present  {}\n", 1 << 15),
         format!("        managed  {}\n", 1 << 15),
+        "        pooled   512 (pageblock pool, slots 1)\n".to_string(),
     ] {
         assert!(section.contains(&line), "{line:?} in\n{section}");
     }

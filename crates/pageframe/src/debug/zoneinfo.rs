@@ -1,5 +1,6 @@
 //! `/proc/zoneinfo`: each zone's watermarks, sizes, lowmem protection, free
-//! blocks by order and migratetype, and its per-CPU caches' `count`,
+//! blocks by order and migratetype, the free huge pages its pageblock pool
+//! keeps, and its per-CPU caches' `count`,
 //! `high` and `batch`.
 //!
 //! A cache is read by claiming it for a moment: one its CPU holds (a
@@ -41,6 +42,13 @@ fn zone<R: RawMutex>(f: &mut fmt::Formatter<'_>, z: &Zone<'_, R>, cpus: u32) -> 
     // from holes, so present and managed agree.
     writeln!(f, "        present  {}", z.managed_pages())?;
     writeln!(f, "        managed  {}", z.managed_pages())?;
+    // Free huge pages the zone keeps off its lists (part of `pages free`).
+    writeln!(
+        f,
+        "        pooled   {} (pageblock pool, slots {})",
+        z.pooled_frames(),
+        z.pool_slots()
+    )?;
     write!(f, "        protection: (")?;
     for (i, k) in ZoneKind::ALL.into_iter().enumerate() {
         let sep = if i == 0 { "" } else { ", " };

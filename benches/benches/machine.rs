@@ -1,7 +1,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 //! The machine's public paths, as a kernel calls them: a CPU's cached
 //! path (with a handle, without one, from any context) and the zone path,
-//! order 0, on a 4 GiB zone with per-CPU caches for two CPUs. Every
+//! order 0 (and order 9, a huge page, through a handle and through the
+//! zone), on a 4 GiB zone with per-CPU caches for two CPUs. Every
 //! "iteration" is one operation (an alloc or a free). Run:
 //! `cargo bench -p pageframe-benches --bench machine`.
 
@@ -13,13 +14,18 @@ use pageframe::zone::MobilityConfig;
 use pageframe_benches::{AnyContext, Cached, FRAMES_4G, Facade, Frames, OnCpu, machine, span};
 
 fn pairs<F: Frames>(a: &mut F, iters: u64) -> Duration {
+    pairs_of(a, iters, 0)
+}
+
+/// Alloc+free pairs of blocks of `order`.
+fn pairs_of<F: Frames>(a: &mut F, iters: u64, order: u8) -> Duration {
     let t = Instant::now();
     for _ in 0..iters / 2 {
-        let p = a.alloc(0).expect("alloc");
+        let p = a.alloc(order).expect("alloc");
         // The frame number is what the caller looks at; the handle itself
         // stays where a caller keeps it (in registers here).
         black_box(F::pfn(&p));
-        a.free(p, 0);
+        a.free(p, order);
     }
     t.elapsed()
 }
@@ -52,6 +58,9 @@ fn cached_paths(c: &mut Criterion) {
     g.bench_function("cached_order0_burst64", |b| {
         b.iter_custom(|n| bursts(&mut cpu, n, 64))
     });
+    g.bench_function("cached_order9_pair", |b| {
+        b.iter_custom(|n| pairs_of(&mut cpu, n, 9))
+    });
     drop(cpu);
     let mut on = OnCpu(m, 0);
     g.bench_function("on_cpu_order0_pair", |b| {
@@ -64,6 +73,9 @@ fn cached_paths(c: &mut Criterion) {
     let mut zone = Facade(m);
     g.bench_function("zone_order0_pair", |b| {
         b.iter_custom(|n| pairs(&mut zone, n))
+    });
+    g.bench_function("zone_order9_pair", |b| {
+        b.iter_custom(|n| pairs_of(&mut zone, n, 9))
     });
     g.finish();
 }

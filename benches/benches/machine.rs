@@ -82,7 +82,8 @@ fn cached_paths(c: &mut Criterion) {
 
 /// One zone shared by 1 and 2 threads, through the zone
 /// path (no per-CPU cache), through each thread's CPU cache, and the peer
-/// behind a `std::sync::Mutex`. Criterion reports time per operation of
+/// behind a `std::sync::Mutex`; and huge pages through the zone, with its
+/// pageblock pool and without. Criterion reports time per operation of
 /// the whole group of threads: ratio 1 thread / 2 threads = scaling.
 fn scaling(c: &mut Criterion) {
     let m = machine(span(FRAMES_4G), 2, MobilityConfig::DEFAULT);
@@ -102,6 +103,19 @@ fn scaling(c: &mut Criterion) {
         g.bench_function(format!("peer_mutex/{threads}"), |b| {
             b.iter_custom(|n| timed(threads, n, |_| Locked(&peer)))
         });
+        // Huge pages through the zone: its pageblock pool, then the free
+        // lists under the zone lock (the pool off).
+        g.bench_function(format!("zone_order9/{threads}"), |b| {
+            b.iter_custom(|n| timed_of(threads, n, 9, |_| Facade(m)))
+        });
+        let slots = m.tunables().pageblock_pool();
+        m.tunables().set_pageblock_pool(0).expect("a slot count");
+        g.bench_function(format!("zone_order9_locked/{threads}"), |b| {
+            b.iter_custom(|n| timed_of(threads, n, 9, |_| Facade(m)))
+        });
+        m.tunables()
+            .set_pageblock_pool(slots)
+            .expect("a slot count");
     }
     g.finish();
 }
@@ -110,6 +124,16 @@ fn scaling(c: &mut Criterion) {
 /// `Frames` that `make(thread)` builds inside it, `iters` operations in
 /// all: wall time from the first thread's start to the last one's end.
 fn timed<F: Frames>(threads: u64, iters: u64, make: impl Fn(u32) -> F + Sync) -> Duration {
+    timed_of(threads, iters, 0, make)
+}
+
+/// [`timed`] with pairs of blocks of `order`.
+fn timed_of<F: Frames>(
+    threads: u64,
+    iters: u64,
+    order: u8,
+    make: impl Fn(u32) -> F + Sync,
+) -> Duration {
     let per = (iters / threads).max(2);
     let start = std::sync::Barrier::new(threads as usize + 1);
     std::thread::scope(|s| {
@@ -120,7 +144,7 @@ fn timed<F: Frames>(threads: u64, iters: u64, make: impl Fn(u32) -> F + Sync) ->
                     let mut a = make(t as u32);
                     start.wait();
                     let t0 = Instant::now();
-                    pairs(&mut a, per);
+                    pairs_of(&mut a, per, order);
                     (t0, t0.elapsed())
                 })
             })

@@ -72,12 +72,27 @@ fn type_of(v: u64) -> MigrateType {
     }
 }
 
-/// A zone's pool, in the zone's metadata on cache lines of its own (every
-/// CPU that frees or allocates a huge page writes them; the zone's own
-/// fields are read on every order-0 path).
+/// A slot on lines of its own: two CPUs freeing and taking huge pages at
+/// once each keep to the slot their hint names, without the other's
+/// writes taking the line away (128 bytes: adjacent-line prefetchers pair
+/// lines).
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+impl core::ops::Deref for Slot {
+    type Target = AtomicU64;
+    #[inline(always)]
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
+
+/// A zone's pool, in the zone's metadata: the slots each on lines of their
+/// own, and the rest (read on every call, written when memory comes or
+/// goes) on another.
 #[repr(align(128))]
 pub(crate) struct PageblockPool {
-    slots: [AtomicU64; POOL_SLOTS],
+    slots: [Slot; POOL_SLOTS],
     /// Slots in use: `put` fills and `take` looks at the first `len`
     /// (a block left beyond them after a shrink is still found by
     /// `drain`).
@@ -112,7 +127,7 @@ impl PageblockPool {
     /// `order`.
     pub(crate) fn new(order: Order) -> Self {
         PageblockPool {
-            slots: core::array::from_fn(|_| AtomicU64::new(0)),
+            slots: core::array::from_fn(|_| Slot(AtomicU64::new(0))),
             len: AtomicU8::new(0),
             fixed: AtomicBool::new(false),
             order,
@@ -154,10 +169,13 @@ impl PageblockPool {
         self.len.store(len.min(POOL_SLOTS) as u8, Relaxed);
     }
 
-    /// The slots `take` and `put` use.
+    /// The slot the caller's hint names ([`crate::stripe::caller_hint`]),
+    /// looked at first, if it is in use; and the slots in use.
     #[inline(always)]
-    fn used(&self) -> &[AtomicU64] {
-        &self.slots[..self.len()]
+    fn used(&self) -> (Option<&AtomicU64>, &[Slot]) {
+        let (n, h) = (self.len(), crate::stripe::caller_hint() % POOL_SLOTS);
+        let used = &self.slots[..n];
+        (used.get(h).map(|s| &s.0), used)
     }
 
     /// Whether the pool may hold a block of `order`: it is the pageblock
@@ -174,33 +192,40 @@ impl PageblockPool {
     #[inline]
     pub(crate) fn take(&self, mt: MigrateType) -> Option<Pfn> {
         let want = tag(mt)?;
-        self.used().iter().find_map(|s| {
+        let take = |s: &AtomicU64| {
             let v = s.load(Relaxed);
             (v != 0 && v & ((1 << TYPE_BITS) - 1) == want)
                 .then(|| s.compare_exchange(v, 0, Acquire, Relaxed).ok())
                 .flatten()
                 .map(|v| Pfn(v >> TYPE_BITS))
-        })
+        };
+        let (first, used) = self.used();
+        first
+            .and_then(take)
+            .or_else(|| used.iter().find_map(|s| take(s)))
     }
 
-    /// Whether a slot in use is empty now (a racy hint: `put` may still
-    /// find none).
+    /// An empty slot in use, the caller's own first (a racy answer: `put`
+    /// may still find it taken).
     #[inline]
-    pub(crate) fn has_room(&self) -> bool {
-        self.used().iter().any(|s| s.load(Relaxed) == 0)
+    pub(crate) fn room(&self) -> Option<&AtomicU64> {
+        let empty = |s: &&AtomicU64| s.load(Relaxed) == 0;
+        let (first, used) = self.used();
+        first
+            .filter(empty)
+            .or_else(|| used.iter().map(|s| &s.0).find(empty))
     }
 
-    /// Puts the block at `pfn`, of type `mt`, in an empty slot: `false`,
-    /// nothing changed, when there is none (or `mt` is not a basic type).
+    /// Puts the block at `pfn`, of type `mt`, in `slot` (from
+    /// [`PageblockPool::room`]): `false`, nothing changed, when the slot
+    /// was taken meanwhile (or `mt` is not a basic type).
     #[inline]
-    pub(crate) fn put(&self, pfn: Pfn, mt: MigrateType) -> bool {
+    pub(crate) fn put(&self, slot: &AtomicU64, pfn: Pfn, mt: MigrateType) -> bool {
         let Some(t) = tag(mt) else {
             return false;
         };
         let v = (pfn.get() << TYPE_BITS) | t;
-        self.used()
-            .iter()
-            .any(|s| s.load(Relaxed) == 0 && s.compare_exchange(0, v, Release, Relaxed).is_ok())
+        slot.compare_exchange(0, v, Release, Relaxed).is_ok()
     }
 
     /// Whether any slot holds a block (a racy hint).
@@ -243,6 +268,11 @@ impl PageblockPool {
 mod tests {
     use super::*;
 
+    /// `put` into the room there is.
+    fn put(p: &PageblockPool, pfn: Pfn, mt: MigrateType) -> bool {
+        p.room().is_some_and(|s| p.put(s, pfn, mt))
+    }
+
     fn pool(slots: u64) -> PageblockPool {
         let p = PageblockPool::new(Order::new(9).unwrap());
         p.set_len(p.slots_for((slots * PAGEBLOCKS_PER_SLOT) << 9));
@@ -271,11 +301,11 @@ mod tests {
         assert!(p.serves(o) && !p.serves(Order::ZERO));
         // Frame 0 is a block like any other (the tag keeps its slot
         // from reading empty).
-        assert!(p.put(Pfn(0), MigrateType::Unmovable));
-        assert!(p.put(Pfn(512), MigrateType::Movable));
-        assert!(!p.has_room());
-        assert!(!p.put(Pfn(1024), MigrateType::Movable), "two slots only");
-        assert!(!p.put(Pfn(1024), MigrateType::Cma), "no basic type");
+        assert!(put(&p, Pfn(0), MigrateType::Unmovable));
+        assert!(put(&p, Pfn(512), MigrateType::Movable));
+        assert!(p.room().is_none());
+        assert!(!put(&p, Pfn(1024), MigrateType::Movable), "two slots only");
+        assert!(!put(&p, Pfn(1024), MigrateType::Cma), "no basic type");
         assert_eq!(p.held_frames(), 1024);
         assert_eq!(p.take(MigrateType::Reclaimable), None);
         assert_eq!(p.take(MigrateType::Movable), Some(Pfn(512)));
@@ -287,44 +317,41 @@ mod tests {
     #[test]
     fn a_drain_finds_blocks_beyond_a_shrunk_pool() {
         let p = pool(4);
-        for (i, mt) in [
+        let kinds = [
             MigrateType::Movable,
             MigrateType::Reclaimable,
             MigrateType::Movable,
             MigrateType::Unmovable,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            assert!(p.put(Pfn(512 * i as u64), mt));
+        ];
+        for (i, mt) in kinds.into_iter().enumerate() {
+            assert!(put(&p, Pfn(512 * i as u64), mt));
         }
         p.set_len(1);
         assert!(!p.serves(Order::ZERO) && p.serves(p.order()));
-        // Only the first slot is looked at now.
-        assert_eq!(p.take(MigrateType::Unmovable), None);
+        // Only the first slot is looked at now: one of the four comes out.
         let mut got = std::vec::Vec::new();
-        assert_eq!(
-            p.drain(0, Some(MigrateType::Movable), |b, mt| got.push((b, mt))),
-            2
-        );
-        assert_eq!(
-            got,
-            [
-                (Pfn(0), MigrateType::Movable),
-                (Pfn(1024), MigrateType::Movable)
-            ]
-        );
-        got.clear();
-        assert_eq!(p.drain(1, None, |b, mt| got.push((b, mt))), 2);
-        assert_eq!(
-            got,
-            [
-                (Pfn(512), MigrateType::Reclaimable),
-                (Pfn(1536), MigrateType::Unmovable)
-            ]
-        );
+        for mt in [
+            MigrateType::Movable,
+            MigrateType::Reclaimable,
+            MigrateType::Unmovable,
+        ] {
+            got.extend(p.take(mt).map(|b| (b, mt)));
+        }
+        assert_eq!(got.len(), 1);
+        // The others are still found by a drain, by type and then all.
+        let movable = p.drain(1, Some(MigrateType::Movable), |b, mt| got.push((b, mt)));
+        assert!(got[1..].iter().all(|&(_, mt)| mt == MigrateType::Movable));
+        let rest = p.drain(0, None, |b, mt| got.push((b, mt)));
+        assert_eq!(1 + movable + rest, 4);
+        got.sort_unstable_by_key(|&(b, _)| b);
+        let want: std::vec::Vec<_> = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, mt)| (Pfn(512 * i as u64), mt))
+            .collect();
+        assert_eq!(got, want);
         assert!(!p.holds_any());
         p.set_len(0);
-        assert!(!p.serves(p.order()) && !p.put(Pfn(0), MigrateType::Movable));
+        assert!(!p.serves(p.order()) && !put(&p, Pfn(0), MigrateType::Movable));
     }
 }

@@ -115,13 +115,22 @@ fn type_index(mt: MigrateType) -> Option<usize> {
     }
 }
 
-/// A hint for the stripe to try first: the caller's stack address, which
-/// differs between threads of execution and stays put within one.
+/// A number in `0..256` from the caller's stack address, which differs
+/// between threads of execution and stays put within one: where a
+/// lock-free structure of the zone shared by all CPUs (a stripe, a slot
+/// of the pageblock pool) lets a caller look first, so that two CPUs at
+/// work at once tend to stay on lines of their own.
 #[inline]
-fn hint() -> usize {
+pub(crate) fn caller_hint() -> usize {
     let here = 0u8;
     let a = core::ptr::addr_of!(here) as usize >> 12;
-    (a.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize) >> (usize::BITS - 8)) % STRIPES
+    a.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize) >> (usize::BITS - 8)
+}
+
+/// The stripe to try first (see [`caller_hint`]).
+#[inline]
+fn hint() -> usize {
+    caller_hint() % STRIPES
 }
 
 impl<'a, R: RawMutex> Stripes<'a, R> {

@@ -589,7 +589,10 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return Err(FreeError::OutOfRange);
         }
         // A block of the pageblock order goes to the pool if it has room.
-        if self.pool.serves(order) && self.pool.has_room() && self.pool_free(pfn, order) {
+        if self.pool.serves(order)
+            && let Some(slot) = self.pool.room()
+            && self.pool_free(slot, pfn, order)
+        {
             return Ok(());
         }
         // A frame of a chunk a stripe holds goes back to that stripe.
@@ -612,17 +615,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         r
     }
 
-    /// A free into the pageblock pool: `true` when the block went there (a
-    /// live unpinned allocation of `order`, its byte now cached), `false`
-    /// with nothing changed otherwise (the zone's path decides).
+    /// A free into `slot` of the pageblock pool: `true` when the block
+    /// went there (a live unpinned allocation of `order`, its byte now
+    /// cached), `false` with nothing changed otherwise (the zone's path
+    /// decides).
     #[inline]
-    fn pool_free(&self, pfn: Pfn, order: Order) -> bool {
+    fn pool_free(&self, slot: &crate::sync::AtomicU64, pfn: Pfn, order: Order) -> bool {
         let Ok(mt) = self.states.take_for_cache(pfn, order) else {
             return false;
         };
         // A non-movable block of a CMA area must not reach a slot that
         // serves non-movable requests (as for a per-CPU cache).
-        if (mt == MigrateType::Movable || !self.in_cma(pfn)) && self.pool.put(pfn, mt) {
+        if (mt == MigrateType::Movable || !self.in_cma(pfn)) && self.pool.put(slot, pfn, mt) {
             return true;
         }
         self.states.set_allocated(pfn, order, mt);

@@ -43,12 +43,13 @@ use crate::sync::{AtomicBool, AtomicU8, AtomicU64};
 /// Slots a zone's pool has room for.
 pub const POOL_SLOTS: usize = 4;
 
-/// A zone uses one slot for this many pageblocks of its span.
+/// A zone uses one slot for this many pageblocks of the memory it manages.
 pub const PAGEBLOCKS_PER_SLOT: u64 = 64;
 
 /// A slot's value: 0 for an empty slot, else the block's first frame
 /// shifted up by two and its type's index plus one below.
 const TYPE_BITS: u32 = 2;
+const TYPE_MASK: u64 = (1 << TYPE_BITS) - 1;
 
 /// The index plus one of a basic type (`None` for the others, which the
 /// pool never holds).
@@ -59,16 +60,6 @@ fn tag(mt: MigrateType) -> Option<u64> {
         MigrateType::Movable => Some(2),
         MigrateType::Reclaimable => Some(3),
         _ => None,
-    }
-}
-
-/// The type a slot's tag names.
-#[inline]
-fn type_of(v: u64) -> MigrateType {
-    match v & ((1 << TYPE_BITS) - 1) {
-        2 => MigrateType::Movable,
-        3 => MigrateType::Reclaimable,
-        _ => MigrateType::Unmovable,
     }
 }
 
@@ -194,7 +185,7 @@ impl PageblockPool {
         let want = tag(mt)?;
         let take = |s: &AtomicU64| {
             let v = s.load(Relaxed);
-            (v != 0 && v & ((1 << TYPE_BITS) - 1) == want)
+            (v != 0 && v & TYPE_MASK == want)
                 .then(|| s.compare_exchange(v, 0, Acquire, Relaxed).ok())
                 .flatten()
                 .map(|v| Pfn(v >> TYPE_BITS))
@@ -235,22 +226,21 @@ impl PageblockPool {
     }
 
     /// Takes out every block of the slots from `from` on (of type `only`,
-    /// if given) and hands each to `give_back` with its type; returns how
-    /// many.
+    /// if given) and hands each to `give_back`; returns how many.
     pub(crate) fn drain(
         &self,
         from: usize,
         only: Option<MigrateType>,
-        mut give_back: impl FnMut(Pfn, MigrateType),
+        mut give_back: impl FnMut(Pfn),
     ) -> usize {
         let mut n = 0;
         for s in self.slots.iter().skip(from) {
             let v = s.load(Relaxed);
-            if v == 0 || only.is_some_and(|mt| tag(mt) != Some(v & ((1 << TYPE_BITS) - 1))) {
+            if v == 0 || only.is_some_and(|mt| tag(mt) != Some(v & TYPE_MASK)) {
                 continue;
             }
             if s.compare_exchange(v, 0, Acquire, Relaxed).is_ok() {
-                give_back(Pfn(v >> TYPE_BITS), type_of(v));
+                give_back(Pfn(v >> TYPE_BITS));
                 n += 1;
             }
         }
@@ -339,9 +329,14 @@ mod tests {
         }
         assert_eq!(got.len(), 1);
         // The others are still found by a drain, by type and then all.
-        let movable = p.drain(1, Some(MigrateType::Movable), |b, mt| got.push((b, mt)));
-        assert!(got[1..].iter().all(|&(_, mt)| mt == MigrateType::Movable));
-        let rest = p.drain(0, None, |b, mt| got.push((b, mt)));
+        let movable = p.drain(1, Some(MigrateType::Movable), |b| {
+            got.push((b, MigrateType::Movable))
+        });
+        let rest = p.drain(0, None, |b| {
+            let mt = kinds[(b.get() / 512) as usize];
+            assert_ne!(mt, MigrateType::Movable, "{b:?} left by the typed drain");
+            got.push((b, mt));
+        });
         assert_eq!(1 + movable + rest, 4);
         got.sort_unstable_by_key(|&(b, _)| b);
         let want: std::vec::Vec<_> = kinds

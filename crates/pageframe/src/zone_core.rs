@@ -413,8 +413,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
     /// [`Zone::try_alloc_with`] after the zone found nothing: frames the
     /// stripes and the pageblock pool hold free are not the zone's, so they
-    /// go back and the zone is tried once more. Out of line, so that the common path's call of
-    /// [`Zone::try_alloc_locked`] is its only one.
+    /// go back and the zone is tried once more. Out of line, so that the
+    /// common path's call of [`Zone::try_alloc_locked`] is its only one.
     #[cold]
     #[inline(never)]
     fn alloc_unstriped<H: Hooks>(
@@ -784,11 +784,17 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// Gives every block of the pageblock pool back to the free lists
     /// (where it merges as any free would). Returns how many.
     pub(crate) fn release_pool(&self) -> usize {
+        self.release_pool_from(0)
+    }
+
+    /// Gives the blocks of the pool's slots from `from` on back to the
+    /// free lists. Returns how many.
+    fn release_pool_from(&self, from: usize) -> usize {
         if !self.pool.holds_any() {
             return 0;
         }
         let mut z = self.inner.lock();
-        let n = self.unpool_locked(&mut z, 0, None);
+        let n = self.unpool_locked(&mut z, from, None);
         self.after_zone_op(&z);
         n
     }
@@ -803,7 +809,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         only: Option<MigrateType>,
     ) -> usize {
         let order = self.pool.order();
-        self.pool.drain(from, only, |p, _| {
+        self.pool.drain(from, only, |p| {
             self.states.set_free(p);
             // SAFETY: a pooled block is the pool's alone (its byte went from
             // allocated to cached by compare-and-swap, and the slot's
@@ -818,7 +824,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// free lists.
     pub(crate) fn set_pool_slots(&self, slots: usize) {
         self.pool.fix_len(slots);
-        self.shrink_pool(slots);
+        self.release_pool_from(slots);
     }
 
     /// Sizes the pageblock pool for `managed` frames, unless the tunable
@@ -827,17 +833,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         if !self.pool.fixed() {
             let slots = self.pool.slots_for(managed);
             self.pool.set_len(slots);
-            self.shrink_pool(slots);
-        }
-    }
-
-    /// Gives the blocks of the pool's slots from `from` on back to the
-    /// free lists.
-    fn shrink_pool(&self, from: usize) {
-        if self.pool.holds_any() {
-            let mut z = self.inner.lock();
-            self.unpool_locked(&mut z, from, None);
-            self.after_zone_op(&z);
+            self.release_pool_from(slots);
         }
     }
 

@@ -248,5 +248,5 @@ pub fn run(kernel: &FrameAllocator) {
     );
     let c = PAGEFRAME.counters();
     assert_eq!((c.refused_frees, c.refused_adds), (0, 0), "{:?}", c);
-    PAGEFRAME.machine().unwrap().validate().unwrap();
+    PAGEFRAME.validate().unwrap();
 }

@@ -13,18 +13,18 @@ mod bench;
 
 #[ostd::main]
 fn kernel_main() {
-    let m = FRAMES.machine().expect("OSTD allocated before main");
+    let m = FRAMES.inspect().expect("OSTD allocated before main");
     println!(
         "pageframe: {} frames managed, {} free, {} adopted from OSTD's early allocator",
-        m.inspect().managed_pages(),
-        m.inspect().free_pages(),
+        m.managed_pages(),
+        m.free_pages(),
         FRAMES.counters().adopted_frames
     );
     let seg = FrameAllocOptions::new().alloc_segment(512).unwrap();
     println!("pageframe: a segment of 512 frames at {:#x}", seg.paddr());
     drop(seg);
     bench::run(&FRAMES);
-    m.validate().unwrap();
+    FRAMES.validate().unwrap();
     println!("pageframe: counters {:?}", FRAMES.counters());
     println!("pageframe-ostd-kernel: OK");
 }
@@ -41,24 +41,25 @@ mod test {
     use ostd_test::KtestError;
 
     use ostd::mm::{FrameAllocOptions, PAGE_SIZE, Split};
-    use pageframe::{Machine, PhysAddr};
+    use pageframe::PhysAddr;
+    use pageframe::debug::Inspect;
 
     /// Free frames with every per-CPU cache emptied into the zones (the
     /// caches hold freed frames back from the zones' counts).
-    fn settled(m: &Machine<'static>) -> u64 {
+    fn settled(m: Inspect<'static, 'static>) -> u64 {
         super::FRAMES.drain_caches();
-        m.inspect().free_pages()
+        m.free_pages()
     }
 
     #[ktest]
     fn ostd_allocations_come_from_pageframe() {
         let m = super::FRAMES
-            .machine()
+            .inspect()
             .expect("built at OSTD's first allocation");
         let before = settled(m);
         let seg = FrameAllocOptions::new().alloc_segment(16).unwrap();
         let pfn = PhysAddr::new(seg.paddr() as u64).pfn_down();
-        assert!(m.inspect().zone_of(pfn).is_some());
+        assert!(m.zone_of(pfn).is_some());
         assert_eq!(settled(m), before - 16);
         drop(seg);
         assert_eq!(settled(m), before);
@@ -66,7 +67,7 @@ mod test {
 
     #[ktest]
     fn segments_come_back_in_pieces_in_any_order() {
-        let m = super::FRAMES.machine().unwrap();
+        let m = super::FRAMES.inspect().unwrap();
         let before = settled(m);
         for n in [2usize, 3, 37, 512, 1000] {
             let seg = FrameAllocOptions::new().alloc_segment(n).unwrap();
@@ -96,12 +97,12 @@ mod test {
             drop(f);
         }
         assert_eq!(settled(m), before);
-        m.validate().unwrap();
+        super::FRAMES.validate().unwrap();
     }
 
     #[ktest]
     fn segments_beyond_a_buddy_block_are_contiguous_ranges() {
-        let m = super::FRAMES.machine().unwrap();
+        let m = super::FRAMES.inspect().unwrap();
         let before = settled(m);
         // 12 MiB: more than the largest buddy block (4 MiB).
         let seg = FrameAllocOptions::new().alloc_segment(3000).unwrap();
@@ -111,7 +112,7 @@ mod test {
         drop(b);
         drop(a);
         assert_eq!(settled(m), before);
-        m.validate().unwrap();
+        super::FRAMES.validate().unwrap();
     }
 
     /// Every ktest of OSTD itself, run as it is with pageframe underneath.
@@ -144,8 +145,7 @@ mod test {
                 KtestError::Unknown => println!("  FAILED {}::{}", module, name),
             }
         }
-        let m = super::FRAMES.machine().unwrap();
-        m.validate().unwrap();
+        super::FRAMES.validate().unwrap();
         assert!(failed.is_empty());
         assert_eq!(super::FRAMES.counters().refused_frees, 0);
     }

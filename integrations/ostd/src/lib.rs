@@ -8,6 +8,8 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use pageframe::boot::{AddError, Incremental};
 use pageframe::compact::NoMigration;
+use pageframe::debug::Inspect;
+use pageframe::zone::ValidateError;
 use pageframe::{
     Block, CpuCache, CpuId, FreeError, Gfp, Machine, MachineConfig, NodeId, Order, PAGE_SIZE, Pfn,
     PfnRange, PhysAddr, RawError,
@@ -583,9 +585,33 @@ impl FrameAllocator {
         r
     }
 
-    /// The machine, once the first allocation has built it (for its
-    /// reports: `buddyinfo`, `validate`, free and managed frames).
-    pub fn machine(&self) -> Option<&Machine<'static>> {
+    /// The machine's reports (`buddyinfo`, free and managed frames, the
+    /// debugging tools), once the first allocation has built it. A view
+    /// that cannot allocate: every block of the machine is this
+    /// allocator's, so that a free it is told to make (OSTD's `dealloc`
+    /// is safe to call, and OSTD answers for its own frames only) can
+    /// never reach a block held by anyone else.
+    pub fn inspect(&self) -> Option<Inspect<'_, 'static>> {
+        self.frames.built().map(Machine::inspect)
+    }
+
+    /// Checks the machine's books ([`Machine::validate`]); `Ok` before
+    /// the first allocation has built it.
+    pub fn validate(&self) -> Result<(), ValidateError> {
+        self.frames.built().map_or(Ok(()), Machine::validate)
+    }
+
+    /// The machine itself, once the first allocation has built it.
+    ///
+    /// # Safety
+    ///
+    /// The caller takes nothing of the machine for its own and frees
+    /// nothing through it: no block, number or contiguous range comes out
+    /// (a CPU's handle may drain its caches). Every frame of the machine
+    /// then stays free or this allocator's, which its frees rely on: they
+    /// take their caller's word for whose frames they are, and OSTD's
+    /// `dealloc`, which any code may call, passes that word on.
+    pub unsafe fn machine(&self) -> Option<&Machine<'static>> {
         self.frames.built()
     }
 

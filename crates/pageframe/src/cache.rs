@@ -58,7 +58,10 @@ impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
     /// The claimed cache of the zone of index `i` ([`ZoneRef::index`]).
     #[inline(always)]
     pub(crate) fn at(&mut self, i: usize) -> Option<&mut Claimed<'m, 'a, R>> {
-        self.by_zone.get_mut(i)?.as_mut()
+        // Zone indices are below `MAX_ZONES`, a power of two: the mask
+        // changes none and spares the hit paths a bounds check.
+        const { assert!(MAX_ZONES.is_power_of_two()) };
+        self.by_zone[i % MAX_ZONES].as_mut()
     }
 }
 
@@ -203,11 +206,12 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         self.take_cached(hooks, local, order, gfp.migratetype())
     }
 
-    /// [`Zone::cache_hit`] of an order-0 request that the home of this
-    /// CPU's cache serves as it is, with no call on the way (a caller's hit
-    /// path then needs no stack frame): `None`, nothing changed, when the
-    /// home is empty, a remote request waits, or the request is not one
-    /// the cache serves; the caller then takes [`Zone::cache_hit`].
+    /// [`Zone::cache_hit`] of an order-0 request that this CPU's cache
+    /// serves as it is, from its hot frames or its home, with no call on
+    /// the way (a caller's hit path then needs no stack frame): `None`,
+    /// nothing changed, when both are empty, a remote request waits, or
+    /// the request is not one the cache serves; the caller then takes
+    /// [`Zone::cache_hit`].
     #[inline(always)]
     pub(crate) fn cache_home_hit<H: Hooks>(
         &self,
@@ -217,11 +221,14 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         flags: AllocFlags,
         highest: ZoneKind,
     ) -> Option<Pfn> {
-        if !self.cache_may_serve(Order::ZERO, flags, highest) {
+        if flags.intersects(AllocFlags::RESERVES | AllocFlags::NO_WATERMARKS) {
             return None;
         }
         let mt = gfp.migratetype();
-        let p = local.alloc_home_hit(mt)?;
+        // spec 04 §5.7: a hot frame first, with no watermark check (it is
+        // not the zone's free memory, and handing it out takes none of
+        // it); then the home, if the zone stays above its mark.
+        let p = local.alloc_hit(mt, || self.watermark_fast(Order::ZERO, flags, highest))?;
         self.states.set_allocated(p, Order::ZERO, mt);
         self.vm(hooks.cpu).pcp_hit();
         Some(p)
@@ -394,8 +401,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
     /// The order-0 free [`Zone::free_cached`] makes, as far as it goes with
     /// no call on the way (a caller's hit path then needs no stack frame):
-    /// [`CacheFree::Hit`] when the frame went back to the home of its list
-    /// in this CPU's cache; [`CacheFree::Foreign`] when it is the cache's
+    /// [`CacheFree::Hit`] when the frame went hot or back to the home of
+    /// its list in this CPU's cache; [`CacheFree::Foreign`] when it is the cache's
     /// now but lies outside the home (the caller goes on with
     /// [`Zone::cache_foreign`]); [`CacheFree::Miss`], nothing changed,
     /// otherwise (the caller then takes [`Zone::free_cached`]).
@@ -416,7 +423,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return CacheFree::Miss;
         }
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
-        match local.free_home_hit(&hooks.on(self), pfn, list) {
+        match local.free_hit(&hooks.on(self), pfn, list) {
             HomeFree::Hit => {
                 self.vm(hooks.cpu).pcp_free();
                 CacheFree::Hit

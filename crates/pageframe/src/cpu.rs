@@ -804,6 +804,15 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         }
     }
 
+    /// Order-0 frames this CPU's cache of the zone `(node, kind)` keeps
+    /// hot (spec 04 §5.7): each the frame of its home freed last, handed
+    /// out again first, given back to the zone when the cache drains.
+    pub fn hot_frames(&mut self, node: NodeId, kind: ZoneKind) -> u32 {
+        self.locals
+            .get(ZoneRef { node, kind })
+            .map_or(0, |l| l.inspect(|p| p.hot()))
+    }
+
     /// This CPU's cache of a zone: its counters, what it holds and its
     /// `high` with the bounds it tunes between. `None` without a cache of
     /// that zone.

@@ -173,7 +173,7 @@ pub mod pcp {
     pub use crate::cpu::CacheInfo;
     pub use crate::error::{CpuError, PcpSetupError};
     pub use crate::node_id::MAX_CPUS;
-    pub use pageframe_pcp::{PcpError, PcpStats};
+    pub use pageframe_pcp::{HOT_FRAMES, PcpError, PcpStats};
 }
 
 /// Swap slots for 2 MiB pages swapped out and in whole (spec 05): the

@@ -238,6 +238,35 @@ fn a_free_racing_a_remote_drain() {
     );
 }
 
+/// A CPU keeps a frame it freed hot while another CPU drains every cache:
+/// the owner sends its hot frames on before it honours the request (or
+/// when it lets its handle go), so the frame is free in the zone when the
+/// drain returns.
+#[test]
+fn a_remote_drain_takes_the_hot_frames() {
+    RUNS.store(0, std::sync::atomic::Ordering::Relaxed);
+    builder().check(|| {
+        let m = machine();
+        let mut c = m.cpu(CpuId(1), NodeId::ZERO).unwrap();
+        let b = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+        c.free(b).unwrap();
+        assert_eq!(c.hot_frames(NodeId::ZERO, ZoneKind::Normal), 1);
+        let t = thread::spawn(move || {
+            c.tick();
+            drop(c);
+        });
+        m.drain_pcp(None, |_| thread::yield_now());
+        m.drain_stripes();
+        assert_eq!(m.free_pages(), m.managed_pages(), "the hot frame is back");
+        t.join().unwrap();
+        settled(m);
+    });
+    std::println!(
+        "interleavings: {}",
+        RUNS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
 /// A drain of every cache while a CPU allocates through its cache (refills
 /// from the zone) and frees: the allocated frames are distinct and come
 /// back; the zone ends whole.

@@ -63,6 +63,31 @@ impl PerCpuPages<'_> {
         Some(f)
     }
 
+    /// The newest hot frame (spec 04 §5.7) if it is of list type `mt`,
+    /// counted as an allocation; `None`, nothing changed, otherwise.
+    #[inline(always)]
+    pub fn alloc_hot(&mut self, mt: MigrateType) -> Option<Pfn> {
+        let f = self.hot.pop(mt)?;
+        self.free_count >>= 1;
+        self.stats.allocs += 1;
+        self.stats.local_hits += 1;
+        Some(f)
+    }
+
+    /// An order-0 frame of list type `mt` with no call on the way: the
+    /// newest hot frame if it is of that type, else, if `home_ok()`, as
+    /// [`alloc_home_hit`](Self::alloc_home_hit).
+    #[inline(always)]
+    pub fn alloc_hit(&mut self, mt: MigrateType, home_ok: impl FnOnce() -> bool) -> Option<Pfn> {
+        if let Some(f) = self.alloc_hot(mt) {
+            return Some(f);
+        }
+        if !home_ok() {
+            return None;
+        }
+        self.alloc_home_hit(mt)
+    }
+
     /// The order-0 allocation [`alloc`](Self::alloc) makes when the home
     /// of `mt`'s list holds a frame, with no call on the way (a caller's
     /// hit path then needs no stack frame): `None`, nothing changed, when

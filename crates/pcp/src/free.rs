@@ -96,6 +96,63 @@ impl PerCpuPages<'_> {
         HomeFree::Hit
     }
 
+    /// The order-0 free of `frame`, of list type `mt`, with no call on the
+    /// way: hot if [`hot_takes`](Self::hot_takes) it, else as
+    /// [`free_home_hit`](Self::free_home_hit).
+    #[inline(always)]
+    pub fn free_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        if self.hot_takes(frame, mt) && self.free_hot(frame, mt) {
+            return HomeFree::Hit;
+        }
+        self.free_home_hit(zone, frame, mt)
+    }
+
+    /// Whether [`free_hot`](Self::free_hot) would keep `frame`, an order-0
+    /// frame of list type `mt` being freed, hot (spec 04 §5.7): there is
+    /// room, and it lies in the home of its list.
+    #[inline(always)]
+    pub fn hot_takes(&self, frame: Pfn, mt: MigrateType) -> bool {
+        self.hot.has_room()
+            && self
+                .home_list(mt)
+                .is_some_and(|(li, shift)| self.homes[li.get()].contains(frame, shift))
+    }
+
+    /// Holds `frame`, an order-0 frame of list type `mt` just freed, hot,
+    /// counted as a free, after [`hot_takes`](Self::hot_takes) said yes:
+    /// `false`, nothing changed, when there is no room.
+    #[inline(always)]
+    pub fn free_hot(&mut self, frame: Pfn, mt: MigrateType) -> bool {
+        if !self.hot.push(frame, mt) {
+            return false;
+        }
+        self.stats.frees += 1;
+        true
+    }
+
+    /// Moves the hot frames to the foreign list, on their way back to the
+    /// zone with it (a drain's first step).
+    pub(crate) fn cool<Z: PcpZone>(&mut self, zone: &Z) {
+        while let Some((frame, mt)) = self.hot.pop_any() {
+            if self.lists.is_full() {
+                self.spill_foreign(zone);
+                if self.lists.is_full() {
+                    let first = ListIndex::new(0).expect("list 0 exists");
+                    self.spill(zone, self.sizing.batch().max(1), first);
+                }
+            }
+            if self.lists.push_tail(ListIndex::FOREIGN, frame).is_ok() {
+                self.foreign += 1;
+            } else {
+                // No slot even after a spill (the zone refused it): the
+                // frame stays hot, nothing lost.
+                let kept = self.hot.push(frame, mt);
+                debug_assert!(kept);
+                break;
+            }
+        }
+    }
+
     /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
     /// onto the foreign list, which goes back to the zone whole once it
     /// holds a batch, or more during a streak of frees, as `nr_pcp_free`

@@ -103,6 +103,11 @@ impl Home {
         }
     }
 
+    /// Whether it holds `frame`.
+    pub(crate) fn holds(&self, frame: Pfn, shift: u8) -> bool {
+        self.contains(frame, shift) && self.vacancy(frame, shift).is_none()
+    }
+
     /// Holds `frame`, a frame of the region the cache does not hold yet;
     /// `false` (nothing changed) for any other frame.
     #[inline(always)]

@@ -6,6 +6,7 @@
 
 use crate::error::PcpError;
 use crate::home::Home;
+use crate::hot::Hot;
 use crate::lists::{Lists, Slot};
 use crate::sizing::{PcpConfig, PcpSizing};
 use crate::stats::PcpStats;
@@ -42,6 +43,9 @@ pub struct PerCpuPages<'m> {
     pub(crate) homes: [Home; PCP_TYPES],
     /// Frames on the foreign list (not counted in `count`).
     pub(crate) foreign: u32,
+    /// The order-0 frames of its homes freed last, handed out first (spec
+    /// 04 §5.7; not counted in `count`).
+    pub(crate) hot: Hot,
 }
 
 impl<'m> PerCpuPages<'m> {
@@ -72,6 +76,7 @@ impl<'m> PerCpuPages<'m> {
             stats: PcpStats::default(),
             homes: [Home::EMPTY; PCP_TYPES],
             foreign: 0,
+            hot: Hot::EMPTY,
         })
     }
 
@@ -96,10 +101,16 @@ impl<'m> PerCpuPages<'m> {
     }
 
     /// Base pages the cache holds: on its lists (Linux's `count`, which
-    /// `high` bounds) and on the foreign list.
+    /// `high` bounds), on the foreign list and hot.
     #[inline]
     pub fn count(&self) -> u32 {
-        self.count + self.foreign
+        self.count + self.foreign + self.hot.len()
+    }
+
+    /// Order-0 frames held hot (spec 04 §5.7).
+    #[inline]
+    pub fn hot(&self) -> u32 {
+        self.hot.len()
     }
     /// The current, auto-tuned drain threshold.
     #[inline]
@@ -163,9 +174,16 @@ impl<'m> PerCpuPages<'m> {
     pub fn foreign(&self) -> u32 {
         self.foreign
     }
-    /// Visits every cached block as `(list, frame)`, list by list, head
-    /// first, the foreign list ([`ListIndex::is_foreign`]) last.
+    /// Visits every cached block as `(list, frame)`: the hot frames first
+    /// (on their type's order-0 list), then list by list, head first, the
+    /// foreign list ([`ListIndex::is_foreign`]) last.
     pub fn for_each_block(&self, mut f: impl FnMut(ListIndex, crate::types::Pfn)) {
+        let thp = self.config.thp_order();
+        self.hot.for_each(|fr, mt| {
+            if let Some(li) = ListIndex::of(Order::new_truncated(0), mt, thp) {
+                f(li, fr);
+            }
+        });
         for i in 0..NR_PCP_LISTS {
             if let Some(li) = ListIndex::new(i) {
                 if let (Some(h), Some(shift)) = (self.home_of(li), self.config.home_order()) {
@@ -199,6 +217,18 @@ impl<'m> PerCpuPages<'m> {
     /// (1), `high` within bounds (2), and the tuning state within range.
     pub fn validate(&self) -> Result<(), &'static str> {
         self.lists.check()?;
+        self.hot.check()?;
+        let mut twice = false;
+        self.hot.for_each(|fr, _| {
+            self.lists
+                .for_each(ListIndex::FOREIGN, |o| twice |= o == fr);
+            if let Some(shift) = self.config.home_order() {
+                twice |= self.homes.iter().any(|h| h.holds(fr, shift.get()));
+            }
+        });
+        if twice {
+            return Err("a hot frame also on a list");
+        }
         let thp = self.thp();
         let mut pages = 0u64;
         for i in 0..NR_PCP_LISTS {

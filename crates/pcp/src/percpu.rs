@@ -529,6 +529,34 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.free_foreign(zone, frame))
     }
 
+    /// [`PerCpuPages::alloc_hit`] on this CPU's cache: `None`, nothing
+    /// changed, also while a remote request waits (the caller's
+    /// [`LocalPcp::alloc`] then honours it first).
+    #[inline(always)]
+    pub fn alloc_hit(&mut self, mt: MigrateType, home_ok: impl FnOnce() -> bool) -> Option<Pfn> {
+        if self.has_requests() {
+            return None;
+        }
+        self.with(
+            #[inline(always)]
+            |c| c.alloc_hit(mt, home_ok),
+        )
+    }
+
+    /// [`PerCpuPages::free_hit`] on this CPU's cache: [`HomeFree::Other`],
+    /// nothing changed, also while a remote request waits (the caller's
+    /// [`LocalPcp::free`] then honours it first).
+    #[inline(always)]
+    pub fn free_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        if self.has_requests() {
+            return HomeFree::Other;
+        }
+        self.with(
+            #[inline(always)]
+            |c| c.free_hit(zone, frame, mt),
+        )
+    }
+
     /// [`PerCpuPages::alloc_run`] on this CPU's cache.
     #[inline]
     pub fn alloc_run<Z: PcpZone>(&mut self, zone: &Z, n: u32, mt: MigrateType) -> Option<Pfn> {

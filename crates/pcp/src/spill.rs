@@ -51,6 +51,8 @@ impl PerCpuPages<'_> {
     pub fn drain<Z: PcpZone>(&mut self, zone: &Z) -> u64 {
         let chunk = self.sizing.batch() << self.config.scale_max();
         let first = ListIndex::new(0).expect("list 0 exists");
+        // The hot frames go back with the foreign list.
+        self.cool(zone);
         let mut total = 0u64;
         while self.count > 0 {
             let out = self.spill(zone, self.count.min(chunk), first);

@@ -16,10 +16,8 @@ impl PerCpuPages<'_> {
         mt: MigrateType,
     ) -> Result<Pfn, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
-        if order.get() == 0
-            && let Some(shift) = self.config.home_order()
-        {
-            return self.alloc_home(zone, mt, li, shift.get());
+        if order.get() == 0 && self.config.home_order().is_some() {
+            return self.alloc_home(zone, mt, li);
         }
         // An allocation breaks a free streak.
         self.free_count >>= 1;
@@ -41,9 +39,8 @@ impl PerCpuPages<'_> {
         zone: &Z,
         mt: MigrateType,
         li: ListIndex,
-        shift: u8,
     ) -> Result<Pfn, AllocMiss> {
-        if let Some(f) = self.take_home(li, shift) {
+        if let Some(f) = self.take_home(li) {
             return Ok(f);
         }
         self.free_count >>= 1;
@@ -54,8 +51,8 @@ impl PerCpuPages<'_> {
     /// The lowest frame of list `li`'s home, counted as an allocation (and
     /// breaking a free streak); `None`, nothing changed, when it is empty.
     #[inline(always)]
-    fn take_home(&mut self, li: ListIndex, shift: u8) -> Option<Pfn> {
-        let f = self.homes[li.get()].take(shift)?;
+    fn take_home(&mut self, li: ListIndex) -> Option<Pfn> {
+        let f = self.homes[li.get()].take()?;
         self.free_count >>= 1;
         self.count -= 1;
         self.stats.allocs += 1;
@@ -94,8 +91,10 @@ impl PerCpuPages<'_> {
     /// it holds none or the list has no home; `alloc` then refills.
     #[inline(always)]
     pub fn alloc_home_hit(&mut self, mt: MigrateType) -> Option<Pfn> {
-        let (li, shift) = self.home_list(mt)?;
-        self.take_home(li, shift)
+        // Without homes every home stays empty: no need to ask the
+        // configuration first.
+        let li = ListIndex::of(Order::new_truncated(0), mt, None)?;
+        self.take_home(li)
     }
 
     /// `n` contiguous order-0 frames (2..=64) from the home of `mt`'s
@@ -104,8 +103,8 @@ impl PerCpuPages<'_> {
     /// home holds no such run; no refill (a refill brings frames, not runs).
     #[inline]
     pub fn alloc_run(&mut self, n: u32, mt: MigrateType) -> Option<Pfn> {
-        let (li, shift) = self.home_list(mt)?;
-        let f = self.homes[li.get()].take_run(n, shift)?;
+        let (li, _) = self.home_list(mt)?;
+        let f = self.homes[li.get()].take_run(n)?;
         self.free_count >>= 1;
         self.count -= n;
         self.stats.allocs += u64::from(n);
@@ -250,7 +249,7 @@ impl PerCpuPages<'_> {
     #[inline]
     fn pop_head(&mut self, li: ListIndex) -> Option<Pfn> {
         match (self.config.home_order(), self.homes.get_mut(li.get())) {
-            (Some(shift), Some(h)) => h.take(shift.get()),
+            (Some(_), Some(h)) => h.take(),
             _ => self.lists.pop_head(li),
         }
     }

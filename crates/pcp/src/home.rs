@@ -33,6 +33,8 @@ pub(crate) struct Vacancy {
 pub(crate) struct Home {
     /// The region: a frame number shifted right by the home order.
     region: u64,
+    /// Its first frame (what a take adds a bit's place to, with no shift).
+    first: u64,
     /// Bit `i`: frame `region << order | i` is cached.
     bits: [u64; WORDS],
     /// Bit `w`: word `w` of `bits` is not zero.
@@ -42,6 +44,7 @@ pub(crate) struct Home {
 impl Home {
     pub(crate) const EMPTY: Home = Home {
         region: NONE,
+        first: 0,
         bits: [0; WORDS],
         words: 0,
     };
@@ -64,13 +67,20 @@ impl Home {
     }
 
     #[inline(always)]
-    fn frame(&self, shift: u8, w: usize, b: u32) -> Pfn {
-        Pfn((self.region << shift) | (w as u64) << 6 | u64::from(b))
+    fn frame(&self, w: usize, b: u32) -> Pfn {
+        Pfn(self.first | (w as u64) << 6 | u64::from(b))
+    }
+
+    /// Moves the (empty) home to the region of `frame`.
+    #[inline]
+    fn move_to(&mut self, frame: Pfn, shift: u8) {
+        self.region = frame.get() >> shift;
+        self.first = self.region << shift;
     }
 
     /// The lowest frame held, now taken.
     #[inline(always)]
-    pub(crate) fn take(&mut self, shift: u8) -> Option<Pfn> {
+    pub(crate) fn take(&mut self) -> Option<Pfn> {
         if self.words == 0 {
             return None;
         }
@@ -78,13 +88,13 @@ impl Home {
         let word = self.bits[w];
         let b = word.trailing_zeros();
         self.clear(w, word & (word - 1));
-        Some(self.frame(shift, w, b))
+        Some(self.frame(w, b))
     }
 
     /// The highest frame held, now taken (a spill's: the zone gets the
     /// frames a take would reach last).
     #[inline]
-    pub(crate) fn take_high(&mut self, shift: u8) -> Option<Pfn> {
+    pub(crate) fn take_high(&mut self) -> Option<Pfn> {
         if self.words == 0 {
             return None;
         }
@@ -92,7 +102,7 @@ impl Home {
         let word = self.bits[w];
         let b = 63 - word.leading_zeros();
         self.clear(w, word & !(1 << b));
-        Some(self.frame(shift, w, b))
+        Some(self.frame(w, b))
     }
 
     #[inline(always)]
@@ -150,7 +160,7 @@ impl Home {
     #[inline]
     pub(crate) fn accept(&mut self, frame: Pfn, shift: u8) -> bool {
         if self.is_empty() {
-            self.region = frame.get() >> shift;
+            self.move_to(frame, shift);
         }
         self.put(frame, shift)
     }
@@ -165,7 +175,7 @@ impl Home {
             return 0;
         }
         if self.is_empty() {
-            self.region = base.get() >> shift;
+            self.move_to(base, shift);
         }
         if !self.contains(base, shift) {
             return 0;
@@ -180,7 +190,7 @@ impl Home {
     /// The lowest run of `n` frames held (2..=64) that lies in one word of
     /// the region, now taken; its first frame.
     #[inline]
-    pub(crate) fn take_run(&mut self, n: u32, shift: u8) -> Option<Pfn> {
+    pub(crate) fn take_run(&mut self, n: u32) -> Option<Pfn> {
         if !(2..=64).contains(&n) {
             return None;
         }
@@ -193,7 +203,7 @@ impl Home {
             if starts != 0 {
                 let b = starts.trailing_zeros();
                 self.clear(w, word & !(run_mask(n) << b));
-                return Some(self.frame(shift, w, b));
+                return Some(self.frame(w, b));
             }
         }
         None
@@ -222,13 +232,13 @@ impl Home {
     }
 
     /// Visits every frame held, lowest first.
-    pub(crate) fn for_each(&self, shift: u8, mut f: impl FnMut(Pfn)) {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(Pfn)) {
         for (w, &word) in self.bits.iter().enumerate() {
             let mut word = word;
             while word != 0 {
                 let b = word.trailing_zeros();
                 word &= word - 1;
-                f(self.frame(shift, w, b));
+                f(self.frame(w, b));
             }
         }
     }
@@ -261,10 +271,10 @@ mod tests {
         assert!(h.put(Pfn(1024 + 64), 10));
         h.check(10).unwrap();
         assert_eq!(h.len(), 3);
-        assert_eq!(h.take(10), Some(Pfn(1027)));
-        assert_eq!(h.take_high(10), Some(Pfn(1724)));
-        assert_eq!(h.take(10), Some(Pfn(1088)));
-        assert_eq!((h.take(10), h.take_high(10), h.len()), (None, None, 0));
+        assert_eq!(h.take(), Some(Pfn(1027)));
+        assert_eq!(h.take_high(), Some(Pfn(1724)));
+        assert_eq!(h.take(), Some(Pfn(1088)));
+        assert_eq!((h.take(), h.take_high(), h.len()), (None, None, 0));
         h.check(10).unwrap();
         // Empty, it moves with the next refill.
         assert!(h.accept(Pfn(3000), 10));
@@ -280,13 +290,13 @@ mod tests {
         for i in (60..70).chain(130..133) {
             assert!(h.accept(Pfn(1024 + i), 10));
         }
-        assert_eq!(h.take_run(5, 10), Some(Pfn(1024 + 64)));
+        assert_eq!(h.take_run(5), Some(Pfn(1024 + 64)));
         assert_eq!(h.len(), 8);
-        assert_eq!(h.take_run(4, 10), Some(Pfn(1024 + 60)));
-        assert_eq!(h.take_run(4, 10), None, "runs of 3 and 1 left");
-        assert_eq!(h.take_run(3, 10), Some(Pfn(1024 + 130)));
-        assert_eq!(h.take_run(65, 10), None);
-        assert_eq!(h.take_run(1, 10), None, "a single frame is take's");
+        assert_eq!(h.take_run(4), Some(Pfn(1024 + 60)));
+        assert_eq!(h.take_run(4), None, "runs of 3 and 1 left");
+        assert_eq!(h.take_run(3), Some(Pfn(1024 + 130)));
+        assert_eq!(h.take_run(65), None);
+        assert_eq!(h.take_run(1), None, "a single frame is take's");
         h.check(10).unwrap();
         assert_eq!(h.len(), 1);
         // Back whole: only inside one word of the region, none held.

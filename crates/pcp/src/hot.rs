@@ -12,7 +12,7 @@
 use crate::types::{MigrateType, PCP_LIST_TYPES, PCP_TYPES, Pfn};
 
 /// Order-0 frames a CPU's cache of one zone keeps hot.
-pub const HOT_FRAMES: usize = 32;
+pub const HOT_FRAMES: usize = 8;
 
 /// An entry's type takes its low two bits: the list type's value.
 const TAG_BITS: u32 = 2;

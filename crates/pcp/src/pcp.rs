@@ -186,8 +186,8 @@ impl<'m> PerCpuPages<'m> {
         });
         for i in 0..NR_PCP_LISTS {
             if let Some(li) = ListIndex::new(i) {
-                if let (Some(h), Some(shift)) = (self.home_of(li), self.config.home_order()) {
-                    h.for_each(shift.get(), |fr| f(li, fr));
+                if let Some(h) = self.home_of(li) {
+                    h.for_each(|fr| f(li, fr));
                 }
                 self.lists.for_each(li, |fr| f(li, fr));
             }

@@ -291,7 +291,7 @@ impl SpillBatch<'_, '_> {
     /// highest frame.
     fn pop_cold(&mut self, li: ListIndex) -> Option<Pfn> {
         match &mut self.homes {
-            Some((homes, shift)) if li.get() < PCP_TYPES => homes[li.get()].take_high(*shift),
+            Some((homes, _)) if li.get() < PCP_TYPES => homes[li.get()].take_high(),
             _ => self.lists.pop_tail(li),
         }
     }
@@ -381,7 +381,7 @@ mod tests {
         let mut sink = RefillSink::new(&mut lists, Some((&mut home, 7)), li, 3);
         assert_eq!(sink.push_word(Pfn(0), 0b1111_0000), 0b111_0000);
         assert_eq!((sink.taken(), sink.remaining()), (3, 0));
-        assert_eq!(home.take(7), Some(Pfn(4)));
+        assert_eq!(home.take(), Some(Pfn(4)));
 
         // No home: onto the list's tail, frame by frame.
         let mut sink = RefillSink::new(&mut lists, None, li, 10);

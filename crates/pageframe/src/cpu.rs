@@ -517,22 +517,37 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     #[inline(always)]
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
         // The common case first, inline at the caller: a frame of the zone
-        // of the last such free (a kernel frees mostly into one zone) back
-        // into its home in this CPU's cache. Anything else out of line.
+        // of the last such free (a kernel frees mostly into one zone) kept
+        // hot or back into its home in this CPU's cache. The rest of an
+        // order-0 free out of line, so that this path makes no call.
         if order == Order::ZERO {
             let i = self.last_raw;
-            match self.free_fast(i, pfn) {
-                CacheFree::Hit => return Ok(()),
-                CacheFree::Foreign(mt) => {
-                    return self
-                        .free_foreign(i, pfn, mt)
-                        .map_err(|why| RawError { pfn, why });
-                }
-                CacheFree::Miss => {}
-            }
+            return match self.free_fast(i, pfn) {
+                CacheFree::Hit => Ok(()),
+                // SAFETY: the caller's promise, passed on.
+                miss => unsafe { self.free_raw_cold(i, pfn, miss) },
+            };
         }
         // SAFETY: the caller's promise, passed on.
         unsafe { self.free_raw_miss(pfn, order) }
+    }
+
+    /// [`CpuCache::free_raw`] of an order-0 frame past its hit: `free_fast`
+    /// left it `how` in the cache of the zone of index `i`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuCache::free_raw`].
+    #[inline(never)]
+    unsafe fn free_raw_cold(&mut self, i: usize, pfn: Pfn, how: CacheFree) -> Result<(), RawError> {
+        match how {
+            CacheFree::Hit => Ok(()),
+            CacheFree::Foreign(mt) => self
+                .free_foreign(i, pfn, mt)
+                .map_err(|why| RawError { pfn, why }),
+            // SAFETY: the caller's promise, passed on.
+            CacheFree::Miss => unsafe { self.free_raw_miss(pfn, Order::ZERO) },
+        }
     }
 
     /// [`CpuCache::free_raw`] past its hit.
@@ -719,9 +734,8 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         let Some((z, local, _)) = self.locals.at(i) else {
             return CacheFree::Miss;
         };
-        if !z.span().contains(pfn) {
-            return CacheFree::Miss;
-        }
+        // A frame outside the zone has no ownership byte there (the claim
+        // below misses), and the poison checks its frame first.
         self.machine.poison_block_free(z, pfn, Order::ZERO);
         let r = z.cache_home_free(&self.traced, local, pfn);
         if r == CacheFree::Hit {

@@ -390,11 +390,15 @@ impl FrameAllocator {
         if frames == 1
             // SAFETY: the caller's promise, passed on.
             && let Some(h) = unsafe { self.kept(cpu) }
+        {
             // SAFETY: the caller's promise: the frame is its own, allocated
             // by this allocator, held as a number only.
-            && unsafe { h.free_raw(pfn, Order::ZERO) }.is_ok()
-        {
-            return Ok(());
+            return match unsafe { h.free_raw(pfn, Order::ZERO) } {
+                Ok(()) => Ok(()),
+                // The refusal changed nothing; the general path decides.
+                // SAFETY: the caller's promises, passed on.
+                Err(e) => unsafe { self.dealloc_general(cpu, e.pfn, 1) },
+            };
         }
         // SAFETY: the caller's promises, passed on.
         unsafe { self.dealloc_general(cpu, pfn, frames) }

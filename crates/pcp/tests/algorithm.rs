@@ -762,3 +762,48 @@ fn a_home_free_hit_is_free_without_the_spill() {
     assert_eq!(snapshot(&c), before);
     a.validate().unwrap();
 }
+
+/// Hot frames (spec 04 §5.7): a free of a frame of its home goes hot and
+/// the next allocation of its type takes it back, newest first, before
+/// the home; a frame outside the home, or one more than the stack holds,
+/// does not go hot; a drain sends the hot frames to the zone with the
+/// foreign list.
+#[test]
+fn hot_frames_come_back_first_and_drain_with_the_cache() {
+    use pageframe_pcp::{HOT_FRAMES, HomeFree};
+    let zone = RefZone::with_blocks(O0, 0, 64);
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = homed(&mut mem, sizing(16, 64, 256));
+    let first = c.alloc(&zone, O0, U).unwrap();
+    let held: Vec<_> = (0..HOT_FRAMES)
+        .map(|_| c.alloc(&zone, O0, U).unwrap())
+        .collect();
+    let count = c.count();
+    // The home's frames freed: hot, counted in the cache and as frees.
+    let frees = c.stats().frees;
+    for &f in &held {
+        assert_eq!(c.free_hit(&zone, f, U), HomeFree::Hit);
+    }
+    assert_eq!(c.hot(), HOT_FRAMES as u32);
+    assert_eq!(c.count(), count + HOT_FRAMES as u32);
+    assert_eq!(c.stats().frees, frees + HOT_FRAMES as u64);
+    c.validate().unwrap();
+    // The stack is full: the next one goes into the home's bitmap.
+    assert_eq!(c.free_hit(&zone, first, U), HomeFree::Hit);
+    assert_eq!(c.hot(), HOT_FRAMES as u32);
+    // A frame outside the home never goes hot.
+    assert!(!c.hot_takes(pageframe_pcp::Pfn(40), U));
+    // Newest first, only to its own type; the watermark closure is asked
+    // only once the stack has nothing of the type.
+    assert_eq!(c.alloc_hit(M, || true), None, "a movable list has no home");
+    let newest = *held.last().unwrap();
+    assert_eq!(c.alloc_hit(U, || unreachable!("hot first")), Some(newest));
+    assert_eq!(c.hot(), HOT_FRAMES as u32 - 1);
+    c.validate().unwrap();
+    // A drain empties the stack too: every frame but the one still out
+    // goes back to the zone.
+    c.drain(&zone);
+    assert_eq!((c.hot(), c.count()), (0, 0));
+    assert_eq!(zone.free_blocks(O0), 64 - 1);
+    c.validate().unwrap();
+}

@@ -130,17 +130,25 @@ impl PerCpuPages<'_> {
         true
     }
 
+    /// A free slot for the foreign list when every slot is taken: the
+    /// foreign list spilled, then a batch. Returns the pages spilled.
+    fn make_room<Z: PcpZone>(&mut self, zone: &Z) -> u32 {
+        let mut spilled = 0;
+        if self.lists.is_full() {
+            spilled += self.spill_foreign(zone);
+            if self.lists.is_full() {
+                let first = ListIndex::new(0).expect("list 0 exists");
+                spilled += self.spill(zone, self.sizing.batch().max(1), first);
+            }
+        }
+        spilled
+    }
+
     /// Moves the hot frames to the foreign list, on their way back to the
     /// zone with it (a drain's first step).
     pub(crate) fn cool<Z: PcpZone>(&mut self, zone: &Z) {
         while let Some((frame, mt)) = self.hot.pop_any() {
-            if self.lists.is_full() {
-                self.spill_foreign(zone);
-                if self.lists.is_full() {
-                    let first = ListIndex::new(0).expect("list 0 exists");
-                    self.spill(zone, self.sizing.batch().max(1), first);
-                }
-            }
+            self.make_room(zone);
             if self.lists.push_tail(ListIndex::FOREIGN, frame).is_ok() {
                 self.foreign += 1;
             } else {
@@ -168,14 +176,7 @@ impl PerCpuPages<'_> {
         zone: &Z,
         frame: Pfn,
     ) -> Result<FreeOutcome, PcpError> {
-        let mut spilled = 0;
-        if self.lists.is_full() {
-            spilled += self.spill_foreign(zone);
-            if self.lists.is_full() {
-                let first = ListIndex::new(0).expect("list 0 exists");
-                spilled += self.spill(zone, self.sizing.batch().max(1), first);
-            }
-        }
+        let mut spilled = self.make_room(zone);
         if self.lists.push_tail(ListIndex::FOREIGN, frame).is_err() {
             return Err(PcpError::NoRoom);
         }

@@ -126,7 +126,11 @@ impl PerCpuPages<'_> {
         if !self.hot.push(frame, mt) {
             return false;
         }
+        // Counted as a free, and the last free is of order 0 now; the
+        // free streak and the refill scale (§5.2) are left as they were:
+        // at most eight frames, on their way back to an allocation.
         self.stats.frees += 1;
+        self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
         true
     }
 

@@ -791,6 +791,14 @@ fn hot_frames_come_back_first_and_drain_with_the_cache() {
     // The stack is full: the next one goes into the home's bitmap.
     assert_eq!(c.free_hit(&zone, first, U), HomeFree::Hit);
     assert_eq!(c.hot(), HOT_FRAMES as u32);
+    // A hot free is the last free, of order 0: a higher-order free's mark
+    // goes (spec 04 §5.2), as any order-0 free clears it.
+    let o1 = Order::new_truncated(1);
+    c.free(&zone, pageframe_pcp::Pfn(128), o1, U).unwrap();
+    assert!(c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
+    let back = c.alloc_hit(U, || true).unwrap();
+    assert_eq!(c.free_hit(&zone, back, U), HomeFree::Hit);
+    assert!(!c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
     // A frame outside the home never goes hot.
     assert!(!c.hot_takes(pageframe_pcp::Pfn(40), U));
     // Newest first, only to its own type; the watermark closure is asked
@@ -805,5 +813,6 @@ fn hot_frames_come_back_first_and_drain_with_the_cache() {
     c.drain(&zone);
     assert_eq!((c.hot(), c.count()), (0, 0));
     assert_eq!(zone.free_blocks(O0), 64 - 1);
+    assert_eq!(zone.free_blocks(o1), 1, "the order-1 block drained too");
     c.validate().unwrap();
 }

@@ -525,28 +525,35 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
             return match self.free_fast(i, pfn) {
                 CacheFree::Hit => Ok(()),
                 // SAFETY: the caller's promise, passed on.
-                miss => unsafe { self.free_raw_cold(i, pfn, miss) },
+                CacheFree::Foreign(mt) => unsafe { self.free_raw_cold(i, pfn, Some(mt)) },
+                // SAFETY: as above.
+                CacheFree::Miss => unsafe { self.free_raw_cold(i, pfn, None) },
             };
         }
         // SAFETY: the caller's promise, passed on.
         unsafe { self.free_raw_miss(pfn, order) }
     }
 
-    /// [`CpuCache::free_raw`] of an order-0 frame past its hit: `free_fast`
-    /// left it `how` in the cache of the zone of index `i`.
+    /// [`CpuCache::free_raw`] of an order-0 frame past its hit: the cache
+    /// of the zone of index `i` holds it now as a foreign frame of type
+    /// `foreign`, or, `None`, nothing changed.
     ///
     /// # Safety
     ///
     /// As for [`CpuCache::free_raw`].
     #[inline(never)]
-    unsafe fn free_raw_cold(&mut self, i: usize, pfn: Pfn, how: CacheFree) -> Result<(), RawError> {
-        match how {
-            CacheFree::Hit => Ok(()),
-            CacheFree::Foreign(mt) => self
+    unsafe fn free_raw_cold(
+        &mut self,
+        i: usize,
+        pfn: Pfn,
+        foreign: Option<MigrateType>,
+    ) -> Result<(), RawError> {
+        match foreign {
+            Some(mt) => self
                 .free_foreign(i, pfn, mt)
                 .map_err(|why| RawError { pfn, why }),
             // SAFETY: the caller's promise, passed on.
-            CacheFree::Miss => unsafe { self.free_raw_miss(pfn, Order::ZERO) },
+            None => unsafe { self.free_raw_miss(pfn, Order::ZERO) },
         }
     }
 

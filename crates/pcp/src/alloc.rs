@@ -40,7 +40,8 @@ impl PerCpuPages<'_> {
         mt: MigrateType,
         li: ListIndex,
     ) -> Result<Pfn, AllocMiss> {
-        if let Some(f) = self.take_home(li) {
+        // spec 04 §5.7: the frame this CPU freed last first.
+        if let Some(f) = self.alloc_hot(mt).or_else(|| self.take_home(li)) {
             return Ok(f);
         }
         self.free_count >>= 1;
@@ -159,6 +160,11 @@ impl PerCpuPages<'_> {
         mt: MigrateType,
     ) -> Result<Pfn, AllocMiss> {
         let li = ListIndex::of(order, mt, self.config.thp_order()).ok_or(AllocMiss::NotCached)?;
+        if order.get() == 0
+            && let Some(f) = self.alloc_hot(mt)
+        {
+            return Ok(f);
+        }
         if self.list_len(li) > 0 {
             // A hit, which `alloc` takes without calling the zone.
             return self.alloc(zone, order, mt);

@@ -291,6 +291,13 @@ impl<'a, P: Platform> Machine<'a, P> {
         {
             let flags = self.fast_flags_at(node, gfp, r);
             let hooks = self.traced_cpu(Some(cpu));
+            // An order-0 request as a handle's hit first: a hot frame, then
+            // the home (spec 04 §5.7); a refill after that.
+            if order == Order::ZERO
+                && let Some(pfn) = z.cache_home_hit(&hooks, &mut local, gfp, flags, highest)
+            {
+                return Ok(Block::new(self.id, r, pfn, order));
+            }
             if let Some(pfn) = z.cache_hit(&hooks, &mut local, gfp, order, flags, highest) {
                 return Ok(Block::new(self.id, r, pfn, order));
             }
@@ -312,7 +319,17 @@ impl<'a, P: Platform> Machine<'a, P> {
             let hooks = self.traced_cpu(Some(cpu));
             let (pfn, order) = (block.pfn(), block.order());
             self.poison_block_free(z, pfn, order);
-            return match z.free_cached(&hooks, &mut local, pfn, order) {
+            // An order-0 frame as a handle's free first: hot, or back into
+            // its home (spec 04 §5.7), or onto the foreign list.
+            let cached = match order == Order::ZERO {
+                true => match z.cache_home_free(&hooks, &mut local, pfn) {
+                    CacheFree::Hit => Some(Ok(())),
+                    CacheFree::Foreign(mt) => Some(z.cache_foreign(&hooks, &mut local, pfn, mt)),
+                    CacheFree::Miss => None,
+                },
+                false => None,
+            };
+            return match cached.unwrap_or_else(|| z.free_cached(&hooks, &mut local, pfn, order)) {
                 Ok(()) => {
                     self.freed(z, pfn, order, Some(cpu));
                     Ok(())

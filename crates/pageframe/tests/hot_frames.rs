@@ -201,3 +201,27 @@ fn a_remote_drain_takes_them_at_the_owners_next_call() {
     drop(c);
     settled(m);
 }
+
+#[test]
+fn calls_without_a_handle_use_them_too() {
+    let m = machine();
+    let hot = |m: &'static Machine<'static>| {
+        let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+        c.hot_frames(NodeId::ZERO, ZoneKind::Normal)
+    };
+    let b = m.alloc_on(CpuId(0), NodeId::ZERO, Gfp::KERNEL, O0).unwrap();
+    let p = b.pfn();
+    m.free_on(CpuId(0), b).unwrap();
+    assert_eq!(hot(m), 1);
+    let b = m.alloc_on(CpuId(0), NodeId::ZERO, Gfp::KERNEL, O0).unwrap();
+    assert_eq!((b.pfn(), hot(m)), (p, 0));
+    m.free_on(CpuId(0), b).unwrap();
+    // The any-context call (a request that may not sleep) takes it as
+    // well.
+    let b = m
+        .try_alloc(CpuId(0), NodeId::ZERO, Gfp::empty(), O0)
+        .unwrap();
+    assert_eq!((b.pfn(), hot(m)), (p, 0));
+    m.free(b).unwrap();
+    settled(m);
+}

@@ -321,15 +321,13 @@ impl<'a, P: Platform> Machine<'a, P> {
             self.poison_block_free(z, pfn, order);
             // An order-0 frame as a handle's free first: hot, or back into
             // its home (spec 04 §5.7), or onto the foreign list.
-            let cached = match order == Order::ZERO {
-                true => match z.cache_home_free(&hooks, &mut local, pfn) {
-                    CacheFree::Hit => Some(Ok(())),
-                    CacheFree::Foreign(mt) => Some(z.cache_foreign(&hooks, &mut local, pfn, mt)),
-                    CacheFree::Miss => None,
-                },
-                false => None,
-            };
-            return match cached.unwrap_or_else(|| z.free_cached(&hooks, &mut local, pfn, order)) {
+            let freed =
+                match (order == Order::ZERO).then(|| z.cache_home_free(&hooks, &mut local, pfn)) {
+                    Some(CacheFree::Hit) => Ok(()),
+                    Some(CacheFree::Foreign(mt)) => z.cache_foreign(&hooks, &mut local, pfn, mt),
+                    _ => z.free_cached(&hooks, &mut local, pfn, order),
+                };
+            return match freed {
                 Ok(()) => {
                     self.freed(z, pfn, order, Some(cpu));
                     Ok(())

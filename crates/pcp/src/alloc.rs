@@ -64,7 +64,7 @@ impl PerCpuPages<'_> {
     /// The newest hot frame (spec 04 §5.7) if it is of list type `mt`,
     /// counted as an allocation; `None`, nothing changed, otherwise.
     #[inline(always)]
-    pub fn alloc_hot(&mut self, mt: MigrateType) -> Option<Pfn> {
+    pub(crate) fn alloc_hot(&mut self, mt: MigrateType) -> Option<Pfn> {
         let f = self.hot.pop(mt)?;
         self.free_count >>= 1;
         self.stats.allocs += 1;

@@ -107,7 +107,7 @@ impl PerCpuPages<'_> {
         self.free_home_hit(zone, frame, mt)
     }
 
-    /// Whether [`free_hot`](Self::free_hot) would keep `frame`, an order-0
+    /// Whether [`free_hit`](Self::free_hit) would keep `frame`, an order-0
     /// frame of list type `mt` being freed, hot (spec 04 §5.7): there is
     /// room, and it lies in the home of its list.
     #[inline(always)]
@@ -122,7 +122,7 @@ impl PerCpuPages<'_> {
     /// counted as a free, after [`hot_takes`](Self::hot_takes) said yes:
     /// `false`, nothing changed, when there is no room.
     #[inline(always)]
-    pub fn free_hot(&mut self, frame: Pfn, mt: MigrateType) -> bool {
+    pub(crate) fn free_hot(&mut self, frame: Pfn, mt: MigrateType) -> bool {
         if !self.hot.push(frame, mt) {
             return false;
         }

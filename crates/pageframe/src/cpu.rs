@@ -531,44 +531,72 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// block or number of it).
     #[inline(always)]
     pub unsafe fn free_raw(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.free_raw_or(pfn, order, |_, e| Err(e)) }
+    }
+
+    /// [`CpuCache::free_raw`] handing a refusal, with this handle, to
+    /// `refused`, whose answer is the call's. For an order-0 frame
+    /// `refused` runs in the free's out-of-line part: a caller whose own
+    /// fallback follows a refusal then keeps nothing across a call on its
+    /// hit path (no register saved, no stack frame).
+    ///
+    /// # Safety
+    ///
+    /// As for [`CpuCache::free_raw`].
+    #[inline(always)]
+    pub unsafe fn free_raw_or<E>(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        refused: impl FnOnce(&mut Self, RawError) -> Result<(), E>,
+    ) -> Result<(), E> {
         // The common case first, inline at the caller: a frame of the zone
         // of the last such free (a kernel frees mostly into one zone) kept
         // hot or back into its home in this CPU's cache. The rest of an
         // order-0 free out of line, so that this path makes no call.
         if order == Order::ZERO {
             let i = self.last_raw;
-            return match self.free_fast(i, pfn) {
-                CacheFree::Hit => Ok(()),
-                // SAFETY: the caller's promise, passed on.
-                CacheFree::Foreign(mt) => unsafe { self.free_raw_cold(i, pfn, Some(mt)) },
-                // SAFETY: as above.
-                CacheFree::Miss => unsafe { self.free_raw_cold(i, pfn, None) },
+            let foreign = match self.free_fast(i, pfn) {
+                CacheFree::Hit => return Ok(()),
+                CacheFree::Foreign(mt) => Some(mt),
+                CacheFree::Miss => None,
             };
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.free_raw_cold(i, pfn, foreign, refused) };
         }
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.free_raw_miss(pfn, order) }
+        match unsafe { self.free_raw_miss(pfn, order) } {
+            Ok(()) => Ok(()),
+            Err(e) => refused(self, e),
+        }
     }
 
-    /// [`CpuCache::free_raw`] of an order-0 frame past its hit: the cache
-    /// of the zone of index `i` holds it now as a foreign frame of type
-    /// `foreign`, or, `None`, nothing changed.
+    /// [`CpuCache::free_raw_or`] of an order-0 frame past its hit: the
+    /// cache of the zone of index `i` holds it now as a foreign frame of
+    /// type `foreign`, or, `None`, nothing changed.
     ///
     /// # Safety
     ///
     /// As for [`CpuCache::free_raw`].
     #[inline(never)]
-    unsafe fn free_raw_cold(
+    unsafe fn free_raw_cold<E>(
         &mut self,
         i: usize,
         pfn: Pfn,
         foreign: Option<MigrateType>,
-    ) -> Result<(), RawError> {
-        match foreign {
+        refused: impl FnOnce(&mut Self, RawError) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let r = match foreign {
             Some(mt) => self
                 .free_foreign(i, pfn, mt)
                 .map_err(|why| RawError { pfn, why }),
             // SAFETY: the caller's promise, passed on.
             None => unsafe { self.free_raw_miss(pfn, Order::ZERO) },
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => refused(self, e),
         }
     }
 

@@ -583,6 +583,63 @@ fn raw_frees_through_a_handle_find_each_zone_and_refuse_the_rest() {
     m.validate().unwrap();
 }
 
+/// `CpuCache::free_raw_or` frees as `free_raw` does and hands a refusal,
+/// with the handle, to the caller's fallback, whose answer is the call's:
+/// a fallback that frees the frames another way finds the handle as it was.
+#[test]
+fn a_raw_free_hands_its_refusal_to_the_callers_fallback() {
+    let m = cached_machine(1);
+    let before = m.inspect().free_pages();
+    let mut cpu = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let never = |_: &mut pageframe::CpuCache<'_, 'static>,
+                 e: pageframe::RawError|
+     -> Result<(), u32> { panic!("refused: {e:?}") };
+    // Accepted frees, of a frame (the cache's hit path) and of a block:
+    // the fallback is never called.
+    let (p, o0) = cpu.alloc(Gfp::KERNEL, Order::ZERO).unwrap().into_raw();
+    // SAFETY: allocated above, held only as this number.
+    assert_eq!(unsafe { cpu.free_raw_or(p, o0, never) }, Ok(()));
+    let (q, o2) = cpu.alloc(Gfp::KERNEL, o(2)).unwrap().into_raw();
+    // SAFETY: as above.
+    assert_eq!(unsafe { cpu.free_raw_or(q, o2, never) }, Ok(()));
+
+    // Refusals: the fallback sees the frame and the reason, nothing changed.
+    let (q, o2) = cpu.alloc(Gfp::KERNEL, o(2)).unwrap().into_raw();
+    let free_before = m.inspect().free_pages();
+    let info = cpu.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    let mut seen = Vec::new();
+    for (f, order) in [(p, o0), (q, o0), (q + 1, o2), (Pfn(0x10), o0)] {
+        // SAFETY: none of these is a live allocation of that order.
+        let r = unsafe {
+            cpu.free_raw_or(f, order, |_, e| {
+                seen.push((e.pfn, e.why));
+                Err(7u32)
+            })
+        };
+        assert_eq!(r, Err(7), "the fallback's answer");
+    }
+    assert_eq!(seen[0], (p, FreeError::AlreadyFree));
+    assert!(matches!(seen[1], (f, FreeError::WrongOrder { .. }) if f == q));
+    assert_eq!(seen[2].0, q + 1);
+    assert_eq!(seen[3], (Pfn(0x10), FreeError::OutOfRange));
+    assert_eq!(m.inspect().free_pages(), free_before);
+    let after = cpu.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap();
+    assert_eq!(
+        (after.count, after.stats.frees),
+        (info.count, info.stats.frees)
+    );
+
+    // A fallback that frees the block at its own order, through the handle
+    // it is given (as a kernel's general path would).
+    // SAFETY: `q` is a live block of order 2, held only as this number; the
+    // fallback frees it once, at that order.
+    let r = unsafe { cpu.free_raw_or(q, o0, |h, _| h.free_raw(q, o2).map_err(|e| e.why)) };
+    assert_eq!(r, Ok(()));
+    cpu.drain();
+    assert_eq!(m.inspect().free_pages(), before, "every frame back");
+    m.validate().unwrap();
+}
+
 /// Bytes [`Machine::pcp_bytes`] asks for each CPU beyond the first, for one
 /// zone of `frames` frames.
 fn per_cpu_bytes(frames: u64) -> usize {

@@ -392,12 +392,13 @@ impl FrameAllocator {
             && let Some(h) = unsafe { self.kept(cpu) }
         {
             // SAFETY: the caller's promise: the frame is its own, allocated
-            // by this allocator, held as a number only.
-            return match unsafe { h.free_raw(pfn, Order::ZERO) } {
-                Ok(()) => Ok(()),
-                // The refusal changed nothing; the general path decides.
-                // SAFETY: the caller's promises, passed on.
-                Err(e) => unsafe { self.dealloc_general(cpu, e.pfn, 1) },
+            // by this allocator, held as a number only. The refusal changed
+            // nothing; the general path decides, through the same handle,
+            // out of line.
+            return unsafe {
+                h.free_raw_or(pfn, Order::ZERO, |h, e| {
+                    self.counted_dealloc(e.pfn, 1, Via::Local(h))
+                })
             };
         }
         // SAFETY: the caller's promises, passed on.

@@ -382,6 +382,26 @@ impl FrameAllocator {
         pfn: Pfn,
         frames: u64,
     ) -> Result<(), DeallocError> {
+        // SAFETY: the caller's promises, passed on.
+        unsafe { self.dealloc_frames_local_or(cpu, pfn, frames, |e| e) }
+    }
+
+    /// [`FrameAllocator::dealloc_frames_local`] whose refusal `err` turns
+    /// into the caller's error: a caller that keeps none (OSTD's `dealloc`,
+    /// which counts refusals only) gets its answer in a register, where a
+    /// [`DeallocError`] comes back through memory.
+    ///
+    /// # Safety
+    ///
+    /// As for [`FrameAllocator::dealloc_frames_local`].
+    #[inline(always)]
+    unsafe fn dealloc_frames_local_or<E>(
+        &self,
+        cpu: u32,
+        pfn: Pfn,
+        frames: u64,
+        err: impl FnOnce(DeallocError) -> E,
+    ) -> Result<(), E> {
         // One frame, the common case, straight to a kept handle, on a path
         // of its own where the order is a constant. Anything else (a
         // larger block goes to the handle there too), anything the handle
@@ -394,15 +414,15 @@ impl FrameAllocator {
             // SAFETY: the caller's promise: the frame is its own, allocated
             // by this allocator, held as a number only. The refusal changed
             // nothing; the general path decides, through the same handle,
-            // out of line.
+            // in the free's out-of-line part.
             return unsafe {
                 h.free_raw_or(pfn, Order::ZERO, |h, e| {
-                    self.counted_dealloc(e.pfn, 1, Via::Local(h))
+                    self.counted_dealloc(e.pfn, 1, Via::Local(h)).map_err(err)
                 })
             };
         }
         // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_general(cpu, pfn, frames) }
+        unsafe { self.dealloc_general(cpu, pfn, frames) }.map_err(err)
     }
 
     /// [`FrameAllocator::dealloc_frames_local`] of anything but a whole
@@ -532,12 +552,9 @@ impl FrameAllocator {
     ///
     /// As for [`FrameAllocator::dealloc_frames`].
     pub unsafe fn dealloc(&self, addr: PhysAddr, size: u64) -> Result<(), DeallocError> {
-        if !addr.get().is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
-            self.refused_frees.fetch_add(1, Relaxed);
-            return Err(DeallocError::Misaligned);
-        }
+        let (pfn, frames) = self.frames_of(addr, size)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.dealloc_frames(addr.pfn_down(), size / PAGE_SIZE) }
+        unsafe { self.dealloc_frames(pfn, frames) }
     }
 
     /// [`FrameAllocator::dealloc`] on CPU `cpu`, the caller's, through the
@@ -555,12 +572,20 @@ impl FrameAllocator {
         addr: PhysAddr,
         size: u64,
     ) -> Result<(), DeallocError> {
+        let (pfn, frames) = self.frames_of(addr, size)?;
+        // SAFETY: the caller's promises, passed on.
+        unsafe { self.dealloc_frames_local(cpu, pfn, frames) }
+    }
+
+    /// The frames `[addr, addr + size)` names, or a refusal (counted) when
+    /// it is no whole number of frames.
+    #[inline(always)]
+    fn frames_of(&self, addr: PhysAddr, size: u64) -> Result<(Pfn, u64), DeallocError> {
         if !addr.get().is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
             self.refused_frees.fetch_add(1, Relaxed);
             return Err(DeallocError::Misaligned);
         }
-        // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_frames_local(cpu, addr.pfn_down(), size / PAGE_SIZE) }
+        Ok((addr.pfn_down(), size / PAGE_SIZE))
     }
 
     /// Hands `[addr, addr + size)` over (whole frames inside it), counting

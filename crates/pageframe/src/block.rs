@@ -108,8 +108,10 @@ impl MachineId {
 #[derive(Clone, Copy)]
 pub(crate) struct ZoneMeta {
     machine: MachineId,
-    /// The zone's index, in place in the head word.
-    zone: u64,
+    /// The zone's index (below `MAX_ZONES`), shifted into place when a
+    /// block is made: a block turned back into a number at once then
+    /// leaves no trace of it (the compiler sees the frame's bits alone).
+    zone: u8,
 }
 
 /// `2^order` naturally aligned frames of one machine, owned: handed out by
@@ -148,9 +150,10 @@ impl Block {
     /// and order (computed once, where blocks of one zone are made often).
     #[inline]
     pub(crate) fn zone_meta(machine: MachineId, r: ZoneRef) -> ZoneMeta {
+        const { assert!(crate::zone_kind::MAX_ZONES <= 1 << (64 - ZONE_SHIFT)) };
         ZoneMeta {
             machine,
-            zone: (r.index() as u64) << ZONE_SHIFT,
+            zone: r.index() as u8,
         }
     }
 
@@ -158,7 +161,9 @@ impl Block {
     #[inline]
     pub(crate) fn with_zone_meta(meta: ZoneMeta, pfn: Pfn, order: Order) -> Block {
         Block {
-            head: (pfn.get() & PFN_MASK) | u64::from(order.get()) << ORDER_SHIFT | meta.zone,
+            head: (pfn.get() & PFN_MASK)
+                | u64::from(order.get()) << ORDER_SHIFT
+                | u64::from(meta.zone) << ZONE_SHIFT,
             machine: meta.machine,
         }
     }

@@ -120,15 +120,20 @@ impl GlobalFrameAllocator for FrameAllocator {
         // SAFETY (both calls): interrupts are off for the call, so it
         // cannot move to another CPU or be re-entered on this one; `cpu` is
         // OSTD's own number of the CPU, as `current_cpu` gives it.
-        let p = if size.wrapping_sub(1) < PAGE_SIZE && align <= PAGE_SIZE {
-            // One frame, the common case, told in two compares (a size of
-            // zero wraps past the first): the local call's hit, inline.
+        // One frame, the common case, told in one compare: a size of 1 to
+        // 4096 bytes (zero wraps past it) at an alignment of at most 4096
+        // (a power of two: less than 4096 after the subtraction), so the
+        // two numbers' bits together stay below 4096.
+        let p = if (size.wrapping_sub(1) | (align - 1)) < PAGE_SIZE {
+            // The local call's hit, inline.
             unsafe { self.alloc_frames_local(cpu, 1, 1) }
         } else {
             let frames = size.div_ceil(PAGE_SIZE);
             unsafe { self.alloc_general(cpu, frames, (align / PAGE_SIZE).max(1)) }
         };
-        p.map(|p| p.addr().get() as Paddr)
+        // Every frame this allocator hands out lies below `MAX_PFN`, so the
+        // product is its address (`Pfn::addr` saturates, a compare more).
+        p.map(|p| (p.get() * PAGE_SIZE) as Paddr)
     }
 
     fn dealloc(&self, addr: Paddr, size: usize) {

@@ -37,14 +37,65 @@ use pageframe_types::carve;
 pub(crate) type Claimed<'m, 'a, R> = (&'m Zone<'a, R>, LocalPcp<'a, 'a>, ZoneMeta);
 
 /// One CPU's claimed caches, by zone index ([`ZoneRef::index`]), each with
-/// its zone.
+/// its zone. The cache of the zone a kernel's ordinary request tries first
+/// is kept apart, at a fixed place: a hit path finds it without an index to
+/// scale or a second option to test.
 pub(crate) struct Locals<'m, 'a, R: RawMutex> {
-    pub(crate) by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
+    /// The claimed cache of zone `first_i`.
+    first: Option<Claimed<'m, 'a, R>>,
+    /// The zone index of `first`; `usize::MAX` without one.
+    first_i: usize,
+    /// Every other zone's claimed cache, by zone index.
+    by_zone: [Option<Claimed<'m, 'a, R>>; MAX_ZONES],
     /// The CPU whose caches they are.
     pub(crate) cpu: CpuId,
 }
 
+/// Where a request's first zone's claimed cache is in [`Locals`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Preferred {
+    /// No cache of that zone.
+    None,
+    /// [`Locals::first`].
+    First,
+    /// Another zone's, by zone index.
+    At(u8),
+}
+
 impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
+    /// No cache claimed yet, for CPU `cpu`.
+    pub(crate) fn new(cpu: CpuId) -> Self {
+        Locals {
+            first: None,
+            first_i: usize::MAX,
+            by_zone: core::array::from_fn(|_| None),
+            cpu,
+        }
+    }
+
+    /// Keeps `c`, the claimed cache of the zone of index `i`, apart as the
+    /// first if `first`.
+    pub(crate) fn insert(&mut self, i: usize, c: Claimed<'m, 'a, R>, first: bool) {
+        if first {
+            self.first = Some(c);
+            self.first_i = i;
+        } else {
+            self.by_zone[i % MAX_ZONES] = Some(c);
+        }
+    }
+
+    /// Where the claimed cache of the zone of index `i` is.
+    pub(crate) fn preferred(&self, i: usize) -> Preferred {
+        const { assert!(MAX_ZONES <= 256) };
+        if i == self.first_i {
+            Preferred::First
+        } else if self.by_zone.get(i).is_some_and(Option::is_some) {
+            Preferred::At(i as u8)
+        } else {
+            Preferred::None
+        }
+    }
+
     #[inline]
     pub(crate) fn get(&mut self, r: ZoneRef) -> Option<&mut LocalPcp<'a, 'a>> {
         Some(&mut self.entry(r)?.1)
@@ -58,10 +109,29 @@ impl<'m, 'a, R: RawMutex> Locals<'m, 'a, R> {
     /// The claimed cache of the zone of index `i` ([`ZoneRef::index`]).
     #[inline(always)]
     pub(crate) fn at(&mut self, i: usize) -> Option<&mut Claimed<'m, 'a, R>> {
+        if i == self.first_i {
+            return self.first.as_mut();
+        }
         // Zone indices are below `MAX_ZONES`, a power of two: the mask
         // changes none and spares the hit paths a bounds check.
         const { assert!(MAX_ZONES.is_power_of_two()) };
         self.by_zone[i % MAX_ZONES].as_mut()
+    }
+
+    /// The claimed cache `p` names.
+    #[inline(always)]
+    pub(crate) fn of(&mut self, p: Preferred) -> Option<&mut Claimed<'m, 'a, R>> {
+        match p {
+            Preferred::First => self.first.as_mut(),
+            Preferred::At(i) => self.by_zone[usize::from(i) % MAX_ZONES].as_mut(),
+            Preferred::None => None,
+        }
+    }
+
+    /// The first zone's claimed cache.
+    #[inline(always)]
+    pub(crate) fn first(&mut self) -> Option<&mut Claimed<'m, 'a, R>> {
+        self.first.as_mut()
     }
 }
 

@@ -16,14 +16,14 @@ use pageframe_mobility::MigrateType;
 use pageframe_pcp::{CpuId, PcpStats};
 
 use crate::block::{Block, MachineId, RawError, Refused};
-use crate::cache::{CacheFree, Claimed, Locals, Traced};
+use crate::cache::{CacheFree, Claimed, Locals, Preferred, Traced};
 use crate::debug::{Caller, NoHooks};
 use crate::error::{AllocError, CpuError, PcpSetupError, SetupError};
 use crate::gfp::Gfp;
 use crate::lock::{Platform, SpinLock};
 use crate::machine::{Machine, zonelist_of};
 use crate::node_id::{MAX_CPUS, NodeId};
-use crate::zone_kind::{MAX_ZONES, NR_ZONE_KINDS, ZoneKind, ZoneRef};
+use crate::zone_kind::{NR_ZONE_KINDS, ZoneKind, ZoneRef};
 
 /// One CPU's cache of one zone, as [`CpuCache::cache_info`] reports it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -56,7 +56,7 @@ pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
     /// cannot change while the handle borrows the machine (they are
     /// rebuilt only through `&mut Machine`): the hit path's zone in one
     /// load.
-    preferred: [[Option<u8>; NR_ZONE_KINDS]; 2],
+    preferred: [[Preferred; NR_ZONE_KINDS]; 2],
     /// The machine's hooks as this CPU's caches report to them, made once
     /// for the handle rather than on the stack at every operation.
     traced: Traced<'m, P::Hooks>,
@@ -198,22 +198,23 @@ impl<'a, P: Platform> Machine<'a, P> {
         if !self.topology().contains(node) {
             return Err(CpuError::NoSuchNode(node));
         }
-        let mut locals = Locals {
-            by_zone: core::array::from_fn(|_| None),
-            cpu,
-        };
+        let mut locals = Locals::new(cpu);
+        // The zone a kernel's ordinary request tries first.
+        let first = Gfp::KERNEL
+            .request_zone()
+            .and_then(|k| self.first_zone(node, zonelist_of(Gfp::KERNEL), k));
         for z in self.all_zones() {
             if let Some(set) = &z.pcp {
                 // An error drops the caches claimed so far: all or nothing.
                 let meta = Block::zone_meta(self.id, z.zone_ref());
-                locals.by_zone[z.zone_ref().index()] = Some((z, set.claim(cpu)?, meta));
+                let c = (z, set.claim(cpu)?, meta);
+                locals.insert(z.zone_ref().index(), c, first == Some(z.zone_ref()));
             }
         }
         let preferred = core::array::from_fn(|list| {
-            ZoneKind::ALL.map(|highest| {
-                let i = self.first_zone(node, list, highest)?.index();
-                const { assert!(MAX_ZONES <= 256) };
-                locals.by_zone[i].as_ref().map(|_| i as u8)
+            ZoneKind::ALL.map(|highest| match self.first_zone(node, list, highest) {
+                Some(r) => locals.preferred(r.index()),
+                None => Preferred::None,
             })
         });
         Ok(CpuCache {
@@ -435,20 +436,36 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         )
     }
 
-    /// A block from this CPU's cache of the first zone the request tries;
+    /// A block from this CPU's cache of the first zone the request tries,
+    /// if that is the first zone of a kernel's ordinary request (the hit
+    /// path then needs no index; any other zone's cache is the miss's);
     /// for order 0 from its home alone ([`Zone::cache_home_hit`]: no call
     /// on the way), the refill left to [`CpuCache::miss`].
     #[inline(always)]
     fn hit(&mut self, gfp: Gfp, order: Order) -> Option<Block> {
-        self.hit_with(gfp, order, order != Order::ZERO)
+        self.hit_with(gfp, order, order != Order::ZERO, false)
     }
 
-    /// [`CpuCache::hit`], refilling the cache when it is empty if `refill`.
+    /// The cache the request tries first: [`Preferred::First`] for a
+    /// request whose first zone is [`Locals::first`]'s.
     #[inline(always)]
-    fn hit_with(&mut self, gfp: Gfp, order: Order, refill: bool) -> Option<Block> {
+    fn preferred_of(&self, gfp: Gfp) -> Option<(Preferred, ZoneKind)> {
         let highest = gfp.request_zone()?;
-        let i = self.preferred[zonelist_of(gfp)][highest.index()]?;
-        let (z, local, meta) = self.locals.at(usize::from(i))?;
+        Some((self.preferred[zonelist_of(gfp)][highest.index()], highest))
+    }
+
+    /// [`CpuCache::hit`], refilling the cache when it is empty if `refill`,
+    /// from a cache other than the first's too if `other`.
+    #[inline(always)]
+    fn hit_with(&mut self, gfp: Gfp, order: Order, refill: bool, other: bool) -> Option<Block> {
+        let (p, highest) = self.preferred_of(gfp)?;
+        let (z, local, meta) = if p == Preferred::First {
+            self.locals.first()?
+        } else if other {
+            self.locals.of(p)?
+        } else {
+            return None;
+        };
         // The request's own flags: a hit needs only its mark and whether it
         // may use the reserves (a refill takes no fallback flags either).
         let flags = crate::gfp::AllocFlags::fast(gfp);
@@ -462,12 +479,14 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         Some(Block::with_zone_meta(*meta, pfn, order))
     }
 
-    /// After a miss: an order-0 request's refill of the cache it tried,
+    /// After a miss: an order-0 request's refill of the cache it tried (a
+    /// request of another zone's cache tried first here, at any order),
     /// then the zonelist walk.
     #[inline(never)]
     fn miss(&mut self, gfp: Gfp, order: Order) -> Result<Block, AllocError> {
-        if order == Order::ZERO
-            && let Some(b) = self.hit_with(gfp, order, true)
+        let first = matches!(self.preferred_of(gfp), Some((Preferred::First, _)));
+        if (order == Order::ZERO || !first)
+            && let Some(b) = self.hit_with(gfp, order, true, true)
         {
             return Ok(b);
         }

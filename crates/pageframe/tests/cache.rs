@@ -697,25 +697,31 @@ fn a_handle_serves_each_request_from_the_zone_it_tries_first() {
     let mut served = 0;
     for node in 0..2 {
         let mut cpu = m.cpu(CpuId(node as u32), n(node)).unwrap();
-        for gfp in requests {
+        // Order 0 (the cache's homes and hot frames) and a cached higher
+        // order (its lists), for each request.
+        for (gfp, order) in requests
+            .into_iter()
+            .flat_map(|g| [(g, Order::ZERO), (g, o(2))])
+        {
             // Where the machine's own path puts the request.
-            let by_zone = m.alloc(n(node), gfp, Order::ZERO);
+            let by_zone = m.alloc(n(node), gfp, order);
             let want = by_zone.as_ref().map(|b| (b.node(), b.zone())).ok();
             if let Ok(b) = by_zone {
                 m.free(b).unwrap();
             }
-            let first = cpu.alloc(gfp, Order::ZERO);
+            let first = cpu.alloc(gfp, order);
             let at = |b: &Block| (b.node(), b.zone());
-            assert_eq!(first.as_ref().map(at).ok(), want, "node {node}, {gfp:?}");
+            let what = format!("node {node}, {gfp:?}, order {}", order.get());
+            assert_eq!(first.as_ref().map(at).ok(), want, "{what}");
             let Ok(first) = first else { continue };
             let (node_of, kind) = at(&first);
             let held = cpu.cache_info(node_of, kind).unwrap().count;
-            let second = cpu.alloc(gfp, Order::ZERO).unwrap();
-            assert_eq!(at(&second), (node_of, kind), "node {node}, {gfp:?}");
+            let second = cpu.alloc(gfp, order).unwrap();
+            assert_eq!(at(&second), (node_of, kind), "{what}");
             assert_eq!(
                 cpu.cache_info(node_of, kind).unwrap().count,
-                held - 1,
-                "node {node}, {gfp:?}: a hit in that zone's cache"
+                held - order.pages() as u32,
+                "{what}: a hit in that zone's cache"
             );
             cpu.free(first).unwrap();
             cpu.free(second).unwrap();
@@ -723,8 +729,9 @@ fn a_handle_serves_each_request_from_the_zone_it_tries_first() {
         }
         assert!(cpu.drain() > 0, "node {node}: the caches held frames");
     }
-    // Node 1 has no DMA32 zone of its own: one request fails there.
-    assert_eq!(served, 2 * requests.len() - 1);
+    // Node 1 has no DMA32 zone of its own: one request fails there, at
+    // each order.
+    assert_eq!(served, 2 * (2 * requests.len() - 1));
     assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 

@@ -422,17 +422,24 @@ impl FrameAllocator {
             };
         }
         // SAFETY: the caller's promises, passed on.
-        unsafe { self.dealloc_general(cpu, pfn, frames) }.map_err(err)
+        unsafe { self.dealloc_general(cpu, pfn, frames, err) }
     }
 
-    /// [`FrameAllocator::dealloc_frames_local`] of anything but a whole
-    /// block a kept handle took.
+    /// [`FrameAllocator::dealloc_frames_local_or`] of anything but a whole
+    /// block a kept handle took. Out of line, with the caller's error: its
+    /// call is the caller's last step.
     ///
     /// # Safety
     ///
     /// As for [`FrameAllocator::dealloc_frames_local`].
     #[inline(never)]
-    unsafe fn dealloc_general(&self, cpu: u32, pfn: Pfn, frames: u64) -> Result<(), DeallocError> {
+    unsafe fn dealloc_general<E>(
+        &self,
+        cpu: u32,
+        pfn: Pfn,
+        frames: u64,
+        err: impl FnOnce(DeallocError) -> E,
+    ) -> Result<(), E> {
         // SAFETY: the caller's promises, passed on.
         unsafe {
             match self.local(cpu) {
@@ -440,6 +447,7 @@ impl FrameAllocator {
                 None => self.counted_dealloc(pfn, frames, Via::Claim(cpu)),
             }
         }
+        .map_err(err)
     }
 
     /// A dealloc, counted when refused.

@@ -24,7 +24,6 @@ impl PerCpuPages<'_> {
         if let Some(f) = self.lists.pop_head(li) {
             self.count -= order.pages() as u32;
             self.stats.allocs += 1;
-            self.stats.local_hits += 1;
             return Ok(f);
         }
         self.alloc_refill(zone, order, mt, li)
@@ -57,7 +56,6 @@ impl PerCpuPages<'_> {
         self.free_count >>= 1;
         self.count -= 1;
         self.stats.allocs += 1;
-        self.stats.local_hits += 1;
         Some(f)
     }
 
@@ -68,7 +66,6 @@ impl PerCpuPages<'_> {
         let f = self.hot.pop(mt)?;
         self.free_count >>= 1;
         self.stats.allocs += 1;
-        self.stats.local_hits += 1;
         Some(f)
     }
 
@@ -109,7 +106,6 @@ impl PerCpuPages<'_> {
         self.free_count >>= 1;
         self.count -= n;
         self.stats.allocs += u64::from(n);
-        self.stats.local_hits += u64::from(n);
         Some(f)
     }
 
@@ -137,6 +133,7 @@ impl PerCpuPages<'_> {
             Some(f) => {
                 self.count -= order.pages() as u32;
                 self.stats.allocs += 1;
+                self.not_local += 1;
                 Ok(f)
             }
             None => {
@@ -232,7 +229,6 @@ impl PerCpuPages<'_> {
             if k > 0 {
                 done += k;
                 self.count -= k as u32 * pages;
-                self.stats.local_hits += k as u64;
                 continue;
             }
             let n = self.nr_pcp_alloc(zone.flags(), order);
@@ -245,6 +241,7 @@ impl PerCpuPages<'_> {
                 out[done] = f;
                 done += 1;
                 self.count -= pages;
+                self.not_local += 1;
             }
         }
         self.stats.allocs += done as u64;

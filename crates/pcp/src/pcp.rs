@@ -36,7 +36,11 @@ pub struct PerCpuPages<'m> {
     pub(crate) free_count: u32,
     /// `batch << scale_max`: `free_count` stops growing there (§5.2).
     pub(crate) free_count_cap: u32,
+    /// The counters, but for `local_hits`, which [`PerCpuPages::stats`]
+    /// works out from `allocs` and `not_local`: a hit counts one counter.
     pub(crate) stats: PcpStats,
+    /// Allocations served by the zone through a refill (not local hits).
+    pub(crate) not_local: u64,
     /// Per PCP type, with a home ([`crate::PcpConfig::with_home`]): its
     /// order-0 list, the frames of its home region (the linked order-0
     /// lists stay empty then).
@@ -74,6 +78,7 @@ impl<'m> PerCpuPages<'m> {
             free_count: 0,
             free_count_cap: sizing.batch() << config.scale_max(),
             stats: PcpStats::default(),
+            not_local: 0,
             homes: [Home::EMPTY; PCP_TYPES],
             foreign: 0,
             hot: Hot::EMPTY,
@@ -144,8 +149,11 @@ impl<'m> PerCpuPages<'m> {
     }
     /// Counters.
     #[inline]
-    pub fn stats(&self) -> &PcpStats {
-        &self.stats
+    pub fn stats(&self) -> PcpStats {
+        PcpStats {
+            local_hits: self.stats.allocs.wrapping_sub(self.not_local),
+            ..self.stats
+        }
     }
     /// Blocks on list `li`.
     #[inline]

@@ -613,7 +613,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
 
     /// Counters of this cache.
     pub fn stats(&mut self) -> PcpStats {
-        self.with(|c| *c.stats())
+        self.with(|c| c.stats())
     }
 
     /// Base pages cached.

@@ -322,7 +322,7 @@ fn uncached_orders_are_refused_without_change() {
     let mut mem = vec![Slot::EMPTY; 16];
     let mut c = cache(&mut mem, sizing(4, 16, 64));
     c.free(&zone, pageframe_pcp::Pfn(1), O0, U).unwrap();
-    let (count, high, stats) = (c.count(), c.high(), *c.stats());
+    let (count, high, stats) = (c.count(), c.high(), c.stats());
     assert_eq!(
         c.alloc(&zone, Order::new_truncated(4), U),
         Err(AllocMiss::NotCached)
@@ -331,7 +331,7 @@ fn uncached_orders_are_refused_without_change() {
         c.free(&zone, pageframe_pcp::Pfn(64), Order::new_truncated(5), U),
         Err(PcpError::NotCached)
     );
-    assert_eq!((c.count(), c.high(), *c.stats()), (count, high, stats));
+    assert_eq!((c.count(), c.high(), c.stats()), (count, high, stats));
     assert_eq!(zone.free_blocks(Order::new_truncated(4)), 8);
 }
 
@@ -487,7 +487,7 @@ fn snapshot(c: &PerCpuPages<'_>) -> (u32, u32, u8, u32, pageframe_pcp::PcpStats)
         c.high(),
         c.alloc_factor(),
         c.free_count(),
-        *c.stats(),
+        c.stats(),
     )
 }
 

@@ -102,6 +102,8 @@ fn huge_available(a: &dyn GlobalFrameAllocator) -> usize {
 // The churn runs on every CPU at once, started by an inter-processor call
 // (a plain `fn`), so its parameters and results are statics.
 static CHURN_TARGET: AtomicUsize = AtomicUsize::new(0);
+/// The CPUs taking part in the churn: all, or the one that starts it.
+static CHURN_CPUS: AtomicUsize = AtomicUsize::new(0);
 static ARRIVED: AtomicUsize = AtomicUsize::new(0);
 static DONE: AtomicUsize = AtomicUsize::new(0);
 static CHURN_CYCLES: AtomicU64 = AtomicU64::new(0);
@@ -126,7 +128,7 @@ fn target() -> &'static dyn GlobalFrameAllocator {
 /// random order, a live set of `CHURN_LIVE`; a tenth of the last live set
 /// is kept (fragmenting the arena) for the huge-block count.
 fn churn() {
-    let cpus = num_cpus();
+    let cpus = CHURN_CPUS.load(SeqCst);
     ARRIVED.fetch_add(1, SeqCst);
     while ARRIVED.load(SeqCst) < cpus {
         core::hint::spin_loop();
@@ -169,22 +171,31 @@ fn churn() {
     DONE.fetch_add(1, SeqCst);
 }
 
-/// Runs the churn on every CPU against allocator `which` (0 pageframe, 1
-/// the peer): cycles per operation (mean over CPUs), and the 2 MiB
-/// segments available afterwards with a tenth of each CPU's live set kept.
-fn churn_every_cpu(which: usize) -> (u64, usize) {
+/// Runs the churn against allocator `which` (0 pageframe, 1 the peer) on
+/// every CPU, or on this one alone if `alone`: cycles per operation (mean
+/// over CPUs), and the 2 MiB segments available afterwards with a tenth of
+/// each CPU's live set kept. On one CPU, under `-icount`, the count
+/// repeats exactly from boot to boot; on several it follows how QEMU
+/// interleaves the vCPUs (each one's clock counts the others' slices).
+fn churn_on(which: usize, alone: bool) -> (u64, usize) {
     CHURN_TARGET.store(which, SeqCst);
     ARRIVED.store(0, SeqCst);
     DONE.store(0, SeqCst);
     CHURN_CYCLES.store(0, SeqCst);
     CHURN_OPS.store(0, SeqCst);
-    let here = ostd::task::disable_preempt().current_cpu();
-    let mut others = CpuSet::new_full();
-    others.remove(here);
-    let pending = ostd::smp::inter_processor_call(&others, churn);
-    churn();
-    pending.wait();
-    while DONE.load(SeqCst) < num_cpus() {
+    let cpus = if alone { 1 } else { num_cpus() };
+    CHURN_CPUS.store(cpus, SeqCst);
+    if alone {
+        churn();
+    } else {
+        let here = ostd::task::disable_preempt().current_cpu();
+        let mut others = CpuSet::new_full();
+        others.remove(here);
+        let pending = ostd::smp::inter_processor_call(&others, churn);
+        churn();
+        pending.wait();
+    }
+    while DONE.load(SeqCst) < cpus {
         core::hint::spin_loop();
     }
     let per_op = CHURN_CYCLES.load(SeqCst) / CHURN_OPS.load(SeqCst).max(1);
@@ -223,7 +234,12 @@ pub fn run(kernel: &FrameAllocator) {
     rows.push(("4 KiB alloc, filling 200 MiB", [fills[0].0, fills[1].0]));
     rows.push(("4 KiB free, random order", [fills[0].1, fills[1].1]));
     rows.push(("2 MiB alloc+free pair", both(&|a| huge_pairs(a, 2_000))));
-    let churn = [churn_every_cpu(0), churn_every_cpu(1)];
+    // The churn on this CPU alone first: a count that repeats exactly
+    // under `-icount`, where the one on every CPU follows how QEMU
+    // interleaves the vCPUs.
+    let alone = [churn_on(0, true), churn_on(1, true)];
+    rows.push(("mixed churn on one CPU, per op", [alone[0].0, alone[1].0]));
+    let churn = [churn_on(0, false), churn_on(1, false)];
     rows.push(("mixed churn on every CPU, per op", [churn[0].0, churn[1].0]));
     println!(
         "bench: {} CPUs, arenas of {} MiB each, cycles (TSC) per operation",

@@ -50,9 +50,9 @@ pub struct CpuCache<'m, 'a, P: Platform = (SpinLock, NoHooks)> {
     cpu: CpuId,
     node: NodeId,
     locals: Locals<'m, 'a, P::Lock>,
-    /// By zonelist and highest zone: the index in `locals` of the claimed
-    /// cache of the first zone such a request tries, `None` where the
-    /// handle has none. A copy of the node's zonelists' heads, which
+    /// By zonelist and highest zone: where in `locals` the claimed cache of
+    /// the first zone such a request tries is (`Preferred::None` where the
+    /// handle has none). A copy of the node's zonelists' heads, which
     /// cannot change while the handle borrows the machine (they are
     /// rebuilt only through `&mut Machine`): the hit path's zone in one
     /// load.

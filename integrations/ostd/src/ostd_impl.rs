@@ -117,18 +117,19 @@ impl GlobalFrameAllocator for FrameAllocator {
         let irq = ostd::irq::disable_local();
         let cpu = u32::from(irq.current_cpu());
         let (size, align) = (layout.size() as u64, layout.align() as u64);
-        // SAFETY (both calls): interrupts are off for the call, so it
-        // cannot move to another CPU or be re-entered on this one; `cpu` is
-        // OSTD's own number of the CPU, as `current_cpu` gives it.
         // One frame, the common case, told in one compare: a size of 1 to
         // 4096 bytes (zero wraps past it) at an alignment of at most 4096
         // (a power of two: less than 4096 after the subtraction), so the
         // two numbers' bits together stay below 4096.
         let p = if (size.wrapping_sub(1) | (align - 1)) < PAGE_SIZE {
-            // The local call's hit, inline.
+            // SAFETY: interrupts are off for the call, so it cannot move to
+            // another CPU or be re-entered on this one; `cpu` is OSTD's own
+            // number of the CPU, as `current_cpu` gives it. The local
+            // call's hit, inline.
             unsafe { self.alloc_frames_local(cpu, 1, 1) }
         } else {
             let frames = size.div_ceil(PAGE_SIZE);
+            // SAFETY: as above.
             unsafe { self.alloc_general(cpu, frames, (align / PAGE_SIZE).max(1)) }
         };
         // Every frame this allocator hands out lies below `MAX_PFN`, so the

@@ -735,6 +735,57 @@ fn a_handle_serves_each_request_from_the_zone_it_tries_first() {
     assert_eq!(m.inspect().free_pages(), m.inspect().managed_pages());
 }
 
+/// A fresh cache's first run refills its home, comes from there and goes
+/// back there; a run given back to an empty home moves the home to it.
+#[test]
+fn a_first_run_refills_the_home_and_goes_back_to_it() {
+    let m = cached_machine(1);
+    let total = m.inspect().free_pages();
+    let mut c = m.cpu(CpuId(0), NodeId::ZERO).unwrap();
+    let count = |c: &mut pageframe::CpuCache<'_, '_>| {
+        c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count
+    };
+    let p = c.alloc_run_raw(Gfp::KERNEL, 5).expect("a run");
+    let refilled = count(&mut c) + 5;
+    assert!(refilled > 5, "the run came with a refill of {refilled}");
+    assert_eq!(m.inspect().free_pages(), total - u64::from(refilled));
+    // SAFETY: the run is this test's, held as numbers.
+    unsafe { c.free_range_raw(PfnRange::new(p, p + 5)) }.unwrap();
+    assert_eq!(count(&mut c), refilled, "back in the home");
+    // Every frame of the home taken one by one: the home is empty.
+    let singles: Vec<Block> = (0..refilled)
+        .map(|_| c.alloc(Gfp::KERNEL, Order::ZERO).unwrap())
+        .collect();
+    assert_eq!(count(&mut c), 0);
+    let free = m.inspect().free_pages();
+    let (q, n) = (singles[8].pfn(), 3u64);
+    let run: Vec<Block> = singles.into_iter().collect();
+    let (kept, given): (Vec<Block>, Vec<Block>) = run
+        .into_iter()
+        .partition(|b| !(q..q + n).contains(&b.pfn()));
+    assert_eq!(given.len() as u64, n, "the home's frames were in a row");
+    for b in given {
+        let _ = b.into_raw();
+    }
+    // SAFETY: the frames of `given`, held now as these numbers.
+    unsafe { c.free_range_raw(PfnRange::new(q, q + n)) }.unwrap();
+    assert_eq!(count(&mut c), n as u32, "an empty home takes the run");
+    assert_eq!(
+        c.alloc_run_raw(Gfp::KERNEL, n),
+        Some(q),
+        "and gives it again"
+    );
+    assert_eq!(m.inspect().free_pages(), free, "no refill");
+    // SAFETY: as above.
+    unsafe { c.free_range_raw(PfnRange::new(q, q + n)) }.unwrap();
+    for b in kept {
+        c.free(b).unwrap();
+    }
+    c.drain();
+    assert_eq!(m.inspect().free_pages(), total);
+    m.validate().unwrap();
+}
+
 /// A run of frames the cache's home cannot give comes from the zone, as
 /// order-0 allocations of one bitmap word, and goes back through the zone
 /// in one step: whole, in parts, or frame by frame; a run given back twice
@@ -747,8 +798,25 @@ fn runs_the_home_lacks_come_from_the_zone_and_go_back_whole() {
     // A run takes no fallback: a first frame claims a pageblock for the
     // request's type, as any allocation of it would.
     let first = m.alloc(NodeId::ZERO, Gfp::KERNEL, Order::ZERO).unwrap();
-    let total = total - 1;
-    // A fresh cache's home is empty: every run is the zone's.
+    // A home holding every other frame of a refill has no run of two:
+    // every run is the zone's.
+    let one = c.alloc(Gfp::KERNEL, Order::ZERO).unwrap();
+    let held = c.cache_info(NodeId::ZERO, ZoneKind::Normal).unwrap().count;
+    let mut singles: Vec<Block> = (0..held)
+        .map(|_| c.alloc(Gfp::KERNEL, Order::ZERO).unwrap())
+        .collect();
+    singles.push(one);
+    singles.sort_by_key(|b| b.pfn());
+    let mut kept = Vec::new();
+    for (i, b) in singles.into_iter().enumerate() {
+        if i % 2 == 0 {
+            c.free(b).unwrap();
+        } else {
+            kept.push(b);
+        }
+    }
+    // Out of the zone: `first`, and the refill's frames (cached or kept).
+    let total = total - 1 - (u64::from(held) + 1);
     let mut runs = Vec::new();
     for k in [3u64, 5, 7, 9, 15, 33, 64] {
         let p = c
@@ -784,8 +852,11 @@ fn runs_the_home_lacks_come_from_the_zone_and_go_back_whole() {
             c.free_range_raw(PfnRange::new(p, p + k)).unwrap();
         }
     }
+    for b in kept {
+        c.free(b).unwrap();
+    }
     c.drain();
-    assert_eq!(m.inspect().free_pages(), total);
+    assert_eq!(m.inspect().free_pages(), total + u64::from(held) + 1);
     m.validate().unwrap();
     m.free(first).unwrap();
 }

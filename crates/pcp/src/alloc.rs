@@ -97,16 +97,40 @@ impl PerCpuPages<'_> {
 
     /// `n` contiguous order-0 frames (2..=64) from the home of `mt`'s
     /// list, each counted as an allocation: the lowest such run within one
-    /// bitmap word. `None` (nothing changed) without a home, or when the
-    /// home holds no such run; no refill (a refill brings frames, not runs).
+    /// bitmap word. A home that holds no frame is refilled first, as an
+    /// order-0 allocation would refill it (a refill brings its frames a
+    /// bitmap word at a time, so it brings runs). `None` without a home,
+    /// for `n` out of range, or when the home holds no such run (nothing
+    /// changed but that refill): the caller asks the zone then.
     #[inline]
-    pub fn alloc_run(&mut self, n: u32, mt: MigrateType) -> Option<Pfn> {
+    pub fn alloc_run<Z: PcpZone>(&mut self, zone: &Z, n: u32, mt: MigrateType) -> Option<Pfn> {
         let (li, _) = self.home_list(mt)?;
+        if !(2..=64).contains(&n) {
+            return None;
+        }
+        let refilled = self.homes[li.get()].is_empty();
+        if refilled {
+            self.refill_home(zone, mt, li);
+        }
         let f = self.homes[li.get()].take_run(n)?;
+        if refilled {
+            // As the first block after a refill: not a local hit.
+            self.not_local += u64::from(n);
+        }
         self.free_count >>= 1;
         self.count -= n;
         self.stats.allocs += u64::from(n);
         Some(f)
+    }
+
+    /// A refill of the empty home of list `li` (of type `mt`), sized as
+    /// an order-0 allocation's: for [`alloc_run`](Self::alloc_run).
+    #[inline(never)]
+    fn refill_home<Z: PcpZone>(&mut self, zone: &Z, mt: MigrateType, li: ListIndex) {
+        let order = Order::new_truncated(0);
+        self.free_count >>= 1;
+        let n = self.nr_pcp_alloc(zone.flags(), order);
+        self.refill(zone, order, mt, li, n);
     }
 
     /// A refill of list `li` and its first block; `None` when the zone

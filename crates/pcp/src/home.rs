@@ -211,15 +211,20 @@ impl Home {
 
     /// Holds the `n` frames from `first` (1..=64), all of the region, in
     /// one of its words and none held yet; `false` (nothing changed) for
-    /// any other run.
+    /// any other run. An empty home moves to the run's region first, as
+    /// it moves with a refill: a caller that frees a run and asks for one
+    /// again then finds it here, where it would otherwise go to the zone
+    /// and come back from it.
     #[inline]
     pub(crate) fn put_run(&mut self, first: Pfn, n: u32, shift: u8) -> bool {
-        if !(1..=64).contains(&n) || !self.contains(first, shift) {
-            return false;
-        }
         let i = (first.get() & ((1 << shift) - 1)) as usize;
         let (w, b) = (i >> 6, (i & 63) as u32);
-        if b + n > 64 || i + n as usize > 1 << shift {
+        if !(1..=64).contains(&n) || b + n > 64 || i + n as usize > 1 << shift {
+            return false;
+        }
+        if self.is_empty() {
+            self.move_to(first, shift);
+        } else if !self.contains(first, shift) {
             return false;
         }
         let m = run_mask(n) << b;
@@ -279,6 +284,18 @@ mod tests {
         // Empty, it moves with the next refill.
         assert!(h.accept(Pfn(3000), 10));
         assert!(h.contains(Pfn(2048), 10) && !h.contains(Pfn(1027), 10));
+    }
+
+    #[test]
+    fn an_empty_home_moves_to_a_run_given_back() {
+        let mut h = Home::EMPTY;
+        assert!(!h.put_run(Pfn(1024 + 62), 4, 10), "crosses a word");
+        assert!(h.is_empty() && !h.contains(Pfn(1024), 10), "not moved");
+        assert!(h.put_run(Pfn(2048 + 3), 3, 10));
+        assert!(h.contains(Pfn(2048), 10));
+        assert!(!h.put_run(Pfn(4096), 2, 10), "another region, held frames");
+        assert_eq!(h.take_run(3), Some(Pfn(2048 + 3)));
+        h.check(10).unwrap();
     }
 
     #[test]

@@ -561,7 +561,7 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     #[inline]
     pub fn alloc_run<Z: PcpZone>(&mut self, zone: &Z, n: u32, mt: MigrateType) -> Option<Pfn> {
         self.poll(zone);
-        self.with(|c| c.alloc_run(n, mt))
+        self.with(|c| c.alloc_run(zone, n, mt))
     }
 
     /// [`PerCpuPages::free_run`] on this CPU's cache.

@@ -586,50 +586,63 @@ fn try_alloc_never_spills_to_make_room() {
 
 #[test]
 fn runs_come_from_the_home_and_go_back_as_frame_by_frame_frees_would() {
+    use pageframe_pcp::Pfn;
     let zone = RefZone::with_blocks(O0, 0, 64);
     let (mut mem, mut mem2) = (vec![Slot::EMPTY; 128], vec![Slot::EMPTY; 128]);
     let mut c = homed(&mut mem, sizing(8, 64, 256));
-    // No home yet: no run, nothing changed.
-    assert_eq!(c.alloc_run(3, U), None);
-    assert_eq!(c.stats().allocs, 0);
-    // A refill of 8 (frames 0..8) makes region 0 the home; 1..8 are held.
-    assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(0)));
-    assert_eq!(c.alloc_run(3, U), Some(pageframe_pcp::Pfn(1)));
-    assert_eq!(c.alloc_run(5, U), None, "4..8 is four frames");
-    assert_eq!(c.alloc_run(3, M), None, "another type's list");
+    // Out of range: nothing, not even a refill.
+    assert_eq!(c.alloc_run(&zone, 1, U), None);
+    assert_eq!(c.alloc_run(&zone, 65, U), None);
+    assert_eq!(
+        (c.count(), c.stats().allocs, zone.free_blocks(O0)),
+        (0, 0, 64)
+    );
+    // No home yet: a refill of 8 (frames 0..8) makes region 0 the home,
+    // and the run comes from it (not a local hit: the refill served it).
+    assert_eq!(c.alloc_run(&zone, 3, U), Some(Pfn(0)));
     assert_eq!(
         (c.count(), c.stats().allocs, c.stats().local_hits),
-        (4, 4, 3)
+        (5, 3, 0)
+    );
+    // The home holds frames: no refill for a run it lacks.
+    assert_eq!(c.alloc_run(&zone, 6, U), None, "3..8 is five frames");
+    assert_eq!(zone.free_blocks(O0), 56);
+    assert_eq!(c.alloc_run(&zone, 5, U), Some(Pfn(3)));
+    assert_eq!(
+        (c.count(), c.stats().allocs, c.stats().local_hits),
+        (0, 8, 5)
     );
     // Back as a run: the same books as three frees of one frame each.
     let mut d = homed(&mut mem2, sizing(8, 64, 256));
     let zone2 = RefZone::with_blocks(O0, 0, 64);
-    d.alloc(&zone2, O0, U).unwrap();
-    for _ in 0..3 {
+    for _ in 0..8 {
         d.alloc(&zone2, O0, U).unwrap();
     }
-    assert_eq!(
-        c.free_run(&zone, pageframe_pcp::Pfn(1), 3, U),
-        Some(FreeOutcome::Cached)
-    );
+    assert_eq!(c.free_run(&zone, Pfn(1), 3, U), Some(FreeOutcome::Cached));
     for f in 1..4 {
-        assert_eq!(
-            d.free(&zone2, pageframe_pcp::Pfn(f), O0, U),
-            Ok(FreeOutcome::Cached)
-        );
+        assert_eq!(d.free(&zone2, Pfn(f), O0, U), Ok(FreeOutcome::Cached));
     }
     assert_eq!(c.count(), d.count());
     assert_eq!(c.stats().frees, d.stats().frees);
     assert_eq!(c.high(), d.high());
-    // A run held already, reaching outside the home or of no home: refused
-    // whole, nothing changed; the caller frees it frame by frame.
-    assert_eq!(c.free_run(&zone, pageframe_pcp::Pfn(3), 2, U), None);
-    assert_eq!(c.free_run(&zone, pageframe_pcp::Pfn(14), 4, U), None);
-    assert_eq!(c.free_run(&zone, pageframe_pcp::Pfn(0), 1, M), None);
+    // A run held already, reaching outside the home, or across a word
+    // while the home holds frames: refused whole, nothing changed; the
+    // caller frees it frame by frame.
+    assert_eq!(c.free_run(&zone, Pfn(3), 2, U), None);
+    assert_eq!(c.free_run(&zone, Pfn(14), 4, U), None);
+    assert_eq!(c.free_run(&zone, Pfn(20), 2, U), None, "another region");
     assert_eq!(c.count(), d.count());
     c.validate().unwrap();
+    // An empty home moves to the region of a run given back to it (the
+    // caller's next run comes from there rather than from the zone).
+    assert_eq!(c.alloc_run(&zone, 3, U), Some(Pfn(1)));
+    assert_eq!(c.count(), 0);
+    assert_eq!(c.free_run(&zone, Pfn(5), 3, U), Some(FreeOutcome::Cached));
+    assert_eq!(c.alloc_run(&zone, 2, U), Some(Pfn(5)), "no refill");
+    assert_eq!(zone.free_blocks(O0), 56);
+    c.validate().unwrap();
     c.drain(&zone);
-    assert_eq!(zone.free_blocks(O0), 64 - 1, "frame 0 is still out");
+    assert_eq!(zone.free_blocks(O0), 57, "frame 7 came back");
 }
 
 /// The home hit alone hands out what `alloc` hands out while the home

@@ -1177,6 +1177,8 @@ const PAIR_PATHS: &[&str] = &[
     "ostd-local",
     "ostd-claimed",
     "ostd-local-2m",
+    "ostd-local-8k",
+    "ostd-local-12k",
     "ostd-fill",
     "ostd-churn",
 ];

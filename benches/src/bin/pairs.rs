@@ -10,7 +10,9 @@
 //! each freed through the handle in random order), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
 //! `pageframe-ostd`'s local and safe calls), `ostd-local-2m` (a 2 MiB
-//! segment through the local calls), `ostd-fill` (`n` frames allocated
+//! segment through the local calls), `ostd-local-8k` and `ostd-local-12k`
+//! (two and three frames through the local calls: a block of order 1, a
+//! run of single frames), `ostd-fill` (`n` frames allocated
 //! alone through the local calls, refills included), `ostd-churn` (`n` steps of the OSTD
 //! kernel bench's churn on one CPU through the local calls: requests of
 //! one to sixteen frames, mostly one, freed in random order),
@@ -118,7 +120,7 @@ fn main() {
     let (path, n) = match args.as_slice() {
         [_, p, n] => (p.as_str(), n.parse::<u64>().expect("a count")),
         _ => panic!(
-            "usage: pairs <zone|zone-2m|zone-fill|zone-fill-free|zone-scattered|cached|cached-fill|cached-fill-free|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-fill|ostd-churn> <n>"
+            "usage: pairs <zone|zone-2m|zone-fill|zone-fill-free|zone-scattered|cached|cached-fill|cached-fill-free|on-cpu|ostd-local|ostd-claimed|ostd-local-2m|ostd-local-8k|ostd-local-12k|ostd-fill|ostd-churn> <n>"
         ),
     };
     let o0 = Order::ZERO;
@@ -169,17 +171,25 @@ fn main() {
                 m.free_on(CpuId(0), b).expect("freed");
             }
         }
-        "ostd-local" | "ostd-claimed" | "ostd-local-2m" => {
+        "ostd-local" | "ostd-claimed" | "ostd-local-2m" | "ostd-local-8k" | "ostd-local-12k" => {
             let a = ostd();
-            let k = if path == "ostd-local-2m" { 512 } else { 1 };
+            let k = match &*path {
+                "ostd-local-2m" => 512,
+                "ostd-local-8k" => 2,
+                "ostd-local-12k" => 3,
+                _ => 1,
+            };
+            // A segment aligned to its size, as OSTD asks for huge pages;
+            // anything smaller aligned to a frame.
+            let align = if k == 512 { k } else { 1 };
             let local = path != "ostd-claimed";
             for _ in 0..n {
                 let p = if local {
                     // SAFETY: this program is one thread, CPU 0 for the
                     // allocator.
-                    unsafe { a.alloc_frames_local(black_box(0), k, k) }
+                    unsafe { a.alloc_frames_local(black_box(0), k, align) }
                 } else {
-                    a.alloc_frames(k, k)
+                    a.alloc_frames(k, align)
                 }
                 .expect("frames");
                 let p = black_box(p);

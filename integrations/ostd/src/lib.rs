@@ -42,6 +42,10 @@ enum Via<'h> {
     Local(&'h mut CpuCache<'static, 'static>),
 }
 
+/// The most frames the paths for a few frames take (a run's most: one
+/// bitmap word of a cache's home).
+const SMALL: u64 = 64;
+
 /// The order of a block of `frames` frames (a power of two); `None` for any
 /// other count.
 #[inline(always)]
@@ -194,6 +198,25 @@ impl FrameAllocator {
     /// As for [`FrameAllocator::alloc_frames_local`].
     #[inline(never)]
     unsafe fn alloc_general(&self, cpu: u32, frames: u64, align: u64) -> Option<Pfn> {
+        // A few frames through a kept handle, the next most common case: a
+        // block of their order for a power of two, else a run of single
+        // frames, with no look-up of the machine or its order limits on
+        // the way. What they refuse goes the general way below.
+        if (2..=SMALL).contains(&frames)
+            // SAFETY: the caller's promise, passed on.
+            && let Some(h) = unsafe { self.kept(cpu) }
+        {
+            let got = match whole_block(frames) {
+                Some(order) if align <= frames => {
+                    h.alloc(Gfp::KERNEL, order).ok().map(|b| b.into_raw().0)
+                }
+                None if align <= 1 => h.alloc_run_raw(Gfp::KERNEL, frames),
+                _ => None,
+            };
+            if got.is_some() {
+                return got;
+            }
+        }
         // SAFETY: the caller's promise, passed on.
         match unsafe { self.local(cpu) } {
             Some(h) => self.counted_alloc(frames, align, Via::Local(h)),
@@ -440,6 +463,25 @@ impl FrameAllocator {
         frames: u64,
         err: impl FnOnce(DeallocError) -> E,
     ) -> Result<(), E> {
+        // A few frames back through a kept handle, as they came: a block
+        // of their order, or a run. A refusal changes nothing, and the
+        // general way below decides (and counts it).
+        if (2..=SMALL).contains(&frames)
+            // SAFETY: the caller's promise, passed on.
+            && let Some(h) = unsafe { self.kept(cpu) }
+        {
+            // SAFETY: the caller's promise: the frames are its own,
+            // allocated by this allocator, held as numbers only.
+            let freed = unsafe {
+                match whole_block(frames) {
+                    Some(order) => h.free_raw(pfn, order).is_ok(),
+                    None => h.free_range_raw(PfnRange::new(pfn, pfn + frames)).is_ok(),
+                }
+            };
+            if freed {
+                return Ok(());
+            }
+        }
         // SAFETY: the caller's promises, passed on.
         unsafe {
             match self.local(cpu) {

@@ -14,7 +14,7 @@ use pageframe_ostd::{Counters, DeallocError, FrameAllocator};
 
 /// Host memory standing for physical memory from 0: 128 MiB a test.
 const PART: u64 = 32768;
-const TESTS: u64 = 8;
+const TESTS: u64 = 10;
 static BASE: AtomicU64 = AtomicU64::new(0);
 static RAM: Mutex<()> = Mutex::new(());
 
@@ -428,7 +428,7 @@ fn threads_free_parts(k: u64, path: Path, threads: u64) {
 
 #[test]
 fn memory_beyond_the_address_width_is_refused_and_the_rest_works() {
-    let (a, added) = allocator(6);
+    let (a, added) = allocator(8);
     // SAFETY: each call is refused, with nothing taken.
     unsafe {
         for (addr, size) in [
@@ -450,5 +450,42 @@ fn memory_beyond_the_address_width_is_refused_and_the_rest_works() {
     // SAFETY: just allocated, not used.
     unsafe { a.dealloc_frames(p, 16) }.unwrap();
     assert_eq!(m.free_pages(), m.managed_pages());
+    a.validate().unwrap();
+}
+
+/// Through a kept handle too, a few frames given back twice, or in a way
+/// that is no block or run they came as, are refused once each (counted
+/// once), with nothing changed.
+#[test]
+fn a_few_frames_refused_through_kept_handles_change_nothing() {
+    let (a, _) = allocator_with(9, true);
+    let cpu = this_cpu();
+    // SAFETY (every call): the frames are this test's; each refused call
+    // frees nothing.
+    unsafe {
+        // The handle is kept by the first call; its caches empty after.
+        let first = a.alloc_frames_local(cpu, 1, 1).unwrap();
+        a.dealloc_frames_local(cpu, first, 1).unwrap();
+        a.drain_local(cpu);
+        let m = a.inspect().unwrap();
+        let base = m.free_pages();
+        let block = a.alloc_frames_local(cpu, 4, 1).unwrap();
+        let run = a.alloc_frames_local(cpu, 3, 1).unwrap();
+        a.dealloc_frames_local(cpu, run, 3).unwrap();
+        a.dealloc_frames_local(cpu, block, 4).unwrap();
+        let free = m.free_pages();
+        for (p, n) in [(run, 3), (block, 4), (block + 1, 2), (run, 2)] {
+            let r = a.dealloc_frames_local(cpu, p, n);
+            assert!(
+                matches!(r, Err(DeallocError::Refused(_))),
+                "{p:?} {n}: {r:?}"
+            );
+        }
+        assert_eq!(a.counters().refused_frees, 4);
+        assert_eq!(m.free_pages(), free, "nothing changed");
+        a.validate().unwrap();
+        a.drain_local(cpu);
+        assert_eq!(m.free_pages(), base, "every frame back");
+    }
     a.validate().unwrap();
 }

@@ -173,7 +173,7 @@ fn main() {
         }
         "ostd-local" | "ostd-claimed" | "ostd-local-2m" | "ostd-local-8k" | "ostd-local-12k" => {
             let a = ostd();
-            let k = match &*path {
+            let k = match path {
                 "ostd-local-2m" => 512,
                 "ostd-local-8k" => 2,
                 "ostd-local-12k" => 3,

@@ -759,8 +759,7 @@ fn a_first_run_refills_the_home_and_goes_back_to_it() {
     assert_eq!(count(&mut c), 0);
     let free = m.inspect().free_pages();
     let (q, n) = (singles[8].pfn(), 3u64);
-    let run: Vec<Block> = singles.into_iter().collect();
-    let (kept, given): (Vec<Block>, Vec<Block>) = run
+    let (kept, given): (Vec<Block>, Vec<Block>) = singles
         .into_iter()
         .partition(|b| !(q..q + n).contains(&b.pfn()));
     assert_eq!(given.len() as u64, n, "the home's frames were in a row");

@@ -128,7 +128,6 @@ impl PerCpuPages<'_> {
     #[inline(never)]
     fn refill_home<Z: PcpZone>(&mut self, zone: &Z, mt: MigrateType, li: ListIndex) {
         let order = Order::new_truncated(0);
-        self.free_count >>= 1;
         let n = self.nr_pcp_alloc(zone.flags(), order);
         self.refill(zone, order, mt, li, n);
     }

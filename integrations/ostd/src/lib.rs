@@ -448,9 +448,10 @@ impl FrameAllocator {
         unsafe { self.dealloc_general(cpu, pfn, frames, err) }
     }
 
-    /// [`FrameAllocator::dealloc_frames_local_or`] of anything but a whole
-    /// block a kept handle took. Out of line, with the caller's error: its
-    /// call is the caller's last step.
+    /// [`FrameAllocator::dealloc_frames_local_or`] of anything but one
+    /// frame through a kept handle: a few frames straight to it, anything
+    /// else (and what it refuses) the general path. Out of line, with the
+    /// caller's error: its call is the caller's last step.
     ///
     /// # Safety
     ///

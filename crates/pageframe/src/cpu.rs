@@ -663,7 +663,8 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// `frames` contiguous frames (2 to 64), each an order-0 allocation of
     /// its own, inside one 64-frame word of a bitmap: from this CPU's cache
     /// of the first zone the request tries when the cache's home holds such
-    /// a run, else from that zone (the fullest chunk of the request's type
+    /// a run (a home that holds no frame is refilled first), else from that
+    /// zone (the fullest chunk of the request's type
     /// with a free block of the power of two holding `frames`, taken while
     /// the zone stays above its low mark). A request of a few frames that
     /// is no power of two is so served without rounding it up to a block
@@ -729,7 +730,9 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// [`Machine::free_raw`] through this CPU's cache: a range of up to 64
     /// order-0 allocations (as [`CpuCache::alloc_run_raw`] hands out) goes
     /// to the cache at once when all of it lies in the home of this
-    /// handle's cache of its zone (a single frame, anywhere in that zone);
+    /// handle's cache of its zone, or that home holds no frame (it moves
+    /// to the range's region then; a single frame goes to the cache
+    /// anywhere in that zone);
     /// any other range, and one the cache refuses whole, goes to
     /// [`Machine::free_raw`], which takes a run of order-0 allocations
     /// inside one 64-frame word back in one step and says what is wrong

@@ -1148,12 +1148,21 @@ fn apply(m: &Machine<'_>, op: &Op, w: &mut World) -> Result<(), String> {
             let mut c = m
                 .cpu(CpuId(u32::from(cpu % 2)), NodeId::ZERO)
                 .map_err(|e| format!("claiming CPU {cpu}: {e}"))?;
-            let free_before = m.inspect().free_pages();
+            // Free in the zones or held in this CPU's caches: a refused run
+            // hands out nothing (a refill of an empty home moves frames
+            // from the one to the other).
+            let unused = |c: &mut pageframe::CpuCache<'_, '_>| {
+                let cached: u64 = (0..2)
+                    .filter_map(NodeId::new)
+                    .flat_map(|n| ZoneKind::ALL.map(|k| (n, k)))
+                    .filter_map(|(n, k)| c.cache_info(n, k))
+                    .map(|i| u64::from(i.count))
+                    .sum();
+                m.inspect().free_pages() + cached
+            };
+            let before = unused(&mut c);
             let Some(p) = c.alloc_run_raw(Gfp::KERNEL, u64::from(frames)) else {
-                ensure!(
-                    m.inspect().free_pages() == free_before,
-                    "a run refused changed the free frames"
-                );
+                ensure!(unused(&mut c) == before, "a run refused handed out frames");
                 return Ok(());
             };
             ensure!((2..=64).contains(&frames), "a run of {frames} frames");

@@ -672,7 +672,9 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     /// caller holds each frame `pfn + i` as [`Block::into_raw`] would have
     /// handed it over (order 0), and gives them back one by one
     /// ([`CpuCache::free_raw`]) or together ([`CpuCache::free_range_raw`]).
-    /// `None`, nothing taken, when neither has such a run, or for a request
+    /// `None`, nothing handed out (a refill of an empty home may have
+    /// moved frames from the zone to the cache), when neither has such a
+    /// run, or for a request
     /// [`CpuCache::alloc`] would not serve from the cache (reserves,
     /// watermarks checked for the power of two holding `frames`): allocate
     /// a block then. To the hooks each frame is an allocation of order 0.

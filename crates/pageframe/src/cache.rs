@@ -346,8 +346,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let Some(p) = local.alloc_run(&hooks.on(self), n, mt) else {
             return self.alloc_frame_run(gfp, n);
         };
-        for f in (p.get()..p.get() + u64::from(n)).map(Pfn) {
-            self.states.set_allocated(f, Order::ZERO, mt);
+        self.states.set_allocated_run(p, n as usize, mt);
+        for _ in 0..n {
             self.vm(hooks.cpu).pcp_hit();
         }
         Some(p)
@@ -357,11 +357,12 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// through this CPU's cache, as [`Zone::free_cached`] of each would:
     /// their ownership bytes go to cached first, all or none. `false`
     /// (nothing changed) when one of them is no unpinned order-0
-    /// allocation, or is a non-movable frame of a CMA area, and for a run
-    /// of several frames that the cache's home does not take whole: the
-    /// caller's general path decides. `taken` sees the run once all of it
-    /// is the caller's to free and before any of it reaches the cache (the
-    /// poisoning hook; a run the home refuses has been seen by then).
+    /// allocation of the first one's type (a run of mixed types goes back
+    /// frame by frame), or is a non-movable frame of a CMA area, and for a
+    /// run of several frames that the cache's home does not take whole:
+    /// the caller's general path decides. `taken` sees the run once all of
+    /// it is the caller's to free and before any of it reaches the cache
+    /// (the poisoning hook; a run the home refuses has been seen by then).
     pub(crate) fn free_run_cached<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,
@@ -370,31 +371,24 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         n: u32,
         taken: impl FnOnce(PfnRange),
     ) -> Result<bool, FreeError> {
-        let mut mts = [MigrateType::Movable; 64];
-        let n = n as usize;
-        if !(1..=mts.len()).contains(&n) {
+        if !(1..=64).contains(&n) {
             return Ok(false);
         }
-        let frame = |i: usize| pfn + i as u64;
-        let run = PfnRange::new(pfn, frame(n));
-        if !self.states.take_run_for_cache(pfn, &mut mts[..n]) {
+        let run = PfnRange::new(pfn, pfn + u64::from(n));
+        let Some(mt) = self.states.take_run_for_cache(pfn, n as usize) else {
             return Ok(false);
-        }
+        };
         // A CMA area's frames stay out of the caches' other lists.
-        if self.range_in_cma(run)
-            && (0..n).any(|i| mts[i] != MigrateType::Movable && self.in_cma(frame(i)))
+        if mt != MigrateType::Movable
+            && self.range_in_cma(run)
+            && (pfn.get()..run.end.get()).any(|f| self.in_cma(Pfn(f)))
         {
-            self.states.give_back_run(pfn, &mts[..n]);
+            self.states.give_back_run(pfn, n as usize, mt);
             return Ok(false);
         }
         taken(run);
-        let list = |mt| pcp_list_type(mt).unwrap_or(MigrateType::Movable);
-        let first = list(mts[0]);
-        if mts[1..n].iter().all(|&mt| list(mt) == first)
-            && local
-                .free_run(&hooks.on(self), pfn, n as u32, first)
-                .is_some()
-        {
+        let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
+        if local.free_run(&hooks.on(self), pfn, n, list).is_some() {
             for _ in 0..n {
                 self.vm(hooks.cpu).pcp_free();
             }
@@ -404,10 +398,10 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             // Outside the home: the zone takes the run back in one step
             // (`Machine::free_raw`), where the cache would hold each frame
             // alone on a list and spill each alone.
-            self.states.give_back_run(pfn, &mts[..n]);
+            self.states.give_back_run(pfn, n as usize, mt);
             return Ok(false);
         }
-        self.cache_taken(hooks, local, pfn, Order::ZERO, mts[0])?;
+        self.cache_taken(hooks, local, pfn, Order::ZERO, mt)?;
         Ok(true)
     }
 

@@ -709,9 +709,10 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         let n = u32::try_from(frames)
             .ok()
             .filter(|n| (2..=64).contains(n))?;
-        let (m, node, cpu) = (self.machine, self.node, self.cpu);
-        let (r, highest) = m.preferred(node, gfp)?;
-        let (z, local, meta) = self.locals.entry(r)?;
+        let (m, cpu) = (self.machine, self.cpu);
+        // The handle's own table of first zones, as the hit path looks.
+        let (p, highest) = self.preferred_of(gfp)?;
+        let (z, local, meta) = self.locals.of(p)?;
         let meta = *meta;
         if m.injects_failure(
             gfp,
@@ -748,9 +749,15 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         range: pageframe_buddy::PfnRange,
     ) -> Result<(), RawError> {
         let n = range.len();
+        // The zone of the last free of a number first, as `free_raw` looks:
+        // its span is one compare away.
+        let i = match self.locals.at(self.last_raw) {
+            Some((z, _, _)) if z.span().contains(range.start) => Some(self.last_raw),
+            _ => self.machine.zone_ref_of(range.start).map(|r| r.index()),
+        };
         if (1..=64).contains(&n)
-            && let Some(r) = self.machine.zone_ref_of(range.start)
-            && let Some((z, local, _)) = self.locals.at(r.index())
+            && let Some(i) = i
+            && let Some((z, local, _)) = self.locals.at(i)
             && z.span().contains_range(&range)
         {
             let (m, cpu, hooks) = (self.machine, self.cpu, &self.traced);

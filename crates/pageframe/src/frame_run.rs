@@ -4,8 +4,7 @@
 //! allocator). A block of the next power of two would cost a split of its
 //! spare frames under the zone lock now and their merge at every free.
 
-use pageframe_buddy::{MAX_RUN, Order, Pfn, PfnRange};
-use pageframe_mobility::MigrateType;
+use pageframe_buddy::{MAX_RUN, Pfn, PfnRange};
 
 use crate::gfp::Gfp;
 use crate::lock::RawMutex;
@@ -33,9 +32,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
             return None;
         }
         let p = z.buddy.alloc_frame_run(mt, n)?;
-        for f in p.get()..p.get() + u64::from(n) {
-            self.states.set_allocated(Pfn(f), Order::ZERO, mt);
-        }
+        self.states.set_allocated_run(p, n as usize, mt);
         self.after_zone_op(&z);
         Some(p)
     }
@@ -43,7 +40,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// Frees the `n` order-0 allocations from `first` (see [`run_len`]) in
     /// one step of the core, with the zone lock `z` held: `true` when they
     /// are freed. `false`, nothing changed, when one of them is not an
-    /// unpinned live allocation of order 0, or the core would free them
+    /// unpinned live allocation of order 0 of the first one's type (frames
+    /// of mixed types go back one by one), or the core would free them
     /// otherwise (a stripe's frames, which go back through the stripe): the
     /// caller's frame-by-frame path decides, and names what is wrong.
     pub(crate) fn free_frame_run_locked(
@@ -52,19 +50,18 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         first: Pfn,
         n: u32,
     ) -> bool {
-        let mut mts = [MigrateType::Movable; MAX_RUN as usize];
-        let Some(mts) = mts.get_mut(..n as usize) else {
-            return false;
-        };
-        // The bytes decide who frees, by compare-and-swap, as a free of one
-        // frame does (a cache frees without this lock).
-        if !self.states.take_run_for_free(first, mts) {
+        if n > MAX_RUN {
             return false;
         }
+        // The bytes decide who frees, by compare-and-swap, as a free of one
+        // frame does (a cache frees without this lock).
+        let Some(mt) = self.states.take_run_for_free(first, n as usize) else {
+            return false;
+        };
         match z.buddy.free_frame_run(first, n) {
             Ok(()) => true,
             Err(_) => {
-                self.states.give_back_run(first, mts);
+                self.states.give_back_run(first, n as usize, mt);
                 false
             }
         }

@@ -299,6 +299,15 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// [`FrameStates::set_allocated`] of the `n` order-0 frames from `pfn`
+    /// (a run handed out): the span checked once for the run.
+    #[inline]
+    pub(crate) fn set_allocated_run(&self, pfn: Pfn, n: usize, mt: MigrateType) {
+        if let Some(slots) = self.run_slots(pfn, n) {
+            Self::give_back(slots, allocated(Order::ZERO, mt));
+        }
+    }
+
     /// Records a block the caller holds exclusively as cached (a refill).
     #[inline]
     pub(crate) fn set_cached(&self, pfn: Pfn, order: Order) {
@@ -414,55 +423,56 @@ impl<'a> FrameStates<'a> {
         Some(CacheClaim { slot, v, mt })
     }
 
-    /// [`FrameStates::take_for_cache`] of the `mts.len()` order-0
-    /// allocations from `pfn`, all or none: see [`FrameStates::take_run`].
+    /// [`FrameStates::take_for_cache`] of the `n` order-0 allocations from
+    /// `pfn`, all or none: see [`FrameStates::take_run`].
     #[inline]
-    pub(crate) fn take_run_for_cache(&self, pfn: Pfn, mts: &mut [MigrateType]) -> bool {
-        self.take_run(pfn, mts, encode(CACHED, Order::ZERO))
+    pub(crate) fn take_run_for_cache(&self, pfn: Pfn, n: usize) -> Option<MigrateType> {
+        self.take_run(pfn, n, encode(CACHED, Order::ZERO))
     }
 
-    /// [`FrameStates::take_for_free`] of the `mts.len()` order-0
-    /// allocations from `pfn` (zone lock held), all or none, pinned ones
-    /// refused: see [`FrameStates::take_run`].
+    /// [`FrameStates::take_for_free`] of the `n` order-0 allocations from
+    /// `pfn` (zone lock held), all or none, pinned ones refused: see
+    /// [`FrameStates::take_run`].
     #[inline]
-    pub(crate) fn take_run_for_free(&self, pfn: Pfn, mts: &mut [MigrateType]) -> bool {
-        self.take_run(pfn, mts, FREE)
+    pub(crate) fn take_run_for_free(&self, pfn: Pfn, n: usize) -> Option<MigrateType> {
+        self.take_run(pfn, n, FREE)
     }
 
-    /// Moves each byte of the `mts.len()` frames from `pfn` from "allocated
-    /// at order 0, not pinned" to `to` by compare-and-swap, all or none:
-    /// `true` with each one's type in `mts`; `false`, every byte as it was,
-    /// when one of them is no such allocation (or another CPU changed it
-    /// meanwhile: the caller's frame-by-frame path says what is wrong) or
-    /// lies outside the span. The span is checked once for the run.
+    /// Moves each byte of the `n` frames from `pfn` from "allocated at
+    /// order 0, not pinned, of the first one's type" to `to` by
+    /// compare-and-swap, all or none: that type; `None`, every byte as it
+    /// was, when one of them is no such allocation (of another type, or
+    /// another CPU changed it meanwhile: the caller's frame-by-frame path
+    /// says what is wrong), for no frame, or when one lies outside the
+    /// span. The span is checked once for the run, the first byte decoded
+    /// once: each frame is then one compare-and-swap against its value.
     #[inline]
-    fn take_run(&self, pfn: Pfn, mts: &mut [MigrateType], to: u8) -> bool {
-        let Some(slots) = self.run_slots(pfn, mts.len()) else {
-            return false;
-        };
+    fn take_run(&self, pfn: Pfn, n: usize, to: u8) -> Option<MigrateType> {
+        let slots = self.run_slots(pfn, n)?;
+        let v = slots.first()?.load(Relaxed);
+        let mt = unpinned_allocation(v, Order::ZERO)?;
         for (j, s) in slots.iter().enumerate() {
-            let v = s.load(Relaxed);
-            let taken = unpinned_allocation(v, Order::ZERO)
-                .filter(|_| s.compare_exchange(v, to, Relaxed, Relaxed).is_ok());
-            match taken {
-                Some(mt) => mts[j] = mt,
-                None => {
-                    self.give_back_run(pfn, &mts[..j]);
-                    return false;
-                }
+            if s.compare_exchange(v, to, Relaxed, Relaxed).is_err() {
+                Self::give_back(&slots[..j], v);
+                return None;
             }
         }
-        true
+        Some(mt)
     }
 
-    /// The bytes of frames from `pfn` taken by [`FrameStates::take_run`]
-    /// (their types in `mts`) back to "allocated at order 0".
+    /// The bytes of the `n` frames from `pfn` taken by
+    /// [`FrameStates::take_run`] (of type `mt`) back to "allocated at order
+    /// 0".
     #[inline]
-    pub(crate) fn give_back_run(&self, pfn: Pfn, mts: &[MigrateType]) {
-        if let Some(slots) = self.run_slots(pfn, mts.len()) {
-            for (s, &mt) in slots.iter().zip(mts) {
-                s.store(allocated(Order::ZERO, mt), Relaxed);
-            }
+    pub(crate) fn give_back_run(&self, pfn: Pfn, n: usize, mt: MigrateType) {
+        self.set_allocated_run(pfn, n, mt);
+    }
+
+    /// Stores `v` in each of `slots` (bytes the caller holds alone).
+    #[inline]
+    fn give_back(slots: &[AtomicU8], v: u8) {
+        for s in slots {
+            s.store(v, Relaxed);
         }
     }
 

@@ -199,18 +199,19 @@ impl FrameAllocator {
     #[inline(never)]
     unsafe fn alloc_general(&self, cpu: u32, frames: u64, align: u64) -> Option<Pfn> {
         // A few frames through a kept handle, the next most common case: a
-        // block of their order for a power of two, else a run of single
-        // frames, with no look-up of the machine or its order limits on
-        // the way. What they refuse goes the general way below.
+        // block of their order for a power of two the caches hold (up to
+        // the costly order), else a run of single frames from the cache's
+        // home, with no look-up of the machine or its order limits on the
+        // way. What they refuse goes the general way below.
         if (2..=SMALL).contains(&frames)
             // SAFETY: the caller's promise, passed on.
             && let Some(h) = unsafe { self.kept(cpu) }
         {
             let got = match whole_block(frames) {
-                Some(order) if align <= frames => {
+                Some(order) if align <= frames && !order.is_costly() => {
                     h.alloc(Gfp::KERNEL, order).ok().map(|b| b.into_raw().0)
                 }
-                None if align <= 1 => h.alloc_run_raw(Gfp::KERNEL, frames),
+                _ if align <= 1 => h.alloc_run_raw(Gfp::KERNEL, frames),
                 _ => None,
             };
             if got.is_some() {
@@ -465,8 +466,10 @@ impl FrameAllocator {
         err: impl FnOnce(DeallocError) -> E,
     ) -> Result<(), E> {
         // A few frames back through a kept handle, as they came: a block
-        // of their order, or a run. A refusal changes nothing, and the
-        // general way below decides (and counts it).
+        // of a cached order, or a range (a run, or what the general way
+        // handed out for it, which the range free takes too). A refusal
+        // changes nothing, and the general way below decides (and counts
+        // it).
         if (2..=SMALL).contains(&frames)
             // SAFETY: the caller's promise, passed on.
             && let Some(h) = unsafe { self.kept(cpu) }
@@ -475,8 +478,8 @@ impl FrameAllocator {
             // allocated by this allocator, held as numbers only.
             let freed = unsafe {
                 match whole_block(frames) {
-                    Some(order) => h.free_raw(pfn, order).is_ok(),
-                    None => h.free_range_raw(PfnRange::new(pfn, pfn + frames)).is_ok(),
+                    Some(order) if !order.is_costly() => h.free_raw(pfn, order).is_ok(),
+                    _ => h.free_range_raw(PfnRange::new(pfn, pfn + frames)).is_ok(),
                 }
             };
             if freed {

@@ -471,17 +471,22 @@ fn a_few_frames_refused_through_kept_handles_change_nothing() {
         let base = m.free_pages();
         let block = a.alloc_frames_local(cpu, 4, 1).unwrap();
         let run = a.alloc_frames_local(cpu, 3, 1).unwrap();
+        // Sixteen frames, a power of two past the cached orders: a run,
+        // given back in two parts.
+        let big = a.alloc_frames_local(cpu, 16, 1).unwrap();
+        a.dealloc_frames_local(cpu, big + 4, 12).unwrap();
+        a.dealloc_frames_local(cpu, big, 4).unwrap();
         a.dealloc_frames_local(cpu, run, 3).unwrap();
         a.dealloc_frames_local(cpu, block, 4).unwrap();
         let free = m.free_pages();
-        for (p, n) in [(run, 3), (block, 4), (block + 1, 2), (run, 2)] {
+        for (p, n) in [(run, 3), (block, 4), (block + 1, 2), (run, 2), (big, 16)] {
             let r = a.dealloc_frames_local(cpu, p, n);
             assert!(
                 matches!(r, Err(DeallocError::Refused(_))),
                 "{p:?} {n}: {r:?}"
             );
         }
-        assert_eq!(a.counters().refused_frees, 4);
+        assert_eq!(a.counters().refused_frees, 5);
         assert_eq!(m.free_pages(), free, "nothing changed");
         a.validate().unwrap();
         a.drain_local(cpu);

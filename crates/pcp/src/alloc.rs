@@ -43,13 +43,29 @@ impl PerCpuPages<'_> {
         if let Some(f) = self.alloc_hot(mt).or_else(|| self.take_home(li)) {
             return Ok(f);
         }
-        self.free_count >>= 1;
-        self.alloc_refill(zone, Order::new_truncated(0), mt, li)
+        self.alloc_home_miss(zone, mt, li)
             .ok_or(AllocMiss::ZoneEmpty)
     }
 
-    /// The lowest frame of list `li`'s home, counted as an allocation (and
-    /// breaking a free streak); `None`, nothing changed, when it is empty.
+    /// An order-0 allocation whose home's current region is empty: from
+    /// another region of the home, else after a refill.
+    #[inline(never)]
+    fn alloc_home_miss<Z: PcpZone>(
+        &mut self,
+        zone: &Z,
+        mt: MigrateType,
+        li: ListIndex,
+    ) -> Option<Pfn> {
+        if self.homes[li.get()].switch() {
+            return self.take_home(li);
+        }
+        self.free_count >>= 1;
+        self.alloc_refill(zone, Order::new_truncated(0), mt, li)
+    }
+
+    /// The lowest frame of the current region of list `li`'s home, counted
+    /// as an allocation (and breaking a free streak); `None`, nothing
+    /// changed, when it holds none.
     #[inline(always)]
     fn take_home(&mut self, li: ListIndex) -> Option<Pfn> {
         let f = self.homes[li.get()].take()?;
@@ -83,10 +99,11 @@ impl PerCpuPages<'_> {
         self.alloc_home_hit(mt)
     }
 
-    /// The order-0 allocation [`alloc`](Self::alloc) makes when the home
-    /// of `mt`'s list holds a frame, with no call on the way (a caller's
-    /// hit path then needs no stack frame): `None`, nothing changed, when
-    /// it holds none or the list has no home; `alloc` then refills.
+    /// The order-0 allocation [`alloc`](Self::alloc) makes when the
+    /// current region of the home of `mt`'s list holds a frame, with no
+    /// call on the way (a caller's hit path then needs no stack frame):
+    /// `None`, nothing changed, when it holds none or the list has no
+    /// home; `alloc` then takes from another region or refills.
     #[inline(always)]
     pub fn alloc_home_hit(&mut self, mt: MigrateType) -> Option<Pfn> {
         // Without homes every home stays empty: no need to ask the
@@ -275,7 +292,7 @@ impl PerCpuPages<'_> {
     #[inline]
     fn pop_head(&mut self, li: ListIndex) -> Option<Pfn> {
         match (self.config.home_order(), self.homes.get_mut(li.get())) {
-            (Some(_), Some(h)) => h.take(),
+            (Some(_), Some(h)) => h.take_any(),
             _ => self.lists.pop_head(li),
         }
     }

@@ -23,7 +23,7 @@ mod zone;
 
 pub use error::{AllocMiss, PcpError};
 pub use free::{FreeOutcome, HomeFree};
-pub use home::MAX_HOME_ORDER;
+pub use home::{HOME_REGIONS, MAX_HOME_ORDER};
 pub use hot::HOT_FRAMES;
 pub use lists::Slot;
 pub use pcp::{PcpFlags, PerCpuPages};

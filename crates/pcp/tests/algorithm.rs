@@ -430,18 +430,33 @@ fn a_home_keeps_frees_inside_it_and_sends_the_others_back_in_batches() {
 
 #[test]
 fn the_home_moves_with_the_refill_and_idle_foreign_frees_leave() {
-    let zone = RefZone::with_blocks(O0, 0, 64);
+    let zone = RefZone::with_blocks(O0, 0, 128);
     let mut mem = vec![Slot::EMPTY; 128];
     let mut c = homed(&mut mem, sizing(4, 64, 256));
-    // Take all of region 0 (16 frames) and the first frame of region 1:
-    // the refill that brought it made region 1 the home.
-    let got: Vec<_> = (0..17).map(|_| c.alloc(&zone, O0, U).unwrap()).collect();
+    // Take all of regions 0 to 3 (16 frames each) and the first frame of
+    // region 4: each refill into the empty home moved it, and the fifth
+    // took over the slot of region 0, the one moved to longest ago.
+    let got: Vec<_> = (0..65).map(|_| c.alloc(&zone, O0, U).unwrap()).collect();
     assert_eq!(got[16], pageframe_pcp::Pfn(16));
-    // Region 0's frames are foreign now, region 1's are kept.
+    assert_eq!(got[64], pageframe_pcp::Pfn(64));
+    // Region 0's frames are foreign now; those of the regions kept from
+    // before (1 to 3) and of region 4 are held.
+    let held = c.count();
     assert_eq!(c.free(&zone, got[0], O0, U), Ok(FreeOutcome::Cached));
     assert_eq!(c.foreign(), 1);
-    assert_eq!(c.free(&zone, got[16], O0, U), Ok(FreeOutcome::Cached));
-    assert_eq!(c.foreign(), 1);
+    for i in [16, 63, 64] {
+        assert_eq!(c.free(&zone, got[i], O0, U), Ok(FreeOutcome::Cached));
+    }
+    assert_eq!((c.count(), c.foreign()), (held + 1 + 3, 1));
+    c.validate().unwrap();
+    // The current region's frames go out first (64 and what the last
+    // refill brought after it), then the newest other region's.
+    assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(64)));
+    for f in 65..65 + u64::from(held) {
+        assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(f)));
+    }
+    assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(63)));
+    assert_eq!(c.alloc(&zone, O0, U), Ok(pageframe_pcp::Pfn(16)));
     // A decay step sends foreign frees back even below a batch; a drain
     // empties the foreign list too.
     c.decay(&zone);

@@ -1,14 +1,14 @@
 //! Property tests against a reference zone (spec 04 §12): conservation of
 //! frames between the zone, the cache and the caller, count bounds, `high`
 //! within `[high_min, high_max]`, and the decay rule; with a home
-//! (`PcpConfig::with_home`), a frame freed outside it is never handed out
-//! before it has been back in the zone.
+//! (`PcpConfig::with_home`), a frame freed outside its regions is never
+//! handed out before it has been back in the zone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
-    FreeOutcome, ListIndex, Order, PCP_LIST_TYPES, PcpConfig, PcpError, PcpSizing, PerCpuPages,
+    FreeOutcome, HOME_REGIONS, Order, PCP_LIST_TYPES, PcpConfig, PcpError, PcpSizing, PerCpuPages,
     Pfn, Slot, ZoneFlags,
 };
 use proptest::prelude::*;
@@ -94,15 +94,16 @@ proptest! {
         let mut held: Vec<(Pfn, Order)> = Vec::new();
         // Order-0 frames freed outside their home and not yet back in the zone.
         let mut foreign: BTreeSet<u64> = BTreeSet::new();
-        // Each order-0 list's home region as the model sees it: the region
-        // of the last frame its latest refill brought.
-        let mut homes: [Option<u64>; 3] = [None; 3];
+        // Each order-0 list's home regions as the model sees them, oldest
+        // first: a refill into the empty home adds its region (the frame
+        // handed out comes from it) unless the home has it already, and
+        // drops the oldest when the home has all it keeps.
+        let mut homes: [Vec<u64>; 3] = Default::default();
         for op in ops {
             match op {
                 Op::Alloc { order, mt } => {
                     let o = Order::new_truncated(ORDERS[order]);
                     let refills = c.stats().refills;
-                    let li = ListIndex::of(o, PCP_LIST_TYPES[mt as usize], Some(Order::new_truncated(9))).unwrap();
                     if let Ok(f) = c.alloc(&zone, o, PCP_LIST_TYPES[(mt) as usize]) {
                         prop_assert!(
                             o.get() != 0 || !foreign.contains(&f.get()),
@@ -112,10 +113,13 @@ proptest! {
                         if let (0, Some(h)) = (o.get(), home)
                             && c.stats().refills != refills
                         {
-                            // Refills go to the tail of an empty list.
-                            let mut last = f.get();
-                            c.for_each_block(|l, g| if l == li { last = g.get() });
-                            homes[mt as usize] = Some(last >> h);
+                            let regions = &mut homes[mt as usize];
+                            if !regions.contains(&(f.get() >> h)) {
+                                if regions.len() == HOME_REGIONS {
+                                    regions.remove(0);
+                                }
+                                regions.push(f.get() >> h);
+                            }
                         }
                     }
                 }
@@ -140,7 +144,7 @@ proptest! {
                         if let (0, Some(h)) = (o.get(), home) {
                             // Kept on its list only inside the home, else
                             // foreign (or already back in the zone).
-                            let inside = homes[mt as usize] == Some(f.get() >> h);
+                            let inside = homes[mt as usize].contains(&(f.get() >> h));
                             let mut place = None;
                             c.for_each_block(|l, g| if g == f { place = Some(l.is_foreign()) });
                             prop_assert!(

@@ -167,9 +167,9 @@ impl PerCpuPages<'_> {
 
     /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
     /// onto the foreign list, which goes back to the zone whole once it
-    /// holds a batch, or more during a streak of frees, as `nr_pcp_free`
-    /// spills more then (spec 04 §5.4): a CPU that only frees (another
-    /// CPU's pages) takes the zone lock once per streak-sized batch. The
+    /// holds a batch: a CPU that only frees (another CPU's pages) takes
+    /// the zone lock once a batch, and no more than a batch of scattered
+    /// frames waits here after a long streak of frees. The
     /// bookkeeping is an order-0 free's. [`free`](Self::free) makes it of a
     /// frame outside the home; a caller whose
     /// [`free_home_hit`](Self::free_home_hit) said [`HomeFree::Foreign`]
@@ -191,8 +191,10 @@ impl PerCpuPages<'_> {
         if self.free_count < self.free_count_cap {
             self.free_count += 1;
         }
-        let threshold = self.free_count.max(self.sizing.batch()).max(1);
-        if self.foreign >= threshold {
+        // A batch at a time, however long the free streak: each frame
+        // waiting here keeps a region of the zone from merging, and a
+        // batch already takes the zone lock once for many frees.
+        if self.foreign >= self.sizing.batch().max(1) {
             spilled += self.spill_foreign(zone);
         }
         Ok(match spilled {

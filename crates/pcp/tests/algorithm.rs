@@ -428,6 +428,34 @@ fn a_home_keeps_frees_inside_it_and_sends_the_others_back_in_batches() {
     c.validate().unwrap();
 }
 
+/// The foreign list goes back a batch at a time, however long the free
+/// streak (frees into the home grow it too): a kernel giving back most of
+/// what it holds leaves at most a batch of scattered frames waiting.
+#[test]
+fn foreign_frees_go_back_a_batch_at_a_time_in_a_free_streak() {
+    let zone = RefZone::with_blocks(O0, 0, 64);
+    let mut mem = vec![Slot::EMPTY; 128];
+    let mut c = homed(&mut mem, sizing(4, 64, 256));
+    // Twelve frames of region 0, all back home: a free streak of twelve.
+    let got: Vec<_> = (0..12).map(|_| c.alloc(&zone, O0, U).unwrap()).collect();
+    for &f in &got {
+        assert_eq!(c.free(&zone, f, O0, U), Ok(FreeOutcome::Cached));
+    }
+    assert!(c.free_count() >= 12);
+    // Frees of region 2, the streak going on: every fourth sends the
+    // batch back.
+    for f in 32..44 {
+        let want = match f % 4 {
+            3 => FreeOutcome::Spilled(4),
+            _ => FreeOutcome::Cached,
+        };
+        assert_eq!(c.free(&zone, pageframe_pcp::Pfn(f), O0, U), Ok(want));
+        assert!(c.foreign() < 4);
+    }
+    assert!(c.free_count() >= 24);
+    c.validate().unwrap();
+}
+
 #[test]
 fn the_home_moves_with_the_refill_and_idle_foreign_frees_leave() {
     let zone = RefZone::with_blocks(O0, 0, 128);

@@ -94,10 +94,11 @@ proptest! {
         let mut held: Vec<(Pfn, Order)> = Vec::new();
         // Order-0 frames freed outside their home and not yet back in the zone.
         let mut foreign: BTreeSet<u64> = BTreeSet::new();
-        // Each order-0 list's home regions as the model sees them, oldest
-        // first: a refill into the empty home adds its region (the frame
-        // handed out comes from it) unless the home has it already, and
-        // drops the oldest when the home has all it keeps.
+        // Each order-0 list's home regions as the model sees them, the one
+        // moved to longest ago first: a refill into the empty home moves
+        // it to the refill's region (the frame handed out comes from it),
+        // which is the newest now, dropping the oldest when the region is
+        // new and the home has all it keeps.
         let mut homes: [Vec<u64>; 3] = Default::default();
         for op in ops {
             match op {
@@ -114,12 +115,13 @@ proptest! {
                             && c.stats().refills != refills
                         {
                             let regions = &mut homes[mt as usize];
-                            if !regions.contains(&(f.get() >> h)) {
-                                if regions.len() == HOME_REGIONS {
-                                    regions.remove(0);
-                                }
-                                regions.push(f.get() >> h);
+                            let r = f.get() >> h;
+                            if let Some(i) = regions.iter().position(|&x| x == r) {
+                                regions.remove(i);
+                            } else if regions.len() == HOME_REGIONS {
+                                regions.remove(0);
                             }
+                            regions.push(r);
                         }
                     }
                 }

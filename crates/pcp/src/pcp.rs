@@ -23,8 +23,11 @@ bitflags::bitflags! {
     }
 }
 
-/// One CPU's page cache for one zone.
+/// One CPU's page cache for one zone. In the declared order: what every
+/// operation reads first, the homes' bitmaps (most of its size) last, so
+/// that a hit touches as few pages of it as it can.
 #[derive(Debug)]
+#[repr(C)]
 pub struct PerCpuPages<'m> {
     pub(crate) lists: Lists<'m>,
     pub(crate) count: u32,
@@ -41,15 +44,15 @@ pub struct PerCpuPages<'m> {
     pub(crate) stats: PcpStats,
     /// Allocations served by the zone through a refill (not local hits).
     pub(crate) not_local: u64,
-    /// Per PCP type, with a home ([`crate::PcpConfig::with_home`]): its
-    /// order-0 list, the frames of its home region (the linked order-0
-    /// lists stay empty then).
-    pub(crate) homes: [Home; PCP_TYPES],
     /// Frames on the foreign list (not counted in `count`).
     pub(crate) foreign: u32,
     /// The order-0 frames of its homes freed last, handed out first (spec
     /// 04 §5.7; not counted in `count`).
     pub(crate) hot: Hot,
+    /// Per PCP type, with a home ([`crate::PcpConfig::with_home`]): its
+    /// order-0 list, the frames of its home regions (the linked order-0
+    /// lists stay empty then).
+    pub(crate) homes: [Home; PCP_TYPES],
 }
 
 impl<'m> PerCpuPages<'m> {

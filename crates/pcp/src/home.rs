@@ -144,10 +144,17 @@ impl Home {
     }
 
     /// [`Home::slot_of`] past the current region: the slot of the region
-    /// whose first frame is `first`.
-    #[inline]
+    /// whose first frame is `first`. A plain loop of a constant length,
+    /// which the compiler unrolls into a few compares (a frame outside the
+    /// home, freed to the foreign list, passes here twice).
+    #[inline(always)]
     fn other_slot_of(&self, first: u64) -> Option<usize> {
-        (1..HOME_REGIONS).find(|&s| self.regions[s].first == first)
+        for s in 1..HOME_REGIONS {
+            if self.regions[s].first == first {
+                return Some(s);
+            }
+        }
+        None
     }
 
     /// Whether `frame` lies in one of the home's regions.

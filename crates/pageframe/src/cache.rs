@@ -168,7 +168,7 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         Ok(())
     }
 
-    /// The caches' configuration: order-0 lists keep to a home chunk, so
+    /// The caches' configuration: order-0 lists keep to a few home chunks, so
     /// the caches keep the zone's fullest-first placement (see
     /// `PcpConfig::with_home`).
     fn pcp_config(&self) -> Result<PcpConfig, PcpSetupError> {

@@ -148,6 +148,10 @@ impl Home {
     /// which the compiler unrolls into a few compares (a frame outside the
     /// home, freed to the foreign list, passes here twice).
     #[inline(always)]
+    #[allow(
+        clippy::manual_find,
+        reason = "the iterator's `find` stays a call on the free path"
+    )]
     fn other_slot_of(&self, first: u64) -> Option<usize> {
         for s in 1..HOME_REGIONS {
             if self.regions[s].first == first {

@@ -176,9 +176,10 @@ impl PcpSizing {
     ///
     /// With a home ([`PcpConfig::with_home`]) the order-0 frames live in
     /// the homes' bitmaps and take no slot, so the slots follow what the
-    /// linked lists can hold between two spills, not the zone's size: the
-    /// foreign list's longest free streak (`batch << scale_max` frames,
-    /// the cap of `free_count`) and as many again for the blocks of orders
+    /// linked lists can hold between two spills, not the zone's size: room
+    /// for `batch << scale_max` foreign frames (the cap of `free_count`;
+    /// the foreign list goes back at a batch, so it holds fewer) and as
+    /// many again for the blocks of orders
     /// 1..=3 and the pageblock order (a refill of those brings
     /// `max(batch >> order, 2)` blocks), plus two; never more than without
     /// a home.
@@ -221,16 +222,17 @@ impl PcpConfig {
 
     /// Keeps order-0 placement (a departure from Linux, spec 04 §5.6, as the
     /// buddy core's fullest-first choice is): each order-0 list has a *home*, the
-    /// aligned region of `2^home` frames its last refill came from (the
-    /// zone's chunk, a pageblock). A free inside the home goes on the list
-    /// and is handed out again; a free outside it goes on a separate
-    /// list that is never allocated from and goes back to the zone a batch
-    /// at a time. Linux's LIFO lists recycle every freed frame, so a CPU's
-    /// allocations drift over all of memory and, after churn, no pageblock
-    /// empties; with a home they stay in the chunks the zone chose (the
-    /// fullest), as the zone's own order-0 path keeps them (LLFree's
-    /// per-core reservation, ATC'23). A home list is a bitmap of its
-    /// region: the lowest frame goes out first.
+    /// aligned regions of `2^home` frames its last refills came from (the
+    /// zone's chunks, pageblocks; up to [`crate::HOME_REGIONS`], the
+    /// newest one's frames handed out first). A free inside the home goes
+    /// on the list and is handed out again; a free outside it goes on a
+    /// separate list that is never allocated from and goes back to the zone
+    /// a batch at a time. Linux's LIFO lists recycle every freed frame, so a
+    /// CPU's allocations drift over all of memory and, after churn, no
+    /// pageblock empties; with a home they stay in the few chunks the zone
+    /// chose (the fullest), as the zone's own order-0 path keeps them
+    /// (LLFree's per-core reservation, ATC'23). A home list is a bitmap of
+    /// each region: the lowest frame goes out first.
     ///
     /// `InvalidConfig` for a home larger than [`crate::MAX_HOME_ORDER`].
     pub const fn with_home(self, home: Order) -> Result<PcpConfig, PcpError> {

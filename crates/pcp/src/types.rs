@@ -72,7 +72,7 @@ impl ListIndex {
         self.0 as usize
     }
 
-    /// The list of order-0 frames freed outside their list's home chunk
+    /// The list of order-0 frames freed outside their list's home
     /// (see [`crate::PcpConfig::with_home`]): never allocated from, spilled
     /// to the zone a batch at a time. Not one of the [`NR_PCP_LISTS`].
     pub(crate) const FOREIGN: ListIndex = ListIndex(NR_PCP_LISTS as u8);

@@ -53,7 +53,8 @@ struct Region {
     words: u16,
     /// When the home last moved to it (0: never): the oldest is taken
     /// over by the next move, the newest holding frames serves takes next.
-    moved: u32,
+    /// 64 bits: a stamp a refill never wraps.
+    moved: u64,
 }
 
 impl Region {
@@ -109,7 +110,7 @@ pub(crate) struct Home {
     /// one mask and one compare with no shift.
     mask: u64,
     /// Moves so far (the last move's stamp).
-    moves: u32,
+    moves: u64,
 }
 
 impl Home {
@@ -185,7 +186,7 @@ impl Home {
                 s
             }
         };
-        self.moves = self.moves.saturating_add(1);
+        self.moves += 1;
         self.regions[s].moved = self.moves;
         self.regions.swap(0, s);
     }

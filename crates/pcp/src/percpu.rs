@@ -55,11 +55,14 @@ const REQ_RESIZE: u32 = 1 << 1;
 const FHB_BIT: u32 = 1 << 31;
 
 /// One CPU's cache for one zone plus its mailbox. Put one per CPU in the
-/// zone (any memory the caller owns) and view them as a [`PcpSet`].
-#[repr(align(64))]
+/// zone (any memory the caller owns) and view them as a [`PcpSet`]. In
+/// the declared order: the mailbox word every operation reads first, then
+/// the cache, whose own hot fields come first (a hit touches one end of
+/// the slot, not both).
+#[repr(C, align(64))]
 pub struct PcpSlot<'m> {
-    owned: AtomicBool,
     pending: AtomicU32,
+    owned: AtomicBool,
     drain_requested: AtomicU32,
     drain_completed: AtomicU32,
     new_batch: AtomicU32,

@@ -632,6 +632,31 @@ mod tests {
     use super::*;
     use core::mem::MaybeUninit;
 
+    /// Every byte decodes to the type it was encoded with, pinned or not,
+    /// and no other kind (free, cached, isolated, moved out, or a kind no
+    /// state writes) reads as an allocation.
+    #[test]
+    fn allocated_kinds_and_only_they_carry_a_type() {
+        let mut typed = 0;
+        for v in 0..=u8::MAX {
+            let kind = v >> KIND_SHIFT;
+            let order = Order::new_truncated(v & 0xf);
+            let mt = allocated_type(kind);
+            let written = [
+                MigrateType::Unmovable,
+                MigrateType::Movable,
+                MigrateType::Reclaimable,
+            ]
+            .into_iter()
+            .find(|&t| allocated(order, t) == v & !PINNED);
+            assert_eq!(mt, written, "byte {v:#04x}");
+            let unpinned = mt.filter(|_| v & PINNED == 0);
+            assert_eq!(unpinned_allocation(v, order), unpinned, "byte {v:#04x}");
+            typed += usize::from(mt.is_some());
+        }
+        assert_eq!(typed, 6 * 16, "three types, pinned or not, sixteen orders");
+    }
+
     #[test]
     fn transitions() {
         let span = PfnRange::new(Pfn(100), Pfn(164));

@@ -1,9 +1,11 @@
 //! The OSTD kernel's side-by-side rows over several boots: each boot prints
 //! `bench: | workload | pageframe | osdk-frame-allocator | ratio |` rows;
 //! this gathers them and prints, per row, the median of each column over
-//! the boots with its spread (lowest-highest), and the ratio of the
-//! medians. TCG's cycle counts follow the host's load, so one boot says
-//! little; `--icount` runs QEMU with `-icount shift=0`, where the guest's
+//! the boots with its spread (lowest-highest), the ratio of the medians,
+//! and the median of each boot's own ratio with its spread. TCG's cycle
+//! counts follow the host's load, so one boot says little, and a boot that
+//! ran slow for both allocators moves the medians; a boot's ratio compares
+//! two figures taken one right after the other. `--icount` runs QEMU with `-icount shift=0`, where the guest's
 //! clock (and its TSC) advances with each instruction executed: the same
 //! boot gives the same figures whatever the host does, a count of guest
 //! instructions rather than of time.
@@ -51,17 +53,23 @@ impl Rows {
         self.values.values().map(Vec::len).max().unwrap_or(0)
     }
 
-    /// The table: medians with spreads, and the ratio of the medians.
+    /// The table: medians with spreads, the ratio of the medians, and the
+    /// median of the boots' ratios with their spread.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| workload | pageframe | osdk-frame-allocator | ratio |\n|---|---:|---:|---:|\n",
+            "| workload | pageframe | osdk-frame-allocator | ratio | each boot's ratio |\n\
+             |---|---:|---:|---:|---:|\n",
         );
         for name in &self.order {
             if let Some(v) = self.values.get(name) {
                 let (p, o) = (spread(v, 0), spread(v, 1));
                 let ratio = p.0 as f64 / o.0.max(1) as f64;
+                let mut each: Vec<f64> =
+                    v.iter().map(|r| r[0] as f64 / r[1].max(1) as f64).collect();
+                each.sort_by(f64::total_cmp);
+                let (mid, lo, hi) = (each[each.len() / 2], each[0], each[each.len() - 1]);
                 s += &format!(
-                    "| {name} | {} ({}-{}) | {} ({}-{}) | {ratio:.2} |\n",
+                    "| {name} | {} ({}-{}) | {} ({}-{}) | {ratio:.2} | {mid:.2} ({lo:.2}-{hi:.2}) |\n",
                     p.0, p.1, p.2, o.0, o.1, o.2
                 );
             } else if let Some(t) = self.texts.get(name) {
@@ -71,7 +79,7 @@ impl Rows {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
-                s += &format!("| {name} | {} | {} | |\n", join(0), join(1));
+                s += &format!("| {name} | {} | {} | | |\n", join(0), join(1));
             }
         }
         s
@@ -105,12 +113,13 @@ mod tests {
         }
         assert_eq!(r.boots(), 3);
         let t = r.table();
+        // The medians' ratio 20 / 10; the boots' ratios 3, 1 and 0.5.
         assert!(
-            t.contains("| 4 KiB pair | 20 (10-30) | 10 (10-40) | 2.00 |"),
+            t.contains("| 4 KiB pair | 20 (10-30) | 10 (10-40) | 2.00 | 1.00 (0.50-3.00) |"),
             "{t}"
         );
         assert!(
-            t.contains("| 2 MiB segments | 125 / 120, 125 / 121, 125 / 119 |"),
+            t.contains("| 2 MiB segments | 125 / 120, 125 / 121, 125 / 119 | 127 / 12, 127 / 12, 127 / 12 | | |"),
             "{t}"
         );
     }

@@ -222,6 +222,7 @@ impl PerCpuPages<'_> {
     /// when they lie in one bitmap word of the home of `mt`'s list and none
     /// is held: the same result as [`free`](Self::free) of each in turn.
     /// `None` (nothing changed) for any other run: free it frame by frame.
+    #[inline]
     pub fn free_run<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -254,8 +255,10 @@ impl PerCpuPages<'_> {
         }
     }
 
-    /// The general free path: high orders, full slot memory.
-    #[inline(never)]
+    /// The general free path: high orders, full slot memory. Inline at
+    /// `free`'s callers, but for the spill that makes room and the
+    /// threshold's tail.
+    #[inline(always)]
     fn free_slow<Z: PcpZone>(
         &mut self,
         zone: &Z,
@@ -265,10 +268,7 @@ impl PerCpuPages<'_> {
     ) -> Result<FreeOutcome, PcpError> {
         let mut made_room = 0;
         if self.lists.is_full() {
-            // Slot memory exhausted (fewer slots than suggested): spill a
-            // batch first so the block can be cached. Never loses a frame.
-            let b = self.sizing.batch().max(1);
-            made_room = self.spill(zone, b, li);
+            made_room = self.make_room_for(zone, li);
         }
         if self.lists.push_head(li, frame).is_err() {
             // Only if the zone declined the spill above: the caller frees
@@ -303,6 +303,16 @@ impl PerCpuPages<'_> {
             return Ok(FreeOutcome::Cached);
         }
         Ok(self.commit_threshold(zone, zflags, li, free_high, made_room))
+    }
+
+    /// Slot memory exhausted (fewer slots than suggested): a batch spilled
+    /// first so that the block can be cached. Never loses a frame. Returns
+    /// the pages spilled.
+    #[cold]
+    #[inline(never)]
+    fn make_room_for<Z: PcpZone>(&mut self, zone: &Z, li: ListIndex) -> u32 {
+        let b = self.sizing.batch().max(1);
+        self.spill(zone, b, li)
     }
 
     /// Tail of `free_frozen_page_commit`: compute the threshold and spill if

@@ -363,6 +363,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
     /// the caller's general path decides. `taken` sees the run once all of
     /// it is the caller's to free and before any of it reaches the cache
     /// (the poisoning hook; a run the home refuses has been seen by then).
+    /// Inline at its one caller: the run's free makes one call, the cache's.
+    #[inline(always)]
     pub(crate) fn free_run_cached<H: Hooks>(
         &self,
         hooks: &Traced<'_, H>,

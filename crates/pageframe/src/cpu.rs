@@ -647,12 +647,7 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     #[inline(never)]
     unsafe fn free_raw_elsewhere(&mut self, pfn: Pfn, order: Order) -> Result<(), RawError> {
         let err = |why| RawError { pfn, why };
-        let i = self
-            .machine
-            .zone_ref_of(pfn)
-            .ok_or(err(FreeError::OutOfRange))?
-            .index();
-        self.last_raw = i;
+        let i = self.free_zone_of(pfn).ok_or(err(FreeError::OutOfRange))?;
         match self.free_in(i, pfn, order) {
             Some(r) => r.map_err(err),
             // SAFETY: the caller's promise, passed on.
@@ -750,10 +745,11 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
     ) -> Result<(), RawError> {
         let n = range.len();
         // The zone of the last free of a number first, as `free_raw` looks:
-        // its span is one compare away.
+        // its span is one compare away. Another zone is remembered for the
+        // next, as there.
         let i = match self.locals.at(self.last_raw) {
             Some((z, _, _)) if z.span().contains(range.start) => Some(self.last_raw),
-            _ => self.machine.zone_ref_of(range.start).map(|r| r.index()),
+            _ => self.free_zone_of(range.start),
         };
         if (1..=64).contains(&n)
             && let Some(i) = i
@@ -785,6 +781,15 @@ impl<'m, 'a, P: Platform> CpuCache<'m, 'a, P> {
         }
         // SAFETY: the caller's promise, passed on.
         unsafe { self.machine.free_raw(range) }
+    }
+
+    /// The index of the zone holding `pfn`, remembered as the zone of the
+    /// last free of a number (the next free looks there first).
+    #[inline(never)]
+    fn free_zone_of(&mut self, pfn: Pfn) -> Option<usize> {
+        let i = self.machine.zone_ref_of(pfn)?.index();
+        self.last_raw = i;
+        Some(i)
     }
 
     /// [`CpuCache::free_raw`] of a frame of a zone this handle has no

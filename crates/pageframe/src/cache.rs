@@ -467,8 +467,8 @@ impl<'a, R: RawMutex> Zone<'a, R> {
 
     /// The order-0 free [`Zone::free_cached`] makes, as far as it goes with
     /// no call on the way (a caller's hit path then needs no stack frame):
-    /// [`CacheFree::Hit`] when the frame went hot in this CPU's cache (a
-    /// frame of the home of its list); [`CacheFree::Foreign`] when it is the cache's
+    /// [`CacheFree::Hit`] when the frame went hot or back to the home of
+    /// its list in this CPU's cache; [`CacheFree::Foreign`] when it is the cache's
     /// now but lies outside the home (the caller goes on with
     /// [`Zone::cache_foreign`]); [`CacheFree::Miss`], nothing changed,
     /// otherwise (the caller then takes [`Zone::free_cached`]).
@@ -485,20 +485,22 @@ impl<'a, R: RawMutex> Zone<'a, R> {
         let mt = claim.mt;
         // A non-movable frame of a CMA area bypasses the cache (see
         // `free_cached`).
-        if mt != MigrateType::Movable && self.in_cma(pfn) {
+        if (mt != MigrateType::Movable && self.in_cma(pfn)) || !claim.take() {
             return CacheFree::Miss;
         }
         let list = pcp_list_type(mt).unwrap_or(MigrateType::Movable);
-        // The cache finds the frame's place first and marks the block
-        // cached only then: a free it does not keep hot (no room, a remote
-        // request) leaves the byte as it was, with nothing to undo.
-        match local.free_hit(pfn, list, || claim.take()) {
+        match local.free_hit(&hooks.on(self), pfn, list) {
             HomeFree::Hit => {
                 self.vm(hooks.cpu).pcp_free();
                 CacheFree::Hit
             }
-            HomeFree::Foreign if claim.take() => CacheFree::Foreign(mt),
-            HomeFree::Foreign | HomeFree::Other => CacheFree::Miss,
+            HomeFree::Foreign => CacheFree::Foreign(mt),
+            HomeFree::Other => {
+                // A spill due or a remote request: the block goes back to
+                // its owner's state unchanged, for the general path.
+                self.states.set_allocated(pfn, Order::ZERO, mt);
+                CacheFree::Miss
+            }
         }
     }
 

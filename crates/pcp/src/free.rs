@@ -5,15 +5,15 @@ use crate::pcp::{PcpFlags, PerCpuPages};
 use crate::types::{COSTLY_ORDER, ListIndex, MigrateType, Order, Pfn};
 use crate::zone::{PcpZone, ZoneFlags};
 
-/// Where [`PerCpuPages::free_hit`] left an order-0 free.
+/// Where [`PerCpuPages::free_home_hit`] left an order-0 free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HomeFree {
-    /// The frame is kept hot: done.
+    /// The frame is in its list's home: done.
     Hit,
     /// The frame lies outside its list's home; nothing changed.
     Foreign,
-    /// Any other free (no room hot, a remote request waiting, a refused
-    /// take, a cache without homes); nothing changed.
+    /// Any other free (a spill due, a remote request waiting, the frame
+    /// held already, a cache without homes); nothing changed.
     Other,
 }
 
@@ -69,44 +69,69 @@ impl PerCpuPages<'_> {
         Ok(self.commit_threshold(zone, zflags, li, false, 0))
     }
 
-    /// The order-0 free of `frame`, of list type `mt`, kept hot (spec 04
-    /// §5.7) with no call on the way: a frame of its list's home while the
-    /// hot stack has room. The place is found first, with nothing changed;
-    /// `take` is then asked whether the frame is the caller's to give (a
-    /// kernel's ownership check), and only a yes changes the cache:
-    /// [`HomeFree::Hit`]. A frame outside the home is
-    /// [`HomeFree::Foreign`] (for [`free_foreign`](Self::free_foreign))
-    /// and any other free [`HomeFree::Other`] (for `free`), both without
-    /// asking `take`; a no from `take` is `Other` too. `Other` and
-    /// `Foreign` leave the cache unchanged.
-    ///
-    /// The frames of the home go back into its bitmap through `free`,
-    /// once the stack is full: that way (the zone's pressure, `high`)
-    /// stays out of this path, which then needs few registers.
+    /// The order-0 free [`free`](Self::free) makes of `frame`, of list
+    /// type `mt`, when it lies in that list's home, the zone is calm and
+    /// `count` stays below `high`, with no call on the way (a caller's hit
+    /// path then needs no stack frame): [`HomeFree::Hit`]. A frame outside
+    /// the home is [`HomeFree::Foreign`] (for
+    /// [`free_foreign`](Self::free_foreign)), anything else
+    /// [`HomeFree::Other`] (for `free`); both leave the cache unchanged.
     #[inline(always)]
-    pub fn free_hit(
-        &mut self,
-        frame: Pfn,
-        mt: MigrateType,
-        take: impl FnOnce() -> bool,
-    ) -> HomeFree {
+    pub fn free_home_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
         let Some((li, shift)) = self.home_list(mt) else {
             return HomeFree::Other;
         };
-        if !self.homes[li.get()].contains(frame, shift) {
+        let home = &mut self.homes[li.get()];
+        if !home.contains(frame, shift) {
             return HomeFree::Foreign;
         }
-        if !self.hot.has_room() || !take() {
+        if self.count + 1 >= self.high || !zone.flags().is_empty() {
             return HomeFree::Other;
         }
-        let kept = self.hot.push(frame, mt);
-        debug_assert!(kept, "room was seen");
-        // Counted as a free, and the last free is of order 0 now; the free
-        // streak and the refill scale (§5.2) are left as they were: at most
-        // eight frames, on their way back to an allocation.
+        let Some(v) = home.vacancy(frame, shift) else {
+            return HomeFree::Other;
+        };
+        home.fill(v);
+        self.account_order0_frees(1);
+        HomeFree::Hit
+    }
+
+    /// The order-0 free of `frame`, of list type `mt`, with no call on the
+    /// way: hot if [`hot_takes`](Self::hot_takes) it, else as
+    /// [`free_home_hit`](Self::free_home_hit).
+    #[inline(always)]
+    pub fn free_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        if self.hot_takes(frame, mt) && self.free_hot(frame, mt) {
+            return HomeFree::Hit;
+        }
+        self.free_home_hit(zone, frame, mt)
+    }
+
+    /// Whether [`free_hit`](Self::free_hit) would keep `frame`, an order-0
+    /// frame of list type `mt` being freed, hot (spec 04 §5.7): there is
+    /// room, and it lies in the home of its list.
+    #[inline(always)]
+    pub fn hot_takes(&self, frame: Pfn, mt: MigrateType) -> bool {
+        self.hot.has_room()
+            && self
+                .home_list(mt)
+                .is_some_and(|(li, shift)| self.homes[li.get()].contains(frame, shift))
+    }
+
+    /// Holds `frame`, an order-0 frame of list type `mt` just freed, hot,
+    /// counted as a free, after [`hot_takes`](Self::hot_takes) said yes:
+    /// `false`, nothing changed, when there is no room.
+    #[inline(always)]
+    pub(crate) fn free_hot(&mut self, frame: Pfn, mt: MigrateType) -> bool {
+        if !self.hot.push(frame, mt) {
+            return false;
+        }
+        // Counted as a free, and the last free is of order 0 now; the
+        // free streak and the refill scale (§5.2) are left as they were:
+        // at most eight frames, on their way back to an allocation.
         self.stats.frees += 1;
         self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
-        HomeFree::Hit
+        true
     }
 
     /// A free slot for the foreign list when every slot is taken: the
@@ -147,8 +172,8 @@ impl PerCpuPages<'_> {
     /// frames waits here after a long streak of frees. The
     /// bookkeeping is an order-0 free's. [`free`](Self::free) makes it of a
     /// frame outside the home; a caller whose
-    /// [`free_hit`](Self::free_hit) said [`HomeFree::Foreign`] makes it
-    /// directly.
+    /// [`free_home_hit`](Self::free_home_hit) said [`HomeFree::Foreign`]
+    /// makes it directly.
     #[inline(never)]
     pub fn free_foreign<Z: PcpZone>(
         &mut self,

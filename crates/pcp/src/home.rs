@@ -31,6 +31,17 @@ const _: () = assert!(HOME_REGIONS.is_power_of_two());
 /// No region (before the first refill).
 const NONE: u64 = u64::MAX;
 
+/// A frame's place in a home that does not hold it yet ([`Home::vacancy`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vacancy {
+    /// The region's slot.
+    s: usize,
+    /// The word of its bitmap.
+    w: usize,
+    /// The frame's bit in it.
+    m: u64,
+}
+
 /// One region of a home and the frames of it the cache holds.
 #[derive(Clone, Copy, Debug)]
 struct Region {
@@ -125,7 +136,7 @@ impl Home {
     /// first (`shift`, the home order, is the mask's since the first move;
     /// before it no frame lies in any region).
     #[inline(always)]
-    pub(crate) fn slot(&self, frame: Pfn, _shift: u8) -> Option<usize> {
+    fn slot_of(&self, frame: Pfn, _shift: u8) -> Option<usize> {
         let first = frame.get() & self.mask;
         if self.regions[0].first == first {
             return Some(0);
@@ -133,7 +144,7 @@ impl Home {
         self.other_slot_of(first)
     }
 
-    /// [`Home::slot`] past the current region: the slot of the region
+    /// [`Home::slot_of`] past the current region: the slot of the region
     /// whose first frame is `first`. A plain loop of a constant length,
     /// which the compiler unrolls into a few compares (a frame outside the
     /// home, freed to the foreign list, passes here twice).
@@ -154,7 +165,7 @@ impl Home {
     /// Whether `frame` lies in one of the home's regions.
     #[inline(always)]
     pub(crate) fn contains(&self, frame: Pfn, shift: u8) -> bool {
-        self.slot(frame, shift).is_some()
+        self.slot_of(frame, shift).is_some()
     }
 
     /// Moves the (empty) home to the region of `frame`: to that region if
@@ -245,49 +256,42 @@ impl Home {
 
     /// Whether it holds `frame`.
     pub(crate) fn holds(&self, frame: Pfn, shift: u8) -> bool {
-        self.slot(frame, shift)
-            .is_some_and(|s| self.holds_in(s, frame))
+        self.contains(frame, shift) && self.vacancy(frame, shift).is_none()
     }
 
     /// Holds `frame`, a frame of one of its regions the cache does not
     /// hold yet; `false` (nothing changed) for any other frame.
     #[inline(always)]
     pub(crate) fn put(&mut self, frame: Pfn, shift: u8) -> bool {
-        match self.slot(frame, shift) {
-            Some(s) if !self.holds_in(s, frame) => {
-                self.put_in(s, frame);
+        match self.vacancy(frame, shift) {
+            Some(v) => {
+                self.fill(v);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
-    /// The word of a region's bitmap that holds `frame`'s bit, and the bit.
+    /// Where [`Home::put`] would hold `frame`: `None` for a frame of no
+    /// region of the home, or one held already.
     #[inline(always)]
-    fn bit(&self, frame: Pfn) -> (usize, u64) {
+    pub(crate) fn vacancy(&self, frame: Pfn, shift: u8) -> Option<Vacancy> {
+        let s = self.slot_of(frame, shift)?;
         let i = (frame.get() & !self.mask) as usize;
         // The mask changes nothing (`shift` is at most the largest home
         // order) but spares the word's index a bounds check.
-        ((i >> 6) & (WORDS - 1), 1u64 << (i & 63))
+        let (w, m) = ((i >> 6) & (WORDS - 1), 1u64 << (i & 63));
+        (self.regions[s].bits[w] & m == 0).then_some(Vacancy { s, w, m })
     }
 
-    /// Whether the region in slot `s` ([`Home::slot`] of `frame`) holds
-    /// `frame`.
+    /// Holds the frame of `v`, found by [`Home::vacancy`] with nothing
+    /// changed since.
     #[inline(always)]
-    pub(crate) fn holds_in(&self, s: usize, frame: Pfn) -> bool {
-        let (w, m) = self.bit(frame);
-        self.regions[s & (HOME_REGIONS - 1)].bits[w] & m != 0
-    }
-
-    /// Holds `frame`, of the region in slot `s` ([`Home::slot`]), which
-    /// does not hold it yet ([`Home::holds_in`]).
-    #[inline(always)]
-    pub(crate) fn put_in(&mut self, s: usize, frame: Pfn) {
-        let (w, m) = self.bit(frame);
-        let g = &mut self.regions[s & (HOME_REGIONS - 1)];
-        debug_assert!(g.bits[w] & m == 0, "a frame is held once");
-        g.bits[w] |= m;
-        g.words |= 1 << w;
+    pub(crate) fn fill(&mut self, v: Vacancy) {
+        let g = &mut self.regions[v.s & (HOME_REGIONS - 1)];
+        debug_assert!(g.bits[v.w] & v.m == 0, "a vacancy is filled once");
+        g.bits[v.w] |= v.m;
+        g.words |= 1 << v.w;
     }
 
     /// A refill's frame: an empty home moves to the frame's region, so
@@ -313,7 +317,7 @@ impl Home {
         if self.is_empty() {
             self.move_to(base, shift);
         }
-        let Some(s) = self.slot(base, shift) else {
+        let Some(s) = self.slot_of(base, shift) else {
             return 0;
         };
         let w = ((base.get() & ((1 << shift) - 1)) >> 6) as usize & (WORDS - 1);
@@ -351,7 +355,7 @@ impl Home {
         if self.is_empty() {
             self.move_to(first, shift);
         }
-        let Some(s) = self.slot(first, shift) else {
+        let Some(s) = self.slot_of(first, shift) else {
             return false;
         };
         let m = run_mask(n) << b;

@@ -507,6 +507,20 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
         self.with(|c| c.free(zone, frame, order, mt))
     }
 
+    /// [`PerCpuPages::free_home_hit`] on this CPU's cache:
+    /// [`HomeFree::Other`], nothing changed, also while a remote request
+    /// waits (the caller's [`LocalPcp::free`] then honours it first).
+    #[inline(always)]
+    pub fn free_home_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
+        if self.has_requests() {
+            return HomeFree::Other;
+        }
+        self.with(
+            #[inline(always)]
+            |c| c.free_home_hit(zone, frame, mt),
+        )
+    }
+
     /// [`PerCpuPages::free_foreign`] on this CPU's cache, after a
     /// [`HomeFree::Foreign`] (which saw no remote request waiting).
     #[inline]
@@ -533,21 +547,16 @@ impl<'s, 'm> LocalPcp<'s, 'm> {
     }
 
     /// [`PerCpuPages::free_hit`] on this CPU's cache: [`HomeFree::Other`],
-    /// nothing changed and `take` not asked, also while a remote request
-    /// waits (the caller's [`LocalPcp::free`] then honours it first).
+    /// nothing changed, also while a remote request waits (the caller's
+    /// [`LocalPcp::free`] then honours it first).
     #[inline(always)]
-    pub fn free_hit(
-        &mut self,
-        frame: Pfn,
-        mt: MigrateType,
-        take: impl FnOnce() -> bool,
-    ) -> HomeFree {
+    pub fn free_hit<Z: PcpZone>(&mut self, zone: &Z, frame: Pfn, mt: MigrateType) -> HomeFree {
         if self.has_requests() {
             return HomeFree::Other;
         }
         self.with(
             #[inline(always)]
-            |c| c.free_hit(frame, mt, take),
+            |c| c.free_hit(zone, frame, mt),
         )
     }
 

@@ -737,6 +737,88 @@ fn a_home_hit_is_alloc_without_the_refill() {
     a.validate().unwrap();
 }
 
+/// The home free hit takes a frame of the home exactly as `free` does and
+/// leaves the cache as `free` leaves it; every other free it leaves alone,
+/// nothing changed: a frame outside the home (`Foreign`), a free that
+/// would reach `high` or meets a zone under pressure, a frame the home
+/// holds already, a cache without homes (`Other`).
+#[test]
+fn a_home_free_hit_is_free_without_the_spill() {
+    use pageframe_pcp::HomeFree;
+    let (za, zb) = (
+        RefZone::with_blocks(O0, 0, 64),
+        RefZone::with_blocks(O0, 0, 64),
+    );
+    let (mut ma, mut mb) = (vec![Slot::EMPTY; 128], vec![Slot::EMPTY; 128]);
+    let (mut a, mut b) = (
+        homed(&mut ma, sizing(4, 8, 256)),
+        homed(&mut mb, sizing(4, 8, 256)),
+    );
+    // Both refilled alike: the home is region 0 (frames 0..16), three of
+    // its frames cached, one handed out; then an allocation streak that a
+    // free halves.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (fa, fb) = (a.alloc(&za, O0, U).unwrap(), b.alloc(&zb, O0, U).unwrap());
+        assert_eq!(fa, fb);
+        held.push(fa);
+    }
+    assert!(a.alloc_factor() > 0, "an allocation streak to halve");
+    // Each held frame back: the hit and `free` agree step by step.
+    for &f in held.iter().rev() {
+        assert_eq!(a.free_home_hit(&za, f, U), HomeFree::Hit);
+        assert_eq!(b.free(&zb, f, O0, U), Ok(FreeOutcome::Cached));
+        assert_eq!(snapshot(&a), snapshot(&b));
+    }
+    // The same frames come out of both, in the same order; the home still
+    // holds the last.
+    for _ in 0..3 {
+        assert_eq!(a.alloc_home_hit(U), b.alloc_home_hit(U));
+    }
+    let last = held[2] + 1;
+    // A frame held already; one of another region, and one of a list
+    // whose home holds no region yet (both foreign): nothing changed.
+    let before = snapshot(&a);
+    assert_eq!(a.free_home_hit(&za, last, U), HomeFree::Other);
+    let f = a.alloc_home_hit(U).unwrap();
+    assert_eq!(f, last);
+    assert_eq!(b.alloc_home_hit(U), Some(f));
+    assert_ne!(snapshot(&a), before, "the allocation counted");
+    let before = snapshot(&a);
+    assert_eq!(
+        a.free_home_hit(&za, pageframe_pcp::Pfn(40), U),
+        HomeFree::Foreign
+    );
+    assert_eq!(a.free_home_hit(&za, f, M), HomeFree::Foreign);
+    assert_eq!(snapshot(&a), before);
+    // A zone under pressure: `free` decides (and may spill).
+    za.set_flags(ZoneFlags::BELOW_HIGH);
+    assert_eq!(a.free_home_hit(&za, f, U), HomeFree::Other);
+    assert_eq!(snapshot(&a), before);
+    za.set_flags(ZoneFlags::empty());
+    // A free that reaches `high`: `free` decides.
+    let zd = RefZone::with_blocks(O0, 0, 64);
+    let mut md = vec![Slot::EMPTY; 128];
+    let mut d = homed(&mut md, sizing(4, 4, 4));
+    let got: Vec<_> = (0..3).map(|_| d.alloc(&zd, O0, U).unwrap()).collect();
+    assert_eq!((d.count(), d.high()), (1, 4));
+    assert_eq!(d.free_home_hit(&zd, got[2], U), HomeFree::Hit);
+    assert_eq!(d.free_home_hit(&zd, got[1], U), HomeFree::Hit);
+    let before = snapshot(&d);
+    assert_eq!(d.free_home_hit(&zd, got[0], U), HomeFree::Other);
+    assert_eq!(snapshot(&d), before);
+    assert!(d.free(&zd, got[0], O0, U).is_ok());
+    d.validate().unwrap();
+    // A cache without homes has no hit.
+    let mut mc = vec![Slot::EMPTY; 128];
+    let mut c = cache(&mut mc, sizing(4, 64, 256));
+    let g = c.alloc(&za, O0, U).unwrap();
+    let before = snapshot(&c);
+    assert_eq!(c.free_home_hit(&za, g, U), HomeFree::Other);
+    assert_eq!(snapshot(&c), before);
+    a.validate().unwrap();
+}
+
 /// Hot frames (spec 04 §5.7): a free of a frame of its home goes hot and
 /// the next allocation of its type takes it back, newest first, before
 /// the home; a frame outside the home, or one more than the stack holds,
@@ -756,19 +838,14 @@ fn hot_frames_come_back_first_and_drain_with_the_cache() {
     // The home's frames freed: hot, counted in the cache and as frees.
     let frees = c.stats().frees;
     for &f in &held {
-        assert_eq!(c.free_hit(f, U, || true), HomeFree::Hit);
+        assert_eq!(c.free_hit(&zone, f, U), HomeFree::Hit);
     }
     assert_eq!(c.hot(), HOT_FRAMES as u32);
     assert_eq!(c.count(), count + HOT_FRAMES as u32);
     assert_eq!(c.stats().frees, frees + HOT_FRAMES as u64);
     c.validate().unwrap();
-    // The stack is full: the hit leaves the next one alone without asking
-    // `take`, and `free` puts it into the home's bitmap.
-    let before = snapshot(&c);
-    let never = || unreachable!("no room: nothing to take");
-    assert_eq!(c.free_hit(first, U, never), HomeFree::Other);
-    assert_eq!(snapshot(&c), before);
-    assert_eq!(c.free(&zone, first, O0, U), Ok(FreeOutcome::Cached));
+    // The stack is full: the next one goes into the home's bitmap.
+    assert_eq!(c.free_hit(&zone, first, U), HomeFree::Hit);
     assert_eq!(c.hot(), HOT_FRAMES as u32);
     // A hot free is the last free, of order 0: a higher-order free's mark
     // goes (spec 04 §5.2), as any order-0 free clears it.
@@ -776,26 +853,10 @@ fn hot_frames_come_back_first_and_drain_with_the_cache() {
     c.free(&zone, pageframe_pcp::Pfn(128), o1, U).unwrap();
     assert!(c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
     let back = c.alloc_hit(U, || true).unwrap();
-    // A frame the caller may not give (its `take` says no): nothing kept.
-    let before = snapshot(&c);
-    assert_eq!(c.free_hit(back, U, || false), HomeFree::Other);
-    assert_eq!(snapshot(&c), before, "a refused take keeps nothing");
-    assert_eq!(c.free_hit(back, U, || true), HomeFree::Hit);
+    assert_eq!(c.free_hit(&zone, back, U), HomeFree::Hit);
     assert!(!c.flags().contains(PcpFlags::PREV_FREE_HIGH_ORDER));
     // A frame outside the home never goes hot.
-    // A frame outside the home, or of a list whose home holds no region
-    // yet, never goes hot: foreign, `take` not asked, nothing changed.
-    let before = snapshot(&c);
-    let never = || unreachable!("a foreign frame is not the hit's to take");
-    assert_eq!(
-        c.free_hit(pageframe_pcp::Pfn(40), U, never),
-        HomeFree::Foreign
-    );
-    assert_eq!(
-        c.free_hit(pageframe_pcp::Pfn(41), M, never),
-        HomeFree::Foreign
-    );
-    assert_eq!(snapshot(&c), before);
+    assert!(!c.hot_takes(pageframe_pcp::Pfn(40), U));
     // Newest first, only to its own type; the watermark closure is asked
     // only once the stack has nothing of the type.
     assert_eq!(c.alloc_hit(M, || true), None, "a movable list has no home");
@@ -810,12 +871,4 @@ fn hot_frames_come_back_first_and_drain_with_the_cache() {
     assert_eq!(zone.free_blocks(O0), 64 - 1);
     assert_eq!(zone.free_blocks(o1), 1, "the order-1 block drained too");
     c.validate().unwrap();
-    // A cache without homes keeps nothing hot.
-    let mut mc = vec![Slot::EMPTY; 128];
-    let mut plain = cache(&mut mc, sizing(4, 64, 256));
-    let g = plain.alloc(&zone, O0, U).unwrap();
-    let before = snapshot(&plain);
-    let never = || unreachable!("no home: nothing to take");
-    assert_eq!(plain.free_hit(g, U, never), HomeFree::Other);
-    assert_eq!(snapshot(&plain), before);
 }

@@ -290,8 +290,8 @@ fn home_hits_and_a_drain() {
     });
 }
 
-/// Hot free hits while another CPU drains the cache: a frame of the home
-/// goes hot only while no request is posted, the drain then takes it;
+/// Home free hits while another CPU drains the cache: a frame of the home
+/// goes into it only while no request is posted, the drain then takes it;
 /// a foreign frame goes to the foreign list ([`LocalPcp::free_foreign`]);
 /// anything else the full free takes. Whatever the interleaving, every
 /// frame ends up in the zone.
@@ -302,7 +302,7 @@ fn home_free_hits_and_a_drain() {
         let (mt, o0) = (MigrateType::Movable, Order::new_truncated(0));
         let v = against_a_drain(set, zone, owner, move |owner| {
             for f in [a, Pfn(9)] {
-                match owner.free_hit(f, mt, || true) {
+                match owner.free_home_hit(zone, f, mt) {
                     HomeFree::Hit => assert_eq!(f, a, "a frame of the home"),
                     HomeFree::Foreign => {
                         assert_eq!(f, Pfn(9), "a frame outside the home");

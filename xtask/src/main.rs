@@ -1171,6 +1171,7 @@ const PAIR_PATHS: &[&str] = &[
     "zone-fill-free",
     "zone-scattered",
     "cached",
+    "cached-burst",
     "cached-fill",
     "cached-fill-free",
     "on-cpu",
@@ -1185,7 +1186,7 @@ const PAIR_PATHS: &[&str] = &[
 
 /// Instructions a pair of each path (or of `only`; `zone-fill`,
 /// `cached-fill` and `ostd-fill`: an allocation of a fill, refills
-/// included; `-fill-free`: an allocation of the fill and its free in
+/// included; `cached-burst`: a pair of bursts of 64; `-fill-free`: an allocation of the fill and its free in
 /// random order; `zone-scattered`: a free and an allocation of the
 /// scattered test; `ostd-churn`: a step of the OSTD kernel bench's churn): the `pairs` program under
 /// callgrind with 100 000 and 200 000 pairs (25 000 and 50 000 for

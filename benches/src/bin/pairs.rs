@@ -5,7 +5,8 @@
 //!
 //! Paths: `zone` (`Machine::alloc`/`free`), `zone-2m` (the same, a 2 MiB
 //! block), `cached` (a `CpuCache` held by
-//! its CPU), `cached-fill` (`n` allocations alone through that handle, its
+//! its CPU), `cached-burst` (through that handle, 64 allocations and
+//! then their frees, as criterion's burst row), `cached-fill` (`n` allocations alone through that handle, its
 //! refills from the zone included), `cached-fill-free` (the same, then
 //! each freed through the handle in random order), `on-cpu` (`Machine::alloc_on`/`free_on`, the block kept as a
 //! number between), `ostd-local` and `ostd-claimed` (one frame through
@@ -139,6 +140,20 @@ fn main() {
             for _ in 0..n {
                 let b = c.alloc(Gfp::KERNEL, o0).expect("a frame");
                 c.free(black_box(b)).expect("freed");
+            }
+        }
+        // Bursts of 64 order-0 allocations through CPU 0's cache, then
+        // their frees in the same order: past the hot stack's eight, the
+        // frees go back into the home's bitmap.
+        "cached-burst" => {
+            let m = machine();
+            let mut c = m.cpu(CpuId(0), NodeId::ZERO).expect("CPU 0");
+            let mut v = Vec::with_capacity(64);
+            for _ in 0..n / 64 {
+                v.extend((0..64).map(|_| c.alloc(Gfp::KERNEL, o0).expect("a frame")));
+                for b in v.drain(..) {
+                    c.free(black_box(b)).expect("freed");
+                }
             }
         }
         // `n` order-0 blocks taken through CPU 0's cache (refilled from

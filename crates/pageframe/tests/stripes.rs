@@ -29,6 +29,43 @@ fn a_claimed_pageblock_feeds_the_stripes_at_once() {
     m.validate().unwrap();
 }
 
+/// A stripe reserves the chunk a small request would come from once a
+/// sixty-fourth of it is free (8 frames of a pageblock), and leaves one
+/// with a frame fewer to the zone lock, which fills it frame by frame.
+#[test]
+fn a_chunk_is_worth_a_stripe_from_a_sixty_fourth_free() {
+    let least = PB / 64;
+    for (left, reserved) in [(least, true), (least - 1, false), (PB / 8, true)] {
+        let m = one_zone(8 * PB);
+        // The first unmovable frame claims a pageblock, which a stripe then
+        // reserves and serves until `left` of its frames are free.
+        let mut held: Vec<_> = (0..PB - left)
+            .map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap())
+            .collect();
+        let block = held[0].pfn().get() / PB;
+        assert!(held.iter().all(|b| b.pfn().get() / PB == block));
+        assert_eq!(m.inspect().stripe_frames(), left);
+        // Given back, the chunk is the zone's fullest unmovable one.
+        m.drain_stripes();
+        assert_eq!(m.inspect().stripe_frames(), 0);
+        let next = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+        assert_eq!(
+            next.pfn().get() / PB,
+            block,
+            "left {left}: not the fullest chunk"
+        );
+        let expect = if reserved { left - 1 } else { 0 };
+        assert_eq!(m.inspect().stripe_frames(), expect, "left {left}");
+        held.push(next);
+        for b in held {
+            m.free(b).unwrap();
+        }
+        m.drain_stripes();
+        assert_eq!(m.inspect().free_pages(), 8 * PB);
+        m.validate().unwrap();
+    }
+}
+
 /// Fallbacks (claims and steals) so far in the machine's one zone.
 fn fallbacks(m: &pageframe::Machine<'static>) -> u64 {
     let s = m.inspect().all_zones().next().unwrap().fallback_stats();

@@ -40,15 +40,15 @@ use crate::lock::{Mutex, RawMutex};
 pub const STRIPES: usize = 8;
 
 /// A stripe reserves a chunk only if a sixty-fourth of it is free (8
-/// frames of a 2 MiB chunk; at least one). A reservation costs about two
-/// allocations under the zone lock (taking the chunk, giving it back
-/// empty) and then serves each of its frames without that lock, so it
-/// pays from a few frames on; a chunk with fewer, a hole or two in a busy
-/// chunk, is filled one frame at a time through the zone, which picks the
-/// same chunk (fullest first) either way.
+/// frames of a 2 MiB chunk), and never for a single frame. A reservation
+/// costs about two allocations under the zone lock (taking the chunk,
+/// giving it back empty) and then serves each of its frames without that
+/// lock, so it pays from a few frames on; a chunk with fewer, a hole or
+/// two in a busy chunk, is filled one frame at a time through the zone,
+/// which picks the same chunk (fullest first) either way.
 pub const fn min_free(chunk: Order) -> u32 {
     let n = (1u32 << chunk.get()) / 64;
-    if n == 0 { 1 } else { n }
+    if n < 2 { 2 } else { n }
 }
 
 /// After a refill found no chunk worth reserving, the stripes rest until

@@ -36,34 +36,71 @@ fn a_claimed_pageblock_feeds_the_stripes_at_once() {
 fn a_chunk_is_worth_a_stripe_from_a_sixty_fourth_free() {
     let least = PB / 64;
     for (left, reserved) in [(least, true), (least - 1, false), (PB / 8, true)] {
-        let m = one_zone(8 * PB);
-        // The first unmovable frame claims a pageblock, which a stripe then
-        // reserves and serves until `left` of its frames are free.
-        let mut held: Vec<_> = (0..PB - left)
-            .map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap())
-            .collect();
-        let block = held[0].pfn().get() / PB;
-        assert!(held.iter().all(|b| b.pfn().get() / PB == block));
-        assert_eq!(m.inspect().stripe_frames(), left);
-        // Given back, the chunk is the zone's fullest unmovable one.
-        m.drain_stripes();
-        assert_eq!(m.inspect().stripe_frames(), 0);
-        let next = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
-        assert_eq!(
-            next.pfn().get() / PB,
-            block,
-            "left {left}: not the fullest chunk"
-        );
-        let expect = if reserved { left - 1 } else { 0 };
-        assert_eq!(m.inspect().stripe_frames(), expect, "left {left}");
-        held.push(next);
-        for b in held {
-            m.free(b).unwrap();
-        }
-        m.drain_stripes();
-        assert_eq!(m.inspect().free_pages(), 8 * PB);
-        m.validate().unwrap();
+        reserve_with_free_left(one_zone(8 * PB), PB, left, reserved);
     }
+}
+
+/// In small chunks a stripe still wants two free frames: a reservation of
+/// one would take the zone lock twice for it.
+#[test]
+fn a_single_free_frame_is_never_worth_a_stripe() {
+    let pb = 16;
+    let config = pageframe::MachineConfig {
+        mobility: pageframe::zone::MobilityConfig {
+            pageblock_order: o(4),
+            ..pageframe::zone::MobilityConfig::DEFAULT
+        },
+        ..pageframe::MachineConfig::SINGLE_NODE
+    };
+    for (left, reserved) in [(1, false), (2, true)] {
+        let m = common::machine_with(config);
+        let span = common::r(4 * GIB, 4 * GIB + 64 * pb);
+        common::zone(m, NodeId::ZERO, pageframe::ZoneKind::Normal, span, span);
+        reserve_with_free_left(m, pb, left, reserved);
+    }
+}
+
+/// Allocates unmovable frames from a fresh zone of pageblocks of `pb`
+/// frames until the chunk they come from has `left` free, gives the
+/// stripes' frames back and allocates one more: from that chunk, by a
+/// stripe that reserved it if `reserved`.
+fn reserve_with_free_left(m: &pageframe::Machine<'static>, pb: u64, left: u64, reserved: bool) {
+    let total = m.inspect().free_pages();
+    // The first unmovable frame claims a pageblock, which a stripe then
+    // reserves and serves until `left` of its frames are free.
+    let mut held: Vec<_> = (0..pb - left)
+        .map(|_| m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap())
+        .collect();
+    let block = held[0].pfn().get() / pb;
+    assert!(held.iter().all(|b| b.pfn().get() / pb == block));
+    assert_eq!(m.inspect().stripe_frames(), left);
+    // Given back, the chunk is the zone's fullest unmovable one.
+    m.drain_stripes();
+    assert_eq!(m.inspect().stripe_frames(), 0);
+    let next = m.alloc(NodeId::ZERO, Gfp::KERNEL, o(0)).unwrap();
+    assert_eq!(
+        next.pfn().get() / pb,
+        block,
+        "left {left}: not the fullest chunk"
+    );
+    let expect = if reserved { left - 1 } else { 0 };
+    assert_eq!(m.inspect().stripe_frames(), expect, "left {left}");
+    // A frame of the chunk freed now reaches the zone's free lists only
+    // if no stripe holds the chunk (a reservation keeps the chunk's
+    // frees until it goes back, even one that handed out its last frame).
+    let freed = held.pop().unwrap();
+    let pfn = freed.pfn();
+    m.free(freed).unwrap();
+    let mut listed = false;
+    m.inspect().for_each_free_block(|p, _| listed |= p == pfn);
+    assert_eq!(listed, !reserved, "left {left}: the freed frame listed");
+    held.push(next);
+    for b in held {
+        m.free(b).unwrap();
+    }
+    m.drain_stripes();
+    assert_eq!(m.inspect().free_pages(), total);
+    m.validate().unwrap();
 }
 
 /// Fallbacks (claims and steals) so far in the machine's one zone.

@@ -425,16 +425,25 @@ impl<'a> MobileZone<'a> {
     ///
     /// `pfn` must head a live block this zone allocated with exactly
     /// `order`.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn, order: Order) {
-        let pb = self.pageblock_order();
-        if order > pb {
-            let r = self.buddy.free_in_pieces(pfn, order, pb);
-            debug_assert!(r.is_ok(), "a live block frees");
+        if order > self.pageblock_order() {
+            self.free_above_pageblock(pfn, order);
         } else {
             // SAFETY: the caller's contract is the core's.
             unsafe { self.buddy.free_unchecked(pfn, order) }
         }
+    }
+
+    /// A live block above the pageblock order, freed a pageblock at a
+    /// time. Out of line: the order-0 free inlines the rest of
+    /// [`MobileZone::free_unchecked`] without this branch's registers.
+    #[inline(never)]
+    fn free_above_pageblock(&mut self, pfn: Pfn, order: Order) {
+        let r = self
+            .buddy
+            .free_in_pieces(pfn, order, self.pageblock_order());
+        debug_assert!(r.is_ok(), "a live block frees");
     }
 
     /// The migratetype of `pfn`'s pageblock (`Isolate` if isolated).

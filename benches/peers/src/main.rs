@@ -160,6 +160,10 @@ fn run() -> Result<(), String> {
 
     let mut cells = vec![vec![Cell::default(); Column::ALL.len()]; Row::ALL.len()];
     let mut huge = vec![Cell::default(); Column::ALL.len()];
+    let mut phases = [
+        vec![Cell::default(); Column::ALL.len()],
+        vec![Cell::default(); Column::ALL.len()],
+    ];
     for round in 0..args.rounds {
         let setup = Setup {
             frames,
@@ -192,6 +196,10 @@ fn run() -> Result<(), String> {
                 if let Some(h) = s.huge_blocks {
                     huge[c].0.push(h as f64);
                 }
+                if let Some((free, alloc)) = s.phases {
+                    phases[0][c].0.push(free);
+                    phases[1][c].0.push(alloc);
+                }
             }
         }
     }
@@ -206,6 +214,24 @@ fn run() -> Result<(), String> {
             )
         })
         .collect();
+    // The scattered test's two phases, under its row.
+    let at = Row::ALL
+        .iter()
+        .position(|&r| r == Row::Scattered)
+        .map_or(body.len(), |i| i + 1);
+    for (k, (label, cells)) in ["scattered test, a free", "scattered test, an allocation"]
+        .iter()
+        .zip(&phases)
+        .enumerate()
+    {
+        body.insert(
+            at + k,
+            (
+                (*label).to_owned(),
+                cells.iter().map(|c| c.render(1)).collect(),
+            ),
+        );
+    }
     body.push((
         format!(
             "scattered test, 2 MiB blocks free after (of {})",
@@ -262,7 +288,8 @@ fn run() -> Result<(), String> {
     out += &format!(
         "- scattered test (the lab's `frag`, LLFree's method): every frame allocated at order 0, \
          a random half freed, then {} iterations each freeing a random tenth of the frames held \
-         and allocating as many again: N = {} steps, a step being one free or one allocation; \
+         and allocating as many again: N = {} steps, a step being one free or one allocation \
+         (each iteration's frees and allocations also timed apart: a free, an allocation); \
          2 MiB blocks counted after draining the caches (pageframe's per-CPU cache and order-0 \
          stripes, LLFree's reservations).\n",
         args.iters,

@@ -98,6 +98,9 @@ pub struct Sample {
     pub value: f64,
     /// For the scattered test: free 2 MiB blocks after it.
     pub huge_blocks: Option<u64>,
+    /// For the scattered test: ns a free and ns an allocation, each phase
+    /// of its iterations timed apart.
+    pub phases: Option<(f64, f64)>,
 }
 
 impl Sample {
@@ -105,6 +108,7 @@ impl Sample {
         Sample {
             value,
             huge_blocks: None,
+            phases: None,
         }
     }
 }
@@ -208,7 +212,7 @@ fn scattered<F: Frames>(f: &mut F, frames: u64, iters: usize, seed: u64) -> Samp
         let h = held.swap_remove(rng.gen_range(0..held.len()));
         f.free(h, 0);
     }
-    let (mut steps, mut spent) = (0u64, Duration::ZERO);
+    let (mut steps, mut freeing, mut allocating) = (0u64, Duration::ZERO, Duration::ZERO);
     for _ in 0..iters {
         let n = held.len() / 10;
         let t = Instant::now();
@@ -216,10 +220,12 @@ fn scattered<F: Frames>(f: &mut F, frames: u64, iters: usize, seed: u64) -> Samp
             let h = held.swap_remove(rng.gen_range(0..held.len()));
             f.free(h, 0);
         }
+        let half = Instant::now();
         for _ in 0..n {
             held.push(f.alloc(0).expect("a frame to refill"));
         }
-        spent += t.elapsed();
+        freeing += half - t;
+        allocating += half.elapsed();
         steps += 2 * n as u64;
     }
     let settled = f.settle();
@@ -229,8 +235,9 @@ fn scattered<F: Frames>(f: &mut F, frames: u64, iters: usize, seed: u64) -> Samp
         "free and held frames add up"
     );
     Sample {
-        value: ns_per(spent, steps),
+        value: ns_per(freeing + allocating, steps),
         huge_blocks: Some(settled.huge_blocks),
+        phases: Some((ns_per(freeing, steps / 2), ns_per(allocating, steps / 2))),
     }
 }
 

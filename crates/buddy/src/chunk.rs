@@ -179,7 +179,11 @@ mod tests {
         for (order, d) in [(3, 0), (5, 0), (3, 1), (5, 1), (3, 1), (4, 0)] {
             b.take_count(order, d);
             a.add_count(order, -i32::from(d));
-            assert_eq!((a.counts, a.omask), (b.counts, b.omask), "after ({order}, {d})");
+            assert_eq!(
+                (a.counts, a.omask),
+                (b.counts, b.omask),
+                "after ({order}, {d})"
+            );
         }
         assert_eq!(b.omask, 0, "every count back to zero");
     }

@@ -103,16 +103,6 @@ impl Chunk {
         }
     }
 
-    /// [`Chunk::add_count`] of `-d` (0 or 1) at `order`, without a branch
-    /// on `d`.
-    #[inline(always)]
-    pub fn take_count(&mut self, order: u8, d: u16) {
-        let slot = &mut self.counts[order as usize];
-        *slot -= d;
-        let bit = 1u16 << order;
-        self.omask = (self.omask & !bit) | (u16::from(*slot != 0) << order);
-    }
-
     /// The highest order with a free block (a split chunk with free frames).
     #[inline]
     pub fn top_order(&self) -> u8 {
@@ -161,30 +151,5 @@ impl core::ops::IndexMut<Idx> for ChunkTable<'_> {
     #[inline]
     fn index_mut(&mut self, k: Idx) -> &mut Chunk {
         &mut self.slots[k as usize]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `take_count` is `add_count` of minus zero or one: the count and
-    /// the order mask agree after each, whether or not anything was taken.
-    #[test]
-    fn take_count_is_add_count_without_a_branch() {
-        let mut a = Chunk::HOLE;
-        a.add_count(3, 2);
-        a.add_count(5, 1);
-        let mut b = a;
-        for (order, d) in [(3, 0), (5, 0), (3, 1), (5, 1), (3, 1), (4, 0)] {
-            b.take_count(order, d);
-            a.add_count(order, -i32::from(d));
-            assert_eq!(
-                (a.counts, a.omask),
-                (b.counts, b.omask),
-                "after ({order}, {d})"
-            );
-        }
-        assert_eq!(b.omask, 0, "every count back to zero");
     }
 }

@@ -188,9 +188,9 @@ impl<P: MergePolicy> BuddyZone<'_, P> {
             // change without a branch on it, which would miss about every
             // other time; the rarer further merges (a quarter, an eighth,
             // ...) in a loop.
-            let d0 = u16::from(m > order);
-            ch.take_count(order, d0);
-            *self.sub.blocks_mut(l, order) -= u64::from(d0);
+            let merges = m > order;
+            ch.add_count(order, -i32::from(merges));
+            *self.sub.blocks_mut(l, order) -= u64::from(merges);
             for o in order + 1..m {
                 ch.add_count(o, -1);
                 *self.sub.blocks_mut(l, o) -= 1;

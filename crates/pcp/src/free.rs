@@ -1,6 +1,7 @@
 //! The free path (spec 04 §5.2-5.4).
 
 use crate::error::PcpError;
+use crate::foreign::FOREIGN_FRAMES;
 use crate::pcp::{PcpFlags, PerCpuPages};
 use crate::types::{COSTLY_ORDER, ListIndex, MigrateType, Order, Pfn};
 use crate::zone::{PcpZone, ZoneFlags};
@@ -134,29 +135,23 @@ impl PerCpuPages<'_> {
         true
     }
 
-    /// A free slot for the foreign list when every slot is taken: the
-    /// foreign list spilled, then a batch. Returns the pages spilled.
+    /// Room for one more foreign frame: the foreign frames spilled when
+    /// they fill their stack. Returns the pages spilled.
+    #[inline(always)]
     fn make_room<Z: PcpZone>(&mut self, zone: &Z) -> u32 {
-        let mut spilled = 0;
-        if self.lists.is_full() {
-            spilled += self.spill_foreign(zone);
-            if self.lists.is_full() {
-                let first = ListIndex::new(0).expect("list 0 exists");
-                spilled += self.spill(zone, self.sizing.batch().max(1), first);
-            }
+        if self.foreign.is_full() {
+            return self.spill_foreign(zone);
         }
-        spilled
+        0
     }
 
-    /// Moves the hot frames to the foreign list, on their way back to the
-    /// zone with it (a drain's first step).
+    /// Moves the hot frames to the foreign frames, on their way back to
+    /// the zone with them (a drain's first step).
     pub(crate) fn cool<Z: PcpZone>(&mut self, zone: &Z) {
         while let Some((frame, mt)) = self.hot.pop_any() {
             self.make_room(zone);
-            if self.lists.push_tail(ListIndex::FOREIGN, frame).is_ok() {
-                self.foreign += 1;
-            } else {
-                // No slot even after a spill (the zone refused it): the
+            if !self.foreign.push(frame) {
+                // No room even after a spill (the zone refused it): the
                 // frame stays hot, nothing lost.
                 let kept = self.hot.push(frame, mt);
                 debug_assert!(kept);
@@ -166,10 +161,11 @@ impl PerCpuPages<'_> {
     }
 
     /// An order-0 free outside its list's home ([`crate::PcpConfig::with_home`]):
-    /// onto the foreign list, which goes back to the zone whole once it
-    /// holds a batch: a CPU that only frees (another CPU's pages) takes
-    /// the zone lock once a batch, and no more than a batch of scattered
-    /// frames waits here after a long streak of frees. The
+    /// onto the foreign frames, which go back to the zone together once
+    /// they are a batch (or [`FOREIGN_FRAMES`], the most they hold): a CPU
+    /// that only frees (another CPU's pages) takes the zone lock once a
+    /// batch, and no more than a batch of scattered frames waits here
+    /// after a long streak of frees. The
     /// bookkeeping is an order-0 free's. [`free`](Self::free) makes it of a
     /// frame outside the home; a caller whose
     /// [`free_home_hit`](Self::free_home_hit) said [`HomeFree::Foreign`]
@@ -181,10 +177,9 @@ impl PerCpuPages<'_> {
         frame: Pfn,
     ) -> Result<FreeOutcome, PcpError> {
         let mut spilled = self.make_room(zone);
-        if self.lists.push_tail(ListIndex::FOREIGN, frame).is_err() {
+        if !self.foreign.push(frame) {
             return Err(PcpError::NoRoom);
         }
-        self.foreign += 1;
         self.alloc_factor >>= 1;
         self.stats.frees += 1;
         self.flags.remove(PcpFlags::PREV_FREE_HIGH_ORDER);
@@ -194,7 +189,7 @@ impl PerCpuPages<'_> {
         // A batch at a time, however long the free streak: each frame
         // waiting here keeps a region of the zone from merging, and a
         // batch already takes the zone lock once for many frees.
-        if self.foreign >= self.sizing.batch().max(1) {
+        if self.foreign.len() >= self.sizing.batch().clamp(1, FOREIGN_FRAMES as u32) {
             spilled += self.spill_foreign(zone);
         }
         Ok(match spilled {

@@ -8,6 +8,7 @@ extern crate std;
 mod alloc;
 mod decay;
 mod error;
+mod foreign;
 mod free;
 mod home;
 mod hot;
@@ -22,6 +23,7 @@ mod types;
 mod zone;
 
 pub use error::{AllocMiss, PcpError};
+pub use foreign::FOREIGN_FRAMES;
 pub use free::{FreeOutcome, HomeFree};
 pub use home::{HOME_REGIONS, MAX_HOME_ORDER};
 pub use hot::HOT_FRAMES;

@@ -45,13 +45,12 @@ const EMPTY_HEAD: Head = Head {
     len: 0,
 };
 
-/// Fourteen deques of frames sharing one slot arena, and the foreign list
-/// ([`ListIndex::FOREIGN`]).
+/// Fourteen deques of frames sharing one slot arena.
 #[derive(Debug)]
 pub(crate) struct Lists<'m> {
     slots: &'m mut [Slot],
     free: u32,
-    heads: [Head; NR_PCP_LISTS + 1],
+    heads: [Head; NR_PCP_LISTS],
 }
 
 impl<'m> Lists<'m> {
@@ -70,7 +69,7 @@ impl<'m> Lists<'m> {
         Lists {
             slots,
             free: 0,
-            heads: [EMPTY_HEAD; NR_PCP_LISTS + 1],
+            heads: [EMPTY_HEAD; NR_PCP_LISTS],
         }
     }
 
@@ -261,13 +260,6 @@ impl<'m> Lists<'m> {
             h.len += n as u32;
         }
         n
-    }
-
-    /// The frame [`Lists::pop_tail`] would take, left in place.
-    #[inline]
-    pub(crate) fn tail(&self, li: ListIndex) -> Option<Pfn> {
-        let s = self.heads[li.get()].last;
-        (s != NIL).then(|| Pfn(self.slots[s as usize].frame))
     }
 
     /// Removes the tail (the coldest block, spilled first, spec 04 §5.5).

@@ -5,6 +5,7 @@
 //! one). Nothing here is atomic.
 
 use crate::error::PcpError;
+use crate::foreign::Foreign;
 use crate::home::Home;
 use crate::hot::Hot;
 use crate::lists::{Lists, Slot};
@@ -44,8 +45,8 @@ pub struct PerCpuPages<'m> {
     pub(crate) stats: PcpStats,
     /// Allocations served by the zone through a refill (not local hits).
     pub(crate) not_local: u64,
-    /// Frames on the foreign list (not counted in `count`).
-    pub(crate) foreign: u32,
+    /// The foreign frames (not counted in `count`).
+    pub(crate) foreign: Foreign,
     /// The order-0 frames of its homes freed last, handed out first (spec
     /// 04 §5.7; not counted in `count`).
     pub(crate) hot: Hot,
@@ -83,7 +84,7 @@ impl<'m> PerCpuPages<'m> {
             stats: PcpStats::default(),
             not_local: 0,
             homes: [Home::EMPTY; PCP_TYPES],
-            foreign: 0,
+            foreign: Foreign::EMPTY,
             hot: Hot::EMPTY,
         })
     }
@@ -112,7 +113,7 @@ impl<'m> PerCpuPages<'m> {
     /// `high` bounds), on the foreign list and hot.
     #[inline]
     pub fn count(&self) -> u32 {
-        self.count + self.foreign + self.hot.len()
+        self.count + self.foreign.len() + self.hot.len()
     }
 
     /// Order-0 frames held hot (spec 04 §5.7).
@@ -183,7 +184,7 @@ impl<'m> PerCpuPages<'m> {
     /// their way back to the zone; see [`crate::PcpConfig::with_home`]).
     #[inline]
     pub fn foreign(&self) -> u32 {
-        self.foreign
+        self.foreign.len()
     }
     /// Visits every cached block as `(list, frame)`: the hot frames first
     /// (on their type's order-0 list), then list by list, head first, the
@@ -203,8 +204,9 @@ impl<'m> PerCpuPages<'m> {
                 self.lists.for_each(li, |fr| f(li, fr));
             }
         }
-        self.lists
-            .for_each(ListIndex::FOREIGN, |fr| f(ListIndex::FOREIGN, fr));
+        for &fr in self.foreign.frames() {
+            f(ListIndex::FOREIGN, fr);
+        }
     }
 
     pub(crate) fn thp(&self) -> Order {
@@ -231,8 +233,7 @@ impl<'m> PerCpuPages<'m> {
         self.hot.check()?;
         let mut twice = false;
         self.hot.for_each(|fr, _| {
-            self.lists
-                .for_each(ListIndex::FOREIGN, |o| twice |= o == fr);
+            twice |= self.foreign.holds(fr);
             if let Some(shift) = self.config.home_order() {
                 twice |= self.homes.iter().any(|h| h.holds(fr, shift.get()));
             }
@@ -260,10 +261,7 @@ impl<'m> PerCpuPages<'m> {
         if pages != self.count as u64 {
             return Err("count differs from the pages on the lists");
         }
-        if self.lists.len(ListIndex::FOREIGN) != self.foreign {
-            return Err("foreign count differs from the foreign list");
-        }
-        if self.config.home_order().is_none() && self.foreign != 0 {
+        if self.config.home_order().is_none() && self.foreign.len() != 0 {
             return Err("foreign frames without a home");
         }
         if self.high < self.sizing.high_min() || self.high > self.sizing.high_max() {

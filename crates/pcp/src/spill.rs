@@ -29,16 +29,16 @@ impl PerCpuPages<'_> {
         out
     }
 
-    /// Sends the whole foreign list back to the zone in one call. Returns
-    /// the frames spilled.
+    /// Sends every foreign frame back to the zone in one call. Returns the
+    /// frames spilled.
     pub(crate) fn spill_foreign<Z: PcpZone>(&mut self, zone: &Z) -> u32 {
-        if self.foreign == 0 {
+        if self.foreign.len() == 0 {
             return 0;
         }
-        let mut batch = SpillBatch::foreign(&mut self.lists, self.foreign);
+        let mut batch = SpillBatch::foreign(&mut self.lists, self.foreign.frames());
         zone.spill(&mut batch);
         let out = batch.pages() as u32;
-        self.foreign -= out;
+        self.foreign.drop_newest(out as usize);
         self.stats.spills += 1;
         self.stats.spilled_pages += out as u64;
         self.stats.zone_lock_acquisitions += 1;
@@ -47,11 +47,11 @@ impl PerCpuPages<'_> {
 
     /// `drain_pages_zone` (spec 04 §7): empties the cache in chunks of
     /// `batch << scale_max` pages, one zone-lock acquisition per chunk,
-    /// and the foreign list. Returns the pages drained.
+    /// and the foreign frames. Returns the pages drained.
     pub fn drain<Z: PcpZone>(&mut self, zone: &Z) -> u64 {
         let chunk = self.sizing.batch() << self.config.scale_max();
         let first = ListIndex::new(0).expect("list 0 exists");
-        // The hot frames go back with the foreign list.
+        // The hot frames go back with the foreign frames.
         self.cool(zone);
         let mut total = 0u64;
         while self.count > 0 {

@@ -72,12 +72,14 @@ impl ListIndex {
         self.0 as usize
     }
 
-    /// The list of order-0 frames freed outside their list's home
-    /// (see [`crate::PcpConfig::with_home`]): never allocated from, spilled
-    /// to the zone a batch at a time. Not one of the [`NR_PCP_LISTS`].
+    /// What [`crate::PerCpuPages::for_each_block`] names the foreign
+    /// frames by: order-0 frames freed outside their list's home (see
+    /// [`crate::PcpConfig::with_home`]), never allocated from, held apart
+    /// from the lists ([`crate::FOREIGN_FRAMES`] at most) and spilled to
+    /// the zone a batch at a time. Not one of the [`NR_PCP_LISTS`].
     pub(crate) const FOREIGN: ListIndex = ListIndex(NR_PCP_LISTS as u8);
 
-    /// Whether this is the foreign list (see [`ListIndex::FOREIGN`]).
+    /// Whether this names the foreign frames (see [`ListIndex::FOREIGN`]).
     #[inline]
     pub const fn is_foreign(self) -> bool {
         self.0 as usize == NR_PCP_LISTS

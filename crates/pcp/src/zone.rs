@@ -211,8 +211,10 @@ pub struct SpillBatch<'a, 'm> {
     thp: Order,
     idx: usize,
     in_list: bool,
-    /// Pulls from list `idx` alone (the foreign list), no round robin.
+    /// Pulls the foreign frames alone (`foreign`, newest first), no round
+    /// robin.
     only: bool,
+    foreign: &'a [Pfn],
     remaining: i64,
     pages: u64,
     blocks: u32,
@@ -234,14 +236,15 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
             idx: (start.get() + NR_PCP_LISTS - 1) % NR_PCP_LISTS,
             in_list: false,
             only: false,
+            foreign: &[],
             remaining: pages as i64,
             pages: 0,
             blocks: 0,
         }
     }
 
-    /// `pages` (order 0) from the tail of the foreign list alone.
-    pub(crate) fn foreign(lists: &'a mut Lists<'m>, pages: u32) -> Self {
+    /// The foreign frames `frames` (order 0), newest (last) first.
+    pub(crate) fn foreign(lists: &'a mut Lists<'m>, frames: &'a [Pfn]) -> Self {
         SpillBatch {
             lists,
             homes: None,
@@ -249,7 +252,8 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
             idx: ListIndex::FOREIGN.get(),
             in_list: true,
             only: true,
-            remaining: pages as i64,
+            foreign: frames,
+            remaining: frames.len() as i64,
             pages: 0,
             blocks: 0,
         }
@@ -275,7 +279,7 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
         if !self.only || self.remaining <= 0 {
             return None;
         }
-        self.lists.tail(ListIndex::FOREIGN)
+        self.foreign.get(self.remaining as usize - 1).copied()
     }
 }
 
@@ -306,9 +310,9 @@ impl Iterator for SpillBatch<'_, '_> {
             return None;
         }
         if self.only {
-            // The foreign list's spill, one frame a step: inline in the
+            // The foreign frames' spill, one frame a step: inline in the
             // caller's loop.
-            let frame = self.lists.pop_tail(ListIndex::FOREIGN)?;
+            let frame = *self.foreign.get(self.remaining as usize - 1)?;
             self.remaining -= 1;
             self.pages += 1;
             self.blocks += 1;
@@ -416,30 +420,29 @@ mod tests {
         assert_eq!(lists.len(li), 3);
     }
 
-    /// A spill of the foreign list (frames in no order, whose metadata a
-    /// zone loads ahead) names the frame it hands out next without taking
-    /// it, another spill names none; a spill hands out its frames the
-    /// coldest first and stops at its size.
+    /// A spill of the foreign frames (in no order, whose metadata a zone
+    /// loads ahead) names the frame it hands out next without taking it,
+    /// another spill names none; the foreign frames go newest first, and
+    /// the lists are left alone.
     #[test]
     fn a_foreign_spill_names_its_next_frame() {
         let mut slots = std::vec![Slot::EMPTY; 8];
         let mut lists = Lists::new(&mut slots);
         let li = ListIndex::new(0).unwrap();
-        for f in [5, 900, 77] {
-            lists.push_head(ListIndex::FOREIGN, Pfn(f)).unwrap();
-            lists.push_head(li, Pfn(f + 1)).unwrap();
+        let foreign = [5, 900, 77].map(Pfn);
+        for f in foreign {
+            lists.push_head(li, Pfn(f.get() + 1)).unwrap();
         }
-        // Two of the three: the peek names each next frame, then none.
-        let mut batch = SpillBatch::foreign(&mut lists, 2);
+        let mut batch = SpillBatch::foreign(&mut lists, &foreign);
         let mut got = std::vec::Vec::new();
         while let Some(next) = batch.peek_foreign() {
             let (p, o) = batch.next().expect("the frame peeked at");
             assert_eq!((p, o.get()), (next, 0));
             got.push(p.get());
         }
-        assert_eq!(got, [5, 900]);
-        assert_eq!((batch.next(), batch.pages()), (None, 2));
-        assert_eq!(lists.len(ListIndex::FOREIGN), 1, "77 stays cached");
+        assert_eq!(got, [77, 900, 5]);
+        assert_eq!((batch.next(), batch.pages()), (None, 3));
+        assert_eq!(lists.len(li), 3, "the lists keep their blocks");
 
         let mut batch = SpillBatch::new(&mut lists, None, Order::new_truncated(9), 3, li);
         assert_eq!(batch.peek_foreign(), None);

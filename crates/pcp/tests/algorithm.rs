@@ -2,8 +2,8 @@
 
 use pageframe_models::pcp::RefZone;
 use pageframe_pcp::{
-    AllocMiss, FreeOutcome, ListIndex, MigrateType, Order, PcpConfig, PcpError, PcpFlags,
-    PcpSizing, PcpZone, PerCpuPages, Slot, ZoneFlags,
+    AllocMiss, FOREIGN_FRAMES, FreeOutcome, ListIndex, MigrateType, Order, PcpConfig, PcpError,
+    PcpFlags, PcpSizing, PcpZone, PerCpuPages, Slot, ZoneFlags,
 };
 
 const O0: Order = Order::new_truncated(0);
@@ -496,31 +496,37 @@ fn the_home_moves_with_the_refill_and_idle_foreign_frees_leave() {
     c.validate().unwrap();
 }
 
+/// The foreign frames take no slot: a cache with a single slot still
+/// holds a streak of them, and one whose batch is larger than
+/// `FOREIGN_FRAMES` sends them back at that many, never losing one.
 #[test]
-fn foreign_frees_never_lose_a_frame_when_slots_run_out() {
+fn foreign_frees_need_no_slot_and_go_back_at_the_stack_size() {
     let zone = RefZone::with_blocks(O0, 0, 8);
-    // Three slots, for the foreign list (a home list needs none).
-    let mut mem = vec![Slot::EMPTY; 3];
-    let mut c = homed(&mut mem, sizing(8, 64, 256));
+    let mut mem = vec![Slot::EMPTY; 1];
+    let mut c = homed(&mut mem, sizing(100, 400, 1000));
     let a = c.alloc(&zone, O0, U).unwrap();
-    assert_eq!(c.count(), 7, "a refill of eight, one handed out");
-    // The fourth foreign free finds every slot taken: the foreign list
-    // goes back first.
-    for (f, spilled) in [(100, 0), (200, 0), (300, 0), (400, 3)] {
-        let out = c.free(&zone, pageframe_pcp::Pfn(f), O0, U).unwrap();
-        let want = match spilled {
-            0 => FreeOutcome::Cached,
-            n => FreeOutcome::Spilled(n),
+    let held = c.count();
+    assert_eq!(held, 7, "a refill of eight, one handed out");
+    let n = FOREIGN_FRAMES as u64;
+    for f in 0..2 * n {
+        let out = c.free(&zone, pageframe_pcp::Pfn(1000 + f), O0, U).unwrap();
+        let want = if f % n == n - 1 {
+            FreeOutcome::Spilled(n as u32)
+        } else {
+            FreeOutcome::Cached
         };
-        assert_eq!(out, want, "free of {f}");
-        c.validate().unwrap();
+        assert_eq!(out, want, "free of {}", 1000 + f);
+        assert_eq!(c.foreign() as u64, (f + 1) % n);
     }
+    assert_eq!(c.count(), held);
+    c.validate().unwrap();
     c.free(&zone, a, O0, U).unwrap();
     c.drain(&zone);
     assert_eq!(c.count(), 0);
     let mut back = zone.blocks(O0);
     back.sort();
-    assert_eq!(back, vec![0, 1, 2, 3, 4, 5, 6, 7, 100, 200, 300, 400]);
+    let want: Vec<u64> = (0..8).chain(1000..1000 + 2 * n).collect();
+    assert_eq!(back, want);
 }
 
 /// Everything `try_alloc` may change, to compare before and after.

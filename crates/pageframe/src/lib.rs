@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | the machine | `size_of::<Machine>()`, about 35 KiB (46 with feature `vmstat`) | a static, or carved from RAM |
 //! | each zone's metadata | [`Machine::zone_metadata_bytes`]: about 3.4 a frame of the zone's span (2.3 for the buddy core: a 2-byte word, two bits and a 41-byte record a 2 MiB chunk; 1 ownership byte), 1 a pageblock, and under 20 KiB a zone (list heads and counts, the order-0 stripes) | carved from RAM, then left out of the free ranges |
-//! | per-CPU caches | [`Machine::pcp_bytes`]: for each CPU and zone, a record of about 2.6 KiB (its homes' bitmaps, four regions each) and 16 a slot, `2 × (batch << 5) + 2` slots: 4 034 (63 KiB) for a zone of 1 GiB or more, whatever its size, fewer for a smaller one | carved from RAM after the memory is handed over |
+//! | per-CPU caches | [`Machine::pcp_bytes`]: for each CPU and zone, a record of about 3.1 KiB (its homes' bitmaps, four regions each, and its stack of foreign frames) and 16 a slot, `(batch << 5) + 2` slots: 2 018 (31.5 KiB) for a zone of 1 GiB or more, whatever its size, fewer for a smaller one | carved from RAM after the memory is handed over |
 //! | owner records (feature `page-owner`) | 24 a frame of each zone's span, inside [`Machine::zone_metadata_bytes`] | with the zone's metadata |
 //! | counters (feature `vmstat`) | 192 a zone, and 192 a CPU a zone inside [`Machine::pcp_bytes`] | the machine, and with the caches |
 //!

@@ -175,20 +175,19 @@ impl PcpSizing {
     /// `count` reaches `high` (spec 04 §4.2, §5.2).
     ///
     /// With a home ([`PcpConfig::with_home`]) the order-0 frames live in
-    /// the homes' bitmaps and take no slot, so the slots follow what the
-    /// linked lists can hold between two spills, not the zone's size: room
-    /// for `batch << scale_max` foreign frames (the cap of `free_count`;
-    /// the foreign list goes back at a batch, so it holds fewer) and as
-    /// many again for the blocks of orders
-    /// 1..=3 and the pageblock order (a refill of those brings
-    /// `max(batch >> order, 2)` blocks), plus two; never more than without
-    /// a home.
+    /// the homes' bitmaps and the foreign frames in a stack of their own
+    /// ([`crate::FOREIGN_FRAMES`]), so only the blocks of orders 1..=3 and
+    /// the pageblock order take slots, and the slots follow what those
+    /// lists hold between two spills, not the zone's size: `batch <<
+    /// scale_max` (the cap of `free_count`; a refill of those orders
+    /// brings `max(batch >> order, 2)` blocks), plus two; never more than
+    /// without a home.
     pub const fn suggested_slots(&self, config: PcpConfig) -> usize {
         let plain = self.high_max as usize + 2 * self.batch as usize + 2;
         if config.home_order.is_none() {
             return plain;
         }
-        let homed = 2 * ((self.batch as usize) << config.scale_max) + 2;
+        let homed = ((self.batch as usize) << config.scale_max) + 2;
         if homed < plain { homed } else { plain }
     }
 }
@@ -326,13 +325,13 @@ mod tests {
             .unwrap();
         // Without a home every cached frame takes a slot.
         assert_eq!(s.suggested_slots(PcpConfig::X86_64), 100_000 + 2 * 63 + 2);
-        // With one, the foreign streak and the high orders, whatever the zone.
-        assert_eq!(s.suggested_slots(homed), 2 * (63 << 5) + 2);
+        // With one, the high orders, whatever the zone.
+        assert_eq!(s.suggested_slots(homed), (63 << 5) + 2);
         let no_scale = PcpConfig::new(Some(Order::new_truncated(9)), 0)
             .unwrap()
             .with_home(Order::new_truncated(9))
             .unwrap();
-        assert_eq!(s.suggested_slots(no_scale), 2 * 63 + 2);
+        assert_eq!(s.suggested_slots(no_scale), 63 + 2);
         // Never more than without a home.
         let tiny = PcpSizing::new(1, 4, 8).unwrap();
         assert_eq!(tiny.suggested_slots(homed), 8 + 2 + 2);

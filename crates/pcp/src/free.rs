@@ -170,7 +170,7 @@ impl PerCpuPages<'_> {
     /// frame outside the home; a caller whose
     /// [`free_home_hit`](Self::free_home_hit) said [`HomeFree::Foreign`]
     /// makes it directly.
-    #[inline(never)]
+    #[inline(always)]
     pub fn free_foreign<Z: PcpZone>(
         &mut self,
         zone: &Z,

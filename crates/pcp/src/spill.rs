@@ -30,7 +30,8 @@ impl PerCpuPages<'_> {
     }
 
     /// Sends every foreign frame back to the zone in one call. Returns the
-    /// frames spilled.
+    /// frames spilled. Out of line: once a batch of frees.
+    #[inline(never)]
     pub(crate) fn spill_foreign<Z: PcpZone>(&mut self, zone: &Z) -> u32 {
         if self.foreign.len() == 0 {
             return 0;

@@ -188,8 +188,9 @@ impl PerCpuPages<'_> {
         }
         // A batch at a time, however long the free streak: each frame
         // waiting here keeps a region of the zone from merging, and a
-        // batch already takes the zone lock once for many frees.
-        if self.foreign.len() >= self.sizing.batch().clamp(1, FOREIGN_FRAMES as u32) {
+        // batch already takes the zone lock once for many frees. (A
+        // sizing's batch is at least one.)
+        if self.foreign.len() >= self.sizing.batch().min(FOREIGN_FRAMES as u32) {
             spilled += self.spill_foreign(zone);
         }
         Ok(match spilled {

@@ -211,9 +211,8 @@ pub struct SpillBatch<'a, 'm> {
     thp: Order,
     idx: usize,
     in_list: bool,
-    /// Pulls the foreign frames alone (`foreign`, newest first), no round
-    /// robin.
-    only: bool,
+    /// A spill of the foreign frames: these, newest first, and no list
+    /// (empty in any other spill).
     foreign: &'a [Pfn],
     remaining: i64,
     pages: u64,
@@ -235,7 +234,6 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
             thp,
             idx: (start.get() + NR_PCP_LISTS - 1) % NR_PCP_LISTS,
             in_list: false,
-            only: false,
             foreign: &[],
             remaining: pages as i64,
             pages: 0,
@@ -251,7 +249,6 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
             thp: Order::new_truncated(0),
             idx: ListIndex::FOREIGN.get(),
             in_list: true,
-            only: true,
             foreign: frames,
             remaining: frames.len() as i64,
             pages: 0,
@@ -276,7 +273,7 @@ impl<'a, 'm> SpillBatch<'a, 'm> {
     /// batch's end and in any other spill.
     #[inline]
     pub fn peek_foreign(&self) -> Option<Pfn> {
-        if !self.only || self.remaining <= 0 {
+        if self.foreign.is_empty() || self.remaining <= 0 {
             return None;
         }
         self.foreign.get(self.remaining as usize - 1).copied()
@@ -309,7 +306,7 @@ impl Iterator for SpillBatch<'_, '_> {
         if self.remaining <= 0 {
             return None;
         }
-        if self.only {
+        if !self.foreign.is_empty() {
             // The foreign frames' spill, one frame a step: inline in the
             // caller's loop.
             let frame = *self.foreign.get(self.remaining as usize - 1)?;

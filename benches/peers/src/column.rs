@@ -1,9 +1,13 @@
 //! The table's columns: pageframe's two paths, each keeping allocations
-//! two ways, and LLFree.
+//! two ways, and LLFree, keeping its frame numbers alone or in two words.
 
+use crate::frames::TwoWords;
 use crate::llfree_side::{self, Peer};
 use crate::pageframe_side::{self, Blocks, CachePath, Numbers, ZonePath};
 use crate::rows::{self, Row, Sample, Setup};
+
+// The two-word handles are what a `Block` takes in the caller's memory.
+const _: () = assert!(size_of::<[u64; 2]>() == size_of::<pageframe::Block>());
 
 /// One column of the table.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -18,16 +22,21 @@ pub enum Column {
     CacheBlocks,
     /// llfree-rs's `LLFree`, frame numbers kept.
     LlFree,
+    /// llfree-rs's `LLFree`, each frame number kept in two words, the size
+    /// of a `Block`: the peer with the caller's memory of the `Block`
+    /// columns.
+    LlFreeTwoWords,
 }
 
 impl Column {
     /// Every column, in the table's order.
-    pub const ALL: [Column; 5] = [
+    pub const ALL: [Column; 6] = [
         Column::ZoneNumbers,
         Column::ZoneBlocks,
         Column::CacheNumbers,
         Column::CacheBlocks,
         Column::LlFree,
+        Column::LlFreeTwoWords,
     ];
 
     /// The column's heading.
@@ -38,6 +47,7 @@ impl Column {
             Column::CacheNumbers => "zone + per-CPU cache, numbers",
             Column::CacheBlocks => "cache, `Block`s",
             Column::LlFree => "llfree-rs",
+            Column::LlFreeTwoWords => "llfree-rs, two-word handles",
         }
     }
 
@@ -49,6 +59,7 @@ impl Column {
             Column::CacheNumbers => "cache-numbers",
             Column::CacheBlocks => "cache-blocks",
             Column::LlFree => "llfree",
+            Column::LlFreeTwoWords => "llfree-two-words",
         }
     }
 
@@ -72,6 +83,14 @@ impl Column {
                 rows::run(row, s, |t| Peer {
                     a,
                     requests: &requests[t],
+                })
+            }),
+            Column::LlFreeTwoWords => llfree_side::with_llfree(s.frames, n, |a, requests| {
+                rows::run(row, s, |t| {
+                    TwoWords(Peer {
+                        a,
+                        requests: &requests[t],
+                    })
                 })
             }),
         }

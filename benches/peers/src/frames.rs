@@ -28,3 +28,29 @@ pub trait Frames {
 
 /// Frames in a 2 MiB block.
 pub const HUGE_FRAMES: u64 = 512;
+
+/// A column that keeps each allocation of `F` in two words, the first the
+/// frame number and the second unused: the size of a `Block`. What a
+/// caller keeps moves through its caches with every step of a test that
+/// picks allocations at random (the scattered test's frees), so a column
+/// of `Block`s is compared with the peer's on the same memory this way.
+pub struct TwoWords<F>(pub F);
+
+impl<F: Frames<Handle = u64>> Frames for TwoWords<F> {
+    type Handle = [u64; 2];
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<[u64; 2]> {
+        self.0.alloc(order).map(|pfn| [pfn, 0])
+    }
+    #[inline]
+    fn free(&mut self, handle: [u64; 2], order: u8) {
+        self.0.free(handle[0], order);
+    }
+    #[inline]
+    fn pfn(handle: &[u64; 2]) -> u64 {
+        handle[0]
+    }
+    fn settle(&mut self) -> Settled {
+        self.0.settle()
+    }
+}

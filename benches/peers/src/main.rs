@@ -45,7 +45,8 @@ struct Args {
 
 const USAGE: &str = "usage: peers [--llfree DIR] [--rounds N] [--iters N] [--pairs N] [--secs S] \
                      [--seed N] [--out FILE] [--row pair0|pair9|fill|free|scattered|threads] \
-                     [--column zone-numbers|zone-blocks|cache-numbers|cache-blocks|llfree]";
+                     [--column zone-numbers|zone-blocks|cache-numbers|cache-blocks|llfree|\
+                     llfree-two-words]";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -250,6 +251,7 @@ fn run() -> Result<(), String> {
             per_frame(zone + pcp),
             String::new(),
             per_frame(peer),
+            String::new(),
         ],
     ));
     let heads: Vec<&str> = Column::ALL.iter().map(|c| c.label()).collect();
@@ -305,6 +307,9 @@ fn run() -> Result<(), String> {
     } else {
         "- two threads: not run (one core available).\n".to_owned()
     };
+    out += "- llfree-rs, two-word handles: the same allocator, each frame number kept in two \
+            words (a `Block`'s size) instead of one: the peer of the `Block` columns on the \
+            same memory traffic of its own.\n";
     out += &format!(
         "- metadata: pageframe's zone (`Machine::zone_metadata_bytes`), plus the per-CPU caches \
          for one CPU (`Machine::pcp_bytes`); LLFree's three buffers (`metadata_size`) for one \

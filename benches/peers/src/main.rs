@@ -133,6 +133,42 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "processor unknown".into())
 }
 
+/// The first CPU's data and unified caches as Linux describes them
+/// (`L1d 32K, L2 512K, L3 32768K`), or `None` where it does not: a free
+/// in random order is bound by where its metadata is found, so a table
+/// is read against the caches of the host that made it.
+fn caches() -> Option<String> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let mut found: Vec<(String, String)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let field = |f: &str| {
+                std::fs::read_to_string(e.path().join(f))
+                    .ok()
+                    .map(|v| v.trim().to_owned())
+            };
+            let kind = match field("type")?.as_str() {
+                "Data" => "d",
+                "Unified" => "",
+                _ => return None,
+            };
+            Some((format!("L{}{kind}", field("level")?), field("size")?))
+        })
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    found.sort();
+    Some(
+        found
+            .iter()
+            .map(|(level, size)| format!("{level} {size}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
@@ -260,7 +296,11 @@ fn run() -> Result<(), String> {
 
     let mut out = String::new();
     out += &format!("date: {} (UTC)  \n", today());
-    out += &format!("machine: {cpus} CPUs, {}  \n", cpu_model());
+    out += &format!(
+        "machine: {cpus} CPUs, {}; caches of CPU 0: {}  \n",
+        cpu_model(),
+        caches().unwrap_or_else(|| "not known".into())
+    );
     out += &format!(
         "peer: {}, from {}  \n",
         source.describe(),

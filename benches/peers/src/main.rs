@@ -348,8 +348,8 @@ fn run() -> Result<(), String> {
         "- two threads: not run (one core available).\n".to_owned()
     };
     out += "- llfree-rs, two-word handles: the same allocator, each frame number kept in two \
-            words (a `Block`'s size) instead of one: the peer of the `Block` columns on the \
-            same memory traffic of its own.\n";
+            words (a `Block`'s size) instead of one: the peer to read the `Block` columns \
+            against, its caller's array as large as theirs.\n";
     out += &format!(
         "- metadata: pageframe's zone (`Machine::zone_metadata_bytes`), plus the per-CPU caches \
          for one CPU (`Machine::pcp_bytes`); LLFree's three buffers (`metadata_size`) for one \

@@ -619,6 +619,18 @@ impl<'a> FrameStates<'a> {
         }
     }
 
+    /// Whether `pfn`'s byte says "allocated at `order`", pinned or not,
+    /// without decoding the rest: the answer a number turned back into a
+    /// block needs first ([`crate::Machine::block_from_raw`]). `false`
+    /// outside the span.
+    #[inline(always)]
+    pub(crate) fn allocated_at(&self, pfn: Pfn, order: Order) -> bool {
+        self.slot(pfn).is_some_and(|s| {
+            let v = s.load(Relaxed);
+            v & 0xf == order.get() && allocated_type(v >> KIND_SHIFT).is_some()
+        })
+    }
+
     /// Whether a block is held by a per-CPU cache or isolated (compaction
     /// must not take it as a source; a cached block is free for its owner).
     #[inline]
@@ -655,6 +667,30 @@ mod tests {
             typed += usize::from(mt.is_some());
         }
         assert_eq!(typed, 6 * 16, "three types, pinned or not, sixteen orders");
+    }
+
+    /// The lean check a number turned back into a block uses agrees with
+    /// the decoded byte for every byte and order, and is `false` outside
+    /// the span.
+    #[test]
+    fn allocated_at_agrees_with_the_decoded_byte() {
+        let span = PfnRange::new(Pfn(100), Pfn(101));
+        let mut mem = [MaybeUninit::<u8>::uninit(); 1];
+        let st = FrameStates::new(span, &mut mem).unwrap();
+        let p = Pfn(100);
+        let mut live = 0;
+        for v in 0..=u8::MAX {
+            st.bytes[0].store(v, Relaxed);
+            for o in 0..16 {
+                let order = Order::new_truncated(o);
+                let decoded = matches!(st.get(p), State::Allocated(x, _) if x == order);
+                assert_eq!(st.allocated_at(p, order), decoded, "byte {v:#04x}, order {o}");
+                live += usize::from(decoded);
+            }
+            assert!(!st.allocated_at(Pfn(99), Order::new_truncated(v & 0xf)));
+            assert!(!st.allocated_at(Pfn(101), Order::new_truncated(v & 0xf)));
+        }
+        assert_eq!(live, 6 * 16, "three types, pinned or not, sixteen orders");
     }
 
     #[test]

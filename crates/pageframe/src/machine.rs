@@ -1113,6 +1113,22 @@ impl<'a, P: Platform> Machine<'a, P> {
     /// owner's memory. Any other number is refused, with nothing changed.
     #[inline(always)]
     pub unsafe fn block_from_raw(&self, pfn: Pfn, order: Order) -> Result<Block, RawError> {
+        // The common case, a live allocation, reads its byte and nothing
+        // more; the reason for anything else is found out of line.
+        if let Some(r) = self.zone_ref_of(pfn)
+            && let Some(z) = self.zone(r)
+            && z.states.allocated_at(pfn, order)
+        {
+            return Ok(Block::new(self.id, r, pfn, order));
+        }
+        self.block_from_raw_decoded(pfn, order)
+    }
+
+    /// [`Machine::block_from_raw`] by the decoded byte, with the reason
+    /// when `(pfn, order)` is not a live allocation.
+    #[cold]
+    #[inline(never)]
+    fn block_from_raw_decoded(&self, pfn: Pfn, order: Order) -> Result<Block, RawError> {
         let err = |why| RawError { pfn, why };
         let r = self.zone_ref_of(pfn).ok_or(err(FreeError::OutOfRange))?;
         let z = self.zone(r).ok_or(err(FreeError::OutOfRange))?;

@@ -684,7 +684,11 @@ mod tests {
             for o in 0..16 {
                 let order = Order::new_truncated(o);
                 let decoded = matches!(st.get(p), State::Allocated(x, _) if x == order);
-                assert_eq!(st.allocated_at(p, order), decoded, "byte {v:#04x}, order {o}");
+                assert_eq!(
+                    st.allocated_at(p, order),
+                    decoded,
+                    "byte {v:#04x}, order {o}"
+                );
                 live += usize::from(decoded);
             }
             assert!(!st.allocated_at(Pfn(99), Order::new_truncated(v & 0xf)));

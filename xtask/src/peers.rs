@@ -145,7 +145,7 @@ pub fn peers(args: &[String]) -> Result<(), String> {
 
 /// For `lint`: the harness's sources formatted, and, where llfree-rs is at
 /// its default place, the harness (and its tests) through clippy with
-/// warnings denied, against its committed lock file.
+/// warnings denied, against its committed lock file, and its tests run.
 pub fn lint() -> Result<(), String> {
     run(Command::new("rustfmt").args([
         "--check",
@@ -171,5 +171,14 @@ pub fn lint() -> Result<(), String> {
             "--target-dir",
         ])
         .arg(target_dir().join("peers"))
-        .args(["--", "-D", "warnings"]))
+        .args(["--", "-D", "warnings"]))?;
+    run(Command::new("cargo")
+        .args([
+            "test",
+            "--manifest-path",
+            HARNESS,
+            "--locked",
+            "--target-dir",
+        ])
+        .arg(target_dir().join("peers")))
 }

@@ -169,6 +169,63 @@ fn caches() -> Option<String> {
     )
 }
 
+/// The ratio table: each pageframe column over llfree-rs's of the same
+/// round, and the `Block` columns also over the two-word peer's; `None`
+/// when a peer column did not run.
+fn ratio_table(
+    cells: &[Vec<Cell>],
+    phases: &[Vec<Cell>; 2],
+) -> Option<(Vec<String>, Vec<(String, Vec<String>)>)> {
+    let at = |c: Column| Column::ALL.iter().position(|&x| x == c).expect("a column");
+    let (one, two) = (at(Column::LlFree), at(Column::LlFreeTwoWords));
+    let pairs: Vec<(Column, usize)> = [
+        Column::ZoneNumbers,
+        Column::ZoneBlocks,
+        Column::CacheNumbers,
+        Column::CacheBlocks,
+    ]
+    .iter()
+    .map(|&c| (c, one))
+    .chain([(Column::ZoneBlocks, two), (Column::CacheBlocks, two)])
+    .collect();
+    let mut rows: Vec<(&str, &Vec<Cell>, bool)> = Row::ALL
+        .iter()
+        .zip(cells)
+        .map(|(&r, c)| (r.label(), c, r == Row::Threads))
+        .collect();
+    let below = rows
+        .iter()
+        .position(|r| r.0 == Row::Scattered.label())
+        .map_or(rows.len(), |i| i + 1);
+    rows.insert(below, ("scattered test, a free", &phases[0], false));
+    rows.insert(
+        below + 1,
+        ("scattered test, an allocation", &phases[1], false),
+    );
+    let body: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|(label, row, rate)| {
+            let cells = pairs
+                .iter()
+                .map(|&(c, peer)| table::over(&row[at(c)], &row[peer], *rate).render(2))
+                .collect();
+            (label.to_string(), cells)
+        })
+        .filter(|(_, cells): &(String, Vec<String>)| cells.iter().any(|c| !c.is_empty()))
+        .collect();
+    if body.is_empty() {
+        return None;
+    }
+    let heads = pairs
+        .iter()
+        .map(|&(c, peer)| match Column::ALL[peer] {
+            Column::LlFree => c.label().to_owned(),
+            _ => format!("{}, over two-word handles", c.label()),
+        })
+        .collect();
+    Some((heads, body))
+}
+
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
@@ -291,6 +348,7 @@ fn run() -> Result<(), String> {
         ],
     ));
     let heads: Vec<&str> = Column::ALL.iter().map(|c| c.label()).collect();
+    let ratios = ratio_table(&cells, &phases);
     let (_, pcp2) = pageframe_side::metadata_bytes(frames, 2);
     let peer2 = llfree_side::metadata_bytes(frames, 2);
 
@@ -308,6 +366,14 @@ fn run() -> Result<(), String> {
     );
     out += &format!("command: `{command}`\n\n");
     out += &table::markdown("row, ns per op", &heads, &body);
+    if let Some((heads, body)) = &ratios {
+        let heads: Vec<&str> = heads.iter().map(String::as_str).collect();
+        out += "\nEach round's cell over llfree-rs's of the same round (the last two columns: \
+                over its two-word handles'; the two-thread rate turned over), median and \
+                range: below 1 is ahead. A host whose speed drifts moves both cells of a \
+                round alike, which the ratio cancels.\n\n";
+        out += &table::markdown("row, time over llfree-rs's", &heads, body);
+    }
     out += &format!(
         "\n4 GiB of simulated frames ({frames} of 4 KiB), one process; every cell is a fresh \
          allocator; median of {} interleaved rounds (the columns' order rotated each round), \

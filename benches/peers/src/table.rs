@@ -34,6 +34,26 @@ impl Cell {
     }
 }
 
+/// A cell over a peer's cell of the same rounds, round by round: each
+/// round's time over the peer's time of that round (a rate, higher
+/// better, is turned over: the peer's rate over this one), so that below 1
+/// is ahead either way. A host whose speed drifts over minutes moves both
+/// cells of one round alike, which the ratio cancels. Empty when the two
+/// cells do not hold the same rounds (a column left out), or a value is
+/// not positive.
+pub fn over(cell: &Cell, peer: &Cell, rate: bool) -> Cell {
+    if cell.0.len() != peer.0.len() || cell.0.iter().chain(&peer.0).any(|&v| v <= 0.0) {
+        return Cell::default();
+    }
+    Cell(
+        cell.0
+            .iter()
+            .zip(&peer.0)
+            .map(|(&v, &p)| if rate { p / v } else { v / p })
+            .collect(),
+    )
+}
+
 /// A markdown table: a heading row, then rows of a label and cells.
 pub fn markdown(corner: &str, heads: &[&str], rows: &[(String, Vec<String>)]) -> String {
     let mut out = format!("| {corner} |");
@@ -55,7 +75,7 @@ pub fn markdown(corner: &str, heads: &[&str], rows: &[(String, Vec<String>)]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::Cell;
+    use super::{Cell, over};
 
     #[test]
     fn median_and_spread() {
@@ -65,5 +85,20 @@ mod tests {
         assert_eq!(Cell(vec![4.0, 1.0]).summary(), Some((2.5, 1.0, 4.0)));
         assert_eq!(Cell(vec![5.0, 5.0]).render(0), "5");
         assert_eq!(Cell(vec![]).render(1), "");
+    }
+
+    #[test]
+    fn each_round_over_the_peers_round() {
+        let ours = Cell(vec![30.0, 12.0, 20.0]);
+        let peer = Cell(vec![20.0, 10.0, 25.0]);
+        // Times: 1.5, 1.2, 0.8 -> median 1.2.
+        assert_eq!(over(&ours, &peer, false).summary(), Some((1.2, 0.8, 1.5)));
+        // Rates turned over: 20/30, 10/12, 25/20.
+        let r = over(&ours, &peer, true).summary().expect("three rounds");
+        assert!((r.0 - 10.0 / 12.0).abs() < 1e-12 && (r.2 - 1.25).abs() < 1e-12);
+        // A column that did not run, a short one, a zero: no ratio.
+        assert!(over(&ours, &Cell::default(), false).0.is_empty());
+        assert!(over(&ours, &Cell(vec![1.0, 2.0]), false).0.is_empty());
+        assert!(over(&Cell(vec![0.0, 1.0, 1.0]), &peer, true).0.is_empty());
     }
 }

@@ -172,10 +172,7 @@ fn caches() -> Option<String> {
 /// The ratio table: each pageframe column over llfree-rs's of the same
 /// round, and the `Block` columns also over the two-word peer's; `None`
 /// when a peer column did not run.
-fn ratio_table(
-    cells: &[Vec<Cell>],
-    phases: &[Vec<Cell>; 2],
-) -> Option<(Vec<String>, Vec<(String, Vec<String>)>)> {
+fn ratio_table(cells: &[Vec<Cell>], phases: &[Vec<Cell>; 2]) -> Option<(Vec<String>, table::Body)> {
     let at = |c: Column| Column::ALL.iter().position(|&x| x == c).expect("a column");
     let (one, two) = (at(Column::LlFree), at(Column::LlFreeTwoWords));
     let pairs: Vec<(Column, usize)> = [
@@ -202,7 +199,7 @@ fn ratio_table(
         below + 1,
         ("scattered test, an allocation", &phases[1], false),
     );
-    let body: Vec<(String, Vec<String>)> = rows
+    let body: table::Body = rows
         .iter()
         .map(|(label, row, rate)| {
             let cells = pairs

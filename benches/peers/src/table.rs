@@ -54,6 +54,9 @@ pub fn over(cell: &Cell, peer: &Cell, rate: bool) -> Cell {
     )
 }
 
+/// A table's rows: each a label and its cells, rendered.
+pub type Body = Vec<(String, Vec<String>)>;
+
 /// A markdown table: a heading row, then rows of a label and cells.
 pub fn markdown(corner: &str, heads: &[&str], rows: &[(String, Vec<String>)]) -> String {
     let mut out = format!("| {corner} |");

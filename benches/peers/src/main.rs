@@ -295,7 +295,7 @@ fn run() -> Result<(), String> {
         }
     }
 
-    let mut body: Vec<(String, Vec<String>)> = Row::ALL
+    let mut body: table::Body = Row::ALL
         .iter()
         .zip(&cells)
         .map(|(row, cells)| {

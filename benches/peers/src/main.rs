@@ -169,10 +169,36 @@ fn caches() -> Option<String> {
     )
 }
 
+/// The timed rows in the table's order, each with its rounds for every
+/// column and whether it is a rate (higher better): the rows, with the
+/// scattered test's two phases under it.
+fn timed_rows<'c>(
+    cells: &'c [Vec<Cell>],
+    phases: &'c [Vec<Cell>; 2],
+) -> Vec<(&'static str, &'c [Cell], bool)> {
+    let mut rows: Vec<(&'static str, &[Cell], bool)> = Row::ALL
+        .iter()
+        .zip(cells)
+        .map(|(&r, c)| (r.label(), c.as_slice(), r == Row::Threads))
+        .collect();
+    let below = Row::ALL
+        .iter()
+        .position(|&r| r == Row::Scattered)
+        .map_or(rows.len(), |i| i + 1);
+    for (k, (label, cells)) in ["scattered test, a free", "scattered test, an allocation"]
+        .into_iter()
+        .zip(phases)
+        .enumerate()
+    {
+        rows.insert(below + k, (label, cells.as_slice(), false));
+    }
+    rows
+}
+
 /// The ratio table: each pageframe column over llfree-rs's of the same
 /// round, and the `Block` columns also over the two-word peer's; `None`
 /// when a peer column did not run.
-fn ratio_table(cells: &[Vec<Cell>], phases: &[Vec<Cell>; 2]) -> Option<(Vec<String>, table::Body)> {
+fn ratio_table(rows: &[(&str, &[Cell], bool)]) -> Option<(Vec<String>, table::Body)> {
     let at = |c: Column| Column::ALL.iter().position(|&x| x == c).expect("a column");
     let (one, two) = (at(Column::LlFree), at(Column::LlFreeTwoWords));
     let pairs: Vec<(Column, usize)> = [
@@ -185,20 +211,6 @@ fn ratio_table(cells: &[Vec<Cell>], phases: &[Vec<Cell>; 2]) -> Option<(Vec<Stri
     .map(|&c| (c, one))
     .chain([(Column::ZoneBlocks, two), (Column::CacheBlocks, two)])
     .collect();
-    let mut rows: Vec<(&str, &Vec<Cell>, bool)> = Row::ALL
-        .iter()
-        .zip(cells)
-        .map(|(&r, c)| (r.label(), c, r == Row::Threads))
-        .collect();
-    let below = rows
-        .iter()
-        .position(|r| r.0 == Row::Scattered.label())
-        .map_or(rows.len(), |i| i + 1);
-    rows.insert(below, ("scattered test, a free", &phases[0], false));
-    rows.insert(
-        below + 1,
-        ("scattered test, an allocation", &phases[1], false),
-    );
     let body: table::Body = rows
         .iter()
         .map(|(label, row, rate)| {
@@ -295,34 +307,16 @@ fn run() -> Result<(), String> {
         }
     }
 
-    let mut body: table::Body = Row::ALL
+    let timed = timed_rows(&cells, &phases);
+    let mut body: table::Body = timed
         .iter()
-        .zip(&cells)
-        .map(|(row, cells)| {
+        .map(|(label, cells, _)| {
             (
-                row.label().to_owned(),
+                (*label).to_owned(),
                 cells.iter().map(|c| c.render(1)).collect(),
             )
         })
         .collect();
-    // The scattered test's two phases, under its row.
-    let at = Row::ALL
-        .iter()
-        .position(|&r| r == Row::Scattered)
-        .map_or(body.len(), |i| i + 1);
-    for (k, (label, cells)) in ["scattered test, a free", "scattered test, an allocation"]
-        .iter()
-        .zip(&phases)
-        .enumerate()
-    {
-        body.insert(
-            at + k,
-            (
-                (*label).to_owned(),
-                cells.iter().map(|c| c.render(1)).collect(),
-            ),
-        );
-    }
     body.push((
         format!(
             "scattered test, 2 MiB blocks free after (of {})",
@@ -345,7 +339,7 @@ fn run() -> Result<(), String> {
         ],
     ));
     let heads: Vec<&str> = Column::ALL.iter().map(|c| c.label()).collect();
-    let ratios = ratio_table(&cells, &phases);
+    let ratios = ratio_table(&timed);
     let (_, pcp2) = pageframe_side::metadata_bytes(frames, 2);
     let peer2 = llfree_side::metadata_bytes(frames, 2);
 

@@ -58,7 +58,7 @@ pub fn over(cell: &Cell, peer: &Cell, rate: bool) -> Cell {
 pub type Body = Vec<(String, Vec<String>)>;
 
 /// A markdown table: a heading row, then rows of a label and cells.
-pub fn markdown(corner: &str, heads: &[&str], rows: &Body) -> String {
+pub fn markdown(corner: &str, heads: &[&str], rows: &[(String, Vec<String>)]) -> String {
     let mut out = format!("| {corner} |");
     for h in heads {
         out += &format!(" {h} |");
